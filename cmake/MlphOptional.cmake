@@ -1,0 +1,30 @@
+# Optional dependencies: each plug-in that needs one is built only when it is found, and the
+# configure summary says what was built and why not.
+set_property(GLOBAL PROPERTY MLPH_SKIPPED "")
+
+function(mlph_skip what why)
+  set_property(GLOBAL APPEND PROPERTY MLPH_SKIPPED "${what}: ${why}")
+endfunction()
+
+find_package(dnnl QUIET CONFIG)
+find_package(MPI QUIET COMPONENTS C)
+find_package(HDF5 QUIET COMPONENTS C)
+include(CheckLanguage)
+check_language(CUDA)
+
+function(mlph_print_summary)
+  get_property(built GLOBAL PROPERTY MLPH_PLUGINS)
+  get_property(skipped GLOBAL PROPERTY MLPH_SKIPPED)
+  message(STATUS "")
+  message(STATUS "mlperf-hpc ${PROJECT_VERSION} (plug-in ABI ${MLPH_ABI_MAJOR}): plug-ins built")
+  foreach(p IN LISTS built)
+    message(STATUS "  + ${p}")
+  endforeach()
+  if(skipped)
+    message(STATUS "not built")
+    foreach(s IN LISTS skipped)
+      message(STATUS "  - ${s}")
+    endforeach()
+  endif()
+  message(STATUS "")
+endfunction()

@@ -1,0 +1,92 @@
+// Write a backend as C++ classes; `backend_api<Impl>()` generates the C table.
+//   class MyBackend : public mlph::sdk::Backend {
+//    public:
+//     MyBackend(const MLPH_HostApi* host, const mlph::sdk::Options& options);
+//     std::unique_ptr<mlph::sdk::Model> compile(const MLPH_Graph&, const MLPH_CommsHandle*) override;
+//   };
+//   MLPH_DEFINE_PLUGIN(MLPH_KIND_BACKEND, "mine", "1.0", "...", mlph::sdk::backend_api<MyBackend>())
+#pragma once
+
+#include <memory>
+
+#include "mlph/backend.h"
+#include "mlph/sdk/error.hpp"
+#include "mlph/sdk/options.hpp"
+#include "mlph/sdk/plugin.hpp"
+
+namespace mlph::sdk {
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual void train_step(const MLPH_Tensor* inputs, size_t n_inputs, const MLPH_StepArgs& args,
+                          MLPH_StepResult& out) = 0;
+  virtual void eval_step(const MLPH_Tensor* inputs, size_t n_inputs, MLPH_Tensor* outputs, size_t n_outputs) = 0;
+  virtual void read_parameter(size_t index, MLPH_Tensor& dst) = 0;
+  virtual void write_parameter(size_t index, const MLPH_Tensor& src) = 0;
+  virtual void read_gradient(size_t index, MLPH_Tensor& dst) = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::unique_ptr<Model> compile(const MLPH_Graph& graph, const MLPH_CommsHandle* comms) = 0;
+};
+
+namespace detail {
+template <class T>
+struct Boxed {
+  const MLPH_HostApi* host;
+  std::unique_ptr<T> impl;
+};
+using BackendBox = Boxed<Backend>;
+using ModelBox = Boxed<Model>;
+inline BackendBox* unbox(MLPH_Backend* b) { return reinterpret_cast<BackendBox*>(b); }
+inline ModelBox* unbox(MLPH_Model* m) { return reinterpret_cast<ModelBox*>(m); }
+}  // namespace detail
+
+template <class Impl>
+const MLPH_BackendApi* backend_api() {
+  using namespace detail;
+  static const MLPH_BackendApi api = {
+      sizeof(MLPH_BackendApi),
+      nullptr,
+      [](const MLPH_HostApi* host, const MLPH_KeyValue* kv, size_t n, MLPH_Backend** out) {
+        return guard(host, [&] {
+          auto box = std::make_unique<BackendBox>(BackendBox{host, std::make_unique<Impl>(host, Options(kv, n))});
+          *out = reinterpret_cast<MLPH_Backend*>(box.release());
+        });
+      },
+      [](MLPH_Backend* b) { delete unbox(b); },
+      [](MLPH_Backend* b, const MLPH_Graph* graph, const MLPH_CommsHandle* comms, MLPH_Model** out) {
+        BackendBox* box = unbox(b);
+        return guard(box->host, [&] {
+          auto model = std::make_unique<ModelBox>(ModelBox{box->host, box->impl->compile(*graph, comms)});
+          *out = reinterpret_cast<MLPH_Model*>(model.release());
+        });
+      },
+      [](MLPH_Model* m) { delete unbox(m); },
+      [](MLPH_Model* m, const MLPH_Tensor* in, size_t n, const MLPH_StepArgs* args, MLPH_StepResult* out) {
+        return guard(unbox(m)->host, [&] {
+          MLPH_StepResult result{sizeof(MLPH_StepResult), nullptr, 0.0};
+          unbox(m)->impl->train_step(in, n, *args, result);
+          *out = result;
+        });
+      },
+      [](MLPH_Model* m, const MLPH_Tensor* in, size_t n, MLPH_Tensor* outs, size_t n_out) {
+        return guard(unbox(m)->host, [&] { unbox(m)->impl->eval_step(in, n, outs, n_out); });
+      },
+      [](MLPH_Model* m, size_t i, MLPH_Tensor* dst) {
+        return guard(unbox(m)->host, [&] { unbox(m)->impl->read_parameter(i, *dst); });
+      },
+      [](MLPH_Model* m, size_t i, const MLPH_Tensor* src) {
+        return guard(unbox(m)->host, [&] { unbox(m)->impl->write_parameter(i, *src); });
+      },
+      [](MLPH_Model* m, size_t i, MLPH_Tensor* dst) {
+        return guard(unbox(m)->host, [&] { unbox(m)->impl->read_gradient(i, *dst); });
+      },
+  };
+  return &api;
+}
+
+}  // namespace mlph::sdk

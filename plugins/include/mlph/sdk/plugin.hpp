@@ -1,0 +1,13 @@
+// The descriptor every plug-in library exports, in one line.
+#pragma once
+
+#include "mlph/plugin.h"
+
+// Defines `mlph_plugin()`, the library's only exported symbol. API is an expression giving a
+// pointer to the kind's table (e.g. mlph::sdk::backend_api<MyBackend>()).
+#define MLPH_DEFINE_PLUGIN(KIND, NAME, VERSION, DESCRIPTION, API)                                       \
+  extern "C" MLPH_EXPORT const MLPH_Plugin* mlph_plugin(void) {                                         \
+    static const MLPH_Plugin descriptor = {sizeof(MLPH_Plugin), nullptr, MLPH_ABI_MAJOR, MLPH_ABI_MINOR, \
+                                           KIND, NAME, VERSION, DESCRIPTION, (API)};                    \
+    return &descriptor;                                                                                 \
+  }

@@ -1,0 +1,91 @@
+// Write a workload as C++ classes; `workload_api<Impl>()` generates the C table. Impl provides
+//   static const MLPH_ParamSpec* params(size_t* n);
+//   Impl(const MLPH_HostApi* host, const mlph::sdk::Options& config);
+// and overrides the virtual members of Workload.
+#pragma once
+
+#include <memory>
+
+#include "mlph/sdk/error.hpp"
+#include "mlph/sdk/options.hpp"
+#include "mlph/sdk/plugin.hpp"
+#include "mlph/workload.h"
+
+namespace mlph::sdk {
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual uint64_t size() = 0;
+  virtual void read(const uint64_t* indices, size_t n, MLPH_Tensor* inputs, size_t n_inputs) = 0;
+};
+
+class Workload {
+ public:
+  virtual ~Workload() = default;
+  virtual MLPH_WorkloadInfo describe() = 0;
+  virtual const MLPH_Graph* build_graph(uint32_t batch, uint64_t seed) = 0;
+  virtual std::unique_ptr<Dataset> open(MLPH_Split split, const MLPH_StorageHandle& storage) = 0;
+  virtual double learning_rate(uint32_t epoch, uint64_t step) = 0;
+  virtual double metric(const double* sums, size_t n_sums, uint64_t samples) = 0;
+  virtual void generate_data(const char* dir) = 0;
+};
+
+namespace detail {
+struct WorkloadBox {
+  const MLPH_HostApi* host;
+  std::unique_ptr<Workload> impl;
+};
+struct DatasetBox {
+  const MLPH_HostApi* host;
+  std::unique_ptr<Dataset> impl;
+};
+inline WorkloadBox* unbox(MLPH_Workload* w) { return reinterpret_cast<WorkloadBox*>(w); }
+inline DatasetBox* unbox(MLPH_Dataset* d) { return reinterpret_cast<DatasetBox*>(d); }
+}  // namespace detail
+
+template <class Impl>
+const MLPH_WorkloadApi* workload_api() {
+  using namespace detail;
+  static const MLPH_WorkloadApi api = {
+      sizeof(MLPH_WorkloadApi),
+      nullptr,
+      [](size_t* n) { return Impl::params(n); },
+      [](const MLPH_HostApi* host, const MLPH_KeyValue* kv, size_t n, MLPH_Workload** out) {
+        return guard(host, [&] {
+          auto box = std::make_unique<WorkloadBox>(WorkloadBox{host, std::make_unique<Impl>(host, Options(kv, n))});
+          *out = reinterpret_cast<MLPH_Workload*>(box.release());
+        });
+      },
+      [](MLPH_Workload* w) { delete unbox(w); },
+      [](MLPH_Workload* w, MLPH_WorkloadInfo* out) {
+        return guard(unbox(w)->host, [&] { *out = unbox(w)->impl->describe(); });
+      },
+      [](MLPH_Workload* w, uint32_t batch, uint64_t seed, const MLPH_Graph** out) {
+        return guard(unbox(w)->host, [&] { *out = unbox(w)->impl->build_graph(batch, seed); });
+      },
+      [](MLPH_Workload* w, MLPH_Split split, const MLPH_StorageHandle* storage, MLPH_Dataset** out) {
+        return guard(unbox(w)->host, [&] {
+          auto box = std::make_unique<DatasetBox>(DatasetBox{unbox(w)->host, unbox(w)->impl->open(split, *storage)});
+          *out = reinterpret_cast<MLPH_Dataset*>(box.release());
+        });
+      },
+      [](MLPH_Dataset* d) { delete unbox(d); },
+      [](MLPH_Dataset* d, uint64_t* out) { return guard(unbox(d)->host, [&] { *out = unbox(d)->impl->size(); }); },
+      [](MLPH_Dataset* d, const uint64_t* idx, size_t n, MLPH_Tensor* inputs, size_t n_inputs) {
+        return guard(unbox(d)->host, [&] { unbox(d)->impl->read(idx, n, inputs, n_inputs); });
+      },
+      [](MLPH_Workload* w, uint32_t epoch, uint64_t step, double* out) {
+        return guard(unbox(w)->host, [&] { *out = unbox(w)->impl->learning_rate(epoch, step); });
+      },
+      [](MLPH_Workload* w, const double* sums, size_t n, uint64_t samples, double* out) {
+        return guard(unbox(w)->host, [&] { *out = unbox(w)->impl->metric(sums, n, samples); });
+      },
+      [](MLPH_Workload* w, const char* dir) {
+        return guard(unbox(w)->host, [&] { unbox(w)->impl->generate_data(dir); });
+      },
+  };
+  return &api;
+}
+
+}  // namespace mlph::sdk

@@ -1,0 +1,116 @@
+/* mlperf-hpc plug-in ABI: workloads (cosmoflow, deepcam): the benchmark's definition. */
+#ifndef MLPH_WORKLOAD_H
+#define MLPH_WORKLOAD_H
+
+#include "mlph/graph.h"
+#include "mlph/storage.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct MLPH_Workload MLPH_Workload;
+typedef struct MLPH_Dataset MLPH_Dataset;
+
+typedef enum MLPH_ParamType {
+  MLPH_TYPE_INT = 0,
+  MLPH_TYPE_FLOAT = 1,
+  MLPH_TYPE_BOOL = 2,
+  MLPH_TYPE_STRING = 3,
+  MLPH_TYPE_INT_LIST = 4,
+  MLPH_TYPE_FLOAT_LIST = 5
+} MLPH_ParamType;
+
+/* What the closed division allows for a key (MLPerf HPC rules, "closed division hyperparameters"). */
+typedef enum MLPH_ClosedRule {
+  MLPH_CLOSED_FIXED = 0,   /* must keep the reference value (the default) */
+  MLPH_CLOSED_TUNABLE = 1, /* may change within [min, max] (each element, for lists) */
+  MLPH_CLOSED_FREE = 2     /* not a hyperparameter: paths, logging, run-length options */
+} MLPH_ClosedRule;
+
+enum {
+  MLPH_BOUND_MIN = 1u,           /* `min` applies */
+  MLPH_BOUND_MAX = 2u,           /* `max` applies */
+  MLPH_BOUND_MIN_EXCLUSIVE = 4u, /* v > min rather than v >= min */
+  MLPH_BOUND_MAX_EXCLUSIVE = 8u  /* v < max rather than v <= max */
+};
+
+/* One configuration key. Static data: lives as long as the library is loaded. The core layers
+ * defaults < config file < --set, rejects unknown keys and checks types, bounds and closed rules
+ * from this table before the workload sees a value. */
+typedef struct MLPH_ParamSpec {
+  const char* key;           /* dotted, e.g. "optimizer.base_lr" */
+  MLPH_ParamType type;
+  const char* default_value; /* YAML text */
+  const char* help;
+  MLPH_ClosedRule closed;
+  uint32_t bounds;           /* MLPH_BOUND_* */
+  double min;
+  double max;
+  const char* rule;          /* the rule a closed-division violation breaks, quoted in the error */
+} MLPH_ParamSpec;
+
+typedef struct MLPH_WorkloadInfo {
+  size_t struct_size;
+  const MLPH_Extension* ext;
+  const char* benchmark;   /* submission_benchmark, e.g. "cosmoflow" */
+  const char* metric_key;  /* eval_error or eval_accuracy */
+  double target;           /* quality target of the metric */
+  int32_t lower_is_better; /* 1: converged when metric <= target; 0: when metric >= target */
+  uint32_t max_epochs;
+  uint32_t local_batch_size;
+  /* Hyperparameters to log after run_start, in order: key and value as JSON text. */
+  const MLPH_KeyValue* log_entries;
+  size_t n_log_entries;
+} MLPH_WorkloadInfo;
+
+typedef enum MLPH_Split { MLPH_SPLIT_TRAIN = 0, MLPH_SPLIT_VALIDATION = 1 } MLPH_Split;
+
+typedef struct MLPH_WorkloadApi {
+  size_t struct_size;
+  const MLPH_Extension* ext;
+
+  /* The configuration schema; *n receives the count. Static, never fails. */
+  const MLPH_ParamSpec* (*params)(size_t* n);
+
+  /* `config` holds every key of the schema, validated, as YAML text (borrowed for the call).
+   * `host` must outlive the workload. */
+  MLPH_Error* (*create)(const MLPH_HostApi* host, const MLPH_KeyValue* config, size_t n_config,
+                        MLPH_Workload** out);
+  void (*destroy)(MLPH_Workload* workload);
+
+  /* *out and what it points to live as long as the workload. */
+  MLPH_Error* (*describe)(MLPH_Workload* workload, MLPH_WorkloadInfo* out);
+
+  /* The model for `batch` samples per step, initial weights drawn from `seed`.
+   * *out lives as long as the workload (or the next build_graph call). */
+  MLPH_Error* (*build_graph)(MLPH_Workload* workload, uint32_t batch, uint64_t seed, const MLPH_Graph** out);
+
+  /* Opens a split of the dataset under the configured data directory, read through `storage`
+   * (borrowed; must outlive the dataset). Missing, empty or malformed data is an error naming the
+   * file. *out is freed with dataset_close, before the workload. */
+  MLPH_Error* (*dataset_open)(MLPH_Workload* workload, MLPH_Split split, const MLPH_StorageHandle* storage,
+                              MLPH_Dataset** out);
+  void (*dataset_close)(MLPH_Dataset* dataset);
+  MLPH_Error* (*dataset_size)(MLPH_Dataset* dataset, uint64_t* out);
+  /* Decodes samples `indices[0..n)` into caller-owned host tensors shaped like the graph inputs
+   * with batch n. May run on another thread than the backend; one call at a time per dataset. */
+  MLPH_Error* (*dataset_read)(MLPH_Dataset* dataset, const uint64_t* indices, size_t n, MLPH_Tensor* inputs,
+                              size_t n_inputs);
+
+  /* Learning rate of an optimizer step: `epoch` 0-based, `step` the global 0-based step. */
+  MLPH_Error* (*learning_rate)(MLPH_Workload* workload, uint32_t epoch, uint64_t step, double* out);
+
+  /* The quality metric from the eval outputs summed over all validation batches and ranks. */
+  MLPH_Error* (*metric)(MLPH_Workload* workload, const double* sums, size_t n_sums, uint64_t samples,
+                        double* out);
+
+  /* Writes a synthetic dataset in the workload's real on-disk format to `dir`
+   * (train/ and validation/ beneath it), sized by the configuration. */
+  MLPH_Error* (*generate_data)(MLPH_Workload* workload, const char* dir);
+} MLPH_WorkloadApi;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MLPH_WORKLOAD_H */
