@@ -36,8 +36,13 @@ double now_seconds() {
   return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
 }
 
+MLPH_Code host_error_code(const MLPH_Error* error);
+const char* host_error_message(const MLPH_Error* error);
+void host_error_free(MLPH_Error* error);
+
 const MLPH_HostApi kHost = {
-    sizeof(MLPH_HostApi), nullptr, MLPH_ABI_MAJOR, MLPH_ABI_MINOR, error_new, log, now_seconds,
+    sizeof(MLPH_HostApi), nullptr,          MLPH_ABI_MAJOR,      MLPH_ABI_MINOR, error_new, log, now_seconds,
+    host_error_code,      host_error_message, host_error_free,
 };
 
 }  // namespace
@@ -57,6 +62,12 @@ void check(MLPH_Error* error, const std::string& context) {
   error_free(error);
   throw PluginError(code, message);
 }
+
+namespace {
+MLPH_Code host_error_code(const MLPH_Error* error) { return error_code(error); }
+const char* host_error_message(const MLPH_Error* error) { return error_message(error); }
+void host_error_free(MLPH_Error* error) { error_free(error); }
+}  // namespace
 
 const char* code_name(MLPH_Code code) {
   static const char* names[] = {"ok",        "cancelled",          "unknown",        "invalid argument",

@@ -127,6 +127,12 @@ typedef struct MLPH_HostApi {
   void (*log)(MLPH_LogLevel level, const char* origin, const char* message);
   /* Monotonic clock in seconds. */
   double (*now_seconds)(void);
+  /* For plug-ins that call other plug-ins (a workload reading through storage): inspect an error
+   * another plug-in returned, then either return it onwards or free it. The message lives as long
+   * as the error. */
+  MLPH_Code (*error_code)(const MLPH_Error* error);
+  const char* (*error_message)(const MLPH_Error* error);
+  void (*error_free)(MLPH_Error* error);
 } MLPH_HostApi;
 
 /* Counter-based random stream shared by all backends, so that dropout masks (and any other

@@ -23,6 +23,16 @@ class Error : public std::runtime_error {
 
 [[noreturn]] inline void fail(MLPH_Code code, const std::string& message) { throw Error(code, message); }
 
+// For errors another plug-in returned through the host: frees `error` and throws it as an Error,
+// `context` first. No-op for NULL.
+inline void check(const MLPH_HostApi* host, MLPH_Error* error, const std::string& context) {
+  if (!error) return;
+  const MLPH_Code code = host->error_code(error);
+  std::string message = host->error_message(error);
+  host->error_free(error);
+  throw Error(code, context.empty() ? message : context + ": " + message);
+}
+
 // Runs `body` and converts any exception into an error owned by the host. No exception escapes.
 template <class Body>
 MLPH_Error* guard(const MLPH_HostApi* host, Body&& body) noexcept {

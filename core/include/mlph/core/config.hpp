@@ -1,0 +1,64 @@
+// Run configuration: schema-checked keys layered as defaults < config file < --set.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "mlph/workload.h"
+
+namespace mlph::core {
+
+// One line naming the key and where it came from (file:line, --set or the default).
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct ConfigValue {
+  std::string text;    // YAML text: scalar or flow sequence, e.g. "0.5", "[16, 32]"
+  std::string origin;  // "default", "configs/x.yaml:12", "--set"
+};
+
+// Parsed views of YAML text; throw ConfigError naming `key`.
+double as_number(const std::string& key, const std::string& text);
+long long as_int(const std::string& key, const std::string& text);
+bool as_bool(const std::string& key, const std::string& text);
+std::vector<double> as_number_list(const std::string& key, const std::string& text);
+
+class Config {
+ public:
+  // `schema` holds every key a run accepts (core's and the workload's). `file` may be empty.
+  // `sets` are "key=value" strings from --set; later ones win.
+  static Config load(const std::vector<MLPH_ParamSpec>& schema, const std::string& file,
+                     const std::vector<std::string>& sets);
+
+  // Reads only the top-level `workload:` key of a config file, if any (the schema depends on it).
+  static std::optional<std::string> peek_workload(const std::string& file);
+
+  const std::string& get(const std::string& key) const;
+  const ConfigValue& entry(const std::string& key) const;
+  bool changed(const std::string& key) const;  // set away from its default
+  void set(const std::string& key, const std::string& text, const std::string& origin);
+  const std::map<std::string, ConfigValue>& values() const { return values_; }
+  // Keys under `prefix.` that the schema does not own (passed through to a plug-in's options).
+  const std::map<std::string, ConfigValue>& passthrough() const { return passthrough_; }
+
+  // Types and bounds of every key; in the closed division also the closed rules. Throws the first
+  // violation as one line naming key, value, origin and the rule.
+  void validate(const std::vector<MLPH_ParamSpec>& schema, bool closed_division) const;
+
+ private:
+  std::map<std::string, ConfigValue> values_;
+  std::map<std::string, ConfigValue> passthrough_;
+};
+
+// The prefixes whose keys go to plug-ins as options, unchecked by the core.
+inline const std::vector<std::string>& passthrough_prefixes() {
+  static const std::vector<std::string> prefixes = {"backend.", "comms.", "storage."};
+  return prefixes;
+}
+
+}  // namespace mlph::core

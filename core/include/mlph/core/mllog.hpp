@@ -1,0 +1,63 @@
+// MLPerf logging, byte for byte as mlperf_logging's mllog writes it:
+//   :::MLLOG {"namespace": "", "time_ms": 1695625582386, "event_type": "POINT_IN_TIME", "key": "seed",
+//             "value": 42, "metadata": {"file": "core/src/runner.cpp", "lineno": 120}}
+// Every line is flushed as it is written, so a crash still leaves a readable log.
+#pragma once
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <source_location>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace mlph::core {
+
+// A JSON value, already encoded. Build with the helpers below.
+struct Json {
+  std::string text = "null";
+};
+Json json(double v);  // Python repr: 3.0, 0.001, 1e-06, NaN, Infinity
+Json json(long long v);
+Json json(int v);
+Json json(unsigned long long v);
+Json json(unsigned long v);
+Json json(bool v);
+Json json(const char* v);
+Json json(const std::string& v);
+Json json_list(const std::vector<double>& v, bool integers);
+Json json_raw(std::string encoded);  // trusted, already-valid JSON text
+
+using Metadata = std::vector<std::pair<std::string, Json>>;
+
+class MlLogger {
+ public:
+  // Writes to `path` when it is not empty, and to stdout when `echo`; neither: a disabled logger
+  // (ranks other than 0).
+  MlLogger(const std::filesystem::path& path, bool echo);
+  ~MlLogger();
+  MlLogger(const MlLogger&) = delete;
+  MlLogger& operator=(const MlLogger&) = delete;
+
+  void event(const std::string& key, const Json& value = {}, const Metadata& metadata = {},
+             std::source_location where = std::source_location::current());
+  void start(const std::string& key, const Json& value = {}, const Metadata& metadata = {},
+             std::source_location where = std::source_location::current());
+  void end(const std::string& key, const Json& value = {}, const Metadata& metadata = {},
+           std::source_location where = std::source_location::current());
+
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  void write(const char* event_type, const std::string& key, const Json& value, const Metadata& metadata,
+             const std::source_location& where);
+  std::filesystem::path path_;
+  std::FILE* file_ = nullptr;
+  bool echo_;
+};
+
+// The source file as logged: relative to the project root, so it is stable across checkouts.
+std::string relative_source(const char* file);
+
+}  // namespace mlph::core

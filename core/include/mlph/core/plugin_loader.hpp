@@ -1,0 +1,69 @@
+// Finding, loading and validating plug-in libraries (Boost.DLL).
+#pragma once
+
+#include <boost/dll/shared_library.hpp>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "mlph/plugin.h"
+
+namespace mlph::core {
+
+// One clear line: the file (or name), what is wrong, and what to do about it.
+class LoadError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+const char* kind_name(MLPH_PluginKind kind);
+
+// A validated plug-in. The library stays loaded for as long as this object lives, so keep it
+// alive longer than every object the plug-in created.
+struct LoadedPlugin {
+  boost::dll::shared_library library;
+  const MLPH_Plugin* descriptor = nullptr;
+  std::filesystem::path file;
+  std::string file_hash;  // FNV-1a 64 of the file's bytes, logged so a run names exactly what it ran
+
+  template <class Api>
+  const Api* api() const {
+    return static_cast<const Api*>(descriptor->api);
+  }
+};
+
+// What --list-plugins prints for each library found.
+struct ScanEntry {
+  std::filesystem::path file;
+  bool ok = false;
+  std::string error;  // when !ok
+  MLPH_PluginKind kind{};
+  std::string name, version, description;
+  uint32_t abi_major = 0, abi_minor = 0;
+};
+
+// Search order: the explicit directories (--plugin-dir), then MLPERF_PLUGIN_PATH (':'-separated),
+// then the directory beside the running program (../lib/mlperf-hpc-<ABI major>).
+std::vector<std::filesystem::path> default_search_path(const std::vector<std::filesystem::path>& explicit_dirs);
+
+std::string plugin_file_name(MLPH_PluginKind kind, const std::string& name);
+
+class PluginLoader {
+ public:
+  explicit PluginLoader(std::vector<std::filesystem::path> search_path) : search_path_(std::move(search_path)) {}
+
+  // Finds libmlph-<kind>-<name>.so on the search path and validates it; throws LoadError.
+  LoadedPlugin load(MLPH_PluginKind kind, const std::string& name) const;
+  // Loads and validates one file, expecting `kind` and `name`.
+  static LoadedPlugin load_file(const std::filesystem::path& file, MLPH_PluginKind kind, const std::string& name);
+  // Every libmlph-*.so on the search path, valid or not; never throws for a bad library.
+  std::vector<ScanEntry> scan() const;
+
+  const std::vector<std::filesystem::path>& search_path() const { return search_path_; }
+
+ private:
+  std::vector<std::filesystem::path> search_path_;
+};
+
+}  // namespace mlph::core

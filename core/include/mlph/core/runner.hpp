@@ -1,0 +1,31 @@
+// The timed run: loads the plug-ins, checks the configuration, and drives init -> run_start ->
+// epochs (train, evaluate) -> run_stop exactly as the MLPerf HPC rules time it.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mlph::core {
+
+struct RunOptions {
+  std::string workload;  // empty: from the config file's `workload:` key
+  std::string backend, comms, storage;  // empty: the config's plugins.* keys
+  std::string config_file;
+  std::vector<std::string> sets;  // key=value
+  std::string data_dir;           // shorthand for --set data.dir=...
+  std::string division;           // shorthand for --set mlperf.division=...
+  std::optional<uint64_t> seed;   // shorthand for --set run.seed=...
+  std::filesystem::path output_dir = "out";
+  std::vector<std::filesystem::path> plugin_dirs;
+  std::string generate_data_dir;  // non-empty: write the workload's synthetic dataset there and exit
+};
+
+// Returns the process exit code: 0 when the run reached its target (or data generation finished),
+// 1 when a started run failed or did not converge (its log ends with run_stop "aborted"),
+// 2 for bad usage, configuration or plug-ins (reported before any log is written).
+int run(const RunOptions& options);
+
+}  // namespace mlph::core

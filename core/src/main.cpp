@@ -1,0 +1,80 @@
+// mlperf-run: the command-line front of the core runner.
+#include <fmt/format.h>
+
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "mlph/core/plugin_loader.hpp"
+#include "mlph/core/runner.hpp"
+
+namespace po = boost::program_options;
+using namespace mlph::core;
+
+namespace {
+
+int list_plugins(const std::vector<std::filesystem::path>& dirs) {
+  PluginLoader loader(default_search_path(dirs));
+  std::printf("%-9s %-12s %-8s %-5s %s\n", "KIND", "NAME", "VERSION", "ABI", "FILE");
+  for (const ScanEntry& e : loader.scan()) {
+    if (e.ok)
+      std::printf("%-9s %-12s %-8s %u.%-3u %s\n", kind_name(e.kind), e.name.c_str(), e.version.c_str(), e.abi_major,
+                  e.abi_minor, e.file.c_str());
+    else
+      std::printf("%-9s %-12s %-8s %-5s %s\n  ignored: %s\n", kind_name(e.kind), e.name.c_str(), "-", "-",
+                  e.file.c_str(), e.error.c_str());
+  }
+  std::printf("search path:");
+  for (const auto& dir : loader.search_path()) std::printf(" %s", dir.lexically_normal().c_str());
+  std::printf("\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  RunOptions options;
+  std::vector<std::string> plugin_dirs;
+  uint64_t seed = 0;
+  po::options_description cli(
+      "mlperf-run: train an MLPerf HPC benchmark to its quality target with run-time plug-ins\n\n"
+      "usage: mlperf-run --workload NAME [--backend NAME] [--config FILE] [--set key=value]... [options]\n\n"
+      "options");
+  cli.add_options()
+      ("help,h", "show this help")
+      ("version", "print the version and plug-in ABI")
+      ("list-plugins", "list the plug-ins found on the search path, with kind, name, version, ABI and file")
+      ("workload,w", po::value(&options.workload), "workload plug-in (cosmoflow, ...); or `workload:` in the config")
+      ("backend,b", po::value(&options.backend), "compute backend plug-in (default: reference)")
+      ("comms", po::value(&options.comms), "comms plug-in (default: local)")
+      ("storage", po::value(&options.storage), "storage plug-in (default: posix)")
+      ("config,c", po::value(&options.config_file), "YAML config, layered over the workload's defaults")
+      ("set,s", po::value(&options.sets)->composing(), "override one config key: key=value (repeatable)")
+      ("data,d", po::value(&options.data_dir), "dataset directory (same as --set data.dir=DIR)")
+      ("output,o", po::value<std::string>()->default_value("out"), "directory for the MLPerf log (result_0.txt)")
+      ("seed", po::value(&seed), "seed for weights and data order (default: a fresh one per run)")
+      ("division", po::value(&options.division), "closed (default) or open; closed enforces the tunable rules")
+      ("plugin-dir", po::value(&plugin_dirs)->composing(), "search this directory for plug-ins first (repeatable)")
+      ("generate-data", po::value(&options.generate_data_dir), "write the workload's synthetic dataset to DIR and exit");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, cli), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    std::fprintf(stderr, "mlperf-run: error: %s (see --help)\n", e.what());
+    return 2;
+  }
+  if (vm.count("help")) {
+    std::cout << cli << "\n";
+    return 0;
+  }
+  if (vm.count("version")) {
+    std::printf("mlperf-run %s, plug-in ABI %d.%d\n", MLPH_VERSION, MLPH_ABI_MAJOR, MLPH_ABI_MINOR);
+    return 0;
+  }
+  for (const auto& d : plugin_dirs) options.plugin_dirs.emplace_back(d);
+  if (vm.count("list-plugins")) return list_plugins(options.plugin_dirs);
+  if (vm.count("seed")) options.seed = seed;
+  options.output_dir = vm["output"].as<std::string>();
+  return run(options);
+}

@@ -1,0 +1,101 @@
+#include "mlph/core/mllog.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+
+namespace mlph::core {
+
+Json json(double v) {
+  if (std::isnan(v)) return {"NaN"};
+  if (std::isinf(v)) return {v > 0 ? "Infinity" : "-Infinity"};
+  std::string s = fmt::format("{}", v);  // shortest round-trip, like Python's repr
+  if (s.find_first_of(".en") == std::string::npos) s += ".0";
+  return {s};
+}
+Json json(long long v) { return {fmt::format("{}", v)}; }
+Json json(int v) { return {fmt::format("{}", v)}; }
+Json json(unsigned long long v) { return {fmt::format("{}", v)}; }
+Json json(unsigned long v) { return {fmt::format("{}", v)}; }
+Json json(bool v) { return {v ? "true" : "false"}; }
+Json json(const char* v) { return json(std::string(v)); }
+Json json(const std::string& v) {
+  std::string out = "\"";
+  for (unsigned char c : v) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (c < 0x20) out += fmt::format("\\u{:04x}", c);
+        else out += static_cast<char>(c);
+    }
+  }
+  return {out + "\""};
+}
+Json json_list(const std::vector<double>& v, bool integers) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i)
+    out += (i ? ", " : "") + (integers ? fmt::format("{}", static_cast<long long>(v[i])) : json(v[i]).text);
+  return {out + "]"};
+}
+Json json_raw(std::string encoded) { return {std::move(encoded)}; }
+
+std::string relative_source(const char* file) {
+  std::string path = file;
+#ifdef MLPH_SOURCE_ROOT
+  const std::string root = MLPH_SOURCE_ROOT "/";
+  if (path.rfind(root, 0) == 0) path = path.substr(root.size());
+#endif
+  return path;
+}
+
+MlLogger::MlLogger(const std::filesystem::path& path, bool echo) : path_(path), echo_(echo) {
+  if (!path.empty()) {
+    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+    file_ = std::fopen(path.c_str(), "w");
+    if (!file_) throw std::runtime_error(fmt::format("{}: cannot open the MLPerf log for writing", path.string()));
+  }
+}
+
+MlLogger::~MlLogger() {
+  if (file_) std::fclose(file_);
+}
+
+void MlLogger::event(const std::string& key, const Json& value, const Metadata& metadata, std::source_location where) {
+  write("POINT_IN_TIME", key, value, metadata, where);
+}
+void MlLogger::start(const std::string& key, const Json& value, const Metadata& metadata, std::source_location where) {
+  write("INTERVAL_START", key, value, metadata, where);
+}
+void MlLogger::end(const std::string& key, const Json& value, const Metadata& metadata, std::source_location where) {
+  write("INTERVAL_END", key, value, metadata, where);
+}
+
+void MlLogger::write(const char* event_type, const std::string& key, const Json& value, const Metadata& metadata,
+                     const std::source_location& where) {
+  const long long time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count();
+  std::string meta = fmt::format("\"file\": {}, \"lineno\": {}", json(relative_source(where.file_name())).text,
+                                 where.line());
+  for (const auto& [k, v] : metadata) meta += fmt::format(", {}: {}", json(k).text, v.text);
+  const std::string line =
+      fmt::format(":::MLLOG {{\"namespace\": \"\", \"time_ms\": {}, \"event_type\": \"{}\", \"key\": {}, "
+                  "\"value\": {}, \"metadata\": {{{}}}}}\n",
+                  time_ms, event_type, json(key).text, value.text, meta);
+  if (file_) {
+    std::fputs(line.c_str(), file_);
+    std::fflush(file_);
+  }
+  if (echo_) {
+    std::fputs(line.c_str(), stdout);
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace mlph::core

@@ -1,0 +1,98 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "mlph/core/config.hpp"
+
+using namespace mlph::core;
+
+namespace {
+
+const std::vector<MLPH_ParamSpec>& schema() {
+  static const std::vector<MLPH_ParamSpec> specs = {
+      {"model.kernel_size", MLPH_TYPE_INT, "3", "", MLPH_CLOSED_FIXED, MLPH_BOUND_MIN, 1, 0, "kernel rule"},
+      {"model.dropout", MLPH_TYPE_FLOAT, "0.5", "", MLPH_CLOSED_TUNABLE,
+       MLPH_BOUND_MIN | MLPH_BOUND_MAX | MLPH_BOUND_MAX_EXCLUSIVE, 0, 1, "dropout in [0, 1)"},
+      {"optimizer.decay_factors", MLPH_TYPE_FLOAT_LIST, "[0.25, 0.125]", "", MLPH_CLOSED_TUNABLE,
+       MLPH_BOUND_MIN | MLPH_BOUND_MIN_EXCLUSIVE | MLPH_BOUND_MAX | MLPH_BOUND_MAX_EXCLUSIVE, 0, 1, "factors in (0,1)"},
+      {"data.dir", MLPH_TYPE_STRING, "", "", MLPH_CLOSED_FREE, 0, 0, 0, ""},
+  };
+  return specs;
+}
+
+std::string write_yaml(const std::string& name, const std::string& text) {
+  const auto path = std::filesystem::temp_directory_path() / name;
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST(Config, LayersDefaultsFileAndSet) {
+  const std::string file = write_yaml("layers.yaml", "model:\n  dropout: 0.25\ndata:\n  dir: /data\n");
+  Config c = Config::load(schema(), file, {"data.dir=/other"});
+  EXPECT_EQ(c.get("model.kernel_size"), "3");
+  EXPECT_EQ(c.entry("model.kernel_size").origin, "default");
+  EXPECT_EQ(c.get("model.dropout"), "0.25");
+  EXPECT_EQ(c.entry("model.dropout").origin, file + ":2");
+  EXPECT_EQ(c.get("data.dir"), "/other");
+  EXPECT_EQ(c.entry("data.dir").origin, "--set");
+  EXPECT_EQ(c.get("optimizer.decay_factors"), "[0.25, 0.125]");
+}
+
+TEST(Config, UnknownKeyNamesFileLineAndSuggests) {
+  const std::string file = write_yaml("typo.yaml", "model:\n  kernel_size: 3\n  dropuot: 0.1\n");
+  EXPECT_EQ(error_of([&] { Config::load(schema(), file, {}); }),
+            file + ":3: unknown key 'model.dropuot' (did you mean 'model.dropout'?)");
+  EXPECT_EQ(error_of([&] { Config::load(schema(), "", {"foo.bar=1"}); }), "--set: unknown key 'foo.bar'");
+}
+
+TEST(Config, PassthroughKeysGoToPlugins) {
+  Config c = Config::load(schema(), "", {"backend.threads=2"});
+  ASSERT_EQ(c.passthrough().count("backend.threads"), 1u);
+  EXPECT_EQ(c.passthrough().at("backend.threads").text, "2");
+}
+
+TEST(Config, ClosedDivisionRefusesFixedKeysWithTheRule) {
+  Config c = Config::load(schema(), "", {"model.kernel_size=2"});
+  EXPECT_NO_THROW(c.validate(schema(), false));
+  EXPECT_EQ(error_of([&] { c.validate(schema(), true); }),
+            "--set: 'model.kernel_size' = 2: not allowed in the closed division, which fixes it at 3 (kernel rule)");
+}
+
+TEST(Config, OutOfRangeTunableIsRefused) {
+  Config c = Config::load(schema(), "", {"model.dropout=1.0"});
+  EXPECT_EQ(error_of([&] { c.validate(schema(), true); }),
+            "--set: 'model.dropout' = 1.0 is out of range: must be >= 0 and < 1 (dropout in [0, 1))");
+  Config lists = Config::load(schema(), "", {"optimizer.decay_factors=[0.5, 1.5]"});
+  EXPECT_NE(error_of([&] { lists.validate(schema(), false); }).find("is out of range: must be > 0 and < 1"),
+            std::string::npos);
+}
+
+TEST(Config, TypeErrorsNameTheKey) {
+  Config c = Config::load(schema(), "", {"model.kernel_size=three"});
+  EXPECT_EQ(error_of([&] { c.validate(schema(), false); }), "'model.kernel_size': 'three' is not an integer");
+}
+
+TEST(Config, InvalidYamlNamesTheLine) {
+  const std::string file = write_yaml("broken.yaml", "model:\n  dropout: [0.1\n");
+  EXPECT_NE(error_of([&] { Config::load(schema(), file, {}); }).find(file + ":"), std::string::npos);
+  EXPECT_EQ(error_of([&] { Config::load(schema(), "/nonexistent/x.yaml", {}); }),
+            "/nonexistent/x.yaml: config file not found");
+}
+
+TEST(Config, PeeksTheWorkload) {
+  EXPECT_EQ(Config::peek_workload(write_yaml("w.yaml", "workload: cosmoflow\n")).value_or(""), "cosmoflow");
+  EXPECT_FALSE(Config::peek_workload("").has_value());
+}

@@ -1,0 +1,83 @@
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "mlph/core/plugin_loader.hpp"
+
+using namespace mlph::core;
+
+namespace {
+
+std::string load_error(const std::string& name, MLPH_PluginKind kind = MLPH_KIND_BACKEND) {
+  PluginLoader loader({MLPH_TEST_PLUGIN_DIR});
+  try {
+    loader.load(kind, name);
+  } catch (const LoadError& e) {
+    return e.what();
+  }
+  return "(loaded)";
+}
+
+}  // namespace
+
+TEST(PluginLoader, LoadsTheBuiltPlugins) {
+  PluginLoader loader({MLPH_PLUGIN_DIR});
+  LoadedPlugin comms = loader.load(MLPH_KIND_COMMS, "local");
+  EXPECT_STREQ(comms.descriptor->name, "local");
+  EXPECT_EQ(comms.descriptor->abi_major, static_cast<uint32_t>(MLPH_ABI_MAJOR));
+  EXPECT_EQ(comms.file_hash.rfind("fnv1a64:", 0), 0u);
+  EXPECT_EQ(comms.file_hash.size(), std::string("fnv1a64:").size() + 16);
+  LoadedPlugin storage = loader.load(MLPH_KIND_STORAGE, "posix");
+  EXPECT_NE(storage.api<MLPH_StorageApi>()->read, nullptr);
+}
+
+TEST(PluginLoader, MissingPluginNamesFileAndSearchPath) {
+  const std::string error = load_error("nosuch");
+  EXPECT_NE(error.find("backend plug-in 'nosuch' not found"), std::string::npos) << error;
+  EXPECT_NE(error.find("libmlph-backend-nosuch.so"), std::string::npos) << error;
+  EXPECT_NE(error.find("test-plugins"), std::string::npos) << error;
+}
+
+TEST(PluginLoader, NoEntrySymbol) {
+  const std::string error = load_error("noentry");
+  EXPECT_NE(error.find("libmlph-backend-noentry.so: not an mlperf-hpc plug-in: it exports no 'mlph_plugin' symbol"),
+            std::string::npos)
+      << error;
+}
+
+TEST(PluginLoader, WrongAbiMajor) {
+  const std::string error = load_error("wrongabi");
+  EXPECT_NE(error.find("built for plug-in ABI 2.0, but this mlperf-run speaks ABI 1.0"), std::string::npos) << error;
+  EXPECT_NE(error.find("rebuild the plug-in against ABI 1"), std::string::npos) << error;
+}
+
+TEST(PluginLoader, WrongKind) {
+  const std::string error = load_error("wrongkind");
+  EXPECT_NE(error.find("is a comms plug-in, expected a backend plug-in"), std::string::npos) << error;
+}
+
+TEST(PluginLoader, TableTooSmall) {
+  const std::string error = load_error("smalltable");
+  EXPECT_NE(error.find("backend function table is 32 bytes, ABI 1.0 requires at least 88"), std::string::npos)
+      << error;
+}
+
+TEST(PluginLoader, RequiredFunctionMissing) {
+  const std::string error = load_error("nullfn");
+  EXPECT_NE(error.find("backend table lacks the required function 'train_step'"), std::string::npos) << error;
+}
+
+TEST(PluginLoader, ErrorsAreOneLine) {
+  for (const char* name : {"noentry", "wrongabi", "wrongkind", "smalltable", "nullfn", "nosuch"})
+    EXPECT_EQ(load_error(name).find('\n'), std::string::npos) << name;
+}
+
+TEST(PluginLoader, ScanReportsBrokenLibrariesWithoutThrowing) {
+  PluginLoader loader({MLPH_TEST_PLUGIN_DIR});
+  const auto entries = loader.scan();
+  ASSERT_EQ(entries.size(), 5u);
+  for (const ScanEntry& e : entries) {
+    EXPECT_FALSE(e.ok) << e.file;
+    EXPECT_FALSE(e.error.empty()) << e.file;
+  }
+}

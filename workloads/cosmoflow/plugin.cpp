@@ -1,0 +1,65 @@
+// workload/cosmoflow: the MLPerf HPC CosmoFlow benchmark as a plug-in.
+#include <memory>
+
+#include "data/synthetic.hpp"
+#include "dataset.hpp"
+#include "mlph/sdk/workload.hpp"
+#include "model.hpp"
+#include "schedule.hpp"
+#include "schema.hpp"
+#include "settings.hpp"
+
+namespace mlph::cosmoflow {
+namespace {
+
+class CosmoFlow final : public sdk::Workload {
+ public:
+  static const MLPH_ParamSpec* params(size_t* n) { return param_specs(n); }
+
+  CosmoFlow(const MLPH_HostApi* host, const sdk::Options& config) : host_(host), settings_(parse_settings(config)) {
+    for (auto& [key, value] : hyperparameter_log(settings_)) log_strings_.emplace_back(key, value);
+    for (auto& [key, value] : log_strings_) log_entries_.push_back({key.c_str(), value.c_str()});
+  }
+
+  MLPH_WorkloadInfo describe() override {
+    return {sizeof(MLPH_WorkloadInfo), nullptr, "cosmoflow",     "eval_error",        settings_.target_mae,
+            1,                         settings_.epochs, settings_.batch_size, log_entries_.data(), log_entries_.size()};
+  }
+
+  const MLPH_Graph* build_graph(uint32_t batch, uint64_t seed) override {
+    builder_ = std::make_unique<sdk::GraphBuilder>();
+    build_model(*builder_, settings_.model, settings_.momentum, batch, seed);
+    return builder_->graph();
+  }
+
+  std::unique_ptr<sdk::Dataset> open(MLPH_Split split, const MLPH_StorageHandle& storage) override {
+    return std::make_unique<CosmoDataset>(host_, settings_.data, split, storage);
+  }
+
+  double learning_rate(uint32_t epoch, uint64_t) override { return cosmoflow::learning_rate(settings_.schedule, epoch); }
+
+  // eval output 0 is sum |y - yhat| over samples and the 4 targets: the mean is Keras' MAE.
+  double metric(const double* sums, size_t n_sums, uint64_t samples) override {
+    if (n_sums != 1 || samples == 0) sdk::fail(MLPH_INVALID_ARGUMENT, "CosmoFlow metric: expected one sum over >0 samples");
+    return sums[0] / (static_cast<double>(samples) * 4.0);
+  }
+
+  void generate_data(const char* dir) override {
+    write_dataset(dir, settings_.synthetic_train, settings_.synthetic_valid, settings_.data.edge,
+                  parse_format(settings_.synthetic_format), settings_.synthetic_seed);
+  }
+
+ private:
+  const MLPH_HostApi* host_;
+  Settings settings_;
+  std::unique_ptr<sdk::GraphBuilder> builder_;
+  std::vector<std::pair<std::string, std::string>> log_strings_;
+  std::vector<MLPH_KeyValue> log_entries_;
+};
+
+}  // namespace
+}  // namespace mlph::cosmoflow
+
+MLPH_DEFINE_PLUGIN(MLPH_KIND_WORKLOAD, "cosmoflow", "0.1.0",
+                   "MLPerf HPC CosmoFlow: 3D CNN regressing 4 cosmological parameters (MAE target 0.124)",
+                   mlph::sdk::workload_api<mlph::cosmoflow::CosmoFlow>())

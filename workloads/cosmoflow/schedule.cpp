@@ -1,0 +1,63 @@
+#include "schedule.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace mlph::cosmoflow {
+namespace {
+
+// Python's repr of a float, as mlperf_logging's json.dumps writes it.
+std::string json_number(double v) {
+  char buffer[32];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buffer, sizeof buffer, "%.*g", precision, v);
+    if (std::stod(buffer) == v) break;
+  }
+  std::string s = buffer;
+  if (s.find_first_of(".en") == std::string::npos) s += ".0";
+  return s;
+}
+
+}  // namespace
+
+double lr_scale(const ScheduleSettings& s) {
+  const double ratio = static_cast<double>(s.global_batch_size) / s.base_batch_size;
+  if (s.scaling == "linear") return ratio;
+  if (s.scaling == "sqrt") return std::sqrt(ratio);
+  return 1.0;
+}
+
+double learning_rate(const ScheduleSettings& s, uint32_t epoch) {
+  const double peak = s.base_lr * lr_scale(s);
+  if (static_cast<int>(epoch) < s.warmup_epochs) return s.base_lr + epoch * (peak - s.base_lr) / s.warmup_epochs;
+  double factor = 1.0;
+  int largest = -1;
+  for (size_t i = 0; i < s.decay_boundaries.size(); ++i)
+    if (s.decay_boundaries[i] < static_cast<int>(epoch) && s.decay_boundaries[i] > largest)
+      largest = s.decay_boundaries[i], factor = s.decay_factors[i];
+  return peak * factor;
+}
+
+std::vector<std::pair<std::string, std::string>> hyperparameter_log(const Settings& s) {
+  const ScheduleSettings& sc = s.schedule;
+  std::string boundaries = "[";
+  std::vector<int> sorted = sc.decay_boundaries;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i) boundaries += (i ? ", " : "") + std::to_string(sorted[i]);
+  boundaries += "]";
+  const double max_factor =
+      sc.decay_factors.empty() ? 1.0 : *std::max_element(sc.decay_factors.begin(), sc.decay_factors.end());
+  return {
+      {"opt_weight_decay", json_number(s.model.weight_decay)},
+      {"dropout", json_number(s.model.dropout)},
+      {"opt_name", "\"sgd\""},
+      {"opt_base_learning_rate", json_number(sc.base_lr * lr_scale(sc))},
+      {"opt_learning_rate_warmup_epochs", std::to_string(sc.warmup_epochs)},
+      {"opt_learning_rate_warmup_factor", json_number(lr_scale(sc))},
+      {"opt_learning_rate_decay_boundary_epochs", boundaries},
+      {"opt_learning_rate_decay_factor", json_number(max_factor)},
+  };
+}
+
+}  // namespace mlph::cosmoflow

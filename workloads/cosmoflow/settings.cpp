@@ -1,0 +1,79 @@
+#include "settings.hpp"
+
+#include <cmath>
+#include <sstream>
+
+#include "mlph/sdk/error.hpp"
+
+namespace mlph::cosmoflow {
+namespace {
+using sdk::fail;
+
+double number(const sdk::Options& c, const std::string& key) {
+  try {
+    return std::stod(c.get(key));
+  } catch (const std::exception&) {
+    fail(MLPH_INVALID_ARGUMENT, "'" + key + "' = '" + c.get(key) + "' is not a number");
+  }
+}
+
+std::vector<double> numbers(const sdk::Options& c, const std::string& key) {
+  std::string text = c.get(key);
+  for (char& ch : text)
+    if (ch == '[' || ch == ']' || ch == ',') ch = ' ';
+  std::istringstream in(text);
+  std::vector<double> out;
+  for (double v; in >> v;) out.push_back(v);
+  return out;
+}
+
+}  // namespace
+
+Settings parse_settings(const sdk::Options& c) {
+  Settings s;
+  s.model.kernel_size = static_cast<int>(c.get_int("model.kernel_size", 3));
+  s.model.conv_size = static_cast<int>(c.get_int("model.conv_size", 32));
+  s.model.n_conv_layers = static_cast<int>(c.get_int("model.n_conv_layers", 5));
+  s.model.fc1_size = static_cast<int>(c.get_int("model.fc1_size", 128));
+  s.model.fc2_size = static_cast<int>(c.get_int("model.fc2_size", 64));
+  s.model.dropout = number(c, "model.dropout");
+  s.model.weight_decay = number(c, "optimizer.weight_decay");
+  s.momentum = number(c, "optimizer.momentum");
+  s.schedule.base_lr = number(c, "optimizer.base_lr");
+  s.schedule.scaling = c.get("optimizer.scaling");
+  s.schedule.base_batch_size = static_cast<int>(c.get_int("optimizer.base_batch_size", 64));
+  s.schedule.warmup_epochs = static_cast<int>(c.get_int("optimizer.warmup_epochs", 4));
+  s.schedule.decay_boundaries.clear();
+  for (double b : numbers(c, "optimizer.decay_boundaries")) s.schedule.decay_boundaries.push_back(static_cast<int>(b));
+  s.schedule.decay_factors = numbers(c, "optimizer.decay_factors");
+  s.batch_size = static_cast<uint32_t>(c.get_int("train.batch_size", 4));
+  s.epochs = static_cast<uint32_t>(c.get_int("train.epochs", 128));
+  s.target_mae = number(c, "train.target_mae");
+  s.data.dir = c.get("data.dir");
+  s.data.format = c.get("data.format");
+  s.data.edge = static_cast<int>(c.get_int("data.edge", 128));
+  s.data.train_samples = static_cast<uint64_t>(c.get_int("data.train_samples", 0));
+  s.data.valid_samples = static_cast<uint64_t>(c.get_int("data.valid_samples", 0));
+  s.data.records_per_file = static_cast<int>(c.get_int("data.records_per_file", 1));
+  s.data.cache = c.get("data.cache") == "true" || c.get("data.cache") == "True";
+  s.model.edge = s.data.edge;
+  s.synthetic_train = static_cast<uint64_t>(c.get_int("data.synthetic.train", 256));
+  s.synthetic_valid = static_cast<uint64_t>(c.get_int("data.synthetic.valid", 64));
+  s.synthetic_seed = static_cast<uint64_t>(c.get_int("data.synthetic.seed", 1));
+  s.synthetic_format = c.get("data.synthetic.format", "tfrecord_gzip");
+  s.schedule.global_batch_size = s.batch_size * static_cast<uint64_t>(c.get_int("run.world_size", 1));
+
+  if (s.schedule.scaling != "linear" && s.schedule.scaling != "sqrt" && s.schedule.scaling != "none")
+    fail(MLPH_INVALID_ARGUMENT, "'optimizer.scaling' = '" + s.schedule.scaling + "': must be linear, sqrt or none");
+  if (s.schedule.decay_boundaries.size() != s.schedule.decay_factors.size())
+    fail(MLPH_INVALID_ARGUMENT, "'optimizer.decay_boundaries' and 'optimizer.decay_factors' must have the same length");
+  if (s.data.format != "tfrecord" && s.data.format != "npy")
+    fail(MLPH_INVALID_ARGUMENT, "'data.format' = '" + s.data.format + "': must be tfrecord or npy");
+  const int shrink = 1 << s.model.n_conv_layers;
+  if (s.data.edge % shrink != 0)
+    fail(MLPH_INVALID_ARGUMENT, "'data.edge' = " + std::to_string(s.data.edge) + ": must be a multiple of " +
+                                    std::to_string(shrink) + " (2^model.n_conv_layers: each block halves it)");
+  return s;
+}
+
+}  // namespace mlph::cosmoflow
