@@ -1,0 +1,60 @@
+// Runs mlperf-run as a user would and captures what it printed.
+#pragma once
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <sys/wait.h>
+#include <vector>
+
+namespace mlph::test {
+
+struct CliResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+inline CliResult run_cli(const std::string& args) {
+  const std::string command = std::string(MLPH_BINARY_DIR "/bin/mlperf-run ") + args + " 2>&1";
+  CliResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return result;
+  std::array<char, 4096> buffer{};
+  while (fgets(buffer.data(), buffer.size(), pipe)) result.output += buffer.data();
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+inline std::vector<std::string> read_lines(const std::filesystem::path& file) {
+  std::vector<std::string> lines;
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// The value of "key" in an MLLOG line ("" when absent).
+inline std::string mllog_key(const std::string& line) {
+  const std::string tag = "\"key\": \"";
+  const size_t at = line.find(tag);
+  if (at == std::string::npos) return "";
+  const size_t start = at + tag.size();
+  return line.substr(start, line.find('"', start) - start);
+}
+
+inline std::filesystem::path fresh_dir(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("mlph-test-" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// The official checker beside the checkout (../shared), or "" on a fresh clone without it.
+inline std::string official_checker() {
+  const auto tool = std::filesystem::path(MLPH_SOURCE_DIR) / ".." / "shared" / "tools" / "mllog-check";
+  return std::filesystem::exists(tool) ? tool.lexically_normal().string() : "";
+}
+
+}  // namespace mlph::test

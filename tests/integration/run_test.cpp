@@ -1,0 +1,199 @@
+// mlperf-run end to end on small generated data: the log sequence, and every kind of bad input
+// ending in one clear line, a non-zero exit, and (once the run started) run_stop "aborted".
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "cli.hpp"
+
+using namespace mlph::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A tiny CosmoFlow setup: 32^3 samples, batch 4, open division so the target can be generous.
+const std::string kTiny =
+    "--workload cosmoflow --division open --set data.edge=32 --set train.batch_size=4 --set train.epochs=1 "
+    "--set optimizer.warmup_epochs=0 --seed 1234 ";
+
+fs::path generate(const std::string& name, const std::string& format) {
+  const fs::path dir = fresh_dir(name);
+  const CliResult r = run_cli(kTiny + "--set data.synthetic.train=8 --set data.synthetic.valid=4 "
+                                      "--set data.synthetic.format=" + format + " --generate-data " + dir.string());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return dir;
+}
+
+std::string last_line(const fs::path& log) {
+  const auto lines = read_lines(log);
+  return lines.empty() ? "" : lines.back();
+}
+
+void expect_aborted_log(const fs::path& out) {
+  const std::string last = last_line(out / "result_0.txt");
+  EXPECT_EQ(mllog_key(last), "run_stop") << last;
+  EXPECT_NE(last.find("\"status\": \"aborted\""), std::string::npos) << last;
+}
+
+fs::path first_file(const fs::path& dir) {
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  return files.front();
+}
+
+}  // namespace
+
+TEST(Run, TinyRunLogsTheReferenceSequence) {
+  const fs::path data = generate("seq-data", "tfrecord_gzip");
+  const fs::path out = fresh_dir("seq-out");
+  const CliResult r = run_cli(kTiny + "--set train.target_mae=10 --data " + data.string() + " --output " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<std::string> keys;
+  for (const std::string& line : read_lines(out / "result_0.txt"))
+    if (mllog_key(line) != "mlph_plugin") keys.push_back(mllog_key(line));
+  const std::vector<std::string> expected = {
+      "cache_clear", "init_start", "seed", "number_of_ranks", "number_of_nodes", "accelerators_per_node",
+      "submission_benchmark", "submission_org", "submission_division", "submission_status", "submission_platform",
+      "init_stop", "run_start", "global_batch_size", "train_samples", "eval_samples", "opt_weight_decay", "dropout",
+      "opt_name", "opt_base_learning_rate", "opt_learning_rate_warmup_epochs", "opt_learning_rate_warmup_factor",
+      "opt_learning_rate_decay_boundary_epochs", "opt_learning_rate_decay_factor", "epoch_start", "eval_start",
+      "eval_stop", "epoch_stop", "eval_error", "run_stop"};
+  EXPECT_EQ(keys, expected);
+  const auto lines = read_lines(out / "result_0.txt");
+  EXPECT_NE(lines[2].find("\"value\": 1234,"), std::string::npos) << lines[2];
+  EXPECT_NE(lines.back().find("\"status\": \"success\""), std::string::npos);
+}
+
+TEST(Run, NotReachingTheTargetIsAborted) {
+  const fs::path data = generate("target-data", "tfrecord");
+  const fs::path out = fresh_dir("target-out");
+  const CliResult r = run_cli(kTiny + "--set train.target_mae=0.0001 --data " + data.string() + " --output " +
+                              out.string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("without reaching the target"), std::string::npos) << r.output;
+  expect_aborted_log(out);
+}
+
+TEST(BadInput, CorruptCrc) {
+  const fs::path data = generate("crc-data", "tfrecord");
+  const fs::path victim = first_file(data / "train");
+  {
+    std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(1000);
+    f.put('\x7f');
+  }
+  const fs::path out = fresh_dir("crc-out");
+  const CliResult r = run_cli(kTiny + "--data " + data.string() + " --output " + out.string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(victim.filename().string()), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("CRC"), std::string::npos) << r.output;
+  expect_aborted_log(out);
+}
+
+TEST(BadInput, TruncatedRecord) {
+  const fs::path data = generate("trunc-data", "tfrecord");
+  const fs::path victim = first_file(data / "train");
+  fs::resize_file(victim, fs::file_size(victim) / 2);
+  const fs::path out = fresh_dir("trunc-out");
+  const CliResult r = run_cli(kTiny + "--data " + data.string() + " --output " + out.string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(victim.filename().string()), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("truncated"), std::string::npos) << r.output;
+  expect_aborted_log(out);
+}
+
+TEST(BadInput, GzipGarbage) {
+  const fs::path data = generate("gz-data", "tfrecord_gzip");
+  const fs::path victim = first_file(data / "validation");
+  std::ofstream(victim, std::ios::binary) << "\x1f\x8b\x08\x00garbage that is not deflate at all";
+  const fs::path out = fresh_dir("gz-out");
+  const CliResult r = run_cli(kTiny + "--data " + data.string() + " --output " + out.string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(victim.filename().string()), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("gzip"), std::string::npos) << r.output;
+  expect_aborted_log(out);
+}
+
+TEST(BadInput, WrongTensorSize) {
+  const fs::path data = generate("size-data", "tfrecord");
+  const fs::path out = fresh_dir("size-out");
+  const CliResult r = run_cli(kTiny + "--set data.edge=64 --data " + data.string() + " --output " + out.string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(".tfrecord"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("expected"), std::string::npos) << r.output;
+  expect_aborted_log(out);
+}
+
+TEST(BadInput, MissingDataDirectory) {
+  const fs::path out = fresh_dir("missing-out");
+  const CliResult r = run_cli(kTiny + "--data /nonexistent/cosmo --output " + out.string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("/nonexistent/cosmo/train: no such directory"), std::string::npos) << r.output;
+  expect_aborted_log(out);
+}
+
+TEST(BadInput, EmptyDataDirectory) {
+  const fs::path data = fresh_dir("empty-data");
+  fs::create_directories(data / "train");
+  fs::create_directories(data / "validation");
+  const fs::path out = fresh_dir("empty-out");
+  const CliResult r = run_cli(kTiny + "--data " + data.string() + " --output " + out.string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("train: no *.tfrecord files"), std::string::npos) << r.output;
+  expect_aborted_log(out);
+}
+
+TEST(BadInput, UnknownConfigKey) {
+  const fs::path dir = fresh_dir("key");
+  std::ofstream(dir / "bad.yaml") << "workload: cosmoflow\ntrain:\n  batch_sise: 4\n";
+  const CliResult r = run_cli("--config " + (dir / "bad.yaml").string() + " --output " + (dir / "out").string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("bad.yaml:3: unknown key 'train.batch_sise' (did you mean 'train.batch_size'?)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir / "out" / "result_0.txt"));  // refused before anything started
+}
+
+TEST(BadInput, ClosedDivisionOutOfRange) {
+  const CliResult r = run_cli("--workload cosmoflow --set model.dropout=1.5");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("'model.dropout' = 1.5 is out of range: must be >= 0 and < 1"), std::string::npos)
+      << r.output;
+  const CliResult fixed = run_cli("--workload cosmoflow --set model.kernel_size=2");
+  EXPECT_EQ(fixed.exit_code, 2) << fixed.output;
+  EXPECT_NE(fixed.output.find("not allowed in the closed division"), std::string::npos) << fixed.output;
+}
+
+TEST(BadInput, MissingPlugin) {
+  const CliResult r = run_cli("--workload cosmoflow --backend nosuch");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("backend plug-in 'nosuch' not found"), std::string::npos) << r.output;
+}
+
+TEST(BadInput, PluginOfAnotherAbiMajor) {
+  const CliResult r = run_cli("--workload cosmoflow --plugin-dir " MLPH_TEST_PLUGIN_DIR " --backend wrongabi");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("built for plug-in ABI 2.0, but this mlperf-run speaks ABI 1.0"), std::string::npos)
+      << r.output;
+}
+
+TEST(BadInput, DivergenceIsCaught) {
+  const fs::path data = generate("nan-data", "tfrecord");
+  const fs::path out = fresh_dir("nan-out");
+  const CliResult r = run_cli(kTiny + "--set optimizer.base_lr=1e30 --set train.epochs=3 --data " + data.string() +
+                              " --output " + out.string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("training diverged"), std::string::npos) << r.output;
+  expect_aborted_log(out);
+}
+
+TEST(Cli, ListPluginsShowsKindNameVersionAbiFile) {
+  const CliResult r = run_cli("--list-plugins --plugin-dir " MLPH_TEST_PLUGIN_DIR);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("workload  cosmoflow    0.1.0    1.0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("libmlph-workload-cosmoflow.so"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("backend   reference"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ignored:"), std::string::npos) << r.output;  // the broken ones, reported not fatal
+}

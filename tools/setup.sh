@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One-command set-up on Debian 12: install what is missing, build, then
+#   tools/setup.sh run    train CosmoFlow (mini config) to its target on the CPU, check the log
+#   tools/setup.sh test   run the test suite
+# Environment: BUILD_DIR (default build), JOBS (default: all cores), MLPH_WERROR (default ON under CI).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-run}
+build=${BUILD_DIR:-build}
+jobs=${JOBS:-$(nproc)}
+
+packages=(cmake ninja-build g++ pkg-config python3 python3-yaml
+          libboost-dev libboost-program-options-dev libboost-filesystem-dev
+          libyaml-cpp-dev libfmt-dev libgtest-dev zlib1g-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "== installing: ${missing[*]}"
+  sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+werror=${MLPH_WERROR:-$([ -n "${CI:-}" ] && echo ON || echo OFF)}
+echo "== configuring ($build, warnings as errors: $werror)"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLPH_WERROR="$werror" >"$build.configure.log" 2>&1 \
+  || { cat "$build.configure.log"; exit 1; }
+sed -n '/plug-ins built/,/^-- $/p' "$build.configure.log"
+echo "== building"
+cmake --build "$build" -j "$jobs"
+
+case "$mode" in
+  test)
+    echo "== testing"
+    ctest --test-dir "$build" --output-on-failure -j "$jobs"
+    ;;
+  run)
+    data=${DATA_DIR:-data/cosmoflow-mini}
+    out=${OUT_DIR:-out/cosmoflow-mini}
+    if [ ! -d "$data/train" ]; then
+      echo "== generating the synthetic CosmoFlow dataset in $data"
+      "$build/bin/mlperf-run" --config configs/cosmoflow/mini.yaml --generate-data "$data"
+    fi
+    echo "== training CosmoFlow (configs/cosmoflow/mini.yaml) on the CPU"
+    "$build/bin/mlperf-run" --config configs/cosmoflow/mini.yaml --data "$data" --output "$out"
+    if [ -x ../shared/tools/mllog-check ]; then
+      echo "== official MLCommons compliance checker"
+      ../shared/tools/mllog-check "$out/result_0.txt" | tail -n 3
+    fi
+    ;;
+  *) echo "usage: tools/setup.sh [run|test]" >&2; exit 2 ;;
+esac
