@@ -16,6 +16,7 @@
 #include "mlph/core/mllog.hpp"
 #include "mlph/core/plugin_loader.hpp"
 #include "mlph/core/progress.hpp"
+#include "mlph/core/session.hpp"
 #include "mlph/sdk/tensor.hpp"
 
 namespace mlph::core {
@@ -29,68 +30,6 @@ class RunFailure : public std::runtime_error {
 
 std::atomic<bool> g_interrupted{false};
 extern "C" void on_interrupt(int) { g_interrupted = true; }
-
-// The core's own configuration keys; the workload's come from its plug-in.
-std::vector<MLPH_ParamSpec> core_schema() {
-  const auto free = [](const char* key, MLPH_ParamType type, const char* value, const char* help) {
-    return MLPH_ParamSpec{key, type, value, help, MLPH_CLOSED_FREE, 0, 0, 0, ""};
-  };
-  return {
-      free("plugins.backend", MLPH_TYPE_STRING, "reference", "compute backend plug-in"),
-      free("plugins.comms", MLPH_TYPE_STRING, "local", "comms plug-in"),
-      free("plugins.storage", MLPH_TYPE_STRING, "posix", "storage plug-in"),
-      free("mlperf.org", MLPH_TYPE_STRING, "mlperf-hpc", "submission_org"),
-      free("mlperf.platform", MLPH_TYPE_STRING, "", "submission_platform (default: the host name)"),
-      free("mlperf.status", MLPH_TYPE_STRING, "onprem", "submission_status: cloud, onprem, preview or research"),
-      free("mlperf.division", MLPH_TYPE_STRING, "closed", "closed or open"),
-      free("mlperf.accelerators_per_node", MLPH_TYPE_INT, "0", "accelerators_per_node (0 for CPU runs)"),
-      free("run.seed", MLPH_TYPE_INT, "0", "seed of weights and data order; 0 draws a fresh one"),
-  };
-}
-
-// Owns the strings an MLPH_KeyValue array points to.
-class KeyValues {
- public:
-  void add(std::string key, std::string value) { store_.emplace_back(std::move(key), std::move(value)); }
-  const MLPH_KeyValue* data() {
-    view_.clear();
-    for (const auto& [k, v] : store_) view_.push_back({k.c_str(), v.c_str()});
-    return view_.data();
-  }
-  size_t size() const { return store_.size(); }
-
- private:
-  std::vector<std::pair<std::string, std::string>> store_;
-  std::vector<MLPH_KeyValue> view_;
-};
-
-KeyValues passthrough_options(const Config& config, const std::string& prefix) {
-  KeyValues kv;
-  for (const auto& [key, value] : config.passthrough())
-    if (key.rfind(prefix, 0) == 0) kv.add(key.substr(prefix.size()), value.text);
-  return kv;
-}
-
-// A plug-in object with its destroy function: freed before the library that made it unloads.
-template <class T>
-using Owned = std::unique_ptr<T, void (*)(T*)>;
-
-template <class T, class Api>
-Owned<T> create(const Api* api, KeyValues options, const std::string& what) {
-  T* raw = nullptr;
-  check(api->create(host_api(), options.data(), options.size(), &raw), what);
-  return Owned<T>(raw, api->destroy);
-}
-
-uint64_t fresh_seed() {
-  std::random_device device;
-  return (static_cast<uint64_t>(device()) << 16 ^ device()) % 2147483647ULL + 1;  // positive, fits int32 too
-}
-
-std::string host_name() {
-  char name[256] = {};
-  return gethostname(name, sizeof name - 1) == 0 ? name : "unknown";
-}
 
 // Deterministic Fisher-Yates with SplitMix64, identical on every rank and platform.
 std::vector<uint64_t> shuffled(uint64_t n, uint64_t seed) {
@@ -124,13 +63,17 @@ Batch make_batch(const MLPH_Graph& graph) {
   return batch;
 }
 
+std::string host_name() {
+  char name[256] = {};
+  return gethostname(name, sizeof name - 1) == 0 ? name : "unknown";
+}
+
 class Run {
  public:
   explicit Run(const RunOptions& options) : options_(options) {}
   int execute();
 
  private:
-  void setup();
   int generate_data();
   int timed_run();
   void initialize(MlLogger& log);
@@ -140,89 +83,23 @@ class Run {
   void open_datasets();
   void log_plugin(MlLogger& log, const LoadedPlugin& plugin);
 
+  const MLPH_WorkloadApi* workload() const { return session_->workload_api(); }
+  const MLPH_BackendApi* backend() const { return session_->backend_api(); }
+  const MLPH_CommsApi* comms() const { return session_->comms_api(); }
+
   const RunOptions& options_;
-  std::vector<MLPH_ParamSpec> schema_;
-  Config config_;
-  // Declaration order matters: libraries outlive the objects they made (destroyed in reverse).
-  LoadedPlugin workload_lib_, backend_lib_, comms_lib_, storage_lib_;
-  Owned<MLPH_Comm> comm_{nullptr, nullptr};
-  Owned<MLPH_Storage> storage_{nullptr, nullptr};
-  Owned<MLPH_Backend> backend_{nullptr, nullptr};
-  Owned<MLPH_Workload> workload_{nullptr, nullptr};
+  std::unique_ptr<Session> session_;
+  // Declared after the session: destroyed before the plug-ins that made them.
   Owned<MLPH_Model> model_{nullptr, nullptr};
   Owned<MLPH_Dataset> train_set_{nullptr, nullptr}, eval_set_{nullptr, nullptr};
-  MLPH_StorageHandle storage_handle_{};
-  MLPH_CommsHandle comms_handle_{};
-  MLPH_Topology topology_{};
-  MLPH_WorkloadInfo info_{};
   const MLPH_Graph* graph_ = nullptr;
-  uint64_t seed_ = 0, train_size_ = 0, eval_size_ = 0, global_step_ = 0;
+  uint64_t train_size_ = 0, eval_size_ = 0, global_step_ = 0;
   uint32_t batch_ = 0;
-
-  const MLPH_WorkloadApi* workload() const { return workload_lib_.api<MLPH_WorkloadApi>(); }
-  const MLPH_BackendApi* backend() const { return backend_lib_.api<MLPH_BackendApi>(); }
-  const MLPH_CommsApi* comms() const { return comms_lib_.api<MLPH_CommsApi>(); }
 };
 
-void Run::setup() {
-  std::string workload_name = options_.workload;
-  if (workload_name.empty()) workload_name = Config::peek_workload(options_.config_file).value_or("");
-  if (workload_name.empty())
-    throw ConfigError("no workload: give --workload NAME or a `workload:` key in the config file");
-
-  PluginLoader loader(default_search_path(options_.plugin_dirs));
-  workload_lib_ = loader.load(MLPH_KIND_WORKLOAD, workload_name);
-
-  schema_ = core_schema();
-  size_t n = 0;
-  const MLPH_ParamSpec* specs = workload()->params(&n);
-  schema_.insert(schema_.end(), specs, specs + n);
-
-  std::vector<std::string> sets = options_.sets;
-  const auto shorthand = [&](const char* key, const std::string& value) {
-    if (!value.empty()) sets.push_back(fmt::format("{}={}", key, value));
-  };
-  shorthand("plugins.backend", options_.backend);
-  shorthand("plugins.comms", options_.comms);
-  shorthand("plugins.storage", options_.storage);
-  shorthand("data.dir", options_.data_dir);
-  shorthand("mlperf.division", options_.division);
-  if (options_.seed) shorthand("run.seed", std::to_string(*options_.seed));
-  config_ = Config::load(schema_, options_.config_file, sets);
-
-  const std::string division = config_.get("mlperf.division");
-  if (division != "closed" && division != "open")
-    throw ConfigError(fmt::format("{}: 'mlperf.division' = {}: must be closed or open",
-                                  config_.entry("mlperf.division").origin, division));
-  config_.validate(schema_, division == "closed");
-
-  backend_lib_ = loader.load(MLPH_KIND_BACKEND, config_.get("plugins.backend"));
-  comms_lib_ = loader.load(MLPH_KIND_COMMS, config_.get("plugins.comms"));
-  storage_lib_ = loader.load(MLPH_KIND_STORAGE, config_.get("plugins.storage"));
-
-  comm_ = create<MLPH_Comm>(comms(), passthrough_options(config_, "comms."), "comms");
-  check(comms()->topology(comm_.get(), &topology_), "comms");
-  comms_handle_ = {sizeof(MLPH_CommsHandle), nullptr, comms(), comm_.get()};
-  storage_ = create<MLPH_Storage>(storage_lib_.api<MLPH_StorageApi>(), passthrough_options(config_, "storage."),
-                                  "storage");
-  storage_handle_ = {sizeof(MLPH_StorageHandle), nullptr, storage_lib_.api<MLPH_StorageApi>(), storage_.get()};
-
-  // Every rank must use the same seed: rank 0 draws it and broadcasts it.
-  seed_ = static_cast<uint64_t>(as_int("run.seed", config_.get("run.seed")));
-  if (seed_ == 0) seed_ = fresh_seed();
-  check(comms()->broadcast(comm_.get(), &seed_, sizeof seed_, 0), "comms: broadcasting the seed");
-
-  KeyValues workload_config;
-  for (const auto& [key, value] : config_.values()) workload_config.add(key, value.text);
-  workload_config.add("run.world_size", std::to_string(topology_.size));
-  workload_config.add("run.seed_value", std::to_string(seed_));
-  workload_ = create<MLPH_Workload>(workload(), std::move(workload_config), workload_name);
-  check(workload()->describe(workload_.get(), &info_), workload_name);
-}
-
 int Run::generate_data() {
-  check(workload()->generate_data(workload_.get(), options_.generate_data_dir.c_str()), "generating data");
-  std::fprintf(stderr, "wrote a synthetic %s dataset to %s\n", info_.benchmark, options_.generate_data_dir.c_str());
+  check(workload()->generate_data(session_->workload(), options_.generate_data_dir.c_str()), "generating data");
+  std::fprintf(stderr, "wrote a synthetic %s dataset to %s\n", session_->info().benchmark, options_.generate_data_dir.c_str());
   return 0;
 }
 
@@ -239,40 +116,35 @@ void Run::log_plugin(MlLogger& log, const LoadedPlugin& p) {
 void Run::initialize(MlLogger& log) {
   log.event("cache_clear", json(true));
   log.start("init_start");
-  log.event("seed", json(static_cast<unsigned long long>(seed_)));
-  log.event("number_of_ranks", json(topology_.size));
-  log.event("number_of_nodes", json(topology_.nodes));
+  log.event("seed", json(static_cast<unsigned long long>(session_->seed())));
+  log.event("number_of_ranks", json(session_->topology().size));
+  log.event("number_of_nodes", json(session_->topology().nodes));
   log.event("accelerators_per_node", json(as_int("mlperf.accelerators_per_node",
-                                                  config_.get("mlperf.accelerators_per_node"))));
-  log.event("submission_benchmark", json(info_.benchmark));
-  log.event("submission_org", json(config_.get("mlperf.org")));
-  log.event("submission_division", json(config_.get("mlperf.division")));
-  log.event("submission_status", json(config_.get("mlperf.status")));
-  const std::string platform = config_.get("mlperf.platform");
+                                                  session_->config().get("mlperf.accelerators_per_node"))));
+  log.event("submission_benchmark", json(session_->info().benchmark));
+  log.event("submission_org", json(session_->config().get("mlperf.org")));
+  log.event("submission_division", json(session_->config().get("mlperf.division")));
+  log.event("submission_status", json(session_->config().get("mlperf.status")));
+  const std::string platform = session_->config().get("mlperf.platform");
   log.event("submission_platform", json(platform.empty() ? host_name() : platform));
-  for (const LoadedPlugin* p : {&workload_lib_, &backend_lib_, &comms_lib_, &storage_lib_}) log_plugin(log, *p);
+  for (const LoadedPlugin* p : session_->plugins()) log_plugin(log, *p);
 
-  batch_ = info_.local_batch_size;
-  check(workload()->build_graph(workload_.get(), batch_, seed_, &graph_), "building the model");
-  KeyValues backend_options = passthrough_options(config_, "backend.");
-  backend_ = create<MLPH_Backend>(backend(), std::move(backend_options), "backend " + config_.get("plugins.backend"));
-  MLPH_Model* model = nullptr;
-  check(backend()->compile(backend_.get(), graph_, topology_.size > 1 ? &comms_handle_ : nullptr, &model),
-        "backend " + config_.get("plugins.backend"));
-  model_ = Owned<MLPH_Model>(model, backend()->model_destroy);
-  check(comms()->barrier(comm_.get()), "comms");
+  batch_ = session_->info().local_batch_size;
+  check(workload()->build_graph(session_->workload(), batch_, session_->seed(), &graph_), "building the model");
+  model_ = session_->compile(*graph_);
+  check(comms()->barrier(session_->comm()), "comms");
   log.end("init_stop");
 }
 
 void Run::open_datasets() {
   MLPH_Dataset* raw = nullptr;
-  check(workload()->dataset_open(workload_.get(), MLPH_SPLIT_TRAIN, &storage_handle_, &raw), "training data");
+  check(workload()->dataset_open(session_->workload(), MLPH_SPLIT_TRAIN, session_->storage_handle(), &raw), "training data");
   train_set_ = Owned<MLPH_Dataset>(raw, workload()->dataset_close);
-  check(workload()->dataset_open(workload_.get(), MLPH_SPLIT_VALIDATION, &storage_handle_, &raw), "validation data");
+  check(workload()->dataset_open(session_->workload(), MLPH_SPLIT_VALIDATION, session_->storage_handle(), &raw), "validation data");
   eval_set_ = Owned<MLPH_Dataset>(raw, workload()->dataset_close);
   check(workload()->dataset_size(train_set_.get(), &train_size_), "training data");
   check(workload()->dataset_size(eval_set_.get(), &eval_size_), "validation data");
-  const uint64_t per_step = static_cast<uint64_t>(batch_) * topology_.size;
+  const uint64_t per_step = static_cast<uint64_t>(batch_) * session_->topology().size;
   if (train_size_ < per_step)
     throw RunFailure(fmt::format("the training set has {} samples, fewer than one global batch of {}", train_size_,
                                  per_step));
@@ -326,9 +198,9 @@ std::vector<uint64_t> shard(const std::vector<uint64_t>& order, const MLPH_Topol
 
 void Run::train_epoch(uint32_t epoch, Progress& progress) {
   double lr = 0;
-  check(workload()->learning_rate(workload_.get(), epoch, global_step_, &lr), "learning rate");
+  check(workload()->learning_rate(session_->workload(), epoch, global_step_, &lr), "learning rate");
   // Same shuffle on every rank (shared seed), then each rank takes its shard: the reference's order.
-  Prefetcher reader(workload(), train_set_.get(), *graph_, shard(shuffled(train_size_, seed_ + epoch), topology_, batch_),
+  Prefetcher reader(workload(), train_set_.get(), *graph_, shard(shuffled(train_size_, session_->seed() + epoch), session_->topology(), batch_),
                     batch_);
   for (uint64_t step = 0; step < reader.steps(); ++step) {
     if (g_interrupted) throw RunFailure("interrupted");
@@ -348,7 +220,7 @@ void Run::train_epoch(uint32_t epoch, Progress& progress) {
 double Run::evaluate() {
   std::vector<uint64_t> order(eval_size_);
   for (uint64_t i = 0; i < eval_size_; ++i) order[i] = i;
-  Prefetcher reader(workload(), eval_set_.get(), *graph_, shard(order, topology_, batch_), batch_);
+  Prefetcher reader(workload(), eval_set_.get(), *graph_, shard(order, session_->topology(), batch_), batch_);
   std::vector<std::vector<float>> outputs(graph_->n_eval_outputs);
   std::vector<MLPH_Tensor> output_tensors;
   for (size_t i = 0; i < graph_->n_eval_outputs; ++i) {
@@ -366,27 +238,27 @@ double Run::evaluate() {
     for (size_t i = 0; i < outputs.size(); ++i)
       for (float x : outputs[i]) sums[i] += x;
   }
-  check(comms()->allreduce(comm_.get(), sums.data(), sums.size(), MLPH_DTYPE_F64, MLPH_REDUCE_SUM), "comms");
-  const uint64_t samples = reader.steps() * batch_ * static_cast<uint64_t>(topology_.size);
+  check(comms()->allreduce(session_->comm(), sums.data(), sums.size(), MLPH_DTYPE_F64, MLPH_REDUCE_SUM), "comms");
+  const uint64_t samples = reader.steps() * batch_ * static_cast<uint64_t>(session_->topology().size);
   double metric = 0;
-  check(workload()->metric(workload_.get(), sums.data(), sums.size(), samples, &metric), "metric");
+  check(workload()->metric(session_->workload(), sums.data(), sums.size(), samples, &metric), "metric");
   return metric;
 }
 
 bool Run::train_and_evaluate(MlLogger& log) {
-  const uint64_t global_batch = static_cast<uint64_t>(batch_) * topology_.size;
+  const uint64_t global_batch = static_cast<uint64_t>(batch_) * session_->topology().size;
   const uint64_t eval_used = eval_size_ / global_batch * global_batch;
   log.event("global_batch_size", json(static_cast<unsigned long long>(global_batch)));
   log.event("train_samples", json(static_cast<unsigned long long>(train_size_)));
   log.event("eval_samples", json(static_cast<unsigned long long>(eval_used)));
-  for (size_t i = 0; i < info_.n_log_entries; ++i)
-    log.event(info_.log_entries[i].key, json_raw(info_.log_entries[i].value));
+  for (size_t i = 0; i < session_->info().n_log_entries; ++i)
+    log.event(session_->info().log_entries[i].key, json_raw(session_->info().log_entries[i].value));
 
-  Progress progress(topology_.rank == 0, info_.max_epochs, train_size_ / global_batch, global_batch);
+  Progress progress(session_->topology().rank == 0, session_->info().max_epochs, train_size_ / global_batch, global_batch);
   if (eval_used < eval_size_)
     progress.message(fmt::format("note: evaluating {} of {} validation samples (whole global batches of {})",
                                  eval_used, eval_size_, global_batch));
-  for (uint32_t epoch = 0; epoch < info_.max_epochs; ++epoch) {
+  for (uint32_t epoch = 0; epoch < session_->info().max_epochs; ++epoch) {
     const double started = host_api()->now_seconds();
     const Metadata epoch_num = {{"epoch_num", json(static_cast<int>(epoch + 1))}};
     log.start("epoch_start", {}, epoch_num);
@@ -395,19 +267,19 @@ bool Run::train_and_evaluate(MlLogger& log) {
     const double metric = evaluate();
     log.end("eval_stop", {}, epoch_num);
     log.end("epoch_stop", {}, epoch_num);
-    log.event(info_.metric_key, json(metric), epoch_num);
-    progress.epoch_done(epoch, info_.metric_key, metric, info_.target, host_api()->now_seconds() - started);
+    log.event(session_->info().metric_key, json(metric), epoch_num);
+    progress.epoch_done(epoch, session_->info().metric_key, metric, session_->info().target, host_api()->now_seconds() - started);
     if (!std::isfinite(metric))
-      throw RunFailure(fmt::format("training diverged: {} is {} after epoch {}", info_.metric_key, metric, epoch + 1));
-    if (info_.lower_is_better ? metric <= info_.target : metric >= info_.target) return true;
+      throw RunFailure(fmt::format("training diverged: {} is {} after epoch {}", session_->info().metric_key, metric, epoch + 1));
+    if (session_->info().lower_is_better ? metric <= session_->info().target : metric >= session_->info().target) return true;
   }
-  progress.message(fmt::format("stopped after {} epochs without reaching the target {} {}", info_.max_epochs,
-                               info_.metric_key, info_.target));
+  progress.message(fmt::format("stopped after {} epochs without reaching the target {} {}", session_->info().max_epochs,
+                               session_->info().metric_key, session_->info().target));
   return false;
 }
 
 int Run::timed_run() {
-  const bool rank0 = topology_.rank == 0;
+  const bool rank0 = session_->topology().rank == 0;
   const std::filesystem::path log_path = rank0 ? options_.output_dir / "result_0.txt" : std::filesystem::path();
   MlLogger log(log_path, false);
   bool converged = false;
@@ -432,7 +304,7 @@ int Run::timed_run() {
 
 int Run::execute() {
   try {
-    setup();
+    session_ = std::make_unique<Session>(options_);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mlperf-run: error: %s\n", e.what());
     return 2;

@@ -1,0 +1,63 @@
+// The plug-ins of one run, loaded, validated and created from the layered configuration.
+// mlperf-run's timed loop and the benchmarks both start from a Session.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mlph/core/config.hpp"
+#include "mlph/core/plugin_loader.hpp"
+#include "mlph/core/runner.hpp"
+
+namespace mlph::core {
+
+// A plug-in object with its destroy function; freed before the library that made it unloads.
+template <class T>
+using Owned = std::unique_ptr<T, void (*)(T*)>;
+
+class Session {
+ public:
+  // Loads the workload, reads and checks the configuration (ConfigError), loads and creates the
+  // comms, storage and workload objects (LoadError, PluginError). The backend is created later,
+  // inside init, where its time counts.
+  explicit Session(const RunOptions& options);
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  const Config& config() const { return config_; }
+  uint64_t seed() const { return seed_; }
+  const MLPH_Topology& topology() const { return topology_; }
+  const MLPH_WorkloadInfo& info() const { return info_; }
+  std::vector<const LoadedPlugin*> plugins() const { return {&workload_lib_, &backend_lib_, &comms_lib_, &storage_lib_}; }
+
+  const MLPH_WorkloadApi* workload_api() const { return workload_lib_.api<MLPH_WorkloadApi>(); }
+  const MLPH_BackendApi* backend_api() const { return backend_lib_.api<MLPH_BackendApi>(); }
+  const MLPH_CommsApi* comms_api() const { return comms_lib_.api<MLPH_CommsApi>(); }
+  MLPH_Workload* workload() const { return workload_.get(); }
+  MLPH_Comm* comm() const { return comm_.get(); }
+  const MLPH_CommsHandle* comms_handle() const { return &comms_handle_; }
+  const MLPH_StorageHandle* storage_handle() const { return &storage_handle_; }
+  const std::string& backend_name() const { return config_.get("plugins.backend"); }
+
+  // The backend object (created on first use) and a model compiled on it.
+  MLPH_Backend* backend();
+  Owned<MLPH_Model> compile(const MLPH_Graph& graph);
+
+ private:
+  std::vector<MLPH_ParamSpec> schema_;
+  Config config_;
+  // Libraries first: members are destroyed in reverse, so every object goes before its library.
+  LoadedPlugin workload_lib_, backend_lib_, comms_lib_, storage_lib_;
+  Owned<MLPH_Comm> comm_{nullptr, nullptr};
+  Owned<MLPH_Storage> storage_{nullptr, nullptr};
+  Owned<MLPH_Workload> workload_{nullptr, nullptr};
+  Owned<MLPH_Backend> backend_{nullptr, nullptr};
+  MLPH_CommsHandle comms_handle_{};
+  MLPH_StorageHandle storage_handle_{};
+  MLPH_Topology topology_{};
+  MLPH_WorkloadInfo info_{};
+  uint64_t seed_ = 0;
+};
+
+}  // namespace mlph::core

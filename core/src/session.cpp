@@ -1,0 +1,138 @@
+#include "mlph/core/session.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <random>
+
+#include "mlph/core/host.hpp"
+
+namespace mlph::core {
+namespace {
+
+// The core's own configuration keys; the workload's come from its plug-in.
+std::vector<MLPH_ParamSpec> core_schema() {
+  const auto free = [](const char* key, MLPH_ParamType type, const char* value, const char* help) {
+    return MLPH_ParamSpec{key, type, value, help, MLPH_CLOSED_FREE, 0, 0, 0, ""};
+  };
+  return {
+      free("plugins.backend", MLPH_TYPE_STRING, "reference", "compute backend plug-in"),
+      free("plugins.comms", MLPH_TYPE_STRING, "local", "comms plug-in"),
+      free("plugins.storage", MLPH_TYPE_STRING, "posix", "storage plug-in"),
+      free("mlperf.org", MLPH_TYPE_STRING, "mlperf-hpc", "submission_org"),
+      free("mlperf.platform", MLPH_TYPE_STRING, "", "submission_platform (default: the host name)"),
+      free("mlperf.status", MLPH_TYPE_STRING, "onprem", "submission_status: cloud, onprem, preview or research"),
+      free("mlperf.division", MLPH_TYPE_STRING, "closed", "closed or open"),
+      free("mlperf.accelerators_per_node", MLPH_TYPE_INT, "0", "accelerators_per_node (0 for CPU runs)"),
+      free("run.seed", MLPH_TYPE_INT, "0", "seed of weights and data order; 0 draws a fresh one"),
+  };
+}
+
+// Owns the strings an MLPH_KeyValue array points to.
+class KeyValues {
+ public:
+  void add(std::string key, std::string value) { store_.emplace_back(std::move(key), std::move(value)); }
+  const MLPH_KeyValue* data() {
+    view_.clear();
+    for (const auto& [k, v] : store_) view_.push_back({k.c_str(), v.c_str()});
+    return view_.data();
+  }
+  size_t size() const { return store_.size(); }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> store_;
+  std::vector<MLPH_KeyValue> view_;
+};
+
+KeyValues passthrough_options(const Config& config, const std::string& prefix) {
+  KeyValues kv;
+  for (const auto& [key, value] : config.passthrough())
+    if (key.rfind(prefix, 0) == 0) kv.add(key.substr(prefix.size()), value.text);
+  return kv;
+}
+
+template <class T, class Api>
+Owned<T> create(const Api* api, KeyValues options, const std::string& what) {
+  T* raw = nullptr;
+  check(api->create(host_api(), options.data(), options.size(), &raw), what);
+  return Owned<T>(raw, api->destroy);
+}
+
+uint64_t fresh_seed() {
+  std::random_device device;
+  return (static_cast<uint64_t>(device()) << 16 ^ device()) % 2147483647ULL + 1;  // positive, fits int32 too
+}
+
+
+}  // namespace
+
+Session::Session(const RunOptions& options_) {
+  std::string workload_name = options_.workload;
+  if (workload_name.empty()) workload_name = Config::peek_workload(options_.config_file).value_or("");
+  if (workload_name.empty())
+    throw ConfigError("no workload: give --workload NAME or a `workload:` key in the config file");
+
+  PluginLoader loader(default_search_path(options_.plugin_dirs));
+  workload_lib_ = loader.load(MLPH_KIND_WORKLOAD, workload_name);
+
+  schema_ = core_schema();
+  size_t n = 0;
+  const MLPH_ParamSpec* specs = workload_api()->params(&n);
+  schema_.insert(schema_.end(), specs, specs + n);
+
+  std::vector<std::string> sets = options_.sets;
+  const auto shorthand = [&](const char* key, const std::string& value) {
+    if (!value.empty()) sets.push_back(fmt::format("{}={}", key, value));
+  };
+  shorthand("plugins.backend", options_.backend);
+  shorthand("plugins.comms", options_.comms);
+  shorthand("plugins.storage", options_.storage);
+  shorthand("data.dir", options_.data_dir);
+  shorthand("mlperf.division", options_.division);
+  if (options_.seed) shorthand("run.seed", std::to_string(*options_.seed));
+  config_ = Config::load(schema_, options_.config_file, sets);
+
+  const std::string division = config_.get("mlperf.division");
+  if (division != "closed" && division != "open")
+    throw ConfigError(fmt::format("{}: 'mlperf.division' = {}: must be closed or open",
+                                  config_.entry("mlperf.division").origin, division));
+  config_.validate(schema_, division == "closed");
+
+  backend_lib_ = loader.load(MLPH_KIND_BACKEND, config_.get("plugins.backend"));
+  comms_lib_ = loader.load(MLPH_KIND_COMMS, config_.get("plugins.comms"));
+  storage_lib_ = loader.load(MLPH_KIND_STORAGE, config_.get("plugins.storage"));
+
+  comm_ = create<MLPH_Comm>(comms_api(), passthrough_options(config_, "comms."), "comms");
+  check(comms_api()->topology(comm_.get(), &topology_), "comms");
+  comms_handle_ = {sizeof(MLPH_CommsHandle), nullptr, comms_api(), comm_.get()};
+  storage_ = create<MLPH_Storage>(storage_lib_.api<MLPH_StorageApi>(), passthrough_options(config_, "storage."),
+                                  "storage");
+  storage_handle_ = {sizeof(MLPH_StorageHandle), nullptr, storage_lib_.api<MLPH_StorageApi>(), storage_.get()};
+
+  // Every rank must use the same seed: rank 0 draws it and broadcasts it.
+  seed_ = static_cast<uint64_t>(as_int("run.seed", config_.get("run.seed")));
+  if (seed_ == 0) seed_ = fresh_seed();
+  check(comms_api()->broadcast(comm_.get(), &seed_, sizeof seed_, 0), "comms: broadcasting the seed");
+
+  KeyValues workload_config;
+  for (const auto& [key, value] : config_.values()) workload_config.add(key, value.text);
+  workload_config.add("run.world_size", std::to_string(topology_.size));
+  workload_config.add("run.seed_value", std::to_string(seed_));
+  workload_ = create<MLPH_Workload>(workload_api(), std::move(workload_config), workload_name);
+  check(workload_api()->describe(workload_.get(), &info_), workload_name);
+}
+
+MLPH_Backend* Session::backend() {
+  if (!backend_) backend_ = create<MLPH_Backend>(backend_api(), passthrough_options(config_, "backend."),
+                                                 "backend " + backend_name());
+  return backend_.get();
+}
+
+Owned<MLPH_Model> Session::compile(const MLPH_Graph& graph) {
+  MLPH_Model* model = nullptr;
+  check(backend_api()->compile(backend(), &graph, topology_.size > 1 ? &comms_handle_ : nullptr, &model),
+        "backend " + backend_name());
+  return Owned<MLPH_Model>(model, backend_api()->model_destroy);
+}
+
+}  // namespace mlph::core
