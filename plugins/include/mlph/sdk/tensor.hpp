@@ -19,8 +19,12 @@ inline int64_t numel(const MLPH_Tensor& t) { return numel(t.shape, t.ndim); }
 
 inline std::string shape_string(const int64_t* shape, int32_t ndim) {
   std::string s = "[";
-  for (int32_t i = 0; i < ndim; ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-  return s + "]";
+  for (int32_t i = 0; i < ndim; ++i) {
+    if (i) s += ',';
+    s += std::to_string(shape[i]);  // appended, not `"," + ...`: GCC 12 warns falsely (-Wrestrict) on that
+  }
+  s += ']';
+  return s;
 }
 
 inline MLPH_Tensor host_tensor(MLPH_DType dtype, const int64_t* shape, int32_t ndim, void* data) {
