@@ -34,7 +34,7 @@ void max_pool_backward(const Window& g, const int64_t* argmax, const float* dy, 
 
 void dense_forward(ThreadPool& pool, int64_t n, int64_t in, int64_t out, const float* x, const float* w,
                    const float* b, float* y) {
-  pool.parallel_for(n * out > 4096 ? n : 1, [&](int64_t begin, int64_t end) {
+  pool.parallel_for(n, [&](int64_t begin, int64_t end) {
     for (int64_t s = begin; s < end; ++s) {
       float* ys = y + s * out;
       for (int64_t o = 0; o < out; ++o) ys[o] = b ? b[o] : 0.0f;
