@@ -20,10 +20,6 @@ std::vector<std::string> list_files(const MLPH_HostApi* host, const MLPH_Storage
   return files;
 }
 
-std::string label_file(const std::string& data_file) {
-  return data_file.substr(0, data_file.size() - std::strlen("_data.npy")) + "_label.npy";
-}
-
 }  // namespace
 
 CosmoDataset::CosmoDataset(const MLPH_HostApi* host, const DataSettings& settings, MLPH_Split split,
@@ -61,7 +57,7 @@ std::vector<CosmoDataset::Decoded> CosmoDataset::decode_file(size_t file_index) 
   std::vector<Decoded> out;
   try {
     if (settings_.format == "npy") {
-      const std::vector<std::byte> data = read_file(path), label = read_file(label_file(path));
+      const std::vector<std::byte> data = read_file(path), label = read_file(npy_label_path(path));
       Sample s = read_npy_sample(data, label, path, settings_.edge);
       out.push_back({std::move(s.x), s.y});
     } else {
