@@ -1,388 +1,293 @@
 #include "model.hpp"
 
-#include <cmath>
+#include <algorithm>
 #include <cstring>
-#include <map>
 
-#include "mlph/sdk/graph.hpp"
 #include "mlph/sdk/tensor.hpp"
 
 namespace mlph::reference {
 namespace {
 using sdk::fail;
 
-const std::map<std::string, OpKind>& op_kinds() {
-  static const std::map<std::string, OpKind> kinds = {
-      {"log1p", OpKind::log1p},       {"conv", OpKind::conv},       {"leaky_relu", OpKind::leaky_relu},
-      {"relu", OpKind::relu},         {"tanh", OpKind::tanh},       {"scale", OpKind::scale},
-      {"max_pool", OpKind::max_pool}, {"reshape", OpKind::reshape}, {"dense", OpKind::dense},
-      {"dropout", OpKind::dropout},   {"mse", OpKind::mse},         {"abs_error_sum", OpKind::abs_error_sum}};
-  return kinds;
+// Values that a gradient flows into: computed (through ops with a gradient) from a trainable
+// parameter, and feeding the loss.
+std::vector<bool> values_needing_gradients(const Program& p) {
+  std::vector<bool> from_param(p.values.size(), false), to_loss(p.values.size(), false);
+  for (const CompiledParam& param : p.params) from_param[static_cast<size_t>(param.value)] = param.trainable;
+  for (const CompiledNode& node : p.nodes)
+    for (int32_t in : node.inputs)
+      if (has_gradient(node.kind) && from_param[static_cast<size_t>(in)])
+        from_param[static_cast<size_t>(node.output)] = true;
+  to_loss[static_cast<size_t>(p.loss)] = true;
+  for (auto node = p.nodes.rbegin(); node != p.nodes.rend(); ++node)
+    if (has_gradient(node->kind) && to_loss[static_cast<size_t>(node->output)])
+      for (int32_t in : node->inputs) to_loss[static_cast<size_t>(in)] = true;
+  std::vector<bool> needed(p.values.size());
+  for (size_t v = 0; v < needed.size(); ++v) needed[v] = from_param[v] && to_loss[v];
+  return needed;
 }
 
-std::string shape_of(const MLPH_Value& v) { return sdk::shape_string(v.shape, v.ndim); }
-
-[[noreturn]] void bad_shape(const MLPH_Node& node, const std::string& what) {
-  fail(MLPH_INVALID_ARGUMENT, std::string("reference backend: node '") + node.name + "' (" + node.op + "): " + what);
-}
-
-// Fills the window of a conv or pool node from its shapes and attributes, checking them.
-Window make_window(const MLPH_Node& node, const MLPH_Value& x, const MLPH_Value& y, bool conv, const MLPH_Value* w) {
-  const int spatial = x.ndim - 2;
-  if ((spatial != 2 && spatial != 3) || y.ndim != x.ndim)
-    bad_shape(node, "expects [N, spatial(2 or 3)..., C] tensors, got " + shape_of(x) + " -> " + shape_of(y));
-  sdk::Attrs attrs(node);
-  Window g;
-  g.batch = x.shape[0];
-  g.in_channels = x.shape[x.ndim - 1];
-  g.out_channels = y.shape[y.ndim - 1];
-  const int offset = 3 - spatial;  // 2-D problems run as depth 1
-  auto per_dim = [&](const char* key, int64_t fallback) {
-    std::vector<int64_t> v = attrs.has(key) ? attrs.ints(key) : std::vector<int64_t>(spatial, fallback);
-    return v;
-  };
-  const auto stride = per_dim("stride", 1);
-  const auto dilation = conv ? per_dim("dilation", 1) : std::vector<int64_t>(spatial, 1);
-  std::vector<int64_t> padding = conv ? per_dim("padding", 0) : std::vector<int64_t>(spatial, 0);
-  if (padding.size() == static_cast<size_t>(spatial)) padding.insert(padding.end(), padding.begin(), padding.end());
-  std::vector<int64_t> kernel = conv ? std::vector<int64_t>(w->shape, w->shape + spatial) : attrs.ints("kernel");
-  if (stride.size() != static_cast<size_t>(spatial) || dilation.size() != static_cast<size_t>(spatial) ||
-      padding.size() != static_cast<size_t>(2 * spatial) || kernel.size() != static_cast<size_t>(spatial))
-    bad_shape(node, "stride/dilation/padding/kernel do not match " + std::to_string(spatial) + " spatial dims");
-  for (int d = 0; d < spatial; ++d) {
-    const int e = d + offset;
-    g.in[e] = x.shape[1 + d];
-    g.kernel[e] = kernel[d];
-    g.stride[e] = stride[d];
-    g.dilation[e] = dilation[d];
-    g.pad_before[e] = padding[d];
-    const int64_t expect =
-        (g.in[e] + padding[d] + padding[spatial + d] - dilation[d] * (kernel[d] - 1) - 1) / stride[d] + 1;
-    g.out[e] = y.shape[1 + d];
-    if (expect != g.out[e] || stride[d] < 1 || dilation[d] < 1 || kernel[d] < 1)
-      bad_shape(node, "output " + shape_of(y) + " does not follow from input " + shape_of(x) + " (expected " +
-                          std::to_string(expect) + " along spatial dim " + std::to_string(d) + ")");
-  }
-  if (conv) {
-    g.groups = attrs.has("groups") ? static_cast<int64_t>(attrs.number("groups")) : 1;
-    if (g.groups < 1 || g.in_channels % g.groups || g.out_channels % g.groups ||
-        w->shape[spatial] != g.in_channels / g.groups || w->shape[spatial + 1] != g.out_channels)
-      bad_shape(node, "weights " + shape_of(*w) + " do not fit " + std::to_string(g.in_channels) + " -> " +
-                          std::to_string(g.out_channels) + " channels in " + std::to_string(g.groups) + " groups");
-  } else if (g.in_channels != g.out_channels) {
-    bad_shape(node, "pooling keeps the channels: " + shape_of(x) + " -> " + shape_of(y));
-  }
-  return g;
-}
-
-bool same_shape(const MLPH_Value& a, const MLPH_Value& b) {
-  return a.ndim == b.ndim && std::equal(a.shape, a.shape + a.ndim, b.shape);
+void zero(ThreadPool& pool, float* data, int64_t n) {
+  pool.parallel_for(n, 1 << 16, [&](int64_t begin, int64_t end) { std::fill(data + begin, data + end, 0.0f); });
 }
 
 }  // namespace
 
 ReferenceModel::ReferenceModel(const MLPH_HostApi* host, std::shared_ptr<ThreadPool> pool, const MLPH_Graph& graph,
                                const MLPH_CommsHandle* comms)
-    : host_(host), pool_(std::move(pool)), loss_(graph.loss), seed_(graph.seed), comms_(comms) {
-  values_.assign(graph.values, graph.values + graph.n_values);
-  for (MLPH_Value& v : values_) value_names_.emplace_back(v.name ? v.name : "");
-  for (size_t i = 0; i < values_.size(); ++i) values_[i].name = value_names_[i].c_str();
-  auto check_index = [&](int32_t v, const std::string& where) {
-    if (v < 0 || static_cast<size_t>(v) >= values_.size())
-      fail(MLPH_INVALID_ARGUMENT, "reference backend: " + where + " refers to value " + std::to_string(v) +
-                                      " of " + std::to_string(values_.size()));
-  };
+    : host_(host), pool_(std::move(pool)), comms_(comms), program_(compile_graph(graph)) {
+  if (comms_ &&
+      (comms_->struct_size < MLPH_STRUCT_SIZE(MLPH_CommsHandle, comm) || !comms_->api || !comms_->api->allreduce))
+    fail(MLPH_INVALID_ARGUMENT, "reference backend: the comms handle has no allreduce");
+  allocate();
+}
 
-  for (size_t i = 0; i < graph.n_nodes; ++i) {
-    const MLPH_Node& node = graph.nodes[i];
-    auto kind = op_kinds().find(node.op);
-    if (kind == op_kinds().end())
-      fail(MLPH_UNIMPLEMENTED, std::string("reference backend: node '") + node.name + "' uses op '" + node.op +
-                                   "', which this backend does not implement");
-    CompiledNode c{kind->second, node.name, i, {node.inputs, node.inputs + node.n_inputs},
-                   {node.outputs, node.outputs + node.n_outputs}, {}, 0, 0, 0, 0, {}, {}};
-    for (int32_t v : c.inputs) check_index(v, std::string("node '") + node.name + "'");
-    for (int32_t v : c.outputs) check_index(v, std::string("node '") + node.name + "'");
-    if (c.outputs.size() != 1 || c.inputs.empty()) bad_shape(node, "expects inputs and exactly one output");
-    const MLPH_Value& x = value(c.inputs[0]);
-    const MLPH_Value& y = value(c.outputs[0]);
-    sdk::Attrs attrs(node);
-    switch (c.kind) {
-      case OpKind::conv:
-        if (c.inputs.size() < 2) bad_shape(node, "needs input and weights");
-        c.window = make_window(node, x, y, true, &value(c.inputs[1]));
-        if (c.inputs.size() > 2 && sdk::numel(value(c.inputs[2])) != c.window.out_channels)
-          bad_shape(node, "bias " + shape_of(value(c.inputs[2])) + " must have one value per output channel");
-        break;
-      case OpKind::max_pool: c.window = make_window(node, x, y, false, nullptr); break;
-      case OpKind::dense: {
-        const MLPH_Value& w = value(c.inputs.at(1));
-        if (x.ndim != 2 || w.ndim != 2 || y.ndim != 2 || w.shape[0] != x.shape[1] || w.shape[1] != y.shape[1] ||
-            y.shape[0] != x.shape[0])
-          bad_shape(node, "x " + shape_of(x) + " . w " + shape_of(w) + " does not give " + shape_of(y));
-        c.rows = x.shape[0], c.cols_in = x.shape[1], c.cols_out = y.shape[1];
-        break;
-      }
-      case OpKind::reshape:
-        if (sdk::numel(x) != sdk::numel(y)) bad_shape(node, "cannot reshape " + shape_of(x) + " to " + shape_of(y));
-        break;
-      case OpKind::mse:
-      case OpKind::abs_error_sum:
-        if (c.inputs.size() != 2 || !same_shape(x, value(c.inputs[1])) || y.ndim != 0)
-          bad_shape(node, "needs prediction and target of one shape and a scalar output");
-        break;
-      default:
-        if (!same_shape(x, y)) bad_shape(node, "output " + shape_of(y) + " must have the input's shape " + shape_of(x));
-    }
-    if (c.kind == OpKind::leaky_relu) c.attr = attrs.number("alpha");
-    if (c.kind == OpKind::scale) c.attr = attrs.number("factor");
-    if (c.kind == OpKind::dropout) c.attr = attrs.number("rate");
-    nodes_.push_back(std::move(c));
+void ReferenceModel::allocate() {
+  const Program& p = program_;
+  for (const ValueInfo& v : p.values) values_.emplace_back(static_cast<size_t>(v.numel()), 0.0f);
+  for (const CompiledParam& param : p.params) {
+    std::copy(param.init.begin(), param.init.end(), data(param.value));
+    velocity_.emplace_back(param.trainable ? param.init.size() : 0, 0.0f);
   }
-
-  check_index(graph.loss, "the loss");
-  if (value(graph.loss).ndim != 0) fail(MLPH_INVALID_ARGUMENT, "reference backend: the loss must be a scalar");
-  inputs_.assign(graph.inputs, graph.inputs + graph.n_inputs);
-  eval_outputs_.assign(graph.eval_outputs, graph.eval_outputs + graph.n_eval_outputs);
-
-  const std::string optimizer = graph.optimizer.name ? graph.optimizer.name : "";
-  if (optimizer != "sgd_keras")
-    fail(MLPH_UNIMPLEMENTED, "reference backend: optimizer '" + optimizer + "' is not implemented");
-  momentum_ = sdk::Attrs(graph.optimizer.attrs, graph.optimizer.n_attrs, "optimizer sgd_keras").number("momentum");
-
-  data_.resize(values_.size());
-  grads_.resize(values_.size());
-  needs_grad_.assign(values_.size(), false);
-  for (size_t v = 0; v < values_.size(); ++v) data_[v].assign(static_cast<size_t>(sdk::numel(values_[v])), 0.0f);
-  for (size_t i = 0; i < graph.n_params; ++i) {
-    const MLPH_Parameter& p = graph.params[i];
-    check_index(p.value, "parameter " + std::to_string(i));
-    if (value(p.value).dtype != MLPH_DTYPE_F32 || !p.init)
-      fail(MLPH_INVALID_ARGUMENT, "reference backend: parameter '" + value_names_[p.value] + "' must be float32 with initial data");
-    std::memcpy(data_[p.value].data(), p.init, data_[p.value].size() * sizeof(float));
-    const bool trainable = (p.flags & MLPH_PARAM_TRAINABLE) != 0;
-    params_.push_back({p.value, p.l2, trainable, std::vector<float>(trainable ? data_[p.value].size() : 0, 0.0f)});
-    needs_grad_[p.value] = trainable;
-  }
-  // A value needs a gradient when any node input it comes from does (nodes are in topological order).
-  for (const CompiledNode& c : nodes_) {
-    if (c.kind == OpKind::log1p || c.kind == OpKind::abs_error_sum) continue;
-    for (int32_t in : c.inputs) needs_grad_[c.outputs[0]] = needs_grad_[c.outputs[0]] || needs_grad_[in];
-  }
-  for (size_t v = 0; v < values_.size(); ++v)
-    if (needs_grad_[v]) grads_[v].assign(data_[v].size(), 0.0f);
+  // Trainable parameters' gradients are slices of one buffer; their offsets first, then the pointers
+  // (the buffer must not move after).
+  std::vector<size_t> offsets;
+  size_t total = 0;
+  for (const CompiledParam& param : p.params)
+    offsets.push_back(total), total += param.trainable ? param.init.size() : 0;
+  param_grads_.assign(total, 0.0f);
+  grads_.assign(p.values.size(), nullptr);
+  for (size_t i = 0; i < p.params.size(); ++i)
+    if (p.params[i].trainable) grads_[static_cast<size_t>(p.params[i].value)] = param_grads_.data() + offsets[i];
+  const std::vector<bool> needed = values_needing_gradients(p);
+  for (size_t v = 0; v < p.values.size(); ++v)
+    if (needed[v] && !grads_[v]) grads_[v] = other_grads_.emplace_back(values_[v].size(), 0.0f).data();
+  masks_.resize(p.nodes.size());
 }
 
 void ReferenceModel::load_inputs(const MLPH_Tensor* inputs, size_t n) {
-  if (n != inputs_.size())
-    fail(MLPH_INVALID_ARGUMENT, "reference backend: expected " + std::to_string(inputs_.size()) + " inputs, got " +
-                                    std::to_string(n));
+  if (n != program_.inputs.size())
+    fail(MLPH_INVALID_ARGUMENT,
+         "reference backend: expected " + std::to_string(program_.inputs.size()) + " inputs, got " + std::to_string(n));
   for (size_t i = 0; i < n; ++i) {
-    const MLPH_Value& v = value(inputs_[i]);
-    sdk::check_matches(inputs[i], v, "input");
-    std::vector<float>& dst = data_[inputs_[i]];
-    if (v.dtype == MLPH_DTYPE_F32) {
-      std::memcpy(dst.data(), inputs[i].data, dst.size() * sizeof(float));
-    } else if (v.dtype == MLPH_DTYPE_I16) {
+    const int32_t id = program_.inputs[i];
+    const ValueInfo& info = program_.values[static_cast<size_t>(id)];
+    if (inputs[i].struct_size < MLPH_STRUCT_SIZE(MLPH_Tensor, data) || !inputs[i].data)
+      fail(MLPH_INVALID_ARGUMENT, "reference backend: input '" + info.name + "' is not a valid tensor");
+    sdk::check_matches(inputs[i], info.as_value(), "reference backend: input");
+    float* dst = data(id);
+    if (info.dtype == MLPH_DTYPE_F32) {
+      std::memcpy(dst, inputs[i].data, static_cast<size_t>(numel(id)) * sizeof(float));
+    } else {  // int16, as compile_graph guarantees
       const auto* src = static_cast<const int16_t*>(inputs[i].data);
-      for (size_t k = 0; k < dst.size(); ++k) dst[k] = static_cast<float>(src[k]);
-    } else {
-      fail(MLPH_UNIMPLEMENTED, std::string("reference backend: input '") + v.name + "' has an unsupported dtype");
+      std::transform(src, src + numel(id), dst, [](int16_t v) { return static_cast<float>(v); });
     }
   }
 }
 
 void ReferenceModel::forward(bool training, uint64_t step) {
-  for (CompiledNode& node : nodes_) forward_node(node, training, step);
+  for (const CompiledNode& node : program_.nodes) forward_node(node, training, step);
 }
 
-void ReferenceModel::forward_node(CompiledNode& c, bool training, uint64_t step) {
-  const float* x = data_[c.inputs[0]].data();
-  float* y = data_[c.outputs[0]].data();
-  const size_t n = data_[c.outputs[0]].size();
+void ReferenceModel::forward_node(const CompiledNode& c, bool training, uint64_t step) {
+  ThreadPool& pool = *pool_;
+  const float* x = data(c.inputs[0]);
+  float* y = data(c.output);
+  const int64_t n = numel(c.output);
+  const auto attr = static_cast<float>(c.attr);
   switch (c.kind) {
     case OpKind::log1p:
-      for (size_t i = 0; i < n; ++i) y[i] = std::log1p(x[i]);
+      log1p_forward(pool, n, x, y);
       break;
     case OpKind::conv:
-      conv_forward(*pool_, c.window, x, data_[c.inputs[1]].data(), c.inputs.size() > 2 ? data_[c.inputs[2]].data() : nullptr, y);
+      conv_forward(pool, conv_scratch_, c.window, x, data(c.inputs[1]), c.has_bias() ? data(c.inputs[2]) : nullptr, y);
       break;
     case OpKind::leaky_relu:
-      for (size_t i = 0; i < n; ++i) y[i] = x[i] > 0 ? x[i] : static_cast<float>(c.attr) * x[i];
+      leaky_relu_forward(pool, n, attr, x, y);
       break;
     case OpKind::relu:
-      for (size_t i = 0; i < n; ++i) y[i] = x[i] > 0 ? x[i] : 0.0f;
+      relu_forward(pool, n, x, y);
       break;
     case OpKind::tanh:
-      for (size_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
+      tanh_forward(pool, n, x, y);
       break;
     case OpKind::scale:
-      for (size_t i = 0; i < n; ++i) y[i] = static_cast<float>(c.attr) * x[i];
+      scale_forward(pool, n, attr, x, y);
       break;
     case OpKind::max_pool:
-      c.argmax.resize(n);
-      max_pool_forward(*pool_, c.window, x, y, c.argmax.data());
+      max_pool_forward(pool, c.window, x, y);
       break;
-    case OpKind::reshape: std::memcpy(y, x, n * sizeof(float)); break;
+    case OpKind::reshape:
+      copy_forward(pool, n, x, y);
+      break;
     case OpKind::dense:
-      dense_forward(*pool_, c.rows, c.cols_in, c.cols_out, x, data_[c.inputs[1]].data(),
-                    c.inputs.size() > 2 ? data_[c.inputs[2]].data() : nullptr, y);
+      dense_forward(pool, c.dense, x, data(c.inputs[1]), c.has_bias() ? data(c.inputs[2]) : nullptr, y);
       break;
     case OpKind::dropout: {
-      if (!training || c.attr == 0.0) {
-        std::memcpy(y, x, n * sizeof(float));
-        c.mask.clear();
+      std::vector<float>& mask = masks_[c.index];
+      if (!training || c.attr == 0.0) {  // identity; an empty mask tells backward so
+        mask.clear();
+        copy_forward(pool, n, x, y);
         break;
       }
-      const float keep_scale = static_cast<float>(1.0 / (1.0 - c.attr));
-      c.mask.resize(n);
-      for (size_t i = 0; i < n; ++i) {
-        c.mask[i] = mlph_uniform(seed_, c.index, step, i) >= static_cast<float>(c.attr) ? keep_scale : 0.0f;
-        y[i] = x[i] * c.mask[i];
-      }
+      mask.resize(static_cast<size_t>(n));
+      dropout_mask(n, c.attr, program_.seed, c.index, step, mask.data());
+      mask_forward(pool, n, mask.data(), x, y);
       break;
     }
-    case OpKind::mse: {
-      const float* t = data_[c.inputs[1]].data();
-      const size_t m = data_[c.inputs[0]].size();
-      double sum = 0;
-      for (size_t i = 0; i < m; ++i) sum += static_cast<double>(x[i] - t[i]) * (x[i] - t[i]);
-      y[0] = static_cast<float>(sum / static_cast<double>(m));
+    case OpKind::mse:
+      y[0] = static_cast<float>(mse_forward(numel(c.inputs[0]), x, data(c.inputs[1])));
       break;
-    }
-    case OpKind::abs_error_sum: {
-      const float* t = data_[c.inputs[1]].data();
-      double sum = 0;
-      for (size_t i = 0; i < data_[c.inputs[0]].size(); ++i) sum += std::fabs(static_cast<double>(x[i]) - t[i]);
-      y[0] = static_cast<float>(sum);
+    case OpKind::abs_error_sum:
+      y[0] = static_cast<float>(abs_error_sum(numel(c.inputs[0]), x, data(c.inputs[1])));
       break;
-    }
   }
 }
 
-void ReferenceModel::backward_node(CompiledNode& c) {
-  const float* dy = grads_[c.outputs[0]].data();
-  const float* x = data_[c.inputs[0]].data();
+void ReferenceModel::backward_node(const CompiledNode& c) {
+  ThreadPool& pool = *pool_;
+  const float* dy = grad(c.output);
+  const float* x = data(c.inputs[0]);
   float* dx = grad(c.inputs[0]);
-  const size_t n = data_[c.outputs[0]].size();
+  const int64_t n = numel(c.output);
+  const auto attr = static_cast<float>(c.attr);
   switch (c.kind) {
     case OpKind::log1p:
-    case OpKind::abs_error_sum: break;
+    case OpKind::abs_error_sum:
+      break;  // no gradient (docs/ops.md)
     case OpKind::conv:
-      if (dx) conv_backward_data(*pool_, c.window, data_[c.inputs[1]].data(), dy, dx);
-      conv_backward_weights(*pool_, c.window, x, dy, grad(c.inputs[1]), c.inputs.size() > 2 ? grad(c.inputs[2]) : nullptr);
+      if (dx) conv_backward_data(pool, conv_scratch_, c.window, data(c.inputs[1]), dy, dx);
+      conv_backward_weights(pool, conv_scratch_, c.window, x, dy, grad(c.inputs[1]),
+                            c.has_bias() ? grad(c.inputs[2]) : nullptr);
       break;
     case OpKind::dense:
-      dense_backward(*pool_, c.rows, c.cols_in, c.cols_out, x, data_[c.inputs[1]].data(), dy, dx, grad(c.inputs[1]),
-                     c.inputs.size() > 2 ? grad(c.inputs[2]) : nullptr);
+      dense_backward(pool, c.dense, x, data(c.inputs[1]), dy, dx, grad(c.inputs[1]),
+                     c.has_bias() ? grad(c.inputs[2]) : nullptr);
       break;
     case OpKind::max_pool:
-      if (dx) max_pool_backward(c.window, c.argmax.data(), dy, dx);
+      if (dx) max_pool_backward(pool, c.window, x, dy, dx);
       break;
-    case OpKind::mse: {
-      const float* t = data_[c.inputs[1]].data();
-      const size_t m = data_[c.inputs[0]].size();
-      const float scale = 2.0f * dy[0] / static_cast<float>(m);
-      if (dx)
-        for (size_t i = 0; i < m; ++i) dx[i] += scale * (x[i] - t[i]);
-      if (float* dt = grad(c.inputs[1]))
-        for (size_t i = 0; i < m; ++i) dt[i] -= scale * (x[i] - t[i]);
+    case OpKind::mse:
+      mse_backward(numel(c.inputs[0]), x, data(c.inputs[1]), dy[0], dx, grad(c.inputs[1]));
       break;
-    }
-    default:
+    case OpKind::leaky_relu:
+      if (dx) leaky_relu_backward(pool, n, attr, x, dy, dx);
+      break;
+    case OpKind::relu:
+      if (dx) relu_backward(pool, n, x, dy, dx);
+      break;
+    case OpKind::tanh:
+      if (dx) tanh_backward(pool, n, data(c.output), dy, dx);
+      break;
+    case OpKind::scale:
+      if (dx) scale_backward(pool, n, attr, dy, dx);
+      break;
+    case OpKind::reshape:
+      if (dx) copy_backward(pool, n, dy, dx);
+      break;
+    case OpKind::dropout:
       if (!dx) break;
-      for (size_t i = 0; i < n; ++i) {
-        switch (c.kind) {
-          case OpKind::leaky_relu: dx[i] += x[i] > 0 ? dy[i] : static_cast<float>(c.attr) * dy[i]; break;
-          case OpKind::relu: dx[i] += x[i] > 0 ? dy[i] : 0.0f; break;
-          case OpKind::tanh: {
-            const float t = data_[c.outputs[0]][i];
-            dx[i] += dy[i] * (1.0f - t * t);
-            break;
-          }
-          case OpKind::scale: dx[i] += static_cast<float>(c.attr) * dy[i]; break;
-          case OpKind::reshape: dx[i] += dy[i]; break;
-          case OpKind::dropout: dx[i] += c.mask.empty() ? dy[i] : dy[i] * c.mask[i]; break;
-          default: break;
-        }
-      }
+      if (masks_[c.index].empty())
+        copy_backward(pool, n, dy, dx);
+      else
+        mask_backward(pool, n, masks_[c.index].data(), dy, dx);
+      break;
   }
 }
 
 void ReferenceModel::backward() {
-  for (size_t v = 0; v < grads_.size(); ++v)
-    if (needs_grad_[v]) std::fill(grads_[v].begin(), grads_[v].end(), 0.0f);
-  if (!needs_grad_[loss_]) return;
-  grads_[loss_][0] = 1.0f;
-  for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it)
-    if (needs_grad_[it->outputs[0]]) backward_node(*it);
+  zero(*pool_, param_grads_.data(), static_cast<int64_t>(param_grads_.size()));
+  for (std::vector<float>& g : other_grads_) zero(*pool_, g.data(), static_cast<int64_t>(g.size()));
+  if (!grad(program_.loss)) return;  // no trainable parameter reaches the loss
+  grad(program_.loss)[0] = 1.0f;
+  for (auto node = program_.nodes.rbegin(); node != program_.nodes.rend(); ++node)
+    if (grad(node->output)) backward_node(*node);
+}
+
+// Keras kernel_regularizer: l2 * sum(w^2) joins the loss, 2 * l2 * w the gradient.
+double ReferenceModel::regularize() {
+  double penalty = 0;
+  for (const CompiledParam& p : program_.params) {
+    if (p.l2 == 0.0) continue;
+    penalty += l2_penalty(numel(p.value), p.l2, data(p.value));
+    if (p.trainable) l2_backward(numel(p.value), p.l2, data(p.value), grad(p.value));
+  }
+  return penalty;
+}
+
+void ReferenceModel::average_gradients() {
+  if (!comms_ || param_grads_.empty()) return;
+  sdk::check(host_,
+             comms_->api->allreduce(comms_->comm, param_grads_.data(), param_grads_.size(), MLPH_DTYPE_F32,
+                                    MLPH_REDUCE_AVERAGE),
+             "reference backend: gradient allreduce");
+}
+
+void ReferenceModel::apply_optimizer(double learning_rate) {
+  for (size_t i = 0; i < program_.params.size(); ++i) {
+    const CompiledParam& p = program_.params[i];
+    if (p.trainable)
+      sgd_keras_update(numel(p.value), learning_rate, program_.momentum, grad(p.value), velocity_[i].data(),
+                       data(p.value));
+  }
 }
 
 void ReferenceModel::train_step(const MLPH_Tensor* inputs, size_t n_inputs, const MLPH_StepArgs& args,
                                 MLPH_StepResult& out) {
+  if (args.struct_size < MLPH_STRUCT_SIZE(MLPH_StepArgs, step))
+    fail(MLPH_INVALID_ARGUMENT, "reference backend: MLPH_StepArgs is too small (an older ABI?)");
   load_inputs(inputs, n_inputs);
   forward(true, args.step);
   backward();
-  double loss = data_[loss_][0];
-  for (Param& p : params_) {  // Keras kernel_regularizer: l2 * sum(w^2) in the loss, 2 * l2 * w in the gradient
-    if (p.l2 == 0.0 || !p.trainable) continue;
-    const std::vector<float>& w = data_[p.value];
-    std::vector<float>& g = grads_[p.value];
-    double sum = 0;
-    for (size_t i = 0; i < w.size(); ++i) sum += static_cast<double>(w[i]) * w[i], g[i] += static_cast<float>(2.0 * p.l2) * w[i];
-    loss += p.l2 * sum;
-  }
-  if (comms_) {  // data parallel: average the gradients over ranks
-    for (Param& p : params_)
-      if (p.trainable)
-        sdk::check(host_,
-                   comms_->api->allreduce(comms_->comm, grads_[p.value].data(), grads_[p.value].size(),
-                                          MLPH_DTYPE_F32, MLPH_REDUCE_AVERAGE),
-                   "reference backend: gradient allreduce");
-  }
-  const float lr = static_cast<float>(args.learning_rate), m = static_cast<float>(momentum_);
-  for (Param& p : params_) {  // Keras SGD: v = m*v - lr*g; w += v
-    if (!p.trainable) continue;
-    std::vector<float>& w = data_[p.value];
-    const std::vector<float>& g = grads_[p.value];
-    for (size_t i = 0; i < w.size(); ++i) {
-      p.velocity[i] = m * p.velocity[i] - lr * g[i];
-      w[i] += p.velocity[i];
-    }
-  }
+  // A NaN or Inf stays in the reported loss: the core decides what divergence means.
+  const double loss = static_cast<double>(data(program_.loss)[0]) + regularize();
+  average_gradients();
+  apply_optimizer(args.learning_rate);
   out.loss = loss;
 }
 
 void ReferenceModel::eval_step(const MLPH_Tensor* inputs, size_t n_inputs, MLPH_Tensor* outputs, size_t n_outputs) {
-  if (n_outputs != eval_outputs_.size())
-    fail(MLPH_INVALID_ARGUMENT, "reference backend: expected " + std::to_string(eval_outputs_.size()) + " outputs");
+  if (n_outputs != program_.eval_outputs.size())
+    fail(MLPH_INVALID_ARGUMENT, "reference backend: expected " + std::to_string(program_.eval_outputs.size()) +
+                                    " eval outputs, got " + std::to_string(n_outputs));
+  for (size_t i = 0; i < n_outputs; ++i)
+    sdk::check_matches(outputs[i], program_.values[static_cast<size_t>(program_.eval_outputs[i])].as_value(),
+                       "reference backend: eval output");
   load_inputs(inputs, n_inputs);
   forward(false, 0);
   for (size_t i = 0; i < n_outputs; ++i) {
-    MLPH_Value v = value(eval_outputs_[i]);
-    v.dtype = MLPH_DTYPE_F32;
-    sdk::check_matches(outputs[i], v, "eval output");
-    std::memcpy(outputs[i].data, data_[eval_outputs_[i]].data(), data_[eval_outputs_[i]].size() * sizeof(float));
+    const int32_t v = program_.eval_outputs[i];
+    std::memcpy(outputs[i].data, data(v), static_cast<size_t>(numel(v)) * sizeof(float));
   }
 }
 
+const CompiledParam& ReferenceModel::param(size_t index) const {
+  if (index >= program_.params.size())
+    fail(MLPH_OUT_OF_RANGE, "reference backend: no parameter " + std::to_string(index) + " (the graph has " +
+                                std::to_string(program_.params.size()) + ")");
+  return program_.params[index];
+}
+
 void ReferenceModel::read_parameter(size_t index, MLPH_Tensor& dst) {
-  if (index >= params_.size()) fail(MLPH_OUT_OF_RANGE, "reference backend: no parameter " + std::to_string(index));
-  sdk::check_matches(dst, value(params_[index].value), "parameter");
-  std::memcpy(dst.data, data_[params_[index].value].data(), data_[params_[index].value].size() * sizeof(float));
+  const CompiledParam& p = param(index);
+  sdk::check_matches(dst, program_.values[static_cast<size_t>(p.value)].as_value(), "reference backend: parameter");
+  std::memcpy(dst.data, data(p.value), static_cast<size_t>(numel(p.value)) * sizeof(float));
 }
 
 void ReferenceModel::write_parameter(size_t index, const MLPH_Tensor& src) {
-  if (index >= params_.size()) fail(MLPH_OUT_OF_RANGE, "reference backend: no parameter " + std::to_string(index));
-  sdk::check_matches(src, value(params_[index].value), "parameter");
-  std::memcpy(data_[params_[index].value].data(), src.data, data_[params_[index].value].size() * sizeof(float));
+  const CompiledParam& p = param(index);
+  sdk::check_matches(src, program_.values[static_cast<size_t>(p.value)].as_value(), "reference backend: parameter");
+  std::memcpy(data(p.value), src.data, static_cast<size_t>(numel(p.value)) * sizeof(float));
 }
 
 void ReferenceModel::read_gradient(size_t index, MLPH_Tensor& dst) {
-  if (index >= params_.size() || !params_[index].trainable)
-    fail(MLPH_OUT_OF_RANGE, "reference backend: no trainable parameter " + std::to_string(index));
-  sdk::check_matches(dst, value(params_[index].value), "gradient");
-  std::memcpy(dst.data, grads_[params_[index].value].data(), grads_[params_[index].value].size() * sizeof(float));
+  const CompiledParam& p = param(index);
+  if (!p.trainable)
+    fail(MLPH_FAILED_PRECONDITION, "reference backend: parameter '" +
+                                       program_.values[static_cast<size_t>(p.value)].name +
+                                       "' is not trainable and has no gradient");
+  sdk::check_matches(dst, program_.values[static_cast<size_t>(p.value)].as_value(), "reference backend: gradient");
+  std::memcpy(dst.data, grad(p.value), static_cast<size_t>(numel(p.value)) * sizeof(float));
 }
 
 }  // namespace mlph::reference

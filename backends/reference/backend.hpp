@@ -1,0 +1,24 @@
+// The reference backend's C++ face: sdk::backend_api<ReferenceBackend>() is its C table.
+#pragma once
+
+#include <memory>
+
+#include "mlph/sdk/backend.hpp"
+#include "thread_pool.hpp"
+
+namespace mlph::reference {
+
+class ReferenceBackend final : public sdk::Backend {
+ public:
+  // Options: `threads` (default: the hardware's concurrency). Anything else is MLPH_INVALID_ARGUMENT.
+  ReferenceBackend(const MLPH_HostApi* host, const sdk::Options& options);
+  std::unique_ptr<sdk::Model> compile(const MLPH_Graph& graph, const MLPH_CommsHandle* comms) override;
+
+  unsigned threads() const { return pool_->size(); }
+
+ private:
+  const MLPH_HostApi* host_;
+  std::shared_ptr<ThreadPool> pool_;  // shared with the models, which the ABI destroys before the backend anyway
+};
+
+}  // namespace mlph::reference

@@ -1,0 +1,188 @@
+#include "data/tfrecord.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "data/example.hpp"
+#include "data/file_io.hpp"
+#include "data/gzip.hpp"
+#include "test_util.hpp"
+
+namespace mlph::cosmoflow {
+namespace {
+
+using test::expect_data_error;
+using test::pattern_sample;
+using test::TempDir;
+
+// The fixture README's formula: every value of sample i.
+void expect_fixture_sample(const Sample& s, int edge, int i) {
+  ASSERT_EQ(s.x.size(), volume_elements(edge));
+  size_t wrong = 0, n = 0;
+  for (int d = 0; d < edge; ++d)
+    for (int h = 0; h < edge; ++h)
+      for (int w = 0; w < edge; ++w)
+        for (int c = 0; c < kChannels; ++c, ++n) wrong += s.x[n] != (d * 7 + h * 3 + w + c * 11 + 5 * i) % 97;
+  EXPECT_EQ(wrong, 0u) << "of " << n << " values of sample " << i;
+  EXPECT_EQ(s.y[0], 0.25f * static_cast<float>(i) - 0.5f);
+  EXPECT_EQ(s.y[1], 0.1f);
+  EXPECT_EQ(s.y[2], -0.3f);
+  EXPECT_EQ(s.y[3], 0.9f);
+}
+
+TEST(CosmoFlowDataTfRecord, ReadsTheGzipFixtureOfTheIndependentWriter) {
+  MLPH_REQUIRE_FIXTURES(dir);
+  const std::string path = (*dir / "full_gzip_000.tfrecord").string();
+  const std::vector<std::byte> file = read_file(path);
+  ASSERT_TRUE(is_gzip(file));
+  const std::vector<Sample> samples = read_tfrecord_samples(file, path, 128);
+  ASSERT_EQ(samples.size(), 1u);
+  expect_fixture_sample(samples[0], 128, 0);
+}
+
+TEST(CosmoFlowDataTfRecord, ReadsThePlainMultiRecordFixtureOfTheIndependentWriter) {
+  MLPH_REQUIRE_FIXTURES(dir);
+  const std::string path = (*dir / "mini_plain_010.tfrecord").string();
+  const std::vector<std::byte> file = read_file(path);
+  ASSERT_FALSE(is_gzip(file));
+  const std::vector<Sample> samples = read_tfrecord_samples(file, path, 32);
+  ASSERT_EQ(samples.size(), 2u);
+  expect_fixture_sample(samples[0], 32, 10);
+  expect_fixture_sample(samples[1], 32, 11);
+  // Read at the wrong edge, the message says what the file holds.
+  expect_data_error([&] { read_tfrecord_samples(file, path, 128); },
+                    {"mini_plain_010.tfrecord: record 0: feature 'x' holds 262144 bytes, expected 16777216 for a "
+                     "128^3x4 int16 volume"});
+}
+
+TEST(CosmoFlowDataTfRecord, RoundTripsPlainAndGzip) {
+  const TempDir tmp;
+  const std::vector<Sample> samples{pattern_sample(8, 1), pattern_sample(8, 2), pattern_sample(8, 3)};
+  for (const bool compressed : {false, true}) {
+    const std::string path = tmp / (compressed ? "gzip.tfrecord" : "plain.tfrecord");
+    write_tfrecord_file(path, samples, 8, {compressed, 9});
+    const std::vector<std::byte> file = read_file(path);
+    EXPECT_EQ(is_gzip(file), compressed);
+    const std::vector<Sample> back = read_tfrecord_samples(file, path, 8);
+    ASSERT_EQ(back.size(), samples.size());
+    for (size_t i = 0; i < samples.size(); ++i) {
+      EXPECT_EQ(back[i].x, samples[i].x);
+      EXPECT_EQ(back[i].y, samples[i].y);
+    }
+    EXPECT_FALSE(std::filesystem::exists(path + ".partial"));
+  }
+}
+
+TEST(CosmoFlowDataTfRecord, ReadsConcatenatedGzipMembers) {
+  const std::vector<std::vector<std::byte>> first{encode_sample(pattern_sample(4, 1), 4)},
+      second{encode_sample(pattern_sample(4, 2), 4)};
+  std::vector<std::byte> file = encode_tfrecords(first, {true, 1});
+  const std::vector<std::byte> more = encode_tfrecords(second, {true, 1});
+  file.insert(file.end(), more.begin(), more.end());
+  const auto samples = read_tfrecord_samples(file, "two_members.tfrecord", 4);
+  ASSERT_EQ(samples.size(), 2u);
+  EXPECT_EQ(samples[1].x, pattern_sample(4, 2).x);
+}
+
+TEST(CosmoFlowDataTfRecord, ZeroLengthRecordIsFramedAndRead) {
+  const std::vector<std::vector<std::byte>> records{{}, {std::byte{7}}};
+  const auto file = encode_tfrecords(records);
+  EXPECT_EQ(file.size(), 2 * 16u + 1);
+  EXPECT_EQ(read_tfrecords(file, "empty_record.tfrecord"), records);
+}
+
+// A plain file of two 8^3 records to break in the tests below: record 0 spans bytes [0, 16 + n0).
+struct TwoRecords {
+  std::vector<std::byte> file =
+      encode_tfrecords(std::vector{encode_sample(pattern_sample(8, 1), 8), encode_sample(pattern_sample(8, 2), 8)});
+  size_t first_record_bytes = encode_sample(pattern_sample(8, 1), 8).size();
+};
+
+TEST(CosmoFlowDataTfRecord, CorruptDataCrcNamesFileRecordAndBothValues) {
+  TwoRecords t;
+  t.file[12 + 100] ^= std::byte{0x01};  // one bit inside record 0's data
+  expect_data_error([&] { read_tfrecords(t.file, "train/univ_003.tfrecord"); },
+                    {"train/univ_003.tfrecord: record 0: data CRC mismatch (stored 0x", ", computed 0x"});
+  TwoRecords u;
+  u.file[u.file.size() - 1] ^= std::byte{0x80};  // record 1's stored data CRC
+  expect_data_error([&] { read_tfrecords(u.file, "a.tfrecord"); }, {"a.tfrecord: record 1: data CRC mismatch"});
+}
+
+TEST(CosmoFlowDataTfRecord, CorruptLengthOrItsCrcIsCaughtBeforeTheLengthIsTrusted) {
+  TwoRecords t;
+  t.file[9] ^= std::byte{0x10};  // the length CRC
+  expect_data_error([&] { read_tfrecords(t.file, "x.tfrecord"); }, {"x.tfrecord: record 0: length CRC mismatch"});
+  TwoRecords u;
+  u.file[5] = std::byte{0x7f};  // a huge length: must not be believed (nor allocated)
+  expect_data_error([&] { read_tfrecords(u.file, "x.tfrecord"); }, {"x.tfrecord: record 0: length CRC mismatch"});
+}
+
+TEST(CosmoFlowDataTfRecord, TruncatedRecordSaysWhatTheHeaderPromised) {
+  TwoRecords t;
+  const size_t second = 16 + t.first_record_bytes;
+  std::vector<std::byte> cut(t.file.begin(), t.file.begin() + static_cast<std::ptrdiff_t>(second + 12 + 1000));
+  const size_t second_length = t.file.size() - second - 16;
+  expect_data_error([&] { read_tfrecords(cut, "v/univ_9.tfrecord"); },
+                    {"v/univ_9.tfrecord: record 1: truncated record: header says " + std::to_string(second_length) +
+                     " bytes (+4 CRC), 1000 remain"});
+  cut.resize(second + 5);
+  expect_data_error([&] { read_tfrecords(cut, "v/univ_9.tfrecord"); },
+                    {"v/univ_9.tfrecord: record 1: truncated record header: 12 bytes needed, 5 remain"});
+  cut.assign(t.file.begin(), t.file.begin() + static_cast<std::ptrdiff_t>(second + 12 + second_length));  // no data CRC
+  expect_data_error([&] { read_tfrecords(cut, "v/univ_9.tfrecord"); }, {"record 1: truncated record"});
+}
+
+TEST(CosmoFlowDataTfRecord, EmptyFileIsAnError) {
+  expect_data_error([] { read_tfrecords({}, "train/empty.tfrecord"); }, {"train/empty.tfrecord: empty file"});
+  const std::vector<std::byte> empty_gzip = gzip({});
+  expect_data_error([&] { read_tfrecords(empty_gzip, "train/empty_gz.tfrecord"); },
+                    {"train/empty_gz.tfrecord: holds no TFRecord records"});
+}
+
+TEST(CosmoFlowDataTfRecord, GzipGarbageTruncationAndTrailingBytes) {
+  std::vector<std::byte> garbage{std::byte{0x1f}, std::byte{0x8b}};
+  for (int i = 0; i < 200; ++i) garbage.push_back(static_cast<std::byte>(i * 37 + 11));
+  expect_data_error([&] { read_tfrecords(garbage, "g.tfrecord"); }, {"g.tfrecord: gzip stream is corrupt (zlib: "});
+
+  const std::vector<std::byte> good =
+      encode_tfrecords(std::vector<std::vector<std::byte>>{encode_sample(pattern_sample(16, 1), 16)}, {true, 6});
+  const std::vector<std::byte> half(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(good.size() / 2));
+  expect_data_error([&] { read_tfrecords(half, "h.tfrecord"); }, {"h.tfrecord: gzip stream is truncated"});
+
+  std::vector<std::byte> trailing = good;
+  trailing.insert(trailing.end(), {std::byte{'x'}, std::byte{'y'}, std::byte{'z'}});
+  expect_data_error([&] { read_tfrecords(trailing, "t.tfrecord"); },
+                    {"t.tfrecord: 3 bytes of trailing data after the gzip stream"});
+
+  std::vector<std::byte> bad_trailer = good;
+  bad_trailer[bad_trailer.size() - 6] ^= std::byte{0xff};  // the gzip CRC32 of the contents
+  expect_data_error([&] { read_tfrecords(bad_trailer, "c.tfrecord"); }, {"c.tfrecord: gzip stream is corrupt"});
+}
+
+TEST(CosmoFlowDataTfRecord, GzipOfCorruptFramingReportsTheFraming) {
+  TwoRecords t;
+  t.file[12 + 50] ^= std::byte{0x04};
+  const std::vector<std::byte> compressed = gzip(t.file);
+  expect_data_error([&] { read_tfrecords(compressed, "z.tfrecord"); }, {"z.tfrecord: record 0: data CRC mismatch"});
+}
+
+TEST(CosmoFlowDataTfRecord, NonTfRecordBytesAreRejected) {
+  std::vector<std::byte> text(64, std::byte{'#'});
+  expect_data_error([&] { read_tfrecords(text, "notes.txt"); }, {"notes.txt: record 0: length CRC mismatch"});
+}
+
+TEST(CosmoFlowDataTfRecord, VisitorSeesRecordsInOrderWithoutCopies) {
+  TwoRecords t;
+  std::vector<size_t> sizes;
+  for_each_tfrecord(t.file, "v.tfrecord", [&](size_t index, std::span<const std::byte> record) {
+    EXPECT_EQ(index, sizes.size());
+    EXPECT_GE(record.data(), t.file.data());
+    sizes.push_back(record.size());
+  });
+  EXPECT_EQ(sizes.size(), 2u);
+}
+
+}  // namespace
+}  // namespace mlph::cosmoflow

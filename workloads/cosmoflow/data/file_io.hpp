@@ -1,0 +1,19 @@
+// Whole-file reads and writes for tools, tests and the dataset generator (the workload itself
+// reads through its storage plug-in).
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace mlph::cosmoflow {
+
+// The bytes of the file at path. Throws std::runtime_error naming the path.
+std::vector<std::byte> read_file(const std::string& path);
+
+// Writes bytes to path.partial, then renames it to path, so that a reader never sees half a file.
+// Throws std::runtime_error naming the path.
+void write_file_atomically(const std::string& path, std::span<const std::byte> bytes);
+
+}  // namespace mlph::cosmoflow

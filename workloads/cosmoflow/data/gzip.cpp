@@ -1,0 +1,130 @@
+#include "gzip.hpp"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <limits>
+#include <new>
+#include <stdexcept>
+
+#include "sample.hpp"
+
+namespace mlph::cosmoflow {
+namespace {
+
+constexpr int kGzipWindowBits = 15 + 16;                        // +16: gzip header and trailer, not a raw zlib stream
+constexpr size_t kMaxChunk = std::numeric_limits<uInt>::max();  // zlib counts in 32 bits
+constexpr size_t kDeflateMaxRatio = 1032;                       // the most deflate can expand
+
+// Owns a z_stream for inflating or deflating, ending it however the scope is left.
+class ZStream {
+ public:
+  enum class Mode { inflate, deflate };
+  ZStream(Mode mode, int level) : mode_(mode) {
+    const int rc = mode == Mode::inflate ? inflateInit2(&z_, kGzipWindowBits)
+                                         : deflateInit2(&z_, level, Z_DEFLATED, kGzipWindowBits, 8, Z_DEFAULT_STRATEGY);
+    if (rc == Z_MEM_ERROR) throw std::bad_alloc();
+    if (rc != Z_OK) throw std::invalid_argument("zlib init failed: " + std::string(z_.msg ? z_.msg : zError(rc)));
+  }
+  ~ZStream() { mode_ == Mode::inflate ? inflateEnd(&z_) : deflateEnd(&z_); }
+  ZStream(const ZStream&) = delete;
+  ZStream& operator=(const ZStream&) = delete;
+  z_stream* operator->() { return &z_; }
+  z_stream* get() { return &z_; }
+  std::string message(int rc) const { return z_.msg ? z_.msg : zError(rc); }
+
+ private:
+  z_stream z_{};
+  Mode mode_;
+};
+
+Bytef* in_ptr(const std::byte* p) { return reinterpret_cast<Bytef*>(const_cast<std::byte*>(p)); }
+
+// The gzip trailer ends with the input size mod 2^32: a good first guess for the output size,
+// capped by the deflate ratio so a corrupt trailer cannot demand a huge allocation.
+size_t expected_size(std::span<const std::byte> data) {
+  if (data.size() < 18) return 4 * data.size();
+  const std::byte* t = data.data() + data.size() - 4;
+  const size_t isize = std::to_integer<size_t>(t[0]) | std::to_integer<size_t>(t[1]) << 8 |
+                       std::to_integer<size_t>(t[2]) << 16 | std::to_integer<size_t>(t[3]) << 24;
+  return std::min(std::max(isize, data.size()), data.size() * kDeflateMaxRatio);
+}
+
+std::string bytes_left(size_t n) { return std::to_string(n) + (n == 1 ? " byte" : " bytes"); }
+
+// Offers zlib the input from pos on, in a chunk it can count; returns the size offered.
+size_t offer(ZStream& z, std::span<const std::byte> data, size_t pos) {
+  const size_t chunk = std::min(data.size() - pos, kMaxChunk);
+  z->next_in = in_ptr(data.data() + pos);
+  z->avail_in = static_cast<uInt>(chunk);
+  return chunk;
+}
+
+// Gives zlib the unused tail of out, doubling out when it is full; returns the room offered.
+uInt make_room(ZStream& z, std::vector<std::byte>& out, size_t produced) {
+  if (produced == out.size()) out.resize(out.size() * 2);
+  z->next_out = reinterpret_cast<Bytef*>(out.data() + produced);
+  z->avail_out = static_cast<uInt>(std::min(out.size() - produced, kMaxChunk));
+  return z->avail_out;
+}
+
+}  // namespace
+
+bool is_gzip(std::span<const std::byte> data) {
+  return data.size() >= 2 && data[0] == std::byte{0x1f} && data[1] == std::byte{0x8b};
+}
+
+std::vector<std::byte> gunzip(std::span<const std::byte> data, const std::string& name) {
+  std::vector<std::byte> out;
+  try {
+    ZStream z(ZStream::Mode::inflate, 0);
+    out.resize(expected_size(data) + 64);  // slack: an exact guess then never doubles for the trailer
+    size_t pos = 0, produced = 0;
+    while (true) {
+      const size_t offered = offer(z, data, pos);
+      const uInt room = make_room(z, out, produced);
+      const int rc = inflate(z.get(), Z_NO_FLUSH);
+      pos += offered - z->avail_in;
+      produced += room - z->avail_out;
+      if (rc == Z_STREAM_END) {
+        if (pos == data.size()) break;
+        if (!is_gzip(data.subspan(pos)))
+          throw DataError(name, bytes_left(data.size() - pos) + " of trailing data after the gzip stream");
+        inflateReset(z.get());  // another gzip member follows; gzip allows concatenation
+      } else if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT) {
+        throw DataError(name, "gzip stream is corrupt (zlib: " + z.message(rc) + ")");
+      } else if (rc == Z_MEM_ERROR) {
+        throw std::bad_alloc();
+      } else if (rc == Z_BUF_ERROR && z->avail_out > 0) {  // room to write, yet no progress: input gone
+        throw DataError(name, "gzip stream is truncated (the file ends " + std::to_string(data.size()) +
+                                  " bytes in, before the stream does)");
+      } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+        throw DataError(name, "gzip inflate failed (zlib: " + z.message(rc) + ")");
+      }
+    }
+    out.resize(produced);
+  } catch (const std::bad_alloc&) {
+    throw DataError(name, "out of memory inflating the gzip stream (" + std::to_string(out.size()) + " bytes reached)");
+  }
+  return out;
+}
+
+std::vector<std::byte> gzip(std::span<const std::byte> data, int level) {
+  ZStream z(ZStream::Mode::deflate, level);
+  std::vector<std::byte> out(deflateBound(z.get(), static_cast<uLong>(std::min(data.size(), kMaxChunk))) + 64);
+  size_t pos = 0, produced = 0;
+  while (true) {
+    const size_t offered = offer(z, data, pos);
+    const bool last = pos + offered == data.size();
+    const uInt room = make_room(z, out, produced);
+    const int rc = deflate(z.get(), last ? Z_FINISH : Z_NO_FLUSH);
+    pos += offered - z->avail_in;
+    produced += room - z->avail_out;
+    if (rc == Z_STREAM_END) break;
+    if (rc != Z_OK && rc != Z_BUF_ERROR) throw std::runtime_error("gzip deflate failed: " + z.message(rc));
+  }
+  out.resize(produced);
+  return out;
+}
+
+}  // namespace mlph::cosmoflow

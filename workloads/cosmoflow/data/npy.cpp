@@ -1,0 +1,258 @@
+#include "npy.hpp"
+
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <optional>
+
+#include "bytes.hpp"
+#include "file_io.hpp"
+
+namespace mlph::cosmoflow {
+namespace {
+
+constexpr std::string_view kMagic = "\x93NUMPY";
+constexpr size_t kAlignment = 64;  // numpy pads headers so the data starts 64-byte aligned
+
+std::string shape_text(std::span<const uint64_t> shape) {
+  std::string text = "(";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + (shape.size() == 1 ? ",)" : ")");
+}
+
+// The header is a Python dict literal; this reads the subset numpy writes:
+//   {'descr': '<i2', 'fortran_order': False, 'shape': (128, 128, 128, 4), }
+class HeaderParser {
+ public:
+  HeaderParser(std::string_view text, const std::string& name) : text_(text), name_(name) {}
+
+  NpyArray parse() {
+    NpyArray array;
+    bool seen_descr = false, seen_order = false, seen_shape = false;
+    expect('{');
+    while (!consume('}')) {
+      const std::string key = string_literal();
+      expect(':');
+      if (key == "descr")
+        array.descr = string_literal(), seen_descr = true;
+      else if (key == "fortran_order")
+        array.fortran_order = boolean(), seen_order = true;
+      else if (key == "shape")
+        array.shape = tuple(), seen_shape = true;
+      else
+        fail("unexpected key '" + key + "'");
+      if (!consume(',')) {
+        expect('}');
+        break;
+      }
+    }
+    if (!seen_descr || !seen_order || !seen_shape) fail("the header lacks one of 'descr', 'fortran_order', 'shape'");
+    return array;
+  }
+
+ private:
+  void skip_space() {
+    while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+  }
+  bool consume(char c) {
+    skip_space();
+    if (pos_ < text_.size() && text_[pos_] == c) return ++pos_, true;
+    return false;
+  }
+  void expect(char c) {
+    if (!consume(c)) fail(std::string("expected '") + c + "'");
+  }
+  std::string string_literal() {
+    skip_space();
+    const char quote = pos_ < text_.size() ? text_[pos_] : '\0';
+    if (quote != '\'' && quote != '"') fail("expected a quoted string");
+    const size_t end = text_.find(quote, pos_ + 1);
+    if (end == std::string_view::npos) fail("unterminated string");
+    std::string value(text_.substr(pos_ + 1, end - pos_ - 1));
+    pos_ = end + 1;
+    return value;
+  }
+  bool boolean() {
+    skip_space();
+    for (const auto& [word, value] : {std::pair{std::string_view("True"), true}, {"False", false}})
+      if (text_.substr(pos_, word.size()) == word) return pos_ += word.size(), value;
+    fail("expected True or False");
+  }
+  uint64_t integer() {
+    skip_space();
+    uint64_t value = 0;
+    const size_t start = pos_;
+    for (; pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_])); ++pos_) {
+      if (value > (std::numeric_limits<uint64_t>::max() - 9) / 10) fail("dimension too large");
+      value = value * 10 + static_cast<uint64_t>(text_[pos_] - '0');
+    }
+    if (pos_ == start) fail("expected a dimension");
+    if (pos_ < text_.size() && text_[pos_] == 'L') ++pos_;  // Python 2 longs, as old numpy wrote them
+    return value;
+  }
+  std::vector<uint64_t> tuple() {
+    std::vector<uint64_t> dims;
+    expect('(');
+    while (!consume(')')) {
+      dims.push_back(integer());
+      if (!consume(',')) {
+        expect(')');
+        break;
+      }
+    }
+    return dims;
+  }
+  [[noreturn]] void fail(const std::string& problem) const {
+    throw DataError(name_, "malformed .npy header: " + problem + " at offset " + std::to_string(pos_) + " of \"" +
+                               std::string(text_.substr(0, text_.find('\n'))) + "\"");
+  }
+
+  std::string_view text_;
+  size_t pos_ = 0;
+  const std::string& name_;
+};
+
+// Bytes per item of a simple dtype such as '<i2' or '|u1'; nullopt for anything else.
+std::optional<uint64_t> item_size(std::string_view descr) {
+  if (descr.size() < 3 || std::string_view("<>|=").find(descr[0]) == std::string_view::npos) return std::nullopt;
+  uint64_t size = 0;
+  for (const char c : descr.substr(2)) {
+    if (!std::isdigit(static_cast<unsigned char>(c)) || size > 1'000'000) return std::nullopt;
+    size = size * 10 + static_cast<uint64_t>(c - '0');
+  }
+  return size;
+}
+
+// prod(shape) x item bytes, or nullopt when that overflows 64 bits.
+std::optional<uint64_t> array_bytes(std::span<const uint64_t> shape, uint64_t item) {
+  constexpr uint64_t limit = std::numeric_limits<uint64_t>::max();
+  for (const uint64_t dim : shape)
+    if (dim == 0) return 0;
+  uint64_t bytes = item;
+  for (const uint64_t dim : shape) {
+    if (bytes > limit / dim) return std::nullopt;
+    bytes *= dim;
+  }
+  return bytes;
+}
+
+uint64_t read_le(std::span<const std::byte> bytes) {
+  uint64_t v = 0;
+  for (size_t i = bytes.size(); i-- > 0;) v = (v << 8) | std::to_integer<uint64_t>(bytes[i]);
+  return v;
+}
+
+void check_array(const NpyArray& a, std::string_view descr, const char* dtype_name, const std::string& name) {
+  if (a.descr != descr)
+    throw DataError(name, "dtype '" + a.descr + "', expected '" + std::string(descr) + "' (" + dtype_name + ")");
+  if (a.fortran_order) throw DataError(name, "fortran_order is True; CosmoFlow arrays are stored in C order");
+}
+
+}  // namespace
+
+NpyArray parse_npy(std::span<const std::byte> file, const std::string& name) {
+  const size_t preamble = kMagic.size() + 2;
+  if (file.size() < preamble + 2 ||
+      std::string_view(reinterpret_cast<const char*>(file.data()), kMagic.size()) != kMagic)
+    throw DataError(name, "not a .npy file (no \\x93NUMPY magic)");
+  const auto major = std::to_integer<int>(file[kMagic.size()]);
+  if (major < 1 || major > 3)
+    throw DataError(name, ".npy format version " + std::to_string(major) + " is not supported");
+  const size_t length_bytes = major == 1 ? 2 : 4;
+  if (file.size() < preamble + length_bytes) throw DataError(name, "truncated .npy header");
+  const uint64_t header_length = read_le(file.subspan(preamble, length_bytes));
+  const size_t header_start = preamble + length_bytes;
+  if (header_length > file.size() - header_start)
+    throw DataError(name, "truncated .npy header: it claims " + std::to_string(header_length) + " bytes, " +
+                              std::to_string(file.size() - header_start) + " remain");
+  const std::string_view text(reinterpret_cast<const char*>(file.data() + header_start), header_length);
+  NpyArray array = HeaderParser(text, name).parse();
+
+  const auto item = item_size(array.descr);
+  if (!item) throw DataError(name, "unsupported dtype '" + array.descr + "'");
+  const size_t data_start = header_start + header_length;
+  const uint64_t available = file.size() - data_start;
+  const auto needed = array_bytes(array.shape, *item);
+  if (needed != available)
+    throw DataError(name, "holds " + std::to_string(available) + " data bytes, but shape " + shape_text(array.shape) +
+                              " of '" + array.descr + "' needs " +
+                              (needed ? std::to_string(*needed) : "more than 2^64"));
+  array.data = file.subspan(data_start);
+  return array;
+}
+
+std::vector<std::byte> encode_npy(std::string_view descr, std::span<const uint64_t> shape,
+                                  std::span<const std::byte> data) {
+  std::string header =
+      "{'descr': '" + std::string(descr) + "', 'fortran_order': False, 'shape': " + shape_text(shape) + ", }";
+  // Pad with spaces and end with a newline so the data starts aligned; version 2.0 only when the
+  // header outgrows version 1.0's 16-bit length.
+  const auto padded = [&](size_t preamble) {
+    return header.size() + 1 + (kAlignment - (preamble + header.size() + 1) % kAlignment) % kAlignment;
+  };
+  const bool version2 = padded(kMagic.size() + 4) > 0xffff;
+  const size_t preamble = kMagic.size() + 2 + (version2 ? 4 : 2);
+  header.append(padded(preamble) - header.size() - 1, ' ');
+  header += '\n';
+
+  std::string prefix(kMagic);
+  prefix += static_cast<char>(version2 ? 2 : 1);
+  prefix += '\0';
+  for (size_t i = 0; i < preamble - kMagic.size() - 2; ++i) prefix += static_cast<char>(header.size() >> (8 * i));
+  prefix += header;
+
+  std::vector<std::byte> out(prefix.size() + data.size());
+  std::memcpy(out.data(), prefix.data(), prefix.size());
+  if (!data.empty()) std::memcpy(out.data() + prefix.size(), data.data(), data.size());
+  return out;
+}
+
+Sample read_npy_sample(std::span<const std::byte> data_npy, std::span<const std::byte> label_npy,
+                       const std::string& name, int edge) {
+  const size_t elements = volume_elements(edge);
+  const NpyArray x = parse_npy(data_npy, name);
+  check_array(x, "<i2", "little-endian int16", name);
+  const auto e = static_cast<uint64_t>(edge);
+  const std::vector<uint64_t> expected{e, e, e, kChannels};
+  if (x.shape != expected)
+    throw DataError(
+        name, "shape " + shape_text(x.shape) + ", expected " + shape_text(expected) + " (D, H, W, channels last)");
+
+  const std::string label_name = npy_label_path(name);
+  const NpyArray y = parse_npy(label_npy, label_name);
+  check_array(y, "<f4", "little-endian float32", label_name);
+  if (y.data.size() != kTargets * sizeof(float))
+    throw DataError(label_name, "shape " + shape_text(y.shape) + " holds " + std::to_string(y.data.size() / 4) +
+                                    " values, expected " + std::to_string(kTargets));
+  Sample sample;
+  from_le_bytes(y.data, sample.y.data());
+  for (int i = 0; i < kTargets; ++i)
+    if (!std::isfinite(sample.y[i]))
+      throw DataError(label_name, "value " + std::to_string(i) + " is " + std::to_string(sample.y[i]));
+  sample.x.resize(elements);
+  from_le_bytes(x.data, sample.x.data());
+  return sample;
+}
+
+std::string npy_label_path(const std::string& data_path) {
+  constexpr std::string_view suffix = "_data.npy";
+  if (data_path.size() >= suffix.size() && data_path.ends_with(suffix))
+    return data_path.substr(0, data_path.size() - suffix.size()) + "_label.npy";
+  return data_path + "_label.npy";
+}
+
+void write_npy_sample(const std::string& stem, const Sample& sample, int edge) {
+  const size_t elements = volume_elements(edge);
+  if (sample.x.size() != elements)
+    throw std::invalid_argument("write_npy_sample: x holds " + std::to_string(sample.x.size()) + " values, a " +
+                                volume_name(edge) + " volume has " + std::to_string(elements));
+  const auto e = static_cast<uint64_t>(edge);
+  const uint64_t data_shape[] = {e, e, e, kChannels}, label_shape[] = {kTargets};
+  write_file_atomically(stem + "_data.npy",
+                        encode_npy("<i2", data_shape, to_le_bytes(std::span<const int16_t>(sample.x))));
+  write_file_atomically(stem + "_label.npy",
+                        encode_npy("<f4", label_shape, to_le_bytes(std::span<const float>(sample.y))));
+}
+
+}  // namespace mlph::cosmoflow

@@ -1,0 +1,41 @@
+// NumPy .npy files (format 1.0, 2.0 and 3.0) for NVIDIA's CosmoFlow layout: per sample
+// <name>_data.npy int16 (D, H, W, 4) and <name>_label.npy float32 (4,).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sample.hpp"
+
+namespace mlph::cosmoflow {
+
+struct NpyArray {
+  std::string descr;  // dtype, e.g. "<i2"
+  bool fortran_order = false;
+  std::vector<uint64_t> shape;
+  std::span<const std::byte> data;  // a view into the file the array was parsed from
+};
+
+// Parses the header and checks that the data holds exactly prod(shape) items of the dtype's size.
+// Throws DataError naming `name`.
+NpyArray parse_npy(std::span<const std::byte> file, const std::string& name);
+
+// A .npy file (version 1.0, or 2.0 when the header needs it) holding data, C order.
+std::vector<std::byte> encode_npy(std::string_view descr, std::span<const uint64_t> shape,
+                                  std::span<const std::byte> data);
+
+// The sample of a _data.npy / _label.npy pair: '<i2' (edge, edge, edge, 4) and '<f4' with 4 values.
+Sample read_npy_sample(std::span<const std::byte> data_npy, std::span<const std::byte> label_npy,
+                       const std::string& name, int edge);
+
+// The file name of the label file that belongs to a data file: x_data.npy -> x_label.npy.
+std::string npy_label_path(const std::string& data_path);
+
+// Writes the pair <stem>_data.npy and <stem>_label.npy.
+void write_npy_sample(const std::string& stem, const Sample& sample, int edge);
+
+}  // namespace mlph::cosmoflow

@@ -1,0 +1,36 @@
+// What every CosmoFlow data format decodes to, and the one error type the data layer throws.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace mlph::cosmoflow {
+
+inline constexpr int kChannels = 4;  // particle counts at 4 redshifts, channels last
+inline constexpr int kTargets = 4;   // the regressed cosmological parameters, each in [-1, 1]
+inline constexpr int kMaxEdge = 1024;
+
+// One universe: x holds edge^3 x 4 int16 counts in C order (D, H, W, C); y the 4 targets.
+struct Sample {
+  std::vector<int16_t> x;
+  std::array<float, kTargets> y{};
+};
+
+// Bad or unreadable data. what() is one line, "<where>: <problem>", where names the file (and the
+// record, when there are several), so a user can find the offending file from the message alone.
+class DataError : public std::runtime_error {
+ public:
+  DataError(const std::string& where, const std::string& problem) : std::runtime_error(where + ": " + problem) {}
+};
+
+// Voxels x channels of one sample; throws std::invalid_argument unless 1 <= edge <= kMaxEdge.
+size_t volume_elements(int edge);
+
+// The readable form of a shape in messages: "32^3x4".
+std::string volume_name(int edge);
+
+}  // namespace mlph::cosmoflow

@@ -1,0 +1,123 @@
+#include "tfrecord.hpp"
+
+#include <cstdio>
+
+#include "bytes.hpp"
+#include "crc32c.hpp"
+#include "example.hpp"
+#include "file_io.hpp"
+#include "gzip.hpp"
+
+namespace mlph::cosmoflow {
+namespace {
+
+constexpr size_t kLengthBytes = 8, kCrcBytes = 4, kHeaderBytes = kLengthBytes + kCrcBytes;
+
+std::string hex(uint32_t v) {
+  char text[11];
+  std::snprintf(text, sizeof text, "0x%08x", v);
+  return text;
+}
+
+std::string record_where(const std::string& name, size_t index) { return name + ": record " + std::to_string(index); }
+
+uint32_t load_u32(std::span<const std::byte> bytes) {
+  uint32_t v;
+  from_le_bytes(bytes.first(4), &v);
+  return v;
+}
+
+void check_crc(std::span<const std::byte> covered, std::span<const std::byte> stored_bytes, const char* what,
+               const std::string& where) {
+  const uint32_t stored = load_u32(stored_bytes), computed = masked_crc32c(covered);
+  if (stored != computed)
+    throw DataError(where,
+                    std::string(what) + " CRC mismatch (stored " + hex(stored) + ", computed " + hex(computed) + ")");
+}
+
+// Walks the framing of an uncompressed TFRecord stream.
+size_t walk_records(std::span<const std::byte> data, const std::string& name, const RecordVisitor& visit) {
+  size_t pos = 0, index = 0;
+  for (; pos < data.size(); ++index) {
+    const std::string where = record_where(name, index);
+    const size_t remain = data.size() - pos;
+    if (remain < kHeaderBytes)
+      throw DataError(where, "truncated record header: " + std::to_string(kHeaderBytes) + " bytes needed, " +
+                                 std::to_string(remain) + " remain");
+    const auto header = data.subspan(pos, kHeaderBytes);
+    check_crc(header.first(kLengthBytes), header.subspan(kLengthBytes), "length", where);
+    uint64_t length;
+    from_le_bytes(header.first(kLengthBytes), &length);
+    const size_t body_remain = remain - kHeaderBytes;
+    if (body_remain < kCrcBytes || length > body_remain - kCrcBytes)
+      throw DataError(where, "truncated record: header says " + std::to_string(length) + " bytes (+4 CRC), " +
+                                 std::to_string(body_remain) + " remain");
+    const auto record = data.subspan(pos + kHeaderBytes, static_cast<size_t>(length));
+    check_crc(record, data.subspan(pos + kHeaderBytes + record.size(), kCrcBytes), "data", where);
+    visit(index, record);
+    pos += kHeaderBytes + record.size() + kCrcBytes;
+  }
+  return index;
+}
+
+void put_u64(std::vector<std::byte>& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::byte>(v >> (8 * i)));
+}
+void put_u32(std::vector<std::byte>& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::byte>(v >> (8 * i)));
+}
+
+}  // namespace
+
+void for_each_tfrecord(std::span<const std::byte> file, const std::string& name, const RecordVisitor& visit) {
+  if (file.empty()) throw DataError(name, "empty file: no TFRecord records");
+  size_t records = 0;
+  if (is_gzip(file)) {
+    const std::vector<std::byte> inflated = gunzip(file, name);
+    records = walk_records(inflated, name, visit);
+  } else {
+    records = walk_records(file, name, visit);
+  }
+  if (records == 0) throw DataError(name, "holds no TFRecord records (the gzip stream inflates to nothing)");
+}
+
+std::vector<std::vector<std::byte>> read_tfrecords(std::span<const std::byte> file, const std::string& name) {
+  std::vector<std::vector<std::byte>> records;
+  for_each_tfrecord(file, name, [&](size_t, std::span<const std::byte> record) {
+    records.emplace_back(record.begin(), record.end());
+  });
+  return records;
+}
+
+std::vector<Sample> read_tfrecord_samples(std::span<const std::byte> file, const std::string& name, int edge) {
+  std::vector<Sample> samples;
+  for_each_tfrecord(file, name, [&](size_t index, std::span<const std::byte> record) {
+    samples.push_back(decode_sample(record, edge, record_where(name, index)));
+  });
+  return samples;
+}
+
+std::vector<std::byte> encode_tfrecords(std::span<const std::vector<std::byte>> records,
+                                        const TfRecordWriteOptions& options) {
+  size_t total = 0;
+  for (const auto& record : records) total += kHeaderBytes + record.size() + kCrcBytes;
+  std::vector<std::byte> framed;
+  framed.reserve(total);
+  for (const auto& record : records) {
+    put_u64(framed, record.size());
+    put_u32(framed, masked_crc32c(std::span(framed).last(kLengthBytes)));
+    framed.insert(framed.end(), record.begin(), record.end());
+    put_u32(framed, masked_crc32c(record));
+  }
+  return options.gzip ? gzip(framed, options.gzip_level) : framed;
+}
+
+void write_tfrecord_file(const std::string& path, std::span<const Sample> samples, int edge,
+                         const TfRecordWriteOptions& options) {
+  std::vector<std::vector<std::byte>> records;
+  records.reserve(samples.size());
+  for (const Sample& sample : samples) records.push_back(encode_sample(sample, edge));
+  write_file_atomically(path, encode_tfrecords(records, options));
+}
+
+}  // namespace mlph::cosmoflow

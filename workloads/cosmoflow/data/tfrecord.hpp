@@ -1,0 +1,43 @@
+// TFRecord files: records framed as
+//   uint64 length (LE) | uint32 masked_crc32c(length bytes) | data | uint32 masked_crc32c(data)
+// optionally inside one gzip stream (CosmoFlow v1.0+), detected from the magic bytes.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sample.hpp"
+
+namespace mlph::cosmoflow {
+
+using RecordVisitor = std::function<void(size_t index, std::span<const std::byte> record)>;
+
+// Calls visit for every record of a TFRecord file held in memory (plain or gzip), in order; the
+// span lives only during the call. Both CRCs of every record are verified. Throws DataError naming
+// `name` (and the record) for a corrupt or truncated file, and for a file holding no record at all.
+void for_each_tfrecord(std::span<const std::byte> file, const std::string& name, const RecordVisitor& visit);
+
+// Copies of all records; for_each_tfrecord avoids the copies.
+std::vector<std::vector<std::byte>> read_tfrecords(std::span<const std::byte> file, const std::string& name);
+
+// Every record decoded as a CosmoFlow sample of the given edge (see decode_sample).
+std::vector<Sample> read_tfrecord_samples(std::span<const std::byte> file, const std::string& name, int edge);
+
+struct TfRecordWriteOptions {
+  bool gzip = false;
+  int gzip_level = -1;  // zlib: 0..9, -1 its default (6)
+};
+
+// The bytes of a TFRecord file holding records, framed (and compressed) as options say.
+std::vector<std::byte> encode_tfrecords(std::span<const std::vector<std::byte>> records,
+                                        const TfRecordWriteOptions& options = {});
+
+// Writes samples as a TFRecord file, one tf.train.Example per sample. The file appears complete or
+// not at all (written to a temporary name, then renamed). Throws std::runtime_error on I/O failure.
+void write_tfrecord_file(const std::string& path, std::span<const Sample> samples, int edge,
+                         const TfRecordWriteOptions& options = {});
+
+}  // namespace mlph::cosmoflow
