@@ -16,8 +16,8 @@ struct CliResult {
   std::string output;  // stdout and stderr
 };
 
-inline CliResult run_cli(const std::string& args) {
-  const std::string command = std::string(MLPH_BINARY_DIR "/bin/mlperf-run ") + args + " 2>&1";
+inline CliResult run_command(const std::string& command_line) {
+  const std::string command = command_line + " 2>&1";
   CliResult result;
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return result;
@@ -27,6 +27,8 @@ inline CliResult run_cli(const std::string& args) {
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
 }
+
+inline CliResult run_cli(const std::string& args) { return run_command(std::string(MLPH_BINARY_DIR "/bin/mlperf-run ") + args); }
 
 inline std::vector<std::string> read_lines(const std::filesystem::path& file) {
   std::vector<std::string> lines;
