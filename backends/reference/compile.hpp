@@ -40,7 +40,7 @@ struct CompiledNode {
 
 struct CompiledParam {
   int32_t value = -1;
-  std::vector<float> init;
+  std::vector<float> init;  // consumed (moved into the model's buffers) when the model allocates
   double l2 = 0;
   bool trainable = true;
 };

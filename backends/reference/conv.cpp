@@ -5,7 +5,8 @@
 //  - backward data:    dx[i] += sum_k u[i + k*d] · wflip[k]          (a stride-1 forward conv; see below)
 //  - backward weights: dw[k] += sum_o xp[o*s + k*d] ⊗ dy[o]          (outer products)
 // The kernels keep a small tile of results in registers and run the innermost loop contiguously over
-// output channels, which the compiler vectorises.
+// output channels, which the compiler vectorises; the weights are first repacked so that each tile
+// streams them sequentially.
 #include <algorithm>
 #include <vector>
 
@@ -33,6 +34,9 @@ struct DirectConv {
     return ((n * src[0] + od * stride[0]) * src[1] + oh * stride[1]) * src[2] * in_channels;
   }
   int64_t out_row_offset(int64_t row) const { return row * out[2] * out_channels; }
+  int64_t positions() const { return rows() * out[2]; }
+  // Offset of the source position read by tap 0 of output position `pos` (counting [N, out...]).
+  int64_t src_offset(int64_t pos) const { return src_row_offset(pos / out[2]) + pos % out[2] * src_step(); }
   // Offset of each kernel tap (row-major) relative to tap 0.
   std::vector<int64_t> tap_offsets() const {
     std::vector<int64_t> offsets;
@@ -105,26 +109,27 @@ struct ConvTile {
   const int64_t* tap_offsets;
   int64_t taps;
   int64_t in_channels;   // of the group
-  int64_t src_step;      // floats between the source positions of neighbouring outputs
   int64_t w_tap_stride;  // floats between taps in w
   int64_t w_row_stride;  // floats between input channels in w (= all output channels)
   int64_t y_step;        // floats between neighbouring outputs in y
   bool accumulate;       // y += instead of y = bias +
 };
 
-// PW neighbouring outputs × CB output channels, accumulated over every tap and input channel.
+// PW outputs × CB output channels, accumulated over every tap and input channel. The outputs are
+// consecutive in y; src[p] is where output p's tap 0 reads (they need not be evenly spaced, so a tile
+// may span rows: small layers of 2 or 4 outputs per row still fill it).
 template <int PW, int CB>
-void conv_tile(const ConvTile& t, const float* src, const float* w, const float* bias, float* y) {
+void conv_tile(const ConvTile& t, const float* const* src, const float* w, const float* bias, float* y) {
   float acc[PW][CB];
   for (int p = 0; p < PW; ++p)
     for (int c = 0; c < CB; ++c) acc[p][c] = t.accumulate ? y[p * t.y_step + c] : bias ? bias[c] : 0.0f;
   for (int64_t tap = 0; tap < t.taps; ++tap) {
-    const float* s = src + t.tap_offsets[tap];
+    const int64_t offset = t.tap_offsets[tap];
     const float* wt = w + tap * t.w_tap_stride;
     for (int64_t ci = 0; ci < t.in_channels; ++ci) {
       const float* wr = wt + ci * t.w_row_stride;
       for (int p = 0; p < PW; ++p) {
-        const float xv = s[p * t.src_step + ci];
+        const float xv = src[p][offset + ci];
         for (int c = 0; c < CB; ++c) acc[p][c] += xv * wr[c];
       }
     }
@@ -141,43 +146,72 @@ constexpr int kTileRows = 8;
 #else
 constexpr int kTileRows = 4;
 #endif
-constexpr int kTileOutputs = kTileRows;  // neighbouring outputs per forward tile
+constexpr int kTileOutputs = kTileRows;  // outputs per forward tile
 constexpr int kTileChannels = 32;        // output channels per tile
 
-// All outputs of one row for `CB` output channels starting at w/bias/y's first.
+// `count` (<= kTileOutputs) outputs for `CB` output channels starting at w/bias/y's first.
 template <int CB>
-void conv_row_block(const ConvTile& t, int64_t outputs, const float* src, const float* w, const float* bias, float* y) {
-  int64_t o = 0;
-  for (; o + kTileOutputs <= outputs; o += kTileOutputs)
-    conv_tile<kTileOutputs, CB>(t, src + o * t.src_step, w, bias, y + o * t.y_step);
-  for (; o < outputs; ++o) conv_tile<1, CB>(t, src + o * t.src_step, w, bias, y + o * t.y_step);
+void conv_outputs(const ConvTile& t, int64_t count, const float* const* src, const float* w, const float* bias,
+                  float* y) {
+  if (count == kTileOutputs) return conv_tile<kTileOutputs, CB>(t, src, w, bias, y);
+  for (int64_t p = 0; p < count; ++p) conv_tile<1, CB>(t, src + p, w, bias, y + p * t.y_step);
 }
 
-// One output row of one group: output channels in blocks of 32, then 8, 4 (backward data of an RGB-like
-// input layer) and singles.
-void conv_row(const ConvTile& t, int64_t outputs, int64_t channels, const float* src, const float* w, const float* bias,
-              float* y) {
+// Output channels of one group in blocks of 32, then 8, 4 (backward data of a layer with few input
+// channels) and singles.
+void conv_channels(const ConvTile& t, int64_t count, int64_t channels, const float* const* src, const float* w,
+                   const float* bias, float* y) {
   auto at = [&](int64_t c) { return bias ? bias + c : nullptr; };
   int64_t c = 0;
   for (; c + kTileChannels <= channels; c += kTileChannels)
-    conv_row_block<kTileChannels>(t, outputs, src, w + c, at(c), y + c);
-  for (; c + 8 <= channels; c += 8) conv_row_block<8>(t, outputs, src, w + c, at(c), y + c);
-  for (; c + 4 <= channels; c += 4) conv_row_block<4>(t, outputs, src, w + c, at(c), y + c);
-  for (; c < channels; ++c) conv_row_block<1>(t, outputs, src, w + c, at(c), y + c);
+    conv_outputs<kTileChannels>(t, count, src, w + c, at(c), y + c);
+  for (; c + 8 <= channels; c += 8) conv_outputs<8>(t, count, src, w + c, at(c), y + c);
+  for (; c + 4 <= channels; c += 4) conv_outputs<4>(t, count, src, w + c, at(c), y + c);
+  for (; c < channels; ++c) conv_outputs<1>(t, count, src, w + c, at(c), y + c);
 }
 
-// y (=|+=) conv(src, w) [+ bias] over the padded problem `c`; parallel over output rows.
-void direct_conv(ThreadPool& pool, const DirectConv& c, const float* src, const float* w, const float* bias, float* y,
-                 bool accumulate) {
+// Weights repacked so that each block of up to kTileChannels output channels of a group is contiguous,
+// [group][block][tap][in channel][block width]: a tile then streams its weights sequentially instead of
+// reading 32 floats every Co floats, which for wide layers (Co = 512: 2 KiB apart) thrashes the TLB.
+// `weight(tap, i, grp, j)` gives the weight from input channel i to output channel j of group grp.
+template <class Weight>
+void pack_weights(ThreadPool& pool, const DirectConv& c, const Weight& weight, std::vector<float>& packed) {
+  const int64_t taps = c.taps(), ci_g = c.in_per_group(), co_g = c.out_per_group();
+  const int64_t blocks = (co_g + kTileChannels - 1) / kTileChannels;
+  packed.resize(static_cast<size_t>(taps * ci_g * c.out_channels));
+  pool.parallel_for(c.groups * blocks, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t grp = b / blocks, first = b % blocks * kTileChannels;
+      const int64_t width = std::min<int64_t>(kTileChannels, co_g - first);
+      float* block = packed.data() + (grp * co_g + first) * taps * ci_g;
+      for (int64_t tap = 0; tap < taps; ++tap)
+        for (int64_t i = 0; i < ci_g; ++i, block += width)
+          for (int64_t j = 0; j < width; ++j) block[j] = weight(tap, i, grp, first + j);
+    }
+  });
+}
+
+// y (=|+=) conv(src, w) [+ bias] over the padded problem `c`. Work items are (tile of outputs, block of
+// 32 output channels), so that layers with few positions (a 2^3 input) still occupy every thread.
+void direct_conv(ThreadPool& pool, const DirectConv& c, const float* src, const float* packed_w, const float* bias,
+                 float* y, bool accumulate) {
   const std::vector<int64_t> taps = c.tap_offsets();
-  const int64_t ci_g = c.in_per_group(), co_g = c.out_per_group();
-  const ConvTile tile{taps.data(),           c.taps(),       ci_g,           c.src_step(),
-                      ci_g * c.out_channels, c.out_channels, c.out_channels, accumulate};
-  pool.parallel_for(c.rows(), [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row)
-      for (int64_t grp = 0; grp < c.groups; ++grp)
-        conv_row(tile, c.out[2], co_g, src + c.src_row_offset(row) + grp * ci_g, w + grp * co_g,
-                 bias ? bias + grp * co_g : nullptr, y + c.out_row_offset(row) + grp * co_g);
+  const int64_t ci_g = c.in_per_group(), co_g = c.out_per_group(), positions = c.positions();
+  const int64_t tiles = (positions + kTileOutputs - 1) / kTileOutputs;
+  const int64_t blocks = (co_g + kTileChannels - 1) / kTileChannels;
+  pool.parallel_for(tiles * blocks, [&](int64_t begin, int64_t end) {
+    const float* sources[kTileOutputs];
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t first = item / blocks * kTileOutputs, count = std::min<int64_t>(kTileOutputs, positions - first);
+      const int64_t channel = item % blocks * kTileChannels, width = std::min<int64_t>(kTileChannels, co_g - channel);
+      const ConvTile tile{taps.data(), c.taps(), ci_g, ci_g * width, width, c.out_channels, accumulate};
+      for (int64_t grp = 0; grp < c.groups; ++grp) {
+        for (int64_t p = 0; p < count; ++p) sources[p] = src + c.src_offset(first + p) + grp * ci_g;
+        const int64_t co = grp * co_g + channel;
+        conv_channels(tile, count, width, sources, packed_w + co * c.taps() * ci_g, bias ? bias + co : nullptr,
+                      y + first * c.out_channels + co);
+      }
+    }
   });
 }
 
@@ -237,20 +271,20 @@ void weight_block(const RowSet& r, int64_t in_channels, int64_t out_channels, in
     weight_column_block<1>(r, in_channels, src_channel, dy_channel + c, dw + c, dw_row_stride);
 }
 
-// dw += and db += over output rows [begin, end), a chunk of rows at a time so that the chunk's
-// source and dy stay in cache while every tap visits them.
-void weight_gradient_rows(const DirectConv& c, const float* src, const float* dy, int64_t begin, int64_t end, float* dw,
-                          float* db) {
+// dw += and db += over output rows [row_begin, row_end) and kernel taps [tap_begin, tap_end), a chunk
+// of rows at a time so that the chunk's source and dy stay in cache while every tap visits them.
+void weight_gradient(const DirectConv& c, const float* src, const float* dy, int64_t row_begin, int64_t row_end,
+                     int64_t tap_begin, int64_t tap_end, float* dw, float* db) {
   const int64_t outputs = c.out[2];
   const std::vector<int64_t> taps = c.tap_offsets();
   const int64_t ci_g = c.in_per_group(), co_g = c.out_per_group(), co = c.out_channels;
   const int64_t chunk = std::max<int64_t>(1, 256 / outputs);  // ~256 outputs
   std::vector<const float*> src_rows(static_cast<size_t>(chunk)), dy_rows(static_cast<size_t>(chunk));
   std::vector<float> chunk_db(static_cast<size_t>(co));  // blocked summation of the bias gradient too
-  for (int64_t first = begin; first < end; first += chunk) {
-    const int64_t rows = std::min(chunk, end - first);
+  for (int64_t first = row_begin; first < row_end; first += chunk) {
+    const int64_t rows = std::min(chunk, row_end - first);
     for (int64_t r = 0; r < rows; ++r) dy_rows[r] = dy + c.out_row_offset(first + r);
-    for (int64_t tap = 0; dw && tap < c.taps(); ++tap) {
+    for (int64_t tap = tap_begin; dw && tap < tap_end; ++tap) {
       for (int64_t r = 0; r < rows; ++r) src_rows[r] = src + c.src_row_offset(first + r) + taps[tap];
       const RowSet set{src_rows.data(), dy_rows.data(), rows, outputs, c.src_step(), co};
       for (int64_t grp = 0; grp < c.groups; ++grp)
@@ -269,7 +303,13 @@ void weight_gradient_rows(const DirectConv& c, const float* src, const float* dy
 
 void conv_forward(ThreadPool& pool, ConvScratch& scratch, const Window& g, const float* x, const float* w,
                   const float* b, float* y) {
-  direct_conv(pool, forward_problem(g), padded_input(pool, g, x, scratch.source), w, b, y, false);
+  const DirectConv c = forward_problem(g);
+  const int64_t ci_g = c.in_per_group(), co_g = c.out_per_group(), co = c.out_channels;
+  pack_weights(
+      pool, c,
+      [&](int64_t tap, int64_t i, int64_t grp, int64_t j) { return w[(tap * ci_g + i) * co + grp * co_g + j]; },
+      scratch.weights);
+  direct_conv(pool, c, padded_input(pool, g, x, scratch.source), scratch.weights.data(), b, y, false);
 }
 
 // Backward data as a forward conv: dx[i] = sum_{o, k : o*s + k*d = i + p} dy[o] · w[k]^T. Spread dy by
@@ -291,34 +331,42 @@ void conv_backward_data(ThreadPool& pool, ConvScratch& scratch, const Window& g,
   c.in_channels = g.out_channels, c.out_channels = g.in_channels, c.groups = g.groups;
   spread_into(pool, dy, g.batch, g.out, g.out_channels, c.src, offset, spread, scratch.source);
 
+  // The transposed problem's weight from its input channel i (an output channel of the layer) to its
+  // output channel j (an input channel of the layer), tap flipped: reversing a row-major tap index
+  // flips every spatial dim.
   const int64_t ci_g = g.in_channels / g.groups, co_g = g.out_channels / g.groups, taps = g.taps();
-  std::vector<float>& flipped = scratch.weights;
-  flipped.resize(static_cast<size_t>(taps * co_g * g.in_channels));
-  for (int64_t tap = 0; tap < taps; ++tap)  // row-major taps: reversing the index flips every dim
-    for (int64_t grp = 0; grp < g.groups; ++grp)
-      for (int64_t i = 0; i < ci_g; ++i)
-        for (int64_t j = 0; j < co_g; ++j)
-          flipped[((taps - 1 - tap) * co_g + j) * g.in_channels + grp * ci_g + i] =
-              w[(tap * ci_g + i) * g.out_channels + grp * co_g + j];
-  direct_conv(pool, c, scratch.source.data(), flipped.data(), nullptr, dx, true);
+  pack_weights(
+      pool, c,
+      [&](int64_t tap, int64_t i, int64_t grp, int64_t j) {
+        return w[((taps - 1 - tap) * ci_g + j) * g.out_channels + grp * co_g + i];
+      },
+      scratch.weights);
+  direct_conv(pool, c, scratch.source.data(), scratch.weights.data(), nullptr, dx, true);
 }
 
-// Per-thread partial sums over disjoint output rows, reduced at the end: every thread runs the same
-// register tiles over its rows without sharing a cache line of dw.
+// Split whichever is larger. Many positions and few weights (CosmoFlow's first layers): threads take
+// disjoint output rows into private partial sums, reduced at the end. Few positions and many weights
+// (its last layers, or tiny inputs): threads take disjoint kernel taps of dw directly, no partials.
 void conv_backward_weights(ThreadPool& pool, ConvScratch& scratch, const Window& g, const float* x, const float* dy,
                            float* dw, float* db) {
   if (!dw && !db) return;
   const float* source = padded_input(pool, g, x, scratch.source);
   const DirectConv c = forward_problem(g);
-  const int64_t w_size = g.taps() * (g.in_channels / g.groups) * g.out_channels, slice = w_size + g.out_channels;
-  const int64_t parts = std::min<int64_t>(pool.size(), c.rows());
+  const int64_t w_size = g.taps() * (g.in_channels / g.groups) * g.out_channels, rows = c.rows();
+  if (dw && w_size > c.positions() * (g.in_channels + g.out_channels)) {
+    pool.parallel_for(g.taps(), [&](int64_t begin, int64_t end) {
+      weight_gradient(c, source, dy, 0, rows, begin, end, dw, begin == 0 ? db : nullptr);
+    });
+    return;
+  }
+  const int64_t slice = w_size + g.out_channels, parts = std::min<int64_t>(pool.size(), rows);
   std::vector<float>& partial = scratch.partial;
   partial.assign(static_cast<size_t>(parts * slice), 0.0f);
   pool.parallel_for(parts, [&](int64_t begin, int64_t end) {
     for (int64_t part = begin; part < end; ++part) {
       float* mine = partial.data() + part * slice;
-      weight_gradient_rows(c, source, dy, c.rows() * part / parts, c.rows() * (part + 1) / parts, dw ? mine : nullptr,
-                           db ? mine + w_size : nullptr);
+      weight_gradient(c, source, dy, rows * part / parts, rows * (part + 1) / parts, 0, c.taps(), dw ? mine : nullptr,
+                      db ? mine + w_size : nullptr);
     }
   });
   pool.parallel_for(slice, 4096, [&](int64_t begin, int64_t end) {

@@ -43,18 +43,19 @@ ReferenceModel::ReferenceModel(const MLPH_HostApi* host, std::shared_ptr<ThreadP
 }
 
 void ReferenceModel::allocate() {
-  const Program& p = program_;
+  Program& p = program_;
   for (const ValueInfo& v : p.values) values_.emplace_back(static_cast<size_t>(v.numel()), 0.0f);
-  for (const CompiledParam& param : p.params) {
+  for (CompiledParam& param : p.params) {
     std::copy(param.init.begin(), param.init.end(), data(param.value));
-    velocity_.emplace_back(param.trainable ? param.init.size() : 0, 0.0f);
+    std::vector<float>().swap(param.init);  // the weights live in values_ from now on
+    velocity_.emplace_back(param.trainable ? values_[static_cast<size_t>(param.value)].size() : 0, 0.0f);
   }
   // Trainable parameters' gradients are slices of one buffer; their offsets first, then the pointers
   // (the buffer must not move after).
   std::vector<size_t> offsets;
   size_t total = 0;
   for (const CompiledParam& param : p.params)
-    offsets.push_back(total), total += param.trainable ? param.init.size() : 0;
+    offsets.push_back(total), total += param.trainable ? values_[static_cast<size_t>(param.value)].size() : 0;
   param_grads_.assign(total, 0.0f);
   grads_.assign(p.values.size(), nullptr);
   for (size_t i = 0; i < p.params.size(); ++i)

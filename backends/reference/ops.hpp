@@ -37,9 +37,9 @@ struct Window {
   }
 };
 
-// Memory the conv passes reuse from call to call (padded copies, flipped weights, per-thread sums).
-// Allocating it afresh each call page-faults tens of megabytes, which measured slower than the
-// arithmetic of a 128^3 CosmoFlow layer. Not shared between concurrent calls.
+// Memory the conv passes reuse from call to call (padded copies, packed weights, per-thread sums).
+// Allocated afresh, its tens of megabytes page-fault on every call, which measured slower than the
+// arithmetic of a 128^3 CosmoFlow layer. One per model: not for concurrent calls.
 struct ConvScratch {
   std::vector<float> source, weights, partial;
 };

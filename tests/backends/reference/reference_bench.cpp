@@ -37,10 +37,10 @@ int conv(int64_t edge, int64_t cin, int64_t cout, unsigned threads) {
   const auto dy = test::random_floats(static_cast<size_t>(g.out_positions() * cout), 4);
   std::vector<float> y(dy.size()), dx(x.size()), dw(w.size()), db(b.size());
   const double gflop = 2 * g.macs() / 1e9;
-  const double fwd = best_seconds(3, [&] { conv_forward(pool, scratch, g, x.data(), w.data(), b.data(), y.data()); });
-  const double data = best_seconds(3, [&] { conv_backward_data(pool, scratch, g, w.data(), dy.data(), dx.data()); });
+  const double fwd = best_seconds(5, [&] { conv_forward(pool, scratch, g, x.data(), w.data(), b.data(), y.data()); });
+  const double data = best_seconds(5, [&] { conv_backward_data(pool, scratch, g, w.data(), dy.data(), dx.data()); });
   const double weights =
-      best_seconds(3, [&] { conv_backward_weights(pool, scratch, g, x.data(), dy.data(), dw.data(), db.data()); });
+      best_seconds(5, [&] { conv_backward_weights(pool, scratch, g, x.data(), dy.data(), dw.data(), db.data()); });
   std::printf(
       "conv3d %lld^3 x %lld -> %lld, k3, %u threads: forward %.1f GFLOP/s, backward data %.1f, backward weights %.1f\n",
       static_cast<long long>(edge), static_cast<long long>(cin), static_cast<long long>(cout), threads, gflop / fwd,
