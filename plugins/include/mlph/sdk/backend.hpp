@@ -34,11 +34,6 @@ class Backend {
 };
 
 namespace detail {
-template <class T>
-struct Boxed {
-  const MLPH_HostApi* host;
-  std::unique_ptr<T> impl;
-};
 using BackendBox = Boxed<Backend>;
 using ModelBox = Boxed<Model>;
 inline BackendBox* unbox(MLPH_Backend* b) { return reinterpret_cast<BackendBox*>(b); }

@@ -21,10 +21,7 @@ class Comm {
 };
 
 namespace detail {
-struct CommBox {
-  const MLPH_HostApi* host;
-  std::unique_ptr<Comm> impl;
-};
+using CommBox = Boxed<Comm>;
 inline CommBox* unbox(MLPH_Comm* c) { return reinterpret_cast<CommBox*>(c); }
 }  // namespace detail
 

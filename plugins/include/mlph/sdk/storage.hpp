@@ -19,10 +19,7 @@ class Storage {
 };
 
 namespace detail {
-struct StorageBox {
-  const MLPH_HostApi* host;
-  std::unique_ptr<Storage> impl;
-};
+using StorageBox = Boxed<Storage>;
 inline StorageBox* unbox(MLPH_Storage* s) { return reinterpret_cast<StorageBox*>(s); }
 }  // namespace detail
 

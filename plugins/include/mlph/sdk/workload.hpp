@@ -32,14 +32,8 @@ class Workload {
 };
 
 namespace detail {
-struct WorkloadBox {
-  const MLPH_HostApi* host;
-  std::unique_ptr<Workload> impl;
-};
-struct DatasetBox {
-  const MLPH_HostApi* host;
-  std::unique_ptr<Dataset> impl;
-};
+using WorkloadBox = Boxed<Workload>;
+using DatasetBox = Boxed<Dataset>;
 inline WorkloadBox* unbox(MLPH_Workload* w) { return reinterpret_cast<WorkloadBox*>(w); }
 inline DatasetBox* unbox(MLPH_Dataset* d) { return reinterpret_cast<DatasetBox*>(d); }
 }  // namespace detail
