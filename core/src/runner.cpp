@@ -6,10 +6,8 @@
 #include <atomic>
 #include <cmath>
 #include <csignal>
-#include <functional>
 #include <future>
 #include <memory>
-#include <random>
 
 #include "mlph/core/config.hpp"
 #include "mlph/core/host.hpp"

@@ -1,7 +1,6 @@
 #include "mlph/core/session.hpp"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <random>
 
