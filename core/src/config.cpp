@@ -216,10 +216,6 @@ const ConfigValue& Config::entry(const std::string& key) const {
   return it->second;
 }
 const std::string& Config::get(const std::string& key) const { return entry(key).text; }
-bool Config::changed(const std::string& key) const { return entry(key).origin != "default"; }
-void Config::set(const std::string& key, const std::string& text, const std::string& origin) {
-  values_[key] = {text, origin};
-}
 
 void Config::validate(const std::vector<MLPH_ParamSpec>& schema, bool closed_division) const {
   for (const MLPH_ParamSpec& spec : schema) {

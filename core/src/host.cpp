@@ -69,13 +69,4 @@ const char* host_error_message(const MLPH_Error* error) { return error_message(e
 void host_error_free(MLPH_Error* error) { error_free(error); }
 }  // namespace
 
-const char* code_name(MLPH_Code code) {
-  static const char* names[] = {"ok",        "cancelled",          "unknown",        "invalid argument",
-                                "deadline exceeded", "not found", "already exists", "permission denied",
-                                "resource exhausted", "failed precondition", "aborted", "out of range",
-                                "unimplemented", "internal",       "unavailable",    "data loss"};
-  int i = static_cast<int>(code);
-  return i >= 0 && i < 16 ? names[i] : "unknown code";
-}
-
 }  // namespace mlph::core

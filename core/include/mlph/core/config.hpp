@@ -40,8 +40,6 @@ class Config {
 
   const std::string& get(const std::string& key) const;
   const ConfigValue& entry(const std::string& key) const;
-  bool changed(const std::string& key) const;  // set away from its default
-  void set(const std::string& key, const std::string& text, const std::string& origin);
   const std::map<std::string, ConfigValue>& values() const { return values_; }
   // Keys under `prefix.` that the schema does not own (passed through to a plug-in's options).
   const std::map<std::string, ConfigValue>& passthrough() const { return passthrough_; }

@@ -30,6 +30,4 @@ MLPH_Code error_code(const MLPH_Error* error);
 const char* error_message(const MLPH_Error* error);
 void error_free(MLPH_Error* error);
 
-const char* code_name(MLPH_Code code);
-
 }  // namespace mlph::core
