@@ -3,18 +3,13 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <cmath>
+
+#include "mlph/sdk/json.hpp"
 #include <stdexcept>
 
 namespace mlph::core {
 
-Json json(double v) {
-  if (std::isnan(v)) return {"NaN"};
-  if (std::isinf(v)) return {v > 0 ? "Infinity" : "-Infinity"};
-  std::string s = fmt::format("{}", v);  // shortest round-trip, like Python's repr
-  if (s.find_first_of(".en") == std::string::npos) s += ".0";
-  return {s};
-}
+Json json(double v) { return {sdk::json_number(v)}; }
 Json json(long long v) { return {fmt::format("{}", v)}; }
 Json json(int v) { return {fmt::format("{}", v)}; }
 Json json(unsigned long long v) { return {fmt::format("{}", v)}; }

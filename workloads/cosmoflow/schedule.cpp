@@ -2,24 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
+
+#include "mlph/sdk/json.hpp"
 
 namespace mlph::cosmoflow {
-namespace {
-
-// Python's repr of a float, as mlperf_logging's json.dumps writes it.
-std::string json_number(double v) {
-  char buffer[32];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buffer, sizeof buffer, "%.*g", precision, v);
-    if (std::stod(buffer) == v) break;
-  }
-  std::string s = buffer;
-  if (s.find_first_of(".en") == std::string::npos) s += ".0";
-  return s;
-}
-
-}  // namespace
 
 double lr_scale(const ScheduleSettings& s) {
   const double ratio = static_cast<double>(s.global_batch_size) / s.base_batch_size;
@@ -49,14 +35,14 @@ std::vector<std::pair<std::string, std::string>> hyperparameter_log(const Settin
   const double max_factor =
       sc.decay_factors.empty() ? 1.0 : *std::max_element(sc.decay_factors.begin(), sc.decay_factors.end());
   return {
-      {"opt_weight_decay", json_number(s.model.weight_decay)},
-      {"dropout", json_number(s.model.dropout)},
+      {"opt_weight_decay", sdk::json_number(s.model.weight_decay)},
+      {"dropout", sdk::json_number(s.model.dropout)},
       {"opt_name", "\"sgd\""},
-      {"opt_base_learning_rate", json_number(sc.base_lr * lr_scale(sc))},
+      {"opt_base_learning_rate", sdk::json_number(sc.base_lr * lr_scale(sc))},
       {"opt_learning_rate_warmup_epochs", std::to_string(sc.warmup_epochs)},
-      {"opt_learning_rate_warmup_factor", json_number(lr_scale(sc))},
+      {"opt_learning_rate_warmup_factor", sdk::json_number(lr_scale(sc))},
       {"opt_learning_rate_decay_boundary_epochs", boundaries},
-      {"opt_learning_rate_decay_factor", json_number(max_factor)},
+      {"opt_learning_rate_decay_factor", sdk::json_number(max_factor)},
   };
 }
 
