@@ -1,15 +1,20 @@
 // mlperf-bench: times a backend's training and evaluation steps on a workload's model with
-// synthetic in-memory input (no I/O), and prints samples/s and achieved GFLOP/s.
-//   mlperf-bench --workload cosmoflow --backend reference --steps 3 [--set train.batch_size=1]
+// synthetic in-memory input (no I/O), and prints samples/s and achieved GFLOP/s, for the whole
+// model and (--layers) for each layer compiled on its own.
+//   mlperf-bench --workload cosmoflow --backend onednn-cpu --set train.batch_size=4 --layers --json out.json
 #include <fmt/format.h>
 
 #include <boost/program_options.hpp>
 #include <chrono>
+#include <fstream>
 #include <iostream>
+#include <thread>
 
+#include "layers.hpp"
+#include "peak.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/core/session.hpp"
-#include "mlph/sdk/graph.hpp"
+#include "mlph/sdk/json.hpp"
 #include "mlph/sdk/tensor.hpp"
 
 namespace po = boost::program_options;
@@ -18,31 +23,43 @@ using namespace mlph::core;
 
 namespace {
 
-// Multiply-adds x2 of the convolutions and dense layers: the forward pass's useful work.
-double forward_flops(const MLPH_Graph& g) {
-  double flops = 0;
-  for (size_t i = 0; i < g.n_nodes; ++i) {
-    const MLPH_Node& n = g.nodes[i];
-    const std::string op = n.op;
-    if (op != "conv" && op != "dense") continue;
-    const MLPH_Value& out = g.values[n.outputs[0]];
-    const MLPH_Value& w = g.values[n.inputs[1]];
-    // conv weights [K..., Ci/g, Co]: every output element takes prod(K) * Ci/g multiply-adds.
-    const double per_output = static_cast<double>(sdk::numel(w)) / static_cast<double>(w.shape[w.ndim - 1]);
-    flops += 2.0 * per_output * static_cast<double>(sdk::numel(out));
-  }
-  return flops;
-}
+struct Timing {
+  double train_s = 0, eval_s = 0;  // mean seconds per step
+};
 
-// Deterministic filler: small int16 counts (like the data after Poisson sampling), labels in [-1, 1].
-void fill(MLPH_Tensor& t, std::vector<std::byte>& storage, uint64_t salt) {
-  const auto n = static_cast<size_t>(sdk::numel(t));
-  for (size_t i = 0; i < n; ++i) {
-    const float u = mlph_uniform(salt, 0, 0, i);
-    if (t.dtype == MLPH_DTYPE_I16) reinterpret_cast<int16_t*>(storage.data())[i] = static_cast<int16_t>(u * 40);
-    else reinterpret_cast<float*>(storage.data())[i] = 2 * u - 1;
+struct LayerResult {
+  bench::Layer layer;
+  Timing timing;
+};
+
+// Host buffers for a graph's inputs and eval outputs, filled deterministically: small int16 counts
+// (like data after Poisson sampling), floats in [-1, 1], int32 labels in [0, 3).
+class StepBuffers {
+ public:
+  explicit StepBuffers(const MLPH_Graph& g) {
+    for (size_t i = 0; i < g.n_inputs; ++i) add(inputs_, input_data_, g.values[g.inputs[i]], i + 1);
+    for (size_t i = 0; i < g.n_eval_outputs; ++i) add(outputs_, output_data_, g.values[g.eval_outputs[i]], 0);
   }
-}
+  std::vector<MLPH_Tensor>& inputs() { return inputs_; }
+  std::vector<MLPH_Tensor>& outputs() { return outputs_; }
+
+ private:
+  static void add(std::vector<MLPH_Tensor>& tensors, std::vector<std::vector<std::byte>>& data, const MLPH_Value& v,
+                  uint64_t salt) {
+    const auto n = static_cast<size_t>(sdk::numel(v));
+    std::vector<std::byte>& bytes = data.emplace_back(n * mlph_dtype_size(v.dtype));
+    for (size_t i = 0; salt && i < n; ++i) {
+      const float u = mlph_uniform(salt, 0, 0, i);
+      if (v.dtype == MLPH_DTYPE_I16) reinterpret_cast<int16_t*>(bytes.data())[i] = static_cast<int16_t>(u * 40);
+      else if (v.dtype == MLPH_DTYPE_I32) reinterpret_cast<int32_t*>(bytes.data())[i] = static_cast<int32_t>(u * 3);
+      else reinterpret_cast<float*>(bytes.data())[i] = 2 * u - 1;
+    }
+    tensors.push_back(sdk::host_tensor(v.dtype, v.shape, v.ndim, bytes.data()));
+  }
+  std::vector<MLPH_Tensor> inputs_, outputs_;
+  // Moving an inner vector keeps its heap buffer, so the tensors' pointers survive growth.
+  std::vector<std::vector<std::byte>> input_data_, output_data_;
+};
 
 template <class F>
 double seconds(F&& f) {
@@ -51,11 +68,70 @@ double seconds(F&& f) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// Compiles `graph`, runs `warmup` untimed steps, then times `steps` training and evaluation steps.
+Timing time_graph(Session& session, const MLPH_Graph& graph, int steps, int warmup) {
+  Owned<MLPH_Model> model = session.compile(graph);
+  StepBuffers buffers(graph);
+  const auto* api = session.backend_api();
+  uint64_t step = 0;
+  auto train = [&] {
+    MLPH_StepArgs args{sizeof(MLPH_StepArgs), nullptr, 1e-6, step++};
+    MLPH_StepResult result{sizeof(MLPH_StepResult), nullptr, 0};
+    check(api->train_step(model.get(), buffers.inputs().data(), buffers.inputs().size(), &args, &result),
+          "train_step");
+  };
+  auto eval = [&] {
+    check(api->eval_step(model.get(), buffers.inputs().data(), buffers.inputs().size(), buffers.outputs().data(),
+                         buffers.outputs().size()),
+          "eval_step");
+  };
+  for (int i = 0; i < warmup; ++i) train(), eval();
+  Timing t;
+  for (int i = 0; i < steps; ++i) t.train_s += seconds(train), t.eval_s += seconds(eval);
+  t.train_s /= steps;
+  t.eval_s /= steps;
+  return t;
+}
+
+double gflops(double flops, double s) { return s > 0 ? flops / s / 1e9 : 0; }
+
+void print_layers(const std::vector<LayerResult>& layers, double peak) {
+  fmt::print("\nper layer (each compiled alone; FP32 peak measured: {:.0f} GFLOP/s)\n", peak);
+  fmt::print("{:<14} {:>10} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7}\n", "layer", "GFLOP fwd", "fwd ms", "fwd GF/s",
+             "%peak", "train ms", "train GF/s", "%peak");
+  for (const auto& [layer, t] : layers) {
+    const double fwd = gflops(layer.forward_flops, t.eval_s), train = gflops(layer.train_flops(), t.train_s);
+    fmt::print("{:<14} {:>10.2f} {:>10.1f} {:>10.1f} {:>7.0f} {:>10.1f} {:>10.1f} {:>7.0f}\n", layer.name,
+               layer.forward_flops / 1e9, t.eval_s * 1e3, fwd, 100 * fwd / peak, t.train_s * 1e3, train,
+               100 * train / peak);
+  }
+}
+
+void write_json(const std::string& path, Session& session, uint32_t batch, double forward, double peak,
+                const Timing& model, const std::vector<LayerResult>& layers) {
+  std::ofstream out(path);
+  auto num = [](double v) { return sdk::json_number(v); };
+  out << fmt::format("{{\"workload\": \"{}\", \"backend\": \"{}\", \"batch\": {}, \"forward_flops\": {},\n",
+                     session.info().benchmark, session.backend_name(), batch, num(forward));
+  out << fmt::format(" \"fp32_peak_gflops\": {}, \"model\": {{\"train_s\": {}, \"eval_s\": {}}},\n \"layers\": [",
+                     num(peak), num(model.train_s), num(model.eval_s));
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const auto& [layer, t] = layers[i];
+    out << fmt::format("{}\n  {{\"name\": \"{}\", \"forward_flops\": {}, \"train_flops\": {}, \"eval_s\": {}, "
+                       "\"train_s\": {}}}",
+                       i ? "," : "", layer.name, num(layer.forward_flops), num(layer.train_flops()), num(t.eval_s),
+                       num(t.train_s));
+  }
+  out << "]}\n";
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   RunOptions options;
   std::vector<std::string> plugin_dirs;
+  std::string json_path;
   int steps = 3, warmup = 1;
   po::options_description cli("mlperf-bench: time training and evaluation steps of a backend\n\noptions");
   cli.add_options()("help,h", "show this help")("workload,w", po::value(&options.workload)->default_value("cosmoflow"),
@@ -64,11 +140,13 @@ int main(int argc, char** argv) {
       "config,c", po::value(&options.config_file), "YAML config")(
       "set,s", po::value(&options.sets)->composing(), "key=value (repeatable), e.g. train.batch_size=1")(
       "steps", po::value(&steps), "timed steps (default 3)")("warmup", po::value(&warmup), "untimed steps (default 1)")(
+      "layers", "also time each layer compiled on its own")("json", po::value(&json_path), "write the figures to FILE")(
       "plugin-dir", po::value(&plugin_dirs)->composing(), "plug-in directory (repeatable)");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, cli), vm);
     po::notify(vm);
+    if (steps < 1 || warmup < 0) throw po::error("--steps must be >= 1 and --warmup >= 0");
   } catch (const po::error& e) {
     std::cerr << "mlperf-bench: error: " << e.what() << "\n";
     return 2;
@@ -85,47 +163,30 @@ int main(int argc, char** argv) {
     const uint32_t batch = session.info().local_batch_size;
     const MLPH_Graph* graph = nullptr;
     check(session.workload_api()->build_graph(session.workload(), batch, 1, &graph), "building the model");
-    Owned<MLPH_Model> model = session.compile(*graph);
-
-    std::vector<std::vector<std::byte>> buffers;
-    std::vector<MLPH_Tensor> inputs;
-    for (size_t i = 0; i < graph->n_inputs; ++i) {
-      const MLPH_Value& v = graph->values[graph->inputs[i]];
-      buffers.emplace_back(static_cast<size_t>(sdk::numel(v)) * mlph_dtype_size(v.dtype));
-      inputs.push_back(sdk::host_tensor(v.dtype, v.shape, v.ndim, buffers.back().data()));
-      fill(inputs.back(), buffers.back(), i + 1);
-    }
-    std::vector<std::vector<float>> outputs;
-    std::vector<MLPH_Tensor> output_tensors;
-    for (size_t i = 0; i < graph->n_eval_outputs; ++i) {
-      const MLPH_Value& v = graph->values[graph->eval_outputs[i]];
-      outputs.emplace_back(static_cast<size_t>(sdk::numel(v)));
-      output_tensors.push_back(sdk::host_tensor(MLPH_DTYPE_F32, v.shape, v.ndim, outputs.back().data()));
-    }
-    const auto* api = session.backend_api();
-    uint64_t step = 0;
-    auto train = [&] {
-      MLPH_StepArgs args{sizeof(MLPH_StepArgs), nullptr, 1e-4, step++};
-      MLPH_StepResult result{sizeof(MLPH_StepResult), nullptr, 0};
-      check(api->train_step(model.get(), inputs.data(), inputs.size(), &args, &result), "train_step");
-    };
-    auto eval = [&] {
-      check(api->eval_step(model.get(), inputs.data(), inputs.size(), output_tensors.data(), output_tensors.size()),
-            "eval_step");
-    };
-    for (int i = 0; i < warmup; ++i) train(), eval();
-    double train_s = 0, eval_s = 0;
-    for (int i = 0; i < steps; ++i) train_s += seconds(train), eval_s += seconds(eval);
-    train_s /= steps;
-    eval_s /= steps;
-    const double fwd = forward_flops(*graph) / batch;
+    const double forward = bench::forward_flops(*graph);
+    const MLPH_Value& input = graph->values[graph->inputs[0]];
     fmt::print("workload {}  backend {}  batch {}  input {}\n", session.info().benchmark, session.backend_name(), batch,
-               sdk::shape_string(graph->values[graph->inputs[0]].shape, graph->values[graph->inputs[0]].ndim));
-    fmt::print("forward work: {:.2f} GFLOP/sample (training step ~3x: {:.2f})\n", fwd / 1e9, 3 * fwd / 1e9);
-    fmt::print("train step: {:.3f} s  {:.3f} samples/s  {:.1f} GFLOP/s\n", train_s, batch / train_s,
-               3 * fwd * batch / train_s / 1e9);
-    fmt::print("eval step:  {:.3f} s  {:.3f} samples/s  {:.1f} GFLOP/s\n", eval_s, batch / eval_s,
-               fwd * batch / eval_s / 1e9);
+               sdk::shape_string(input.shape, input.ndim));
+    fmt::print("forward work: {:.2f} GFLOP/sample (training step ~3x: {:.2f})\n", forward / batch / 1e9,
+               3 * forward / batch / 1e9);
+    const Timing model = time_graph(session, *graph, steps, warmup);
+    fmt::print("train step: {:.3f} s  {:.3f} samples/s  {:.1f} GFLOP/s\n", model.train_s, batch / model.train_s,
+               gflops(3 * forward, model.train_s));
+    fmt::print("eval step:  {:.3f} s  {:.3f} samples/s  {:.1f} GFLOP/s\n", model.eval_s, batch / model.eval_s,
+               gflops(forward, model.eval_s));
+    std::cout << std::flush;
+
+    std::vector<LayerResult> layers;
+    double peak = 0;
+    if (vm.count("layers")) {
+      peak = bench::measure_fp32_peak(std::thread::hardware_concurrency());
+      for (const bench::Layer& layer : bench::split_layers(*graph)) {
+        sdk::GraphBuilder builder;
+        layers.push_back({layer, time_graph(session, *bench::layer_graph(*graph, layer, builder), steps, warmup)});
+      }
+      print_layers(layers, peak);
+    }
+    if (!json_path.empty()) write_json(json_path, session, batch, forward, peak, model, layers);
   } catch (const std::exception& e) {
     std::cerr << "mlperf-bench: error: " << e.what() << "\n";
     return 1;

@@ -1,0 +1,144 @@
+#include "layers.hpp"
+
+#include <map>
+#include <set>
+#include <string_view>
+
+#include "mlph/sdk/tensor.hpp"
+
+namespace mlph::bench {
+namespace {
+
+bool is_compute(std::string_view op) { return op == "conv" || op == "conv_transpose" || op == "dense"; }
+bool is_pool(std::string_view op) { return op == "max_pool" || op == "global_avg_pool"; }
+bool is_elementwise(std::string_view op) {
+  return op == "leaky_relu" || op == "relu" || op == "tanh" || op == "scale" || op == "batch_norm";
+}
+
+// Values computed from a trainable parameter: the activations whose gradient a backward pass needs.
+std::set<int32_t> values_needing_gradient(const MLPH_Graph& g) {
+  std::set<int32_t> needs;
+  for (size_t i = 0; i < g.n_params; ++i)
+    if (g.params[i].flags & MLPH_PARAM_TRAINABLE) needs.insert(g.params[i].value);
+  for (size_t i = 0; i < g.n_nodes; ++i) {
+    const MLPH_Node& n = g.nodes[i];
+    for (size_t k = 0; k < n.n_inputs; ++k)
+      if (needs.count(n.inputs[k])) {
+        for (size_t o = 0; o < n.n_outputs; ++o) needs.insert(n.outputs[o]);
+        break;
+      }
+  }
+  return needs;
+}
+
+std::vector<float> filler(size_t count, uint64_t salt) {
+  std::vector<float> v(count);
+  for (size_t i = 0; i < count; ++i) v[i] = 0.1f * (2.0f * mlph_uniform(salt, 1, 0, i) - 1.0f);
+  return v;
+}
+
+std::vector<int64_t> shape_of(const MLPH_Value& v) { return {v.shape, v.shape + v.ndim}; }
+
+// Copies the attributes of a model node into builder form.
+std::vector<sdk::AttrInit> copy_attrs(const MLPH_Node& n) {
+  std::vector<sdk::AttrInit> out;
+  for (size_t i = 0; i < n.n_attrs; ++i) {
+    const MLPH_Attr& a = n.attrs[i];
+    if (a.text) out.emplace_back(a.key, a.text);
+    else out.emplace_back(a.key, std::vector<double>(a.values, a.values + a.n_values));
+  }
+  return out;
+}
+
+}  // namespace
+
+double node_flops(const MLPH_Graph& g, const MLPH_Node& n) {
+  const std::string_view op = n.op;
+  if (!is_compute(op)) return 0;
+  const MLPH_Value& w = g.values[n.inputs[1]];
+  const double weights = static_cast<double>(sdk::numel(w));
+  if (op == "conv_transpose") {
+    // weights [K..., Co, Ci]: every input element feeds prod(K) * Co multiply-adds.
+    const MLPH_Value& in = g.values[n.inputs[0]];
+    return 2.0 * weights / static_cast<double>(w.shape[w.ndim - 1]) * static_cast<double>(sdk::numel(in));
+  }
+  // conv weights [K..., Ci/g, Co], dense [in, out]: every output element takes prod(K) * Ci/g.
+  const MLPH_Value& out = g.values[n.outputs[0]];
+  return 2.0 * weights / static_cast<double>(w.shape[w.ndim - 1]) * static_cast<double>(sdk::numel(out));
+}
+
+double forward_flops(const MLPH_Graph& g) {
+  double flops = 0;
+  for (size_t i = 0; i < g.n_nodes; ++i) flops += node_flops(g, g.nodes[i]);
+  return flops;
+}
+
+std::vector<Layer> split_layers(const MLPH_Graph& g) {
+  const std::set<int32_t> needs_gradient = values_needing_gradient(g);
+  std::vector<Layer> layers;
+  bool open = false;  // the last layer may still take element-wise followers
+  for (size_t i = 0; i < g.n_nodes; ++i) {
+    const MLPH_Node& n = g.nodes[i];
+    const std::string_view op = n.op;
+    const bool follows = open && is_elementwise(op) && n.inputs[0] == g.nodes[layers.back().nodes.back()].outputs[0];
+    if (follows) {
+      layers.back().nodes.push_back(i);
+      continue;
+    }
+    open = is_compute(op);
+    if (!is_compute(op) && !is_pool(op)) continue;
+    Layer layer{n.name, {i}, node_flops(g, n), needs_gradient.count(n.inputs[0]) > 0};
+    layers.push_back(std::move(layer));
+  }
+  return layers;
+}
+
+const MLPH_Graph* layer_graph(const MLPH_Graph& model, const Layer& layer, sdk::GraphBuilder& b) {
+  std::map<int32_t, const MLPH_Parameter*> params;
+  for (size_t i = 0; i < model.n_params; ++i) params[model.params[i].value] = &model.params[i];
+  std::set<int32_t> produced;
+  std::map<int32_t, int32_t> id;  // model value -> layer graph value
+  std::vector<int32_t> data_inputs;
+  auto map_input = [&](int32_t v) {
+    if (id.count(v)) return id[v];
+    const MLPH_Value& info = model.values[v];
+    const int32_t nv = id[v] = b.value(info.name, info.dtype, shape_of(info));
+    const auto count = static_cast<size_t>(sdk::numel(info));
+    if (params.count(v)) {
+      const MLPH_Parameter& p = *params[v];
+      b.parameter(nv, std::vector<float>(p.init, p.init + count), p.l2, p.weight_decay, p.flags);
+    } else if (layer.needs_input_gradient) {
+      b.parameter(nv, filler(count, static_cast<uint64_t>(v)));  // an activation: gets a data gradient
+    } else {
+      data_inputs.push_back(nv);
+    }
+    return nv;
+  };
+  int32_t last = -1;
+  for (size_t index : layer.nodes) {
+    const MLPH_Node& n = model.nodes[index];
+    std::vector<int32_t> inputs, outputs;
+    for (size_t k = 0; k < n.n_inputs; ++k)
+      inputs.push_back(produced.count(n.inputs[k]) ? id[n.inputs[k]] : map_input(n.inputs[k]));
+    for (size_t k = 0; k < n.n_outputs; ++k) {
+      const MLPH_Value& info = model.values[n.outputs[k]];
+      outputs.push_back(id[n.outputs[k]] = b.value(info.name, info.dtype, shape_of(info)));
+      produced.insert(n.outputs[k]);
+    }
+    b.node(n.op, n.name, inputs, outputs, copy_attrs(n));
+    last = outputs[0];
+  }
+  const MLPH_Value out = b.value_info(last);
+  const int32_t target = b.value("target", MLPH_DTYPE_F32, shape_of(out));
+  const int32_t loss = b.value("loss", MLPH_DTYPE_F32, {});
+  b.node("mse", "loss", {last, target}, {loss});
+  data_inputs.push_back(target);
+  b.inputs(data_inputs);
+  b.loss(loss);
+  b.eval_outputs({last});
+  b.optimizer("sgd_keras", {{"momentum", 0.0}});
+  b.seed(model.seed);
+  return b.graph();
+}
+
+}  // namespace mlph::bench

@@ -1,0 +1,148 @@
+#!/usr/bin/python3
+"""The PyTorch peer of `mlperf-bench` for CosmoFlow: the same model (v1.0+ reference, kernel 3),
+float32, the same batch and thread count, timed the same way (whole training step with SGD
+momentum, evaluation forward, and each layer on its own with an mse loss), written as the same
+JSON so tools/bench/compare_cosmoflow.py can print them side by side.
+
+  /usr/bin/python3 tools/bench/pytorch_cosmoflow.py --edge 128 --batch 4 --threads 2 --layers --json torch.json
+"""
+import argparse
+import json
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def conv_block(cin, cout):
+    return nn.Sequential(nn.Conv3d(cin, cout, 3, padding=1), nn.LeakyReLU(0.3))
+
+
+class CosmoFlow(nn.Module):
+    """Layer for layer the graph workloads/cosmoflow/model.cpp builds (Keras 'same' = padding 1)."""
+
+    def __init__(self, edge, dropout=0.5):
+        super().__init__()
+        self.convs = nn.ModuleList(conv_block(4 if i == 0 else 32 << (i - 1), 32 << i) for i in range(5))
+        flat = (32 << 4) * (edge // 32) ** 3
+        self.dense1 = nn.Sequential(nn.Linear(flat, 128), nn.LeakyReLU(0.3))
+        self.dense2 = nn.Sequential(nn.Linear(128, 64), nn.LeakyReLU(0.3))
+        self.output = nn.Linear(64, 4)
+        self.dropout = dropout
+
+    def forward(self, x):
+        x = torch.log1p(x)
+        for conv in self.convs:
+            x = F.max_pool3d(conv(x), 2)
+        x = torch.flatten(x.permute(0, 2, 3, 4, 1), 1)  # channels-last flatten, as Keras
+        x = F.dropout(self.dense1(x), self.dropout, self.training)
+        x = F.dropout(self.dense2(x), self.dropout, self.training)
+        return 1.2 * torch.tanh(self.output(x))
+
+    def layers(self, batch, edge):
+        """(name, module, input shape, forward flops, needs input gradient), as mlperf-bench --layers."""
+        out = []
+        channels, e = 4, edge
+        for i, conv in enumerate(self.convs):
+            cout = 32 << i
+            flops = 2.0 * batch * e ** 3 * 27 * channels * cout
+            out.append((f"conv{i + 1}", conv, (batch, channels, e, e, e), flops, i > 0))
+            out.append((f"conv{i + 1}.pool", nn.MaxPool3d(2), (batch, cout, e, e, e), 0.0, True))
+            channels, e = cout, e // 2
+        flat = channels * e ** 3
+        out.append(("dense1", self.dense1, (batch, flat), 2.0 * batch * flat * 128, True))
+        out.append(("dense2", self.dense2, (batch, 128), 2.0 * batch * 128 * 64, True))
+        head = nn.Sequential(self.output, nn.Tanh())
+        out.append(("output", head, (batch, 64), 2.0 * batch * 64 * 4, True))
+        return out
+
+
+def timed(fn, steps, warmup):
+    for _ in range(warmup):
+        fn()
+    start = time.perf_counter()
+    for _ in range(steps):
+        fn()
+    return (time.perf_counter() - start) / steps
+
+
+def to_format(t, channels_last):
+    return t.contiguous(memory_format=torch.channels_last_3d) if channels_last and t.dim() == 5 else t
+
+
+def time_model(model, args):
+    x = to_format(torch.randint(0, 40, (args.batch, 4, args.edge, args.edge, args.edge)).float(), args.channels_last)
+    y = torch.rand(args.batch, 4) * 2 - 1
+    opt = torch.optim.SGD(model.parameters(), lr=1e-6, momentum=0.9)
+
+    def train():
+        model.train()
+        opt.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        opt.step()
+
+    def evaluate():
+        model.eval()
+        with torch.no_grad():
+            (model(x) - y).abs().sum().item()
+
+    return timed(train, args.steps, args.warmup), timed(evaluate, args.steps, args.warmup)
+
+
+def time_layer(module, shape, needs_grad, args):
+    x = to_format(torch.rand(shape) * 2 - 1, args.channels_last).requires_grad_(needs_grad)
+    with torch.no_grad():
+        target = torch.zeros_like(module(x))
+
+    def train():
+        module.zero_grad()
+        if x.grad is not None:
+            x.grad = None
+        F.mse_loss(module(x), target).backward()
+
+    def evaluate():
+        with torch.no_grad():
+            module(x)
+
+    return timed(train, args.steps, args.warmup), timed(evaluate, args.steps, args.warmup)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--edge", type=int, default=128)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--layers", action="store_true", help="also time each layer on its own")
+    p.add_argument("--channels-last", action="store_true", help="channels_last_3d memory format")
+    p.add_argument("--json", help="write the figures to FILE")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model = CosmoFlow(args.edge)
+    if args.channels_last:
+        model = model.to(memory_format=torch.channels_last_3d)
+    forward = sum(f for _, _, _, f, _ in model.layers(args.batch, args.edge))
+    train_s, eval_s = time_model(model, args)
+    fmt = "channels_last_3d" if args.channels_last else "contiguous"
+    print(f"PyTorch {torch.__version__} ({fmt}, {torch.get_num_threads()} threads)  batch {args.batch}  edge {args.edge}")
+    print(f"train step: {train_s:.3f} s  {args.batch / train_s:.3f} samples/s  {3 * forward / train_s / 1e9:.1f} GFLOP/s")
+    print(f"eval step:  {eval_s:.3f} s  {args.batch / eval_s:.3f} samples/s  {forward / eval_s / 1e9:.1f} GFLOP/s")
+    layers = []
+    if args.layers:
+        for name, module, shape, flops, needs_grad in model.layers(args.batch, args.edge):
+            lt, le = time_layer(module, shape, needs_grad, args)
+            train_flops = flops * (3 if needs_grad else 2)
+            layers.append(dict(name=name, forward_flops=flops, train_flops=train_flops, eval_s=le, train_s=lt))
+            print(f"{name:<14} fwd {le * 1e3:9.1f} ms {flops / le / 1e9 if le else 0:7.1f} GF/s   "
+                  f"train {lt * 1e3:9.1f} ms {train_flops / lt / 1e9 if lt else 0:7.1f} GF/s", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(workload="cosmoflow", backend=f"pytorch-{torch.__version__}-{fmt}", batch=args.batch,
+                           forward_flops=forward, model=dict(train_s=train_s, eval_s=eval_s), layers=layers), f)
+
+
+if __name__ == "__main__":
+    main()
