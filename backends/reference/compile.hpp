@@ -11,9 +11,33 @@
 
 namespace mlph::reference {
 
-enum class OpKind { log1p, conv, leaky_relu, relu, tanh, scale, max_pool, reshape, dense, dropout, mse, abs_error_sum };
+enum class OpKind {
+  log1p,
+  conv,
+  leaky_relu,
+  relu,
+  tanh,
+  scale,
+  max_pool,
+  reshape,
+  dense,
+  dropout,
+  mse,
+  abs_error_sum,
+  conv_transpose,
+  batch_norm,
+  add,
+  concat,
+  global_avg_pool,
+  broadcast,
+  channel_affine,
+  shift_scale,
+  softmax_cross_entropy,
+  iou
+};
 
-// True for ops that pass gradients to their inputs (log1p is preprocessing, abs_error_sum a metric).
+// True for ops that pass gradients to their inputs (log1p and shift_scale are preprocessing, abs_error_sum and
+// iou metrics).
 bool has_gradient(OpKind kind);
 
 struct ValueInfo {
@@ -31,9 +55,15 @@ struct CompiledNode {
   uint64_t index = 0;  // position in graph.nodes: the dropout stream
   std::vector<int32_t> inputs;
   int32_t output = -1;
-  Window window;     // conv, max_pool
-  DenseShape dense;  // dense
-  double attr = 0;   // leaky_relu alpha, scale factor, dropout rate
+  Window window;                             // conv, max_pool; conv_transpose: the conv it is the adjoint of
+  DenseShape dense;                          // dense
+  double attr = 0;                           // leaky_relu alpha, scale factor, dropout rate
+  RowsByChannels rows;                       // per-channel ops, losses: the first input as [rows, channels]
+  int64_t batch = 1;                         // global_avg_pool, iou
+  BatchNormAttrs batch_norm;                 // batch_norm
+  std::vector<int64_t> widths;               // concat: the channels of each input
+  std::vector<int64_t> in_shape, out_shape;  // broadcast
+  std::vector<float> class_weights;          // softmax_cross_entropy, float32 as docs/ops.md says
 
   bool has_bias() const { return inputs.size() > 2; }  // conv, dense
 };
@@ -42,7 +72,16 @@ struct CompiledParam {
   int32_t value = -1;
   std::vector<float> init;  // consumed (moved into the model's buffers) when the model allocates
   double l2 = 0;
+  double weight_decay = 1;  // the multiplier on the optimizer's weight decay
   bool trainable = true;
+};
+
+enum class OptimizerKind { sgd_keras, adam, adamw, lamb };
+
+struct OptimizerSpec {
+  OptimizerKind kind = OptimizerKind::sgd_keras;
+  double momentum = 0;  // sgd_keras
+  AdamAttrs adam;       // adam, adamw, lamb
 };
 
 // A validated, self-contained copy of a graph: nothing in it points into the caller's graph.
@@ -52,7 +91,7 @@ struct Program {
   std::vector<CompiledParam> params;
   std::vector<int32_t> inputs, eval_outputs;
   int32_t loss = -1;
-  double momentum = 0;  // sgd_keras
+  OptimizerSpec optimizer;
   uint64_t seed = 0;
 };
 

@@ -8,6 +8,7 @@
 // output channels, which the compiler vectorises; the weights are first repacked so that each tile
 // streams them sequentially.
 #include <algorithm>
+#include <array>
 #include <vector>
 
 #include "ops.hpp"
@@ -299,25 +300,80 @@ void weight_gradient(const DirectConv& c, const float* src, const float* dy, int
   }
 }
 
-}  // namespace
+// ---- depthwise: groups == in channels == out channels (DeepCAM's separable convs) ------------------------
+// One input and one output channel per group leaves the tiles above nothing to vectorise over, so these loops
+// run innermost over the channels instead: w is [taps][C], contiguous in C like x and y.
 
-void conv_forward(ThreadPool& pool, ConvScratch& scratch, const Window& g, const float* x, const float* w,
-                  const float* b, float* y) {
-  const DirectConv c = forward_problem(g);
-  const int64_t ci_g = c.in_per_group(), co_g = c.out_per_group(), co = c.out_channels;
-  pack_weights(
-      pool, c,
-      [&](int64_t tap, int64_t i, int64_t grp, int64_t j) { return w[(tap * ci_g + i) * co + grp * co_g + j]; },
-      scratch.weights);
-  direct_conv(pool, c, padded_input(pool, g, x, scratch.source), scratch.weights.data(), b, y, false);
+bool is_depthwise(const Window& g) { return g.groups > 1 && g.groups == g.in_channels && g.groups == g.out_channels; }
+
+// y (=|+=) depthwise conv of src with w [taps][C] [+ bias]: parallel over output rows, which write disjoint y.
+void depthwise_conv(ThreadPool& pool, const DirectConv& c, const float* src, const float* w, const float* bias,
+                    float* y, bool accumulate) {
+  const std::vector<int64_t> taps = c.tap_offsets();
+  const int64_t channels = c.out_channels, outputs = c.out[2];
+  pool.parallel_for(c.rows(), [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const float* s_row = src + c.src_row_offset(row);
+      float* y_row = y + c.out_row_offset(row);
+      for (int64_t o = 0; o < outputs; ++o) {
+        const float* s = s_row + o * c.src_step();
+        float* out = y_row + o * channels;
+        if (!accumulate)
+          for (int64_t ch = 0; ch < channels; ++ch) out[ch] = bias ? bias[ch] : 0.0f;
+        for (size_t tap = 0; tap < taps.size(); ++tap) {
+          const float* st = s + taps[tap];
+          const float* wt = w + static_cast<int64_t>(tap) * channels;
+          for (int64_t ch = 0; ch < channels; ++ch) out[ch] += st[ch] * wt[ch];
+        }
+      }
+    }
+  });
 }
 
-// Backward data as a forward conv: dx[i] = sum_{o, k : o*s + k*d = i + p} dy[o] · w[k]^T. Spread dy by
-// the stride into u (zeros between), shifted so that u[j] = dy[o] at j = o*s + d(K-1) - p; then with the
-// kernel flipped (k' = K-1-k) and each tap transposed to [Co/g, Ci], dx[i] = sum_k' u[i + k'd] · wflip[k']:
-// a stride-1 conv with dilation d over u of size in + d(K-1), producing exactly dx.
-void conv_backward_data(ThreadPool& pool, ConvScratch& scratch, const Window& g, const float* w, const float* dy,
-                        float* dx) {
+// dw [taps][C] += and db += : threads take disjoint output rows into private sums (each row summed on its own
+// first: blocked summation), reduced in part order at the end.
+void depthwise_weight_gradient(ThreadPool& pool, ConvScratch& scratch, const DirectConv& c, const float* src,
+                               const float* dy, float* dw, float* db) {
+  const std::vector<int64_t> taps = c.tap_offsets();
+  const int64_t channels = c.out_channels, outputs = c.out[2], ntaps = c.taps(), rows = c.rows();
+  const int64_t slice = (ntaps + 1) * channels, parts = std::min<int64_t>(pool.size(), rows);
+  std::vector<float>& partial = scratch.partial;
+  partial.assign(static_cast<size_t>(parts * slice), 0.0f);
+  pool.parallel_for(parts, [&](int64_t begin, int64_t end) {
+    std::vector<float> row_sum(static_cast<size_t>(slice));
+    for (int64_t part = begin; part < end; ++part) {
+      float* mine = partial.data() + part * slice;
+      for (int64_t row = rows * part / parts; row < rows * (part + 1) / parts; ++row) {
+        std::fill(row_sum.begin(), row_sum.end(), 0.0f);
+        const float* s_row = src + c.src_row_offset(row);
+        const float* d_row = dy + c.out_row_offset(row);
+        for (int64_t o = 0; o < outputs; ++o) {
+          const float* s = s_row + o * c.src_step();
+          const float* d = d_row + o * channels;
+          for (int64_t tap = 0; tap < ntaps; ++tap) {
+            const float* st = s + taps[static_cast<size_t>(tap)];
+            float* acc = row_sum.data() + tap * channels;
+            for (int64_t ch = 0; ch < channels; ++ch) acc[ch] += st[ch] * d[ch];
+          }
+          float* bias_acc = row_sum.data() + ntaps * channels;
+          for (int64_t ch = 0; ch < channels; ++ch) bias_acc[ch] += d[ch];
+        }
+        for (int64_t i = 0; i < slice; ++i) mine[i] += row_sum[static_cast<size_t>(i)];
+      }
+    }
+  });
+  pool.parallel_for(slice, 4096, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      float* target = i < ntaps * channels ? (dw ? dw + i : nullptr) : (db ? db + (i - ntaps * channels) : nullptr);
+      if (!target) continue;
+      for (int64_t part = 0; part < parts; ++part) *target += partial[static_cast<size_t>(part * slice + i)];
+    }
+  });
+}
+
+// The stride-1 problem of the backward data pass (see conv_backward_data): dy spread by the stride into
+// scratch.source, read by a conv with the layer's dilation whose output is exactly dx.
+DirectConv backward_data_problem(ThreadPool& pool, const Window& g, const float* dy, std::vector<float>& spread_dy) {
   DirectConv c;
   c.batch = g.batch;
   int64_t offset[3], spread[3];
@@ -329,7 +385,45 @@ void conv_backward_data(ThreadPool& pool, ConvScratch& scratch, const Window& g,
     spread[d] = g.stride[d];
   }
   c.in_channels = g.out_channels, c.out_channels = g.in_channels, c.groups = g.groups;
-  spread_into(pool, dy, g.batch, g.out, g.out_channels, c.src, offset, spread, scratch.source);
+  spread_into(pool, dy, g.batch, g.out, g.out_channels, c.src, offset, spread, spread_dy);
+  return c;
+}
+
+// y (=|+=) conv(x, w) [+ b]: the forward pass, shared by conv and the backward data pass of conv_transpose.
+void forward_pass(ThreadPool& pool, ConvScratch& scratch, const Window& g, const float* x, const float* w,
+                  const float* b, float* y, bool accumulate) {
+  const DirectConv c = forward_problem(g);
+  const float* source = padded_input(pool, g, x, scratch.source);
+  if (is_depthwise(g)) return depthwise_conv(pool, c, source, w, b, y, accumulate);
+  const int64_t ci_g = c.in_per_group(), co_g = c.out_per_group(), co = c.out_channels;
+  pack_weights(
+      pool, c,
+      [&](int64_t tap, int64_t i, int64_t grp, int64_t j) { return w[(tap * ci_g + i) * co + grp * co_g + j]; },
+      scratch.weights);
+  direct_conv(pool, c, source, scratch.weights.data(), b, y, accumulate);
+}
+
+}  // namespace
+
+void conv_forward(ThreadPool& pool, ConvScratch& scratch, const Window& g, const float* x, const float* w,
+                  const float* b, float* y) {
+  forward_pass(pool, scratch, g, x, w, b, y, false);
+}
+
+// Backward data as a forward conv: dx[i] = sum_{o, k : o*s + k*d = i + p} dy[o] · w[k]^T. Spread dy by
+// the stride into u (zeros between), shifted so that u[j] = dy[o] at j = o*s + d(K-1) - p; then with the
+// kernel flipped (k' = K-1-k) and each tap transposed to [Co/g, Ci], dx[i] = sum_k' u[i + k'd] · wflip[k']:
+// a stride-1 conv with dilation d over u of size in + d(K-1), producing exactly dx.
+void conv_backward_data(ThreadPool& pool, ConvScratch& scratch, const Window& g, const float* w, const float* dy,
+                        float* dx) {
+  const DirectConv c = backward_data_problem(pool, g, dy, scratch.source);
+  if (is_depthwise(g)) {  // flipped taps, [taps][C] as the forward weights
+    const int64_t taps = g.taps(), channels = g.in_channels;
+    scratch.weights.resize(static_cast<size_t>(taps * channels));
+    for (int64_t tap = 0; tap < taps; ++tap)
+      std::copy(w + (taps - 1 - tap) * channels, w + (taps - tap) * channels, scratch.weights.data() + tap * channels);
+    return depthwise_conv(pool, c, scratch.source.data(), scratch.weights.data(), nullptr, dx, true);
+  }
 
   // The transposed problem's weight from its input channel i (an output channel of the layer) to its
   // output channel j (an input channel of the layer), tap flipped: reversing a row-major tap index
@@ -352,6 +446,7 @@ void conv_backward_weights(ThreadPool& pool, ConvScratch& scratch, const Window&
   if (!dw && !db) return;
   const float* source = padded_input(pool, g, x, scratch.source);
   const DirectConv c = forward_problem(g);
+  if (is_depthwise(g)) return depthwise_weight_gradient(pool, scratch, c, source, dy, dw, db);
   const int64_t w_size = g.taps() * (g.in_channels / g.groups) * g.out_channels, rows = c.rows();
   if (dw && w_size > c.positions() * (g.in_channels + g.out_channels)) {
     pool.parallel_for(g.taps(), [&](int64_t begin, int64_t end) {
@@ -375,6 +470,81 @@ void conv_backward_weights(ThreadPool& pool, ConvScratch& scratch, const Window&
       if (!target) continue;
       for (int64_t part = 0; part < parts; ++part) *target += partial[part * slice + i];
     }
+  });
+}
+
+// conv_transpose is conv's adjoint. Its forward pass could be conv_backward_data of the conv `g`, but with a
+// stride s that runs over the input spread with s-1 zeros between elements (4x the work at stride 2). Instead:
+// columns = x · W, every input position times every tap's [Ci, Co] (a 1x1 conv to taps x Co channels, on the
+// tiled kernels), then each output position gathers the columns of the (input, tap) pairs that land on it.
+// Its backward data pass is the conv forward (strided: no waste), its weight gradient the conv weight gradient
+// with the roles of x and dy exchanged.
+void conv_transpose_forward(ThreadPool& pool, ConvScratch& scratch, const Window& g, const float* x, const float* w,
+                            const float* b, float* y) {
+  const int64_t ci = g.out_channels, co = g.in_channels, taps = g.taps(), positions = g.out_positions();
+  // Per spatial dim and output coordinate o: the (tap, input coordinate i) pairs with i*s - p_before + k*d = o.
+  std::vector<std::vector<std::array<int64_t, 2>>> lands[3];
+  for (int d = 0; d < 3; ++d) {
+    lands[d].resize(static_cast<size_t>(g.in[d]));
+    for (int64_t k = 0; k < g.kernel[d]; ++k)
+      for (int64_t i = 0; i < g.out[d]; ++i) {
+        const int64_t o = i * g.stride[d] - g.pad_before[d] + k * g.dilation[d];
+        if (o >= 0 && o < g.in[d]) lands[d][static_cast<size_t>(o)].push_back({k, i});
+      }
+  }
+  // A few taps per pass, so that the columns stay bounded (a full-size DeepCAM upsampler would need 1 GiB).
+  const int64_t per_pass = std::clamp<int64_t>(scratch.max_columns / std::max<int64_t>(1, positions * co), 1, taps);
+  for (int64_t first = 0; first < taps; first += per_pass) {
+    const int64_t last = std::min(taps, first + per_pass), used = (last - first) * co;
+    // Padded with zero weights to a multiple of 8 columns, so that none runs in the scalar remainder tiles
+    // (the last DeepCAM layer has 9 taps x 3 channels).
+    const int64_t width = (used + 7) / 8 * 8;
+    scratch.tap_weights.resize(static_cast<size_t>(ci * width));
+    pool.parallel_for(ci, [&](int64_t begin, int64_t end) {  // w [taps, Co, Ci] -> [Ci, taps x Co]
+      for (int64_t i = begin; i < end; ++i)
+        for (int64_t j = 0; j < width; ++j)
+          scratch.tap_weights[static_cast<size_t>(i * width + j)] = j < used ? w[(first * co + j) * ci + i] : 0.0f;
+    });
+    Window columns;  // the 1x1 conv over all input positions as one row
+    columns.in[2] = columns.out[2] = positions;
+    columns.in_channels = ci, columns.out_channels = width;
+    scratch.columns.resize(static_cast<size_t>(positions * width));
+    conv_forward(pool, scratch, columns, x, scratch.tap_weights.data(), nullptr, scratch.columns.data());
+
+    const float* cols = scratch.columns.data();
+    pool.parallel_for(g.batch * g.in[0] * g.in[1], [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t n = row / (g.in[0] * g.in[1]), o0 = row / g.in[1] % g.in[0], o1 = row % g.in[1];
+        for (int64_t o2 = 0; o2 < g.in[2]; ++o2) {
+          float* out = y + (row * g.in[2] + o2) * co;
+          if (first == 0)
+            for (int64_t c = 0; c < co; ++c) out[c] = b ? b[c] : 0.0f;
+          for (const auto& [k0, i0] : lands[0][static_cast<size_t>(o0)])
+            for (const auto& [k1, i1] : lands[1][static_cast<size_t>(o1)])
+              for (const auto& [k2, i2] : lands[2][static_cast<size_t>(o2)]) {
+                const int64_t tap = (k0 * g.kernel[1] + k1) * g.kernel[2] + k2;
+                if (tap < first || tap >= last) continue;
+                const int64_t source = ((n * g.out[0] + i0) * g.out[1] + i1) * g.out[2] + i2;
+                const float* from = cols + source * width + (tap - first) * co;
+                for (int64_t c = 0; c < co; ++c) out[c] += from[c];
+              }
+        }
+      }
+    });
+  }
+}
+
+void conv_transpose_backward(ThreadPool& pool, ConvScratch& scratch, const Window& g, const float* x, const float* w,
+                             const float* dy, float* dx, float* dw, float* db) {
+  if (dx) forward_pass(pool, scratch, g, dy, w, nullptr, dx, true);
+  if (dw) conv_backward_weights(pool, scratch, g, dy, x, dw, nullptr);
+  if (!db) return;
+  const int64_t channels = g.in_channels, positions = g.in_positions();
+  pool.parallel_for(channels, 8, [&](int64_t c0, int64_t c1) {  // disjoint channels: no race
+    std::vector<double> sum(static_cast<size_t>(c1 - c0), 0.0);
+    for (int64_t pos = 0; pos < positions; ++pos)
+      for (int64_t ch = c0; ch < c1; ++ch) sum[static_cast<size_t>(ch - c0)] += dy[pos * channels + ch];
+    for (int64_t ch = c0; ch < c1; ++ch) db[ch] += static_cast<float>(sum[static_cast<size_t>(ch - c0)]);
   });
 }
 

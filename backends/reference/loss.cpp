@@ -1,6 +1,8 @@
 // Losses and the L2 penalty. Sums run in double: the loss the core logs and checks for divergence
 // carries no avoidable rounding, and a NaN or Inf anywhere reaches it.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "ops.hpp"
 
@@ -29,6 +31,78 @@ double abs_error_sum(int64_t n, const float* prediction, const float* target) {
   double sum = 0;
   for (int64_t i = 0; i < n; ++i) sum += std::fabs(static_cast<double>(prediction[i]) - target[i]);
   return sum;
+}
+
+namespace {
+
+// logsumexp of one row, shifted by its maximum (a NaN or Inf logit reaches the loss).
+double log_sum_exp(const float* z, int64_t classes) {
+  const float top = *std::max_element(z, z + classes);
+  double sum = 0;
+  for (int64_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(z[c]) - top);
+  return top + std::log(sum);
+}
+
+}  // namespace
+
+// Per-thread partial sums in double, added in thread order.
+double softmax_cross_entropy_forward(ThreadPool& pool, RowsByChannels s, const float* logits, const int32_t* labels,
+                                     const float* class_weights) {
+  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(pool.size(), s.rows / 4096));
+  std::vector<double> partial(static_cast<size_t>(parts), 0.0);
+  pool.parallel_for(parts, [&](int64_t begin, int64_t end) {
+    for (int64_t part = begin; part < end; ++part)
+      for (int64_t r = s.rows * part / parts; r < s.rows * (part + 1) / parts; ++r) {
+        const float* z = logits + r * s.channels;
+        partial[static_cast<size_t>(part)] +=
+            static_cast<double>(class_weights[labels[r]]) * (log_sum_exp(z, s.channels) - z[labels[r]]);
+      }
+  });
+  double sum = 0;
+  for (double p : partial) sum += p;
+  return sum / static_cast<double>(s.rows);
+}
+
+void softmax_cross_entropy_backward(ThreadPool& pool, RowsByChannels s, const float* logits, const int32_t* labels,
+                                    const float* class_weights, float dloss, float* dlogits) {
+  const double scale = static_cast<double>(dloss) / static_cast<double>(s.rows);
+  pool.parallel_for(s.rows, 1024, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* z = logits + r * s.channels;
+      const double lse = log_sum_exp(z, s.channels), weight = scale * class_weights[labels[r]];
+      for (int64_t c = 0; c < s.channels; ++c) {
+        const double p = std::exp(static_cast<double>(z[c]) - lse) - (c == labels[r] ? 1.0 : 0.0);
+        dlogits[r * s.channels + c] += static_cast<float>(weight * p);
+      }
+    }
+  });
+}
+
+// Parallel over samples; the counts are exact integers, the IoU arithmetic float32 as the reference's.
+void iou_forward(ThreadPool& pool, RowsByChannels s, int64_t batch, const float* logits, const int32_t* labels,
+                 float* iou) {
+  const int64_t pixels = s.rows / batch, classes = s.channels;
+  pool.parallel_for(batch, [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> tp(static_cast<size_t>(classes)), predicted(tp.size()), actual(tp.size());
+    for (int64_t n = begin; n < end; ++n) {
+      std::fill(tp.begin(), tp.end(), 0), std::fill(predicted.begin(), predicted.end(), 0);
+      std::fill(actual.begin(), actual.end(), 0);
+      for (int64_t r = n * pixels; r < (n + 1) * pixels; ++r) {
+        const float* z = logits + r * classes;
+        const auto pred = static_cast<size_t>(std::max_element(z, z + classes) - z);  // the first maximum
+        const auto label = static_cast<size_t>(labels[r]);
+        ++predicted[pred], ++actual[label];
+        if (pred == label) ++tp[pred];
+      }
+      float sum = 0.0f;
+      for (size_t c = 0; c < tp.size(); ++c) {
+        const int64_t joined = predicted[c] + actual[c] - tp[c];  // tp + fp + fn
+        sum += joined == 0 ? 1.0f / static_cast<float>(classes)
+                           : static_cast<float>(tp[c]) / (static_cast<float>(joined) * static_cast<float>(classes));
+      }
+      iou[n] = sum;
+    }
+  });
 }
 
 double l2_penalty(int64_t n, double l2, const float* w) {

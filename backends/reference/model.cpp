@@ -27,6 +27,23 @@ std::vector<bool> values_needing_gradients(const Program& p) {
   return needed;
 }
 
+// Where each trainable parameter's gradient lies in the one buffer, and the first node reading it.
+std::vector<sdk::GradientBuckets::Param> gradient_layout(const Program& p, const std::vector<float*>& grads,
+                                                         const float* buffer,
+                                                         const std::vector<std::vector<float>>& values) {
+  std::vector<sdk::GradientBuckets::Param> layout;
+  for (const CompiledParam& param : p.params) {
+    if (!param.trainable) continue;
+    const auto v = static_cast<size_t>(param.value);
+    int64_t first_use = INT64_MAX;  // read by no node: final at once
+    for (const CompiledNode& node : p.nodes)
+      if (std::find(node.inputs.begin(), node.inputs.end(), param.value) != node.inputs.end())
+        first_use = std::min(first_use, static_cast<int64_t>(node.index));
+    layout.push_back({static_cast<size_t>(grads[v] - buffer), values[v].size(), first_use});
+  }
+  return layout;
+}
+
 void zero(ThreadPool& pool, float* data, int64_t n) {
   pool.parallel_for(n, 1 << 16, [&](int64_t begin, int64_t end) { std::fill(data + begin, data + end, 0.0f); });
 }
@@ -40,16 +57,28 @@ ReferenceModel::ReferenceModel(const MLPH_HostApi* host, std::shared_ptr<ThreadP
       (comms_->struct_size < MLPH_STRUCT_SIZE(MLPH_CommsHandle, comm) || !comms_->api || !comms_->api->allreduce))
     fail(MLPH_INVALID_ARGUMENT, "reference backend: the comms handle has no allreduce");
   allocate();
+  if (comms_ && !param_grads_.empty())
+    buckets_ = std::make_unique<sdk::GradientBuckets>(host_, *comms_, param_grads_.data(),
+                                                      gradient_layout(program_, grads_, param_grads_.data(), values_));
 }
 
 void ReferenceModel::allocate() {
   Program& p = program_;
-  for (const ValueInfo& v : p.values) values_.emplace_back(static_cast<size_t>(v.numel()), 0.0f);
+  for (const ValueInfo& v : p.values) {
+    const auto n = static_cast<size_t>(v.numel());
+    values_.emplace_back(v.dtype == MLPH_DTYPE_I32 ? 0 : n, 0.0f);
+    int_values_.emplace_back(v.dtype == MLPH_DTYPE_I32 ? n : 0, 0);
+  }
+  const size_t moments = p.optimizer.kind == OptimizerKind::sgd_keras ? 1 : 2;
+  size_t largest = 0;
   for (CompiledParam& param : p.params) {
     std::copy(param.init.begin(), param.init.end(), data(param.value));
     std::vector<float>().swap(param.init);  // the weights live in values_ from now on
-    velocity_.emplace_back(param.trainable ? values_[static_cast<size_t>(param.value)].size() : 0, 0.0f);
+    const size_t n = param.trainable ? values_[static_cast<size_t>(param.value)].size() : 0;
+    optimizer_state_.emplace_back(moments * n, 0.0f);
+    largest = std::max(largest, n);
   }
+  if (p.optimizer.kind == OptimizerKind::lamb) lamb_update_.resize(largest);
   // Trainable parameters' gradients are slices of one buffer; their offsets first, then the pointers
   // (the buffer must not move after).
   std::vector<size_t> offsets;
@@ -63,7 +92,7 @@ void ReferenceModel::allocate() {
   const std::vector<bool> needed = values_needing_gradients(p);
   for (size_t v = 0; v < p.values.size(); ++v)
     if (needed[v] && !grads_[v]) grads_[v] = other_grads_.emplace_back(values_[v].size(), 0.0f).data();
-  masks_.resize(p.nodes.size());
+  saved_.resize(p.nodes.size());
 }
 
 void ReferenceModel::load_inputs(const MLPH_Tensor* inputs, size_t n) {
@@ -76,6 +105,11 @@ void ReferenceModel::load_inputs(const MLPH_Tensor* inputs, size_t n) {
     if (inputs[i].struct_size < MLPH_STRUCT_SIZE(MLPH_Tensor, data) || !inputs[i].data)
       fail(MLPH_INVALID_ARGUMENT, "reference backend: input '" + info.name + "' is not a valid tensor");
     sdk::check_matches(inputs[i], info.as_value(), "reference backend: input");
+    if (info.dtype == MLPH_DTYPE_I32) {
+      std::memcpy(int_values_[static_cast<size_t>(id)].data(), inputs[i].data,
+                  static_cast<size_t>(info.numel()) * sizeof(int32_t));
+      continue;
+    }
     float* dst = data(id);
     if (info.dtype == MLPH_DTYPE_F32) {
       std::memcpy(dst, inputs[i].data, static_cast<size_t>(numel(id)) * sizeof(float));
@@ -96,9 +130,50 @@ void ReferenceModel::forward_node(const CompiledNode& c, bool training, uint64_t
   float* y = data(c.output);
   const int64_t n = numel(c.output);
   const auto attr = static_cast<float>(c.attr);
+  auto input = [&](size_t i) { return data(c.inputs[i]); };
   switch (c.kind) {
     case OpKind::log1p:
       log1p_forward(pool, n, x, y);
+      break;
+    case OpKind::conv_transpose:
+      conv_transpose_forward(pool, conv_scratch_, c.window, x, input(1), c.has_bias() ? input(2) : nullptr, y);
+      break;
+    case OpKind::batch_norm:
+      if (!training) {
+        batch_norm_eval_forward(pool, c.rows, c.batch_norm, x, input(1), input(2), input(3), input(4), y);
+        break;
+      }
+      saved_[c.index].resize(static_cast<size_t>(2 * c.rows.channels));
+      batch_norm_train_forward(pool, c.rows, c.batch_norm, x, input(1), input(2), data(c.inputs[3]), data(c.inputs[4]),
+                               saved_[c.index].data(), y);
+      break;
+    case OpKind::add:
+      add_forward(pool, n, x, input(1), y);
+      break;
+    case OpKind::concat: {
+      std::vector<const float*> parts;
+      for (size_t i = 0; i < c.inputs.size(); ++i) parts.push_back(input(i));
+      concat_forward(pool, c.rows.rows, parts, c.widths, y);
+      break;
+    }
+    case OpKind::global_avg_pool:
+      global_avg_pool_forward(pool, c.batch, c.rows.rows / c.batch, c.rows.channels, x, y);
+      break;
+    case OpKind::broadcast:
+      broadcast_forward(pool, c.in_shape, c.out_shape, x, y);
+      break;
+    case OpKind::channel_affine:
+      channel_affine_forward(pool, c.rows, x, input(1), input(2), y);
+      break;
+    case OpKind::shift_scale:
+      shift_scale_forward(pool, c.rows, x, input(1), input(2), y);
+      break;
+    case OpKind::softmax_cross_entropy:
+      y[0] =
+          static_cast<float>(softmax_cross_entropy_forward(pool, c.rows, x, checked_labels(c), c.class_weights.data()));
+      break;
+    case OpKind::iou:
+      iou_forward(pool, c.rows, c.batch, x, checked_labels(c), y);
       break;
     case OpKind::conv:
       conv_forward(pool, conv_scratch_, c.window, x, data(c.inputs[1]), c.has_bias() ? data(c.inputs[2]) : nullptr, y);
@@ -125,7 +200,7 @@ void ReferenceModel::forward_node(const CompiledNode& c, bool training, uint64_t
       dense_forward(pool, c.dense, x, data(c.inputs[1]), c.has_bias() ? data(c.inputs[2]) : nullptr, y);
       break;
     case OpKind::dropout: {
-      std::vector<float>& mask = masks_[c.index];
+      std::vector<float>& mask = saved_[c.index];
       if (!training || c.attr == 0.0) {  // identity; an empty mask tells backward so
         mask.clear();
         copy_forward(pool, n, x, y);
@@ -188,21 +263,57 @@ void ReferenceModel::backward_node(const CompiledNode& c) {
       break;
     case OpKind::dropout:
       if (!dx) break;
-      if (masks_[c.index].empty())
+      if (saved_[c.index].empty())
         copy_backward(pool, n, dy, dx);
       else
-        mask_backward(pool, n, masks_[c.index].data(), dy, dx);
+        mask_backward(pool, n, saved_[c.index].data(), dy, dx);
       break;
+    case OpKind::conv_transpose:
+      conv_transpose_backward(pool, conv_scratch_, c.window, x, data(c.inputs[1]), dy, dx, grad(c.inputs[1]),
+                              c.has_bias() ? grad(c.inputs[2]) : nullptr);
+      break;
+    case OpKind::batch_norm:
+      batch_norm_backward(pool, c.rows, x, data(c.inputs[1]), saved_[c.index].data(), dy, dx, grad(c.inputs[1]),
+                          grad(c.inputs[2]));
+      break;
+    case OpKind::add:
+      for (size_t i = 0; i < 2; ++i)
+        if (float* g = grad(c.inputs[i])) copy_backward(pool, n, dy, g);
+      break;
+    case OpKind::concat: {
+      std::vector<float*> grads;
+      for (int32_t in : c.inputs) grads.push_back(grad(in));
+      concat_backward(pool, c.rows.rows, grads, c.widths, dy);
+      break;
+    }
+    case OpKind::global_avg_pool:
+      if (dx) global_avg_pool_backward(pool, c.batch, c.rows.rows / c.batch, c.rows.channels, dy, dx);
+      break;
+    case OpKind::broadcast:
+      if (dx) broadcast_backward(pool, c.in_shape, c.out_shape, dy, dx);
+      break;
+    case OpKind::channel_affine:
+      channel_affine_backward(pool, c.rows, x, data(c.inputs[1]), dy, dx, grad(c.inputs[1]), grad(c.inputs[2]));
+      break;
+    case OpKind::softmax_cross_entropy:
+      if (dx) softmax_cross_entropy_backward(pool, c.rows, x, labels(c.inputs[1]), c.class_weights.data(), dy[0], dx);
+      break;
+    case OpKind::shift_scale:
+    case OpKind::iou:
+      break;  // no gradient (docs/ops.md)
   }
 }
 
 void ReferenceModel::backward() {
+  if (buckets_) buckets_->start();
   zero(*pool_, param_grads_.data(), static_cast<int64_t>(param_grads_.size()));
   for (std::vector<float>& g : other_grads_) zero(*pool_, g.data(), static_cast<int64_t>(g.size()));
   if (!grad(program_.loss)) return;  // no trainable parameter reaches the loss
   grad(program_.loss)[0] = 1.0f;
-  for (auto node = program_.nodes.rbegin(); node != program_.nodes.rend(); ++node)
+  for (auto node = program_.nodes.rbegin(); node != program_.nodes.rend(); ++node) {
     if (grad(node->output)) backward_node(*node);
+    if (buckets_) buckets_->node_done(static_cast<int64_t>(node->index));  // overlaps the allreduce of finished layers
+  }
 }
 
 // Keras kernel_regularizer: l2 * sum(w^2) joins the loss, 2 * l2 * w the gradient.
@@ -216,20 +327,40 @@ double ReferenceModel::regularize() {
   return penalty;
 }
 
+// Waits for the bucket allreduces that backward started (see GradientBuckets).
 void ReferenceModel::average_gradients() {
-  if (!comms_ || param_grads_.empty()) return;
-  sdk::check(host_,
-             comms_->api->allreduce(comms_->comm, param_grads_.data(), param_grads_.size(), MLPH_DTYPE_F32,
-                                    MLPH_REDUCE_AVERAGE),
-             "reference backend: gradient allreduce");
+  if (buckets_) buckets_->finish();
 }
 
-void ReferenceModel::apply_optimizer(double learning_rate) {
+void ReferenceModel::apply_optimizer(double learning_rate, uint64_t step) {
+  const OptimizerSpec& opt = program_.optimizer;
+  const uint64_t t = step + 1;
+  // LAMB clips by the norm of all trainable gradients together (one buffer: param_grads_).
+  float clip = 1.0f;
+  if (opt.kind == OptimizerKind::lamb) {
+    const double norm = l2_norm(*pool_, static_cast<int64_t>(param_grads_.size()), param_grads_.data());
+    if (norm > opt.adam.max_grad_norm) clip = static_cast<float>(norm / opt.adam.max_grad_norm);
+  }
   for (size_t i = 0; i < program_.params.size(); ++i) {
     const CompiledParam& p = program_.params[i];
-    if (p.trainable)
-      sgd_keras_update(numel(p.value), learning_rate, program_.momentum, grad(p.value), velocity_[i].data(),
-                       data(p.value));
+    if (!p.trainable) continue;
+    const int64_t n = numel(p.value);
+    float* m = optimizer_state_[i].data();
+    const double decay = opt.adam.weight_decay * p.weight_decay;
+    switch (opt.kind) {
+      case OptimizerKind::sgd_keras:
+        sgd_keras_update(n, learning_rate, opt.momentum, grad(p.value), m, data(p.value));
+        break;
+      case OptimizerKind::adam:
+      case OptimizerKind::adamw:
+        adam_update(*pool_, n, learning_rate, opt.adam, t, decay, opt.kind == OptimizerKind::adamw, grad(p.value), m,
+                    m + n, data(p.value));
+        break;
+      case OptimizerKind::lamb:
+        lamb_update(*pool_, n, learning_rate, opt.adam, t, decay, clip, grad(p.value), m, m + n, data(p.value),
+                    lamb_update_.data());
+        break;
+    }
   }
 }
 
@@ -240,10 +371,11 @@ void ReferenceModel::train_step(const MLPH_Tensor* inputs, size_t n_inputs, cons
   load_inputs(inputs, n_inputs);
   forward(true, args.step);
   backward();
+  // Regularization joins after the averaging: the weights, hence 2 * l2 * w, are the same on every rank.
+  average_gradients();
   // A NaN or Inf stays in the reported loss: the core decides what divergence means.
   const double loss = static_cast<double>(data(program_.loss)[0]) + regularize();
-  average_gradients();
-  apply_optimizer(args.learning_rate);
+  apply_optimizer(args.learning_rate, args.step);
   out.loss = loss;
 }
 
@@ -258,8 +390,25 @@ void ReferenceModel::eval_step(const MLPH_Tensor* inputs, size_t n_inputs, MLPH_
   forward(false, 0);
   for (size_t i = 0; i < n_outputs; ++i) {
     const int32_t v = program_.eval_outputs[i];
-    std::memcpy(outputs[i].data, data(v), static_cast<size_t>(numel(v)) * sizeof(float));
+    if (program_.values[static_cast<size_t>(v)].dtype == MLPH_DTYPE_I32)
+      std::memcpy(outputs[i].data, labels(v), int_values_[static_cast<size_t>(v)].size() * sizeof(int32_t));
+    else
+      std::memcpy(outputs[i].data, data(v), static_cast<size_t>(numel(v)) * sizeof(float));
   }
+}
+
+// The labels of a softmax_cross_entropy or iou node, checked to lie in [0, C): a clear error naming the node
+// instead of a read out of bounds.
+const int32_t* ReferenceModel::checked_labels(const CompiledNode& c) const {
+  const int32_t* l = labels(c.inputs[1]);
+  const int64_t count = c.rows.rows, classes = c.rows.channels;
+  for (int64_t i = 0; i < count; ++i)
+    if (l[i] < 0 || l[i] >= classes)
+      fail(MLPH_INVALID_ARGUMENT, "reference backend: node '" + c.name + "': label " + std::to_string(l[i]) +
+                                      " at position " + std::to_string(i) + " of '" +
+                                      program_.values[static_cast<size_t>(c.inputs[1])].name + "' is outside [0, " +
+                                      std::to_string(classes) + ")");
+  return l;
 }
 
 const CompiledParam& ReferenceModel::param(size_t index) const {

@@ -8,6 +8,7 @@
 
 #include "compile.hpp"
 #include "mlph/sdk/backend.hpp"
+#include "mlph/sdk/gradient_buckets.hpp"
 
 namespace mlph::reference {
 
@@ -32,25 +33,33 @@ class ReferenceModel final : public sdk::Model {
   void backward_node(const CompiledNode& node);
   double regularize();
   void average_gradients();
-  void apply_optimizer(double learning_rate);
+  void apply_optimizer(double learning_rate, uint64_t step);
+  const int32_t* checked_labels(const CompiledNode& node) const;
   const CompiledParam& param(size_t index) const;
 
   const float* data(int32_t v) const { return values_[static_cast<size_t>(v)].data(); }
   float* data(int32_t v) { return values_[static_cast<size_t>(v)].data(); }
   float* grad(int32_t v) const { return grads_[static_cast<size_t>(v)]; }
+  const int32_t* labels(int32_t v) const { return int_values_[static_cast<size_t>(v)].data(); }
   int64_t numel(int32_t v) const { return static_cast<int64_t>(values_[static_cast<size_t>(v)].size()); }
 
   const MLPH_HostApi* host_;
   std::shared_ptr<ThreadPool> pool_;
   const MLPH_CommsHandle* comms_;
   Program program_;
-  std::vector<std::vector<float>> values_;       // every value, float32 (int16 inputs are converted on load)
-  std::vector<float> param_grads_;               // all trainable parameters' gradients: one buffer, one allreduce
-  std::vector<std::vector<float>> other_grads_;  // gradients of the intermediate values that need one
-  std::vector<float*> grads_;                    // per value: its gradient buffer, or null
-  std::vector<std::vector<float>> velocity_;     // per parameter (empty when not trainable)
-  std::vector<std::vector<float>> masks_;        // per node: the dropout mask of the last training step
-  ConvScratch conv_scratch_;                     // reused by every conv node, one at a time
+  std::vector<std::vector<float>> values_;           // every float value (int16 inputs are converted on load)
+  std::vector<std::vector<int32_t>> int_values_;     // per value: the int32 inputs (labels), empty for the others
+  std::vector<float> param_grads_;                   // all trainable parameters' gradients: one buffer, one allreduce
+  std::vector<std::vector<float>> other_grads_;      // gradients of the intermediate values that need one
+  std::vector<float*> grads_;                        // per value: its gradient buffer, or null
+  std::vector<std::vector<float>> optimizer_state_;  // per parameter: sgd velocity or Adam m then v (empty if frozen)
+  std::vector<float> lamb_update_;                   // LAMB's per-tensor update, as large as the largest parameter
+  // Per node: what its backward pass needs from the last training forward (dropout mask; batch-norm mean and
+  // 1/std per channel).
+  std::vector<std::vector<float>> saved_;
+  ConvScratch conv_scratch_;  // reused by every conv node, one at a time
+  // With several ranks: averages param_grads_ during backward (declared last: stops before the buffer goes).
+  std::unique_ptr<sdk::GradientBuckets> buckets_;
 };
 
 }  // namespace mlph::reference

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <iostream>
 
+#include "mlph/core/borrow.hpp"
+#include "mlph/core/campaign.hpp"
 #include "mlph/core/plugin_loader.hpp"
 #include "mlph/core/runner.hpp"
 
@@ -34,7 +36,9 @@ int list_plugins(const std::vector<std::filesystem::path>& dirs) {
 
 int main(int argc, char** argv) {
   RunOptions options;
+  CampaignOptions campaign;
   std::vector<std::string> plugin_dirs;
+  std::string borrow, system_info;
   uint64_t seed = 0;
   po::options_description cli(
       "mlperf-run: train an MLPerf HPC benchmark to its quality target with run-time plug-ins\n\n"
@@ -55,7 +59,19 @@ int main(int argc, char** argv) {
       ("seed", po::value(&seed), "seed for weights and data order (default: a fresh one per run)")
       ("division", po::value(&options.division), "closed (default) or open; closed enforces the tunable rules")
       ("plugin-dir", po::value(&plugin_dirs)->composing(), "search this directory for plug-ins first (repeatable)")
-      ("generate-data", po::value(&options.generate_data_dir), "write the workload's synthetic dataset to DIR and exit");
+      ("generate-data", po::value(&options.generate_data_dir), "write the workload's synthetic dataset to DIR and exit")
+      ("log-name", po::value(&options.log_name), "file name of the MLPerf log in --output (default result_0.txt)")
+      ("borrow-hparams", po::value(&borrow),
+       "take the hyperparameters of another submission's result log, or of a YAML of log keys; checked against "
+       "the closed rules, overridden by --set")
+      ("runs", po::value(&campaign.runs),
+       "a submission: N runs with distinct seeds into the MLCommons tree under --output "
+       "(0: the count the rules require, 10 CosmoFlow, 5 DeepCAM)")
+      ("weak", "with --runs: throughput (weak scaling), all N model instances at once, each with its own log")
+      ("org", po::value(&campaign.org), "submitting organization (same as --set mlperf.org=ORG)")
+      ("system", po::value(&campaign.system), "system name (same as --set mlperf.platform=NAME; default: the host name)")
+      ("system-info", po::value(&system_info), "with --runs: YAML of system-description fields to fill or override")
+      ("launcher", po::value(&campaign.launcher), "with --runs: command prefix of every run, e.g. \"mpirun -n 4\"");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, cli), vm);
@@ -76,5 +92,36 @@ int main(int argc, char** argv) {
   if (vm.count("list-plugins")) return list_plugins(options.plugin_dirs);
   if (vm.count("seed")) options.seed = seed;
   options.output_dir = vm["output"].as<std::string>();
+  if (vm.count("runs")) {
+    if (campaign.runs < 0) {
+      std::fprintf(stderr, "mlperf-run: error: --runs must be >= 0\n");
+      return 2;
+    }
+    campaign.weak = vm.count("weak") > 0;
+    campaign.system_info = system_info;
+    campaign.borrow_hparams = borrow;  // each run borrows for itself: it knows its rank count
+    campaign.executable = "/proc/self/exe";
+    campaign.version = MLPH_VERSION;
+    try {
+      if (!borrow.empty()) borrow_hparams(borrow, options);  // fail before the first run
+      campaign.executable = std::filesystem::read_symlink("/proc/self/exe");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "mlperf-run: error: %s\n", e.what());
+      return 2;
+    }
+    return run_campaign(options, campaign);
+  }
+  if (!campaign.org.empty()) options.sets.push_back("mlperf.org=" + campaign.org);
+  if (!campaign.system.empty()) options.sets.push_back("mlperf.platform=" + campaign.system);
+  if (!borrow.empty()) {
+    try {
+      std::vector<std::string> sets = borrow_hparams(borrow, options);
+      sets.insert(sets.end(), options.sets.begin(), options.sets.end());  // the user's --set win
+      options.sets = std::move(sets);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "mlperf-run: error: %s\n", e.what());
+      return 2;
+    }
+  }
   return run(options);
 }

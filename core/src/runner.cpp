@@ -3,9 +3,14 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
+#include <functional>
+#include <mutex>
+#include <thread>
 #include <future>
 #include <memory>
 
@@ -28,6 +33,57 @@ class RunFailure : public std::runtime_error {
 
 std::atomic<bool> g_interrupted{false};
 extern "C" void on_interrupt(int) { g_interrupted = true; }
+
+// SIGINT/SIGTERM stop the loops at the next step ("interrupted"). A rank blocked in a collective
+// never gets there: when one rank dies, mpirun sends SIGTERM to the others and SIGKILL a second
+// later. So a thread takes the signals, and if the run has not ended half a second after one, it
+// has the last words said (run_stop "aborted" in the log) and exits.
+class SignalWatcher {
+ public:
+  SignalWatcher() {
+    sigemptyset(&signals_);
+    sigaddset(&signals_, SIGINT);
+    sigaddset(&signals_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals_, nullptr);  // every thread started later inherits the mask
+    thread_ = std::thread([this] { watch(); });
+  }
+  ~SignalWatcher() {
+    done_ = true;
+    thread_.join();
+    std::signal(SIGINT, on_interrupt);
+    std::signal(SIGTERM, on_interrupt);
+    pthread_sigmask(SIG_UNBLOCK, &signals_, nullptr);
+  }
+  SignalWatcher(const SignalWatcher&) = delete;
+  SignalWatcher& operator=(const SignalWatcher&) = delete;
+
+  void set_last_words(std::function<void(int signal)> last_words) {
+    std::lock_guard lock(mutex_);
+    last_words_ = std::move(last_words);
+  }
+
+ private:
+  void watch() {
+    const timespec tick{0, 100'000'000};
+    while (!done_) {
+      const int signal = sigtimedwait(&signals_, nullptr, &tick);
+      if (signal < 0) continue;
+      g_interrupted = true;
+      for (int i = 0; i < 25 && !done_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (done_) return;
+      std::lock_guard lock(mutex_);
+      if (last_words_) last_words_(signal);
+      std::fflush(nullptr);
+      std::_Exit(1);
+    }
+  }
+
+  sigset_t signals_{};
+  std::atomic<bool> done_{false};
+  std::mutex mutex_;
+  std::function<void(int)> last_words_;
+  std::thread thread_;
+};
 
 // Deterministic Fisher-Yates with SplitMix64, identical on every rank and platform.
 std::vector<uint64_t> shuffled(uint64_t n, uint64_t seed) {
@@ -66,9 +122,27 @@ std::string host_name() {
   return gethostname(name, sizeof name - 1) == 0 ? name : "unknown";
 }
 
+// Which readers share one listing of the dataset, and which of them this rank is.
+struct DataShard {
+  int32_t index = 0, count = 1;
+};
+
+// Adds the seconds of its scope to `total`.
+class Stopwatch {
+ public:
+  explicit Stopwatch(double& total) : total_(total), start_(host_api()->now_seconds()) {}
+  ~Stopwatch() { total_ += host_api()->now_seconds() - start_; }
+  Stopwatch(const Stopwatch&) = delete;
+  Stopwatch& operator=(const Stopwatch&) = delete;
+
+ private:
+  double& total_;
+  double start_;
+};
+
 class Run {
  public:
-  explicit Run(const RunOptions& options) : options_(options) {}
+  Run(const RunOptions& options, SignalWatcher& signals) : options_(options), signals_(signals) {}
   int execute();
 
  private:
@@ -79,6 +153,9 @@ class Run {
   void train_epoch(uint32_t epoch, Progress& progress);
   double evaluate();
   void open_datasets();
+  void stage_data(MlLogger& log);
+  void report_breakdown(MlLogger& log, double started);
+  void end_log(MlLogger& log, bool converged, const std::string& failure);
   void log_plugin(MlLogger& log, const LoadedPlugin& plugin);
 
   const MLPH_WorkloadApi* workload() const { return session_->workload_api(); }
@@ -86,6 +163,7 @@ class Run {
   const MLPH_CommsApi* comms() const { return session_->comms_api(); }
 
   const RunOptions& options_;
+  SignalWatcher& signals_;
   std::unique_ptr<Session> session_;
   // Declared after the session: destroyed before the plug-ins that made them.
   Owned<MLPH_Model> model_{nullptr, nullptr};
@@ -93,9 +171,16 @@ class Run {
   const MLPH_Graph* graph_ = nullptr;
   uint64_t train_size_ = 0, eval_size_ = 0, global_step_ = 0;
   uint32_t batch_ = 0;
+  // Staged data is dealt out among the ranks of a node (see storage.h: MLPH_StageStats), else among all.
+  DataShard data_shard_{};
+  uint64_t train_total_ = 0, eval_total_ = 0;  // over all ranks: the node-local sizes summed when staged
+  std::optional<MLPH_StageStats> staged_;
+  double staging_s_ = 0, train_s_ = 0, eval_s_ = 0;  // the time breakdown (the paper's Fig. 1)
+  std::atomic<bool> run_stopped_{false};             // run_stop written (here or by the signal watcher)
 };
 
 int Run::generate_data() {
+  if (session_->topology().rank != 0) return 0;  // under mpirun: one writer
   check(workload()->generate_data(session_->workload(), options_.generate_data_dir.c_str()), "generating data");
   std::fprintf(stderr, "wrote a synthetic %s dataset to %s\n", session_->info().benchmark, options_.generate_data_dir.c_str());
   return 0;
@@ -142,13 +227,38 @@ void Run::open_datasets() {
   eval_set_ = Owned<MLPH_Dataset>(raw, workload()->dataset_close);
   check(workload()->dataset_size(train_set_.get(), &train_size_), "training data");
   check(workload()->dataset_size(eval_set_.get(), &eval_size_), "validation data");
-  const uint64_t per_step = static_cast<uint64_t>(batch_) * session_->topology().size;
+  // Staged, each node lists only its own files: the totals are the node sizes summed.
+  double totals[2] = {static_cast<double>(train_size_), static_cast<double>(eval_size_)};
+  if (staged_) {
+    if (data_shard_.index != 0) totals[0] = totals[1] = 0;  // one reader per node counts the node's files
+    check(comms()->allreduce(session_->comm(), totals, 2, MLPH_DTYPE_F64, MLPH_REDUCE_SUM), "comms");
+  }
+  train_total_ = static_cast<uint64_t>(totals[0]);
+  eval_total_ = static_cast<uint64_t>(totals[1]);
+  const uint64_t per_step = static_cast<uint64_t>(batch_) * data_shard_.count;
   if (train_size_ < per_step)
     throw RunFailure(fmt::format("the training set has {} samples, fewer than one global batch of {}", train_size_,
                                  per_step));
   if (eval_size_ < per_step)
     throw RunFailure(fmt::format("the validation set has {} samples, fewer than one global batch of {}", eval_size_,
                                  per_step));
+}
+
+// Copies this rank's shard of data.dir to node-local storage when the storage plug-in can (ABI 1.1),
+// between staging_start and staging_stop; afterwards each rank reads its node's staged files.
+void Run::stage_data(MlLogger& log) {
+  const MLPH_StorageHandle& storage = *session_->storage_handle();
+  const std::string& dir = session_->config().get("data.dir");
+  data_shard_ = {session_->topology().rank, session_->topology().size};
+  if (storage.api->struct_size < MLPH_STRUCT_SIZE(MLPH_StorageApi, stage) || !storage.api->stage || dir.empty()) return;
+  Stopwatch watch(staging_s_);
+  log.start("staging_start");
+  MLPH_StageStats stats{};
+  stats.struct_size = sizeof stats;
+  check(storage.api->stage(storage.storage, dir.c_str(), session_->comms_handle(), &stats), "staging " + dir);
+  log.end("staging_stop");
+  staged_ = stats;
+  data_shard_ = {stats.shard_index, stats.shard_count};
 }
 
 // Reads batches one ahead on a second thread, so decoding overlaps the backend's step.
@@ -186,27 +296,32 @@ class Prefetcher {
   std::future<void> pending_;
 };
 
-// This rank's share of `order`: elements rank, rank+size, ..., cut to whole global batches.
-std::vector<uint64_t> shard(const std::vector<uint64_t>& order, const MLPH_Topology& t, uint32_t batch) {
-  const uint64_t steps = order.size() / (static_cast<uint64_t>(batch) * t.size);
+// This rank's share of `order`: elements index, index+count, ..., cut to whole batches of all `count` readers.
+std::vector<uint64_t> shard(const std::vector<uint64_t>& order, const DataShard& s, uint32_t batch) {
+  const uint64_t steps = order.size() / (static_cast<uint64_t>(batch) * s.count);
   std::vector<uint64_t> mine;
-  for (uint64_t i = static_cast<uint64_t>(t.rank); mine.size() < steps * batch; i += t.size) mine.push_back(order[i]);
+  for (uint64_t i = static_cast<uint64_t>(s.index); mine.size() < steps * batch; i += s.count) mine.push_back(order[i]);
   return mine;
 }
 
 void Run::train_epoch(uint32_t epoch, Progress& progress) {
-  double lr = 0;
-  check(workload()->learning_rate(session_->workload(), epoch, global_step_, &lr), "learning rate");
+  Stopwatch watch(train_s_);
   // Same shuffle on every rank (shared seed), then each rank takes its shard: the reference's order.
-  Prefetcher reader(workload(), train_set_.get(), *graph_, shard(shuffled(train_size_, session_->seed() + epoch), session_->topology(), batch_),
+  Prefetcher reader(workload(), train_set_.get(), *graph_, shard(shuffled(train_size_, session_->seed() + epoch), data_shard_, batch_),
                     batch_);
   for (uint64_t step = 0; step < reader.steps(); ++step) {
     if (g_interrupted) throw RunFailure("interrupted");
     Batch& batch = reader.get(step);
+    // Every step: DeepCAM's schedule is step-based (CosmoFlow's ignores the step).
+    double lr = 0;
+    check(workload()->learning_rate(session_->workload(), epoch, global_step_, &lr), "learning rate");
     MLPH_StepArgs args{sizeof(MLPH_StepArgs), nullptr, lr, global_step_};
     MLPH_StepResult result{sizeof(MLPH_StepResult), nullptr, 0.0};
     check(backend()->train_step(model_.get(), batch.tensors.data(), batch.tensors.size(), &args, &result),
           "training step");
+    // The mean over the ranks: what the terminal shows, and the same divergence verdict on every rank.
+    if (session_->topology().size > 1)
+      check(comms()->allreduce(session_->comm(), &result.loss, 1, MLPH_DTYPE_F64, MLPH_REDUCE_AVERAGE), "comms");
     if (!std::isfinite(result.loss))
       throw RunFailure(fmt::format("training diverged: the loss is {} at epoch {}, step {}", result.loss, epoch + 1,
                                    step + 1));
@@ -216,9 +331,10 @@ void Run::train_epoch(uint32_t epoch, Progress& progress) {
 }
 
 double Run::evaluate() {
+  Stopwatch watch(eval_s_);
   std::vector<uint64_t> order(eval_size_);
   for (uint64_t i = 0; i < eval_size_; ++i) order[i] = i;
-  Prefetcher reader(workload(), eval_set_.get(), *graph_, shard(order, session_->topology(), batch_), batch_);
+  Prefetcher reader(workload(), eval_set_.get(), *graph_, shard(order, data_shard_, batch_), batch_);
   std::vector<std::vector<float>> outputs(graph_->n_eval_outputs);
   std::vector<MLPH_Tensor> output_tensors;
   for (size_t i = 0; i < graph_->n_eval_outputs; ++i) {
@@ -245,22 +361,23 @@ double Run::evaluate() {
 
 bool Run::train_and_evaluate(MlLogger& log) {
   const uint64_t global_batch = static_cast<uint64_t>(batch_) * session_->topology().size;
-  const uint64_t eval_used = eval_size_ / global_batch * global_batch;
+  const uint64_t eval_used = eval_total_ / global_batch * global_batch;
   log.event("global_batch_size", json(static_cast<unsigned long long>(global_batch)));
-  log.event("train_samples", json(static_cast<unsigned long long>(train_size_)));
+  log.event("train_samples", json(static_cast<unsigned long long>(train_total_)));
   log.event("eval_samples", json(static_cast<unsigned long long>(eval_used)));
   for (size_t i = 0; i < session_->info().n_log_entries; ++i)
     log.event(session_->info().log_entries[i].key, json_raw(session_->info().log_entries[i].value));
 
-  Progress progress(session_->topology().rank == 0, session_->info().max_epochs, train_size_ / global_batch, global_batch);
-  if (eval_used < eval_size_)
+  Progress progress(session_->topology().rank == 0, session_->info().max_epochs, train_total_ / global_batch, global_batch);
+  if (eval_used < eval_total_)
     progress.message(fmt::format("note: evaluating {} of {} validation samples (whole global batches of {})",
-                                 eval_used, eval_size_, global_batch));
+                                 eval_used, eval_total_, global_batch));
   for (uint32_t epoch = 0; epoch < session_->info().max_epochs; ++epoch) {
     const double started = host_api()->now_seconds();
     const Metadata epoch_num = {{"epoch_num", json(static_cast<int>(epoch + 1))}};
     log.start("epoch_start", {}, epoch_num);
     train_epoch(epoch, progress);
+    session_->average_non_trainable(model_.get(), *graph_);
     log.start("eval_start", {}, epoch_num);
     const double metric = evaluate();
     log.end("eval_stop", {}, epoch_num);
@@ -276,26 +393,99 @@ bool Run::train_and_evaluate(MlLogger& log) {
   return false;
 }
 
+// Where the time went (staging, training, evaluation, the rest) and the I/O bandwidth of staging
+// and of reading: log keys the checker ignores, and the terminal. This rank's figures.
+void Run::report_breakdown(MlLogger& log, double started) {
+  const double total = std::max(host_api()->now_seconds() - started, 1e-9);
+  const double other = std::max(total - staging_s_ - train_s_ - eval_s_, 0.0);
+  const auto share = [&](double s) { return json(std::round(1000.0 * s / total) / 1000.0).text; };
+  log.event("mlph_time_breakdown",
+            json_raw(fmt::format("{{\"total_s\": {}, \"staging_s\": {}, \"train_s\": {}, \"eval_s\": {}, \"other_s\": {}, "
+                                 "\"staging_share\": {}, \"train_share\": {}, \"eval_share\": {}, \"other_share\": {}}}",
+                                 json(total).text, json(staging_s_).text, json(train_s_).text, json(eval_s_).text,
+                                 json(other).text, share(staging_s_), share(train_s_), share(eval_s_), share(other))));
+  const MLPH_StorageHandle& storage = *session_->storage_handle();
+  MLPH_IoStats io{sizeof(MLPH_IoStats), nullptr, 0, 0, 0.0};
+  MLPH_Error* error = storage.api->stats(storage.storage, &io);
+  if (error) host_api()->error_free(error);
+  const MLPH_StageStats staged = staged_.value_or(MLPH_StageStats{});
+  const auto rate = [](double bytes, double s) { return s > 0 ? bytes / s : 0.0; };
+  log.event("mlph_io", json_raw(fmt::format(
+                           "{{\"staged_bytes\": {}, \"staged_files\": {}, \"staging_read_bytes\": {}, \"staging_s\": {}, "
+                           "\"staging_bytes_per_s\": {}, \"read_bytes\": {}, \"read_files\": {}, \"read_s\": {}, "
+                           "\"read_bytes_per_s\": {}}}",
+                           staged.bytes_written, staged.files, staged.bytes_read, json(staged.seconds).text,
+                           json(rate(staged.bytes_written, staged.seconds)).text, io.bytes_read, io.files_read,
+                           json(io.read_seconds).text, json(rate(io.bytes_read, io.read_seconds)).text)));
+  if (session_->topology().rank != 0) return;
+  const auto pct = [&](double s) { return 100.0 * s / total; };
+  std::fprintf(stderr, "time: %.1f s: staging %.1f s (%.1f%%), training %.1f s (%.1f%%), evaluation %.1f s (%.1f%%), other %.1f s (%.1f%%)\n",
+               total, staging_s_, pct(staging_s_), train_s_, pct(train_s_), eval_s_, pct(eval_s_), other, pct(other));
+  if (staged_)
+    std::fprintf(stderr, "staging (rank 0): %llu files, %.1f MiB written (%.1f MiB read) in %.2f s: %.1f MiB/s\n",
+                 static_cast<unsigned long long>(staged.files), staged.bytes_written / 1048576.0, staged.bytes_read / 1048576.0,
+                 staged.seconds, rate(staged.bytes_written, staged.seconds) / 1048576.0);
+  std::fprintf(stderr, "reading (rank 0): %llu files, %.1f MiB in %.2f s of reads: %.1f MiB/s\n",
+               static_cast<unsigned long long>(io.files_read), io.bytes_read / 1048576.0, io.read_seconds,
+               rate(io.bytes_read, io.read_seconds) / 1048576.0);
+}
+
+// Writes run_stop once: here at the end of the run, or from the signal watcher.
+void Run::end_log(MlLogger& log, bool converged, const std::string& failure) {
+  if (run_stopped_.exchange(true)) return;
+  Metadata status = {{"status", json(converged ? "success" : "aborted")}};
+  if (!failure.empty()) status.emplace_back("error", json(failure));
+  log.end("run_stop", {}, status);
+}
+
 int Run::timed_run() {
   const bool rank0 = session_->topology().rank == 0;
-  const std::filesystem::path log_path = rank0 ? options_.output_dir / "result_0.txt" : std::filesystem::path();
+  const std::filesystem::path log_path = rank0 ? options_.output_dir / options_.log_name : std::filesystem::path();
   MlLogger log(log_path, false);
+  // A signal that finds this rank blocked (see SignalWatcher) ends the log from the watcher.
+  signals_.set_last_words([&](int signal) {
+    const std::string why = fmt::format("{} while blocked in a step or collective: the job is being ended "
+                                        "(did another rank fail?)", signal == SIGTERM ? "SIGTERM" : "SIGINT");
+    end_log(log, false, why);
+    std::fprintf(stderr, "mlperf-run: rank %d: error: %s\n", session_->topology().rank, why.c_str());
+  });
+  struct Forget {
+    SignalWatcher& signals;
+    ~Forget() { signals.set_last_words(nullptr); }
+  } forget{signals_};  // before `log` goes
   bool converged = false;
   std::string failure;
+  // hpc 1.0.0/2.0.0 time the staging (inside run_start, as the reference); from 3.0.0 it may precede it.
+  const bool timed_staging = session_->config().get("run.staging") == "timed";
+  double started = 0;
   try {
     initialize(log);
+    started = host_api()->now_seconds();
+    if (!timed_staging) stage_data(log);
     log.start("run_start");
+    if (timed_staging) stage_data(log);
     open_datasets();
     converged = train_and_evaluate(log);
   } catch (const std::exception& e) {
     failure = e.what();
   }
-  Metadata status = {{"status", json(converged ? "success" : "aborted")}};
-  if (!failure.empty()) status.emplace_back("error", json(failure));
-  log.end("run_stop", {}, status);
+  if (started > 0) report_breakdown(log, started);
+  end_log(log, converged, failure);
+  // Every rank says why it failed (the ranks may fail differently); rank 0 names the log.
+  if (!failure.empty()) {
+    if (session_->topology().size > 1)
+      std::fprintf(stderr, "mlperf-run: rank %d: error: %s\n", session_->topology().rank, failure.c_str());
+    else
+      std::fprintf(stderr, "mlperf-run: error: %s\n", failure.c_str());
+  }
   if (rank0) {
-    if (!failure.empty()) std::fprintf(stderr, "mlperf-run: error: %s\n", failure.c_str());
     std::fprintf(stderr, "MLPerf log: %s (run_stop: %s)\n", log_path.c_str(), converged ? "success" : "aborted");
+  }
+  // A rank that failed alone must not wait in MPI_Finalize for peers that never get there: leaving
+  // now, non-zero, makes the launcher (mpirun; srun --kill-on-bad-exit) end every rank.
+  if (!failure.empty() && session_->topology().size > 1) {
+    std::fflush(nullptr);
+    std::_Exit(1);
   }
   return converged ? 0 : 1;
 }
@@ -321,9 +511,8 @@ int Run::execute() {
 }  // namespace
 
 int run(const RunOptions& options) {
-  std::signal(SIGINT, on_interrupt);
-  std::signal(SIGTERM, on_interrupt);
-  Run run(options);
+  SignalWatcher signals;
+  Run run(options, signals);
   return run.execute();
 }
 

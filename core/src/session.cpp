@@ -5,6 +5,7 @@
 #include <random>
 
 #include "mlph/core/host.hpp"
+#include "mlph/sdk/tensor.hpp"
 
 namespace mlph::core {
 namespace {
@@ -24,6 +25,8 @@ std::vector<MLPH_ParamSpec> core_schema() {
       free("mlperf.division", MLPH_TYPE_STRING, "closed", "closed or open"),
       free("mlperf.accelerators_per_node", MLPH_TYPE_INT, "0", "accelerators_per_node (0 for CPU runs)"),
       free("run.seed", MLPH_TYPE_INT, "0", "seed of weights and data order; 0 draws a fresh one"),
+      free("run.staging", MLPH_TYPE_STRING, "timed",
+           "timed: stage data after run_start (hpc 1.0/2.0 rules, the reference); untimed: before it (allowed from hpc 3.0)"),
   };
 }
 
@@ -96,6 +99,10 @@ Session::Session(const RunOptions& options_) {
     throw ConfigError(fmt::format("{}: 'mlperf.division' = {}: must be closed or open",
                                   config_.entry("mlperf.division").origin, division));
   config_.validate(schema_, division == "closed");
+  const std::string staging = config_.get("run.staging");
+  if (staging != "timed" && staging != "untimed")
+    throw ConfigError(fmt::format("{}: 'run.staging' = {}: must be timed or untimed", config_.entry("run.staging").origin,
+                                  staging));
 
   backend_lib_ = loader.load(MLPH_KIND_BACKEND, config_.get("plugins.backend"));
   comms_lib_ = loader.load(MLPH_KIND_COMMS, config_.get("plugins.comms"));
@@ -131,7 +138,47 @@ Owned<MLPH_Model> Session::compile(const MLPH_Graph& graph) {
   MLPH_Model* model = nullptr;
   check(backend_api()->compile(backend(), &graph, topology_.size > 1 ? &comms_handle_ : nullptr, &model),
         "backend " + backend_name());
-  return Owned<MLPH_Model>(model, backend_api()->model_destroy);
+  Owned<MLPH_Model> owned(model, backend_api()->model_destroy);
+  broadcast_parameters(model, graph);
+  return owned;
+}
+
+namespace {
+
+// Parameter `index` read from the model into a host float32 buffer that `view` describes (returning
+// the vector moves its buffer, so `view` stays valid).
+std::vector<float> read_parameter(const MLPH_BackendApi* api, MLPH_Model* model, const MLPH_Graph& graph, size_t index,
+                                  MLPH_Tensor& view) {
+  const MLPH_Value& v = graph.values[graph.params[index].value];
+  std::vector<float> data(static_cast<size_t>(sdk::numel(v)));
+  view = sdk::host_tensor(MLPH_DTYPE_F32, v.shape, v.ndim, data.data());
+  check(api->read_parameter(model, index, &view), fmt::format("reading parameter '{}'", v.name ? v.name : ""));
+  return data;
+}
+
+}  // namespace
+
+void Session::broadcast_parameters(MLPH_Model* model, const MLPH_Graph& graph) {
+  if (topology_.size == 1) return;
+  for (size_t i = 0; i < graph.n_params; ++i) {
+    MLPH_Tensor view{};
+    std::vector<float> data = read_parameter(backend_api(), model, graph, i, view);
+    check(comms_api()->broadcast(comm_.get(), data.data(), data.size() * sizeof(float), 0),
+          "comms: broadcasting the initial weights from rank 0");
+    check(backend_api()->write_parameter(model, i, &view), "backend " + backend_name());
+  }
+}
+
+void Session::average_non_trainable(MLPH_Model* model, const MLPH_Graph& graph) {
+  if (topology_.size == 1) return;
+  for (size_t i = 0; i < graph.n_params; ++i) {
+    if (graph.params[i].flags & MLPH_PARAM_TRAINABLE) continue;
+    MLPH_Tensor view{};
+    std::vector<float> data = read_parameter(backend_api(), model, graph, i, view);
+    check(comms_api()->allreduce(comm_.get(), data.data(), data.size(), MLPH_DTYPE_F32, MLPH_REDUCE_AVERAGE),
+          "comms: averaging the running statistics");
+    check(backend_api()->write_parameter(model, i, &view), "backend " + backend_name());
+  }
 }
 
 }  // namespace mlph::core

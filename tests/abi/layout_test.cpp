@@ -11,8 +11,10 @@ MLPH_LAST_MEMBER(MLPH_Plugin, api);
 MLPH_LAST_MEMBER(MLPH_HostApi, error_free);
 MLPH_LAST_MEMBER(MLPH_BackendApi, read_gradient);
 MLPH_LAST_MEMBER(MLPH_WorkloadApi, generate_data);
-MLPH_LAST_MEMBER(MLPH_CommsApi, barrier);
-MLPH_LAST_MEMBER(MLPH_StorageApi, stats);
+MLPH_LAST_MEMBER(MLPH_CommsApi, halo_exchange);  // 1.1 appended `halo_exchange` after 1.0's `barrier`
+MLPH_LAST_MEMBER(MLPH_HaloSpec, periodic);
+MLPH_LAST_MEMBER(MLPH_StorageApi, stage);  // 1.1 appended `stage` after 1.0's `stats`
+MLPH_LAST_MEMBER(MLPH_StageStats, shard_count);
 MLPH_LAST_MEMBER(MLPH_Graph, seed);
 MLPH_LAST_MEMBER(MLPH_Tensor, data);
 
@@ -20,7 +22,9 @@ MLPH_LAST_MEMBER(MLPH_Tensor, data);
 static_assert(offsetof(MLPH_BackendApi, read_gradient) / sizeof(void*) == 10, "MLPH_BackendApi 1.0 layout changed");
 static_assert(offsetof(MLPH_WorkloadApi, generate_data) / sizeof(void*) == 13, "MLPH_WorkloadApi 1.0 layout changed");
 static_assert(offsetof(MLPH_CommsApi, barrier) / sizeof(void*) == 8, "MLPH_CommsApi 1.0 layout changed");
+static_assert(offsetof(MLPH_CommsApi, halo_exchange) / sizeof(void*) == 9, "MLPH_CommsApi 1.1 layout changed");
 static_assert(offsetof(MLPH_StorageApi, stats) / sizeof(void*) == 6, "MLPH_StorageApi 1.0 layout changed");
+static_assert(offsetof(MLPH_StorageApi, stage) / sizeof(void*) == 7, "MLPH_StorageApi 1.1 layout changed");
 static_assert(offsetof(MLPH_HostApi, error_free) / sizeof(void*) == 8, "MLPH_HostApi 1.0 layout changed");
 
 TEST(Abi, HeadersCompileAsC) { EXPECT_EQ(mlph_c_compile_check(), 0); }

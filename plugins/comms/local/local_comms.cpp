@@ -1,4 +1,5 @@
-// comms/local: one process, one rank. Collectives are identities (AVERAGE over one rank too).
+// comms/local: one process, one rank. Collectives are identities (AVERAGE over one rank too); the
+// halo exchange wraps periodic dims onto this rank and leaves the others' halos untouched.
 #include <cstring>
 
 #include "mlph/sdk/comms.hpp"
@@ -17,6 +18,13 @@ class LocalComm final : public mlph::sdk::Comm {
     if (bytes) std::memcpy(recv, send, bytes);
   }
   void barrier() override {}
+  void halo_exchange(void* data, const MLPH_HaloSpec& spec) override {
+    mlph::sdk::halo::exchange(data, spec, 0, 1, "comms/local", [](int32_t, mlph::sdk::halo::Transfer& t) {
+      // One rank: both neighbours of a periodic dim are this rank itself.
+      if (t.low >= 0) t.from_low = t.to_high;
+      if (t.high >= 0) t.from_high = t.to_low;
+    });
+  }
 };
 
 }  // namespace

@@ -22,6 +22,33 @@ typedef struct MLPH_Topology {
   int32_t nodes;
 } MLPH_Topology;
 
+/* ABI 1.1: the halo exchange that spatial partitioning needs.
+ *
+ * Every rank holds one block of a global row-major array. The first `grid_ndim` (k) dims are split
+ * over a k-dim Cartesian grid of ranks, `grid[0] x ... x grid[k-1]` == the communicator's size, in
+ * row-major rank order: rank = ((c0 * grid[1] + c1) * grid[2] + c2) ... for grid coordinates c.
+ * The trailing dims (d >= k, e.g. channels) are whole on every rank and contiguous.
+ *
+ * The local block `shape` includes the halos: along a partitioned dim d it is
+ * halo[d] + interior + halo[d], with interior >= halo[d]. The exchange fills each halo with the
+ * neighbour's interior cells next to it: the low halo of dim d with the last halo[d] interior
+ * slices of the rank at c[d] - 1, the high halo with the first ones of the rank at c[d] + 1.
+ * Dims are exchanged in order 0..k-1, each slab spanning the full extent (halos included) of the
+ * other dims, so edge and corner halos are filled too. At the ends of a dim that is not periodic the
+ * halo is left untouched; a periodic dim wraps (with grid[d] == 1 a rank wraps onto itself).
+ * Collective over all ranks; host memory; in place. */
+typedef struct MLPH_HaloSpec {
+  size_t struct_size;
+  const MLPH_Extension* ext;
+  MLPH_DType dtype;
+  int32_t ndim;                    /* dims of the local block, 1..MLPH_MAX_DIMS */
+  int32_t grid_ndim;               /* k: the leading dims partitioned over ranks, 1..ndim */
+  int64_t shape[MLPH_MAX_DIMS];    /* the local block, halos included */
+  int32_t grid[MLPH_MAX_DIMS];     /* ranks along each partitioned dim */
+  int32_t halo[MLPH_MAX_DIMS];     /* halo width on each side of each partitioned dim (0: none) */
+  int32_t periodic[MLPH_MAX_DIMS]; /* nonzero: the dim wraps around */
+} MLPH_HaloSpec;
+
 typedef struct MLPH_CommsApi {
   size_t struct_size;
   const MLPH_Extension* ext;
@@ -37,6 +64,9 @@ typedef struct MLPH_CommsApi {
   /* `recv` holds size * bytes_per_rank bytes, rank-major. */
   MLPH_Error* (*allgather)(MLPH_Comm* comm, const void* send, void* recv, size_t bytes_per_rank);
   MLPH_Error* (*barrier)(MLPH_Comm* comm);
+  /* ABI 1.1 (callers check struct_size and NULL: 1.0 plug-ins lack it). `data` is the local block
+   * described by `spec` (see MLPH_HaloSpec); its halos are overwritten. */
+  MLPH_Error* (*halo_exchange)(MLPH_Comm* comm, void* data, const MLPH_HaloSpec* spec);
 } MLPH_CommsApi;
 
 /* What a backend receives at compile time: the table and the communicator, both borrowed. */

@@ -2,6 +2,7 @@
 #ifndef MLPH_STORAGE_H
 #define MLPH_STORAGE_H
 
+#include "mlph/comms.h"
 #include "mlph/common.h"
 
 #ifdef __cplusplus
@@ -23,6 +24,22 @@ typedef struct MLPH_IoStats {
   double read_seconds;
 } MLPH_IoStats;
 
+/* What one rank's `stage` call did (ABI 1.1). Byte counts are this rank's; seconds are wall time of
+ * the whole call on this rank, collectives included. */
+typedef struct MLPH_StageStats {
+  size_t struct_size;
+  const MLPH_Extension* ext;
+  uint64_t bytes_read;    /* from the source: archive bytes for packed data, else file bytes */
+  uint64_t bytes_written; /* to the staging target: the files as the workload will read them */
+  uint64_t files;         /* files this rank wrote */
+  double seconds;
+  /* How the ranks that now list the same staged files deal them out: reader `shard_index` of
+   * `shard_count` takes files[shard_index::shard_count] of each listing. The staged copy is shared by
+   * the ranks of a node, so this is (local_rank, local_size) (the reference's sharding after staging). */
+  int32_t shard_index;
+  int32_t shard_count;
+} MLPH_StageStats;
+
 typedef struct MLPH_StorageApi {
   size_t struct_size;
   const MLPH_Extension* ext;
@@ -35,6 +52,18 @@ typedef struct MLPH_StorageApi {
   /* Reads the whole file into memory obtained from `alloc`; *size receives its length. */
   MLPH_Error* (*read)(MLPH_Storage* storage, const char* path, MLPH_AllocFn alloc, void* ctx, size_t* size);
   MLPH_Error* (*stats)(MLPH_Storage* storage, MLPH_IoStats* out);
+  /* ABI 1.1, optional (NULL: the plug-in does not stage; callers check struct_size first).
+   * Collective over `comms` (borrowed, every rank calls it): copies this rank's shard of each
+   * subdirectory of `source_dir` (file number i of the sorted names goes to rank i % size; files
+   * past the last multiple of size are not staged) to storage that is local to the node, then waits
+   * for every rank. A subdirectory may instead hold a packed archive, which is unpacked. Sizes, and
+   * checksums where the source has a manifest, are verified. The source is never modified.
+   * Afterwards `list` of `source_dir/<sub>` lists the staged copies of the node's files and `read`
+   * reads them; the copy is removed by `destroy`. Errors name the rank and the file; when any rank
+   * fails, every rank returns an error (MLPH_ABORTED on the ranks that did not fail themselves).
+   * *out (struct_size set by the caller) receives this rank's figures. */
+  MLPH_Error* (*stage)(MLPH_Storage* storage, const char* source_dir, const MLPH_CommsHandle* comms,
+                       MLPH_StageStats* out);
 } MLPH_StorageApi;
 
 /* What a workload receives to read its dataset: the table and the instance, both borrowed. */

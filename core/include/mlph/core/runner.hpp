@@ -19,6 +19,7 @@ struct RunOptions {
   std::string division;           // shorthand for --set mlperf.division=...
   std::optional<uint64_t> seed;   // shorthand for --set run.seed=...
   std::filesystem::path output_dir = "out";
+  std::string log_name = "result_0.txt";  // the MLPerf log in output_dir (result_<i>.txt in a submission)
   std::vector<std::filesystem::path> plugin_dirs;
   std::string generate_data_dir;  // non-empty: write the workload's synthetic dataset there and exit
 };

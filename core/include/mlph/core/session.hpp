@@ -40,11 +40,18 @@ class Session {
   const MLPH_StorageHandle* storage_handle() const { return &storage_handle_; }
   const std::string& backend_name() const { return config_.get("plugins.backend"); }
 
-  // The backend object (created on first use) and a model compiled on it.
+  // The backend object (created on first use) and a model compiled on it. With several ranks the
+  // backend gets the comms handle (it averages gradients in train_step) and every rank then takes
+  // rank 0's weights, so the replicas start identical whatever the backend did at compile time.
   MLPH_Backend* backend();
   Owned<MLPH_Model> compile(const MLPH_Graph& graph);
+  // Averages the non-trainable parameters (BatchNorm running statistics) over the ranks: each
+  // replica's statistics saw only its own shard. The runner calls it after every training epoch,
+  // before evaluation (DeepCAM's BatchNormStatsSynchronize). No-op on one rank.
+  void average_non_trainable(MLPH_Model* model, const MLPH_Graph& graph);
 
  private:
+  void broadcast_parameters(MLPH_Model* model, const MLPH_Graph& graph);
   std::vector<MLPH_ParamSpec> schema_;
   Config config_;
   // Libraries first: members are destroyed in reverse, so every object goes before its library.

@@ -1,7 +1,11 @@
 // Write a comms plug-in as a C++ class; `comms_api<Impl>()` generates the C table.
 #pragma once
 
+#include <cstddef>
+#include <cstring>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "mlph/comms.h"
 #include "mlph/sdk/error.hpp"
@@ -18,7 +22,116 @@ class Comm {
   virtual void broadcast(void* data, size_t bytes, int32_t root) = 0;
   virtual void allgather(const void* send, void* recv, size_t bytes_per_rank) = 0;
   virtual void barrier() = 0;
+  // See MLPH_HaloSpec; `halo::exchange` below does the geometry, the plug-in moves the bytes.
+  virtual void halo_exchange(void* data, const MLPH_HaloSpec& spec) = 0;
 };
+
+// Whether a comms table has halo_exchange (ABI 1.1): 1.0 plug-ins' tables end before it.
+inline bool has_halo_exchange(const MLPH_CommsApi* api) {
+  return api && api->struct_size >= MLPH_STRUCT_SIZE(MLPH_CommsApi, halo_exchange) && api->halo_exchange;
+}
+
+namespace halo {
+
+// Throws INVALID_ARGUMENT naming what in `spec` does not fit a communicator of `size` ranks.
+inline void validate(const MLPH_HaloSpec& spec, int32_t size, const std::string& who) {
+  const auto bad = [&](const std::string& what) { fail(MLPH_INVALID_ARGUMENT, who + ": halo exchange: " + what); };
+  if (spec.struct_size < MLPH_STRUCT_SIZE(MLPH_HaloSpec, periodic)) bad("MLPH_HaloSpec is too small (an older ABI?)");
+  if (spec.ndim < 1 || spec.ndim > MLPH_MAX_DIMS) bad("ndim " + std::to_string(spec.ndim) + " is not in 1..8");
+  if (spec.grid_ndim < 1 || spec.grid_ndim > spec.ndim)
+    bad("grid_ndim " + std::to_string(spec.grid_ndim) + " is not in 1..ndim");
+  if (mlph_dtype_size(spec.dtype) == 0) bad("unknown dtype");
+  int64_t ranks = 1;
+  for (int32_t d = 0; d < spec.ndim; ++d) {
+    if (spec.shape[d] < 1) bad("shape[" + std::to_string(d) + "] is " + std::to_string(spec.shape[d]));
+    if (d >= spec.grid_ndim) continue;
+    if (spec.grid[d] < 1) bad("grid[" + std::to_string(d) + "] is " + std::to_string(spec.grid[d]));
+    if (spec.halo[d] < 0 || spec.shape[d] < 3LL * spec.halo[d])
+      bad("dim " + std::to_string(d) + " of " + std::to_string(spec.shape[d]) + " cannot hold two halos of " +
+          std::to_string(spec.halo[d]) + " around an interior at least as wide");
+    ranks *= spec.grid[d];
+  }
+  if (ranks != size)
+    bad("the grid has " + std::to_string(ranks) + " cells but the communicator " + std::to_string(size) + " ranks");
+}
+
+// Row-major grid coordinate of `rank` along dim d.
+inline int32_t coordinate(const MLPH_HaloSpec& spec, int32_t rank, int32_t d) {
+  for (int32_t e = spec.grid_ndim - 1; e > d; --e) rank /= spec.grid[e];
+  return rank % spec.grid[d];
+}
+
+// The rank one step (`delta` = -1 or +1) along dim d, or -1 past a non-periodic end.
+inline int32_t neighbour(const MLPH_HaloSpec& spec, int32_t rank, int32_t d, int32_t delta) {
+  const int32_t c = coordinate(spec, rank, d), n = spec.grid[d];
+  int32_t to = c + delta;
+  if (to < 0 || to >= n) {
+    if (!spec.periodic[d]) return -1;
+    to = (to + n) % n;
+  }
+  int32_t stride = 1;
+  for (int32_t e = spec.grid_ndim - 1; e > d; --e) stride *= spec.grid[e];
+  return rank + (to - c) * stride;
+}
+
+// Slices [first, first + count) of dim d with everything else whole, copied to or from a packed buffer.
+struct Slab {
+  int64_t outer = 1;   // product of the dims before d
+  size_t chunk = 0;    // bytes of one dim-d slice times `count`
+  size_t slice = 0;    // bytes of one dim-d slice
+  int64_t extent = 0;  // shape[d]
+  size_t bytes() const { return static_cast<size_t>(outer) * chunk; }
+};
+
+inline Slab slab(const MLPH_HaloSpec& spec, int32_t d, int64_t count) {
+  Slab s;
+  s.slice = mlph_dtype_size(spec.dtype);
+  for (int32_t e = 0; e < d; ++e) s.outer *= spec.shape[e];
+  for (int32_t e = d + 1; e < spec.ndim; ++e) s.slice *= static_cast<size_t>(spec.shape[e]);
+  s.extent = spec.shape[d];
+  s.chunk = s.slice * static_cast<size_t>(count);
+  return s;
+}
+
+inline void pack(const Slab& s, const std::byte* data, int64_t first, std::byte* out) {
+  for (int64_t o = 0; o < s.outer; ++o)
+    std::memcpy(out + o * s.chunk, data + (o * s.extent + first) * static_cast<int64_t>(s.slice), s.chunk);
+}
+
+inline void unpack(const Slab& s, const std::byte* in, int64_t first, std::byte* data) {
+  for (int64_t o = 0; o < s.outer; ++o)
+    std::memcpy(data + (o * s.extent + first) * static_cast<int64_t>(s.slice), in + o * s.chunk, s.chunk);
+}
+
+// The packed slabs of one dim: what goes to each neighbour and what comes back from it.
+struct Transfer {
+  int32_t low = -1, high = -1;  // neighbour ranks, -1 past a non-periodic end
+  std::vector<std::byte> to_low, to_high, from_low, from_high;
+};
+
+// Exchanges dim by dim: packs the interior slices next to each face, lets `move(dim, transfer)` deliver
+// to_low/to_high and fill from_low/from_high (only for neighbours >= 0), and unpacks into the halos.
+template <class Move>
+void exchange(void* data, const MLPH_HaloSpec& spec, int32_t rank, int32_t size, const std::string& who, Move&& move) {
+  validate(spec, size, who);
+  auto* bytes = static_cast<std::byte*>(data);
+  for (int32_t d = 0; d < spec.grid_ndim; ++d) {
+    const int64_t h = spec.halo[d];
+    if (h == 0) continue;
+    const Slab s = slab(spec, d, h);
+    Transfer t;
+    t.low = neighbour(spec, rank, d, -1);
+    t.high = neighbour(spec, rank, d, +1);
+    for (auto* buffer : {&t.to_low, &t.to_high, &t.from_low, &t.from_high}) buffer->resize(s.bytes());
+    pack(s, bytes, h, t.to_low.data());                  // the first interior slices
+    pack(s, bytes, s.extent - 2 * h, t.to_high.data());  // the last interior slices
+    move(d, t);
+    if (t.low >= 0) unpack(s, t.from_low.data(), 0, bytes);
+    if (t.high >= 0) unpack(s, t.from_high.data(), s.extent - h, bytes);
+  }
+}
+
+}  // namespace halo
 
 namespace detail {
 using CommBox = Boxed<Comm>;
@@ -51,6 +164,12 @@ const MLPH_CommsApi* comms_api() {
         return guard(unbox(c)->host, [&] { unbox(c)->impl->allgather(send, recv, bytes); });
       },
       [](MLPH_Comm* c) { return guard(unbox(c)->host, [&] { unbox(c)->impl->barrier(); }); },
+      [](MLPH_Comm* c, void* data, const MLPH_HaloSpec* spec) {
+        return guard(unbox(c)->host, [&] {
+          if (!spec) fail(MLPH_INVALID_ARGUMENT, "halo exchange: no MLPH_HaloSpec");
+          unbox(c)->impl->halo_exchange(data, *spec);
+        });
+      },
   };
   return &api;
 }

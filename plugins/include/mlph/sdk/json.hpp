@@ -2,7 +2,9 @@
 // and for hyperparameters a workload hands over as JSON text.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -13,11 +15,16 @@ namespace mlph::sdk {
 inline std::string json_number(double v) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
-  char buffer[32];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buffer, sizeof buffer, "%.*g", precision, v);
+  char buffer[40];
+  int digits = 1;  // the fewest significant digits that read back as v
+  for (; digits < 17; ++digits) {
+    std::snprintf(buffer, sizeof buffer, "%.*e", digits - 1, v);
     if (std::strtod(buffer, nullptr) == v) break;
   }
+  std::snprintf(buffer, sizeof buffer, "%.*e", digits - 1, v);
+  // Like repr: positional for decimal exponents -4..15 (10.0, not 1e+01), else d.ddde+XX.
+  const int exponent = std::atoi(std::strchr(buffer, 'e') + 1);
+  if (exponent >= -4 && exponent < 16) std::snprintf(buffer, sizeof buffer, "%.*f", std::max(digits - 1 - exponent, 0), v);
   std::string s = buffer;
   if (s.find_first_of(".en") == std::string::npos) s += ".0";
   return s;

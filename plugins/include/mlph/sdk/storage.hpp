@@ -1,6 +1,9 @@
 // Write a storage plug-in as a C++ class; `storage_api<Impl>()` generates the C table.
 #pragma once
 
+#include <algorithm>
+#include <concepts>
+#include <cstring>
 #include <memory>
 
 #include "mlph/sdk/error.hpp"
@@ -16,11 +19,37 @@ class Storage {
   virtual void list(const char* dir, const char* suffix, MLPH_PathFn each, void* ctx) = 0;
   virtual size_t read(const char* path, MLPH_AllocFn alloc, void* ctx) = 0;
   virtual MLPH_IoStats stats() = 0;
+  // Optional (ABI 1.1): a class that stages defines
+  //   MLPH_StageStats stage(const char* source_dir, const MLPH_CommsHandle& comms);
+  // and storage_api<Impl>() fills the table's `stage`; otherwise it stays NULL (no staging).
+};
+
+template <class Impl>
+concept Stages = requires(Impl& impl, const char* dir, const MLPH_CommsHandle& comms) {
+  { impl.stage(dir, comms) } -> std::same_as<MLPH_StageStats>;
 };
 
 namespace detail {
 using StorageBox = Boxed<Storage>;
 inline StorageBox* unbox(MLPH_Storage* s) { return reinterpret_cast<StorageBox*>(s); }
+
+// The table's `stage`: the class's stage() behind the C boundary, or NULL when it has none.
+template <class Impl>
+constexpr auto stage_entry() -> MLPH_Error* (*)(MLPH_Storage*, const char*, const MLPH_CommsHandle*, MLPH_StageStats*) {
+  if constexpr (Stages<Impl>) {
+    return [](MLPH_Storage* s, const char* dir, const MLPH_CommsHandle* comms, MLPH_StageStats* out) {
+      return guard(unbox(s)->host, [&] {
+        if (!comms || !out) fail(MLPH_INVALID_ARGUMENT, "stage: NULL comms or stats");
+        const size_t caller_size = out->struct_size;
+        MLPH_StageStats stats = static_cast<Impl&>(*unbox(s)->impl).stage(dir, *comms);
+        stats.struct_size = caller_size;  // a 1.1 caller's struct may be larger than ours: write only ours
+        std::memcpy(out, &stats, std::min(caller_size, sizeof stats));
+      });
+    };
+  } else {
+    return nullptr;
+  }
+}
 }  // namespace detail
 
 template <class Impl>
@@ -45,6 +74,7 @@ const MLPH_StorageApi* storage_api() {
       [](MLPH_Storage* s, MLPH_IoStats* out) {
         return guard(unbox(s)->host, [&] { *out = unbox(s)->impl->stats(); });
       },
+      stage_entry<Impl>(),
   };
   return &api;
 }

@@ -1,0 +1,120 @@
+#include "net.hpp"
+
+#include <omp.h>
+
+#include <cstring>
+
+#include "mlph/sdk/error.hpp"
+
+namespace mlph::onednn {
+
+int64_t Value::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+memory::data_type onednn_type(MLPH_DType dtype) {
+  switch (dtype) {
+    case MLPH_DTYPE_F32: return memory::data_type::f32;
+    case MLPH_DTYPE_I16: return memory::data_type::f32;  // oneDNN has no int16: converted on load
+    case MLPH_DTYPE_I32: return memory::data_type::s32;
+    default: sdk::fail(MLPH_UNIMPLEMENTED, "onednn-cpu backend: only float32, int16 and int32 values are supported");
+  }
+}
+
+memory::desc plain_desc(const std::vector<int64_t>& shape, MLPH_DType dtype) {
+  const memory::data_type type = onednn_type(dtype);
+  if (shape.size() == 4 || shape.size() == 5) {
+    Dims dims{shape.front(), shape.back()};  // oneDNN's logical order: N, C, spatial...
+    dims.insert(dims.end(), shape.begin() + 1, shape.end() - 1);
+    return {dims, type, shape.size() == 4 ? Tag::nhwc : Tag::ndhwc};
+  }
+  if (shape.empty()) return {Dims{1}, type, Tag::a};
+  Dims dims(shape.begin(), shape.end()), strides(shape.size(), 1);
+  for (size_t i = shape.size() - 1; i > 0; --i) strides[i - 1] = strides[i] * dims[i];
+  return {dims, type, strides};
+}
+
+void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& f) {
+  if (n < (1 << 14)) return f(0, n);  // waking the team costs more than the work
+#pragma omp parallel
+  {
+    const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
+    const int64_t begin = n * t / threads, end = n * (t + 1) / threads;
+    if (begin < end) f(begin, end);
+  }
+}
+
+memory Scratchpad::bind(const dnnl::engine& engine, const memory::desc& desc) {
+  size_ = std::max(size_, desc.get_size());
+  return bound_.emplace_back(desc, engine, static_cast<void*>(DNNL_MEMORY_NONE));
+}
+
+void Scratchpad::allocate(const dnnl::engine& engine) {
+  buffer_ = memory(memory::desc({static_cast<memory::dim>(std::max<size_t>(size_, 1))}, memory::data_type::u8, Tag::a),
+                   engine);
+  for (memory& m : bound_) m.set_data_handle(buffer_.get_data_handle());
+}
+
+void Net::define(int32_t v, const memory::desc& desc, std::optional<memory> alias) {
+  Value& value = at(v);
+  value.mem = alias ? *alias : memory(desc, engine);
+  if (needs_grad(v) && !value.grad) value.grad = memory(desc, engine);
+}
+
+dnnl::primitive_attr Net::attr() const {
+  dnnl::primitive_attr a;
+  a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return a;
+}
+
+memory Net::convert(const memory& src, const memory::desc& want, std::vector<Step>& steps) {
+  if (src.get_desc() == want) return src;
+  memory dst(want, engine);
+  steps.push_back(step<dnnl::reorder>(dnnl::reorder::primitive_desc(engine, src.get_desc(), engine, want, attr()),
+                                      {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}}));
+  return dst;
+}
+
+void Net::ready_grad(int32_t v) {
+  Value& value = at(v);
+  if (value.grad_written) return;
+  std::memset(value.grad.get_data_handle(), 0, value.grad.get_desc().get_size());
+  value.grad_written = true;
+}
+
+GradSink::GradSink(Net& net, int32_t v, const memory::desc& writer, std::optional<memory> source,
+                   std::optional<memory::desc> grad_view)
+    : net_(&net), v_(v) {
+  const Value& value = net.at(v);
+  grad_ = grad_view ? net.view(value.grad, *grad_view) : value.grad;
+  same_layout_ = !source && writer == grad_.get_desc();
+  if (same_layout_ && net.contributors(v) == 1 && !value.is_param) return;  // always written in place
+  source_ = source ? *source : memory(writer, net.engine);
+  overwrite_ = net.step<dnnl::reorder>(
+      dnnl::reorder::primitive_desc(net.engine, writer, net.engine, grad_.get_desc(), net.attr()),
+      {{DNNL_ARG_FROM, source_}, {DNNL_ARG_TO, grad_}});
+  dnnl::post_ops sum;
+  sum.append_sum(1.0f);
+  dnnl::primitive_attr add = net.attr();
+  add.set_post_ops(sum);
+  accumulate_ = net.step<dnnl::reorder>(
+      dnnl::reorder::primitive_desc(net.engine, writer, net.engine, grad_.get_desc(), add),
+      {{DNNL_ARG_FROM, source_}, {DNNL_ARG_TO, grad_}});
+}
+
+memory GradSink::target() {
+  direct_ = same_layout_ && (!source_ || !net_->at(v_).grad_written);
+  return direct_ ? grad_ : source_;
+}
+
+void GradSink::commit() {
+  Value& value = net_->at(v_);
+  if (!direct_) (value.grad_written ? *accumulate_ : *overwrite_)(net_->stream);
+  value.grad_written = true;
+}
+
+std::string NodeView::where() const { return std::string("node '") + node->name + "' (" + node->op + ")"; }
+
+}  // namespace mlph::onednn

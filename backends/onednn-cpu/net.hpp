@@ -1,0 +1,155 @@
+// The onednn-cpu executor's building blocks: graph values living in oneDNN memory (each in the
+// layout its producer chose), primitives bound to their arguments once at compile time, and the
+// two helpers every op uses at a layout boundary: a plain (channels-last) view of a value, and a
+// gradient sink that writes or accumulates into a value's gradient whatever layout it comes in.
+#pragma once
+
+#include <cstdint>
+#include <dnnl.hpp>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "mlph/graph.h"
+
+namespace mlph::onednn {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+using Dims = memory::dims;
+
+struct Value {
+  std::string name;
+  MLPH_DType dtype = MLPH_DTYPE_F32;
+  std::vector<int64_t> shape;
+  bool is_param = false;
+  memory::desc plain;  // the graph's layout: channels-last activations, row-major parameters
+  memory mem;          // the data, in the layout its producer chose (empty until defined)
+  memory grad;         // same layout as `mem`; empty when no gradient flows into the value
+  bool grad_written = false;  // during backward: has a contribution arrived yet?
+  int64_t numel() const;
+};
+
+// A primitive with its arguments, bound at compile time.
+struct Step {
+  dnnl::primitive primitive;
+  std::unordered_map<int, memory> args;
+  void operator()(dnnl::stream& s) const { primitive.execute(s, args); }
+};
+
+// One buffer shared by every primitive's scratch space (user-managed scratchpad mode).
+class Scratchpad {
+ public:
+  memory bind(const dnnl::engine& engine, const memory::desc& desc);
+  void allocate(const dnnl::engine& engine);  // after compile: sizes the buffer, points every binding at it
+
+ private:
+  std::vector<memory> bound_;
+  size_t size_ = 0;
+  memory buffer_;
+};
+
+class Net {
+ public:
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::vector<Value> values;
+  Scratchpad scratchpad;
+
+  Value& at(int32_t v) { return values[static_cast<size_t>(v)]; }
+  // Gives `v` its layout: allocates its data (or adopts `alias`) and its gradient when it needs one.
+  void define(int32_t v, const memory::desc& desc, std::optional<memory> alias = std::nullopt);
+  // Which values receive a gradient, and from how many ops (more than one: contributions add up).
+  void set_gradient_flow(std::vector<bool> needed, std::vector<int> contributors) {
+    needs_grad_ = std::move(needed), contributors_ = std::move(contributors);
+  }
+  bool needs_grad(int32_t v) const { return needs_grad_[static_cast<size_t>(v)]; }
+  int contributors(int32_t v) const { return contributors_[static_cast<size_t>(v)]; }
+
+  // Attributes every primitive gets: the user-managed scratchpad.
+  dnnl::primitive_attr attr() const;
+  template <class Primitive>
+  Step step(const typename Primitive::primitive_desc& pd, std::unordered_map<int, memory> args) {
+    if (pd.scratchpad_desc().get_size() > 0) args[DNNL_ARG_SCRATCHPAD] = scratchpad.bind(engine, pd.scratchpad_desc());
+    return {Primitive(pd), std::move(args)};
+  }
+  // `src` in layout `want`: itself when it already is, else a new memory that `steps` refreshes.
+  memory convert(const memory& src, const memory::desc& want, std::vector<Step>& steps);
+  // The plain (graph-layout) form of value v, refreshed by `steps` when v lives in another layout.
+  memory plain(int32_t v, std::vector<Step>& steps) { return convert(at(v).mem, at(v).plain, steps); }
+  // A parameter's buffer seen through `desc` (an op's logical view of the graph layout).
+  memory view(const memory& m, const memory::desc& desc) { return memory(desc, engine, m.get_data_handle()); }
+  // Makes sure grad(v) holds something before a backward step reads it (zero if nothing arrived).
+  void ready_grad(int32_t v);
+  void run(const std::vector<Step>& steps) {
+    for (const Step& s : steps) s(stream);
+  }
+
+ private:
+  std::vector<bool> needs_grad_;
+  std::vector<int> contributors_;
+};
+
+// Writes one contribution to the gradient of value v: the first overwrites, later ones add, so
+// that a value used by several ops sums their gradients. The contribution comes in layout
+// `writer` (written into target(), or an existing memory given as `source`); `grad_view`
+// reinterprets the gradient buffer for ops that see a parameter through another logical shape.
+class GradSink {
+ public:
+  GradSink() = default;
+  GradSink(Net& net, int32_t v, const memory::desc& writer, std::optional<memory> source = std::nullopt,
+           std::optional<memory::desc> grad_view = std::nullopt);
+  explicit operator bool() const { return net_ != nullptr; }
+  memory target();  // where the contribution goes; call commit() after writing it
+  void commit();
+
+ private:
+  Net* net_ = nullptr;
+  int32_t v_ = -1;
+  memory grad_, source_;
+  bool same_layout_ = false, direct_ = false;
+  std::optional<Step> overwrite_, accumulate_;
+};
+
+// What ops see of a node during compile.
+struct NodeView {
+  const MLPH_Node* node;
+  size_t index;  // position in graph.nodes: the dropout stream
+  std::string where() const;  // "node 'name' (op)"
+  int32_t in(size_t i) const { return node->inputs[i]; }
+  int32_t out() const { return node->outputs[0]; }
+  size_t n_in() const { return node->n_inputs; }
+};
+
+struct RunArgs {
+  bool training = false;
+  uint64_t step = 0;
+  uint64_t seed = 0;
+};
+
+class Op {
+ public:
+  explicit Op(const NodeView& n) : where_(n.where()), output_(n.out()) {}
+  virtual ~Op() = default;
+  virtual void forward(const RunArgs& args) = 0;
+  virtual void backward() {}  // runs only when the output has a gradient, which is then ready
+  const std::string& where() const { return where_; }
+  int32_t output() const { return output_; }
+
+ private:
+  std::string where_;
+  int32_t output_;
+};
+
+// The graph's row-major layout as oneDNN sees it: rank 4 and 5 are [N, S..., C] channels-last
+// (oneDNN's logical dims N, C, S...), whether activation or parameter (a trainable input, as in
+// mlperf-bench --layers: same bytes); conv weights are viewed through their own descs instead.
+// Anything else is row-major over its own shape.
+memory::desc plain_desc(const std::vector<int64_t>& shape, MLPH_DType dtype);
+// Runs f(begin, end) over [0, n) on the OpenMP threads.
+void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& f);
+
+}  // namespace mlph::onednn

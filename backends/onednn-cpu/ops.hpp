@@ -1,0 +1,49 @@
+// The op builders: each validates its node against docs/ops.md, chooses layouts, creates its
+// primitives and memory, and returns an Op that runs them (forward and backward).
+#pragma once
+
+#include <memory>
+
+#include "net.hpp"
+
+namespace mlph::onednn {
+
+// A conv followed only by a relu / leaky_relu (alpha >= 0) runs as one primitive with an eltwise
+// post-op; the activation node then only does the backward (from its output: for alpha >= 0,
+// y > 0 iff x > 0).
+struct Fusion {
+  bool active = false;
+  float alpha = 0;
+  int32_t activation_output = -1;
+};
+
+// Node-level checks shared by the builders; all throw sdk::Error naming the node.
+[[noreturn]] void invalid(const NodeView& n, const std::string& what);
+[[noreturn]] void unimplemented(const NodeView& n, const std::string& what);
+void expect_shape(Net& net, const NodeView& n, int32_t v, const std::vector<int64_t>& expected);
+void require_param(Net& net, const NodeView& n, size_t input);
+
+std::unique_ptr<Op> make_conv(Net& net, const NodeView& n, const Fusion& fusion);
+std::unique_ptr<Op> make_conv_transpose(Net& net, const NodeView& n);
+std::unique_ptr<Op> make_dense(Net& net, const NodeView& n);
+std::unique_ptr<Op> make_max_pool(Net& net, const NodeView& n);
+std::unique_ptr<Op> make_global_avg_pool(Net& net, const NodeView& n);
+std::unique_ptr<Op> make_eltwise(Net& net, const NodeView& n);  // relu, leaky_relu, tanh, scale
+std::unique_ptr<Op> make_fused_activation(Net& net, const NodeView& n, int32_t conv_output, float alpha);
+std::unique_ptr<Op> make_batch_norm(Net& net, const NodeView& n);
+std::unique_ptr<Op> make_add(Net& net, const NodeView& n);
+std::unique_ptr<Op> make_concat(Net& net, const NodeView& n);
+
+// Plain loops over the graph layout (ops_loops.cpp).
+std::unique_ptr<Op> make_log1p(Net& net, const NodeView& n);
+std::unique_ptr<Op> make_reshape(Net& net, const NodeView& n);
+std::unique_ptr<Op> make_dropout(Net& net, const NodeView& n);
+std::unique_ptr<Op> make_broadcast(Net& net, const NodeView& n);
+std::unique_ptr<Op> make_channel_affine(Net& net, const NodeView& n);
+std::unique_ptr<Op> make_shift_scale(Net& net, const NodeView& n);
+std::unique_ptr<Op> make_mse(Net& net, const NodeView& n);
+std::unique_ptr<Op> make_abs_error_sum(Net& net, const NodeView& n);
+std::unique_ptr<Op> make_softmax_cross_entropy(Net& net, const NodeView& n);
+std::unique_ptr<Op> make_iou(Net& net, const NodeView& n);
+
+}  // namespace mlph::onednn

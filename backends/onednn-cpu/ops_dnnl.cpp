@@ -1,0 +1,663 @@
+// Ops that run as oneDNN primitives, in whatever layout oneDNN prefers (format_tag::any), so that
+// blocked layouts flow from layer to layer without reorders.
+#include <cmath>
+#include <cstdlib>
+#include <numeric>
+
+#include "mlph/sdk/error.hpp"
+#include "mlph/sdk/graph.hpp"
+#include "mlph/sdk/tensor.hpp"
+#include "ops.hpp"
+
+namespace mlph::onednn {
+
+using dnnl::algorithm;
+using dnnl::prop_kind;
+using dt = memory::data_type;
+
+void invalid(const NodeView& n, const std::string& what) {
+  sdk::fail(MLPH_INVALID_ARGUMENT, "onednn-cpu backend: " + n.where() + ": " + what);
+}
+void unimplemented(const NodeView& n, const std::string& what) {
+  sdk::fail(MLPH_UNIMPLEMENTED, "onednn-cpu backend: " + n.where() + ": " + what);
+}
+void expect_shape(Net& net, const NodeView& n, int32_t v, const std::vector<int64_t>& expected) {
+  const Value& value = net.at(v);
+  if (value.shape != expected)
+    invalid(n, "'" + value.name + "' is " + sdk::shape_string(value.shape.data(), int32_t(value.shape.size())) +
+                   ", expected " + sdk::shape_string(expected.data(), int32_t(expected.size())));
+}
+void require_param(Net& net, const NodeView& n, size_t input) {
+  if (!net.at(n.in(input)).is_param)
+    unimplemented(n, "input " + std::to_string(input) + " ('" + net.at(n.in(input)).name + "') must be a parameter");
+}
+
+namespace {
+
+// Spatial geometry of a conv, conv_transpose or pooling node, in oneDNN's terms.
+struct Window {
+  size_t spatial = 0;
+  Dims kernel, stride, dilate, pad_l, pad_r;  // dilate: oneDNN counts from 0 (d - 1)
+};
+
+std::vector<int64_t> ints(const NodeView& n, const char* key, size_t count, int64_t fallback, int64_t min,
+                          size_t alt_count = 0) {
+  const sdk::Attrs attrs(*n.node);
+  if (!attrs.has(key)) return std::vector<int64_t>(count, fallback);
+  std::vector<int64_t> out;
+  for (double v : attrs.numbers(key)) {
+    if (v != std::floor(v) || v < double(min) || v > 1e15)
+      invalid(n, std::string("attribute '") + key + "' must hold integers >= " + std::to_string(min));
+    out.push_back(int64_t(v));
+  }
+  if (out.size() != count && (alt_count == 0 || out.size() != alt_count))
+    invalid(n, std::string("attribute '") + key + "' needs " + std::to_string(count) + " entries");
+  return out;
+}
+
+size_t spatial_rank(Net& net, const NodeView& n) {
+  const size_t rank = net.at(n.in(0)).shape.size();
+  if (rank != 4 && rank != 5) invalid(n, "input must be [N, spatial..., C] with 2 or 3 spatial dims");
+  return rank - 2;
+}
+
+Window conv_window(const NodeView& n, size_t spatial, const std::vector<int64_t>& kernel) {
+  Window w;
+  w.spatial = spatial;
+  w.kernel.assign(kernel.begin(), kernel.end());
+  const auto stride = ints(n, "stride", spatial, 1, 1), dilation = ints(n, "dilation", spatial, 1, 1);
+  const auto padding = ints(n, "padding", spatial, 0, 0, 2 * spatial);
+  for (size_t d = 0; d < spatial; ++d) {
+    w.stride.push_back(stride[d]);
+    w.dilate.push_back(dilation[d] - 1);
+    w.pad_l.push_back(padding[d]);
+    w.pad_r.push_back(padding[padding.size() == spatial ? d : spatial + d]);
+  }
+  return w;
+}
+
+// [N, C, spatial...] for oneDNN from channels-last sizes.
+Dims ncs(int64_t batch, int64_t channels, const std::vector<int64_t>& spatial) {
+  Dims d{batch, channels};
+  d.insert(d.end(), spatial.begin(), spatial.end());
+  return d;
+}
+std::vector<int64_t> nsc(int64_t batch, const std::vector<int64_t>& spatial, int64_t channels) {
+  std::vector<int64_t> s{batch};
+  s.insert(s.end(), spatial.begin(), spatial.end());
+  s.push_back(channels);
+  return s;
+}
+std::vector<int64_t> spatial_of(const Value& v) { return {v.shape.begin() + 1, v.shape.end() - 1}; }
+
+// Strides of the kernel dims of a [K..., inner] row-major weight, `inner` elements per tap.
+Dims kernel_strides(const Dims& kernel, int64_t inner) {
+  Dims s(kernel.size());
+  int64_t step = inner;
+  for (size_t d = kernel.size(); d-- > 0;) s[d] = step, step *= kernel[d];
+  return s;
+}
+
+memory::desc any(const Dims& dims) { return {dims, dt::f32, Tag::any}; }
+memory::desc vec(int64_t n) { return {{n}, dt::f32, Tag::a}; }
+
+// conv, conv_transpose and dense: x with parameter weights (and bias) -> y, with backward-data
+// and backward-weights primitives. Weights stay in the graph layout (they are small; the optimizer
+// and read/write_parameter see them as they are) and are reordered to the primitives' layout.
+template <class Fwd, class BwdData, class BwdWeights>
+class Weighted final : public Op {
+ public:
+  using FwdPD = typename Fwd::primitive_desc;
+  Weighted(Net& net, const NodeView& n, const Fusion& fusion, const memory::desc& weights_plain, const FwdPD& fwd,
+           const std::function<typename BwdData::primitive_desc()>& make_data,
+           const std::function<typename BwdWeights::primitive_desc()>& make_weights)
+      : Op(n), net_(net) {
+    const int32_t x = n.in(0), w = n.in(1), y = n.out();
+    const bool has_bias = n.n_in() > 2;
+    const memory src = net.convert(net.at(x).mem, fwd.src_desc(), forward_);
+    const memory weights = net.convert(net.view(net.at(w).mem, weights_plain), fwd.weights_desc(), forward_);
+    if (fusion.active) {  // the activation's output is this primitive's output; their gradients share memory
+      net.define(fusion.activation_output, fwd.dst_desc());
+      net.at(y).grad = net.at(fusion.activation_output).grad;
+      net.define(y, fwd.dst_desc(), net.at(fusion.activation_output).mem);
+    } else {
+      net.define(y, fwd.dst_desc());
+    }
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, net.at(y).mem}};
+    if (has_bias) args[DNNL_ARG_BIAS] = net.at(n.in(2)).mem;
+    forward_.push_back(net.step<Fwd>(fwd, args));
+    if (!net.needs_grad(y)) return;
+    const memory dy = net.at(y).grad;
+    if (net.needs_grad(x)) {
+      const auto pd = make_data();
+      const memory data_dy = net.convert(dy, pd.diff_dst_desc(), data_pre_);
+      const memory data_w = net.convert(weights, pd.weights_desc(), data_pre_);
+      dx_ = GradSink(net, x, pd.diff_src_desc());
+      data_ = net.step<BwdData>(pd, {{DNNL_ARG_DIFF_DST, data_dy}, {DNNL_ARG_WEIGHTS, data_w}});
+    }
+    if (net.needs_grad(w) || (has_bias && net.needs_grad(n.in(2)))) {
+      const auto pd = make_weights();
+      const memory weights_src = net.convert(src, pd.src_desc(), weights_pre_);
+      const memory weights_dy = net.convert(dy, pd.diff_dst_desc(), weights_pre_);
+      const memory dw(pd.diff_weights_desc(), net.engine);
+      if (net.needs_grad(w)) dw_ = GradSink(net, w, pd.diff_weights_desc(), dw, weights_plain);
+      std::unordered_map<int, memory> wargs{
+          {DNNL_ARG_SRC, weights_src}, {DNNL_ARG_DIFF_DST, weights_dy}, {DNNL_ARG_DIFF_WEIGHTS, dw}};
+      if (has_bias) {
+        const memory db(pd.diff_bias_desc(), net.engine);
+        wargs[DNNL_ARG_DIFF_BIAS] = db;
+        if (net.needs_grad(n.in(2))) db_ = GradSink(net, n.in(2), pd.diff_bias_desc(), db);
+      }
+      weights_ = net.step<BwdWeights>(pd, wargs);
+    }
+  }
+
+  void forward(const RunArgs&) override { net_.run(forward_); }
+  void backward() override {
+    if (data_) {
+      net_.run(data_pre_);
+      data_->args[DNNL_ARG_DIFF_SRC] = dx_.target();
+      (*data_)(net_.stream);
+      dx_.commit();
+    }
+    if (weights_) {
+      net_.run(weights_pre_);
+      (*weights_)(net_.stream);
+      if (dw_) dw_.commit();
+      if (db_) db_.commit();
+    }
+  }
+
+ private:
+  Net& net_;
+  std::vector<Step> forward_, data_pre_, weights_pre_;
+  std::optional<Step> data_, weights_;
+  GradSink dx_, dw_, db_;
+};
+
+// Keras-style weight [K..., I, O] as oneDNN's logical weights (grouped: [G, O/G, I, K...]).
+memory::desc conv_weights_plain(const Dims& kernel, int64_t ci_per_group, int64_t co, int64_t groups) {
+  const Dims ks = kernel_strides(kernel, ci_per_group * co);
+  Dims dims, strides;
+  if (groups > 1) dims = {groups, co / groups, ci_per_group}, strides = {co / groups, 1, co};
+  else dims = {co, ci_per_group}, strides = {1, co};
+  dims.insert(dims.end(), kernel.begin(), kernel.end());
+  strides.insert(strides.end(), ks.begin(), ks.end());
+  return {dims, dt::f32, strides};
+}
+
+}  // namespace
+
+std::unique_ptr<Op> make_conv(Net& net, const NodeView& n, const Fusion& fusion) {
+  const size_t spatial = spatial_rank(net, n);
+  const Value &x = net.at(n.in(0)), &w = net.at(n.in(1));
+  require_param(net, n, 1);
+  if (n.n_in() > 2) require_param(net, n, 2);
+  const int64_t groups = ints(n, "groups", 1, 1, 1)[0], ci = x.shape.back(), co = w.shape.back();
+  if (w.shape.size() != x.shape.size() || ci % groups || co % groups || w.shape[spatial] != ci / groups)
+    invalid(n, "weights '" + w.name + "' do not fit the input in " + std::to_string(groups) + " groups");
+  const Dims kernel(w.shape.begin(), w.shape.begin() + long(spatial));
+  const Window g = conv_window(n, spatial, {kernel.begin(), kernel.end()});
+  std::vector<int64_t> out_spatial;
+  for (size_t d = 0; d < spatial; ++d) {
+    const int64_t span = x.shape[1 + d] + g.pad_l[d] + g.pad_r[d] - (g.dilate[d] + 1) * (kernel[d] - 1) - 1;
+    if (span < 0) invalid(n, "the window is larger than the padded input");
+    out_spatial.push_back(span / g.stride[d] + 1);
+  }
+  const int64_t batch = x.shape[0];
+  expect_shape(net, n, n.out(), nsc(batch, out_spatial, co));
+  if (n.n_in() > 2) expect_shape(net, n, n.in(2), {co});
+
+  const memory::desc weights_plain = conv_weights_plain(kernel, ci / groups, co, groups);
+  const Dims wdims = weights_plain.dims();
+  // Few input channels (CosmoFlow's conv1: 4): with blocked layouts oneDNN falls back to a slow
+  // gemm for the weight gradient; channels-last source and output take its jit and brgemm kernels,
+  // several times faster (PERFORMANCE.md). The layers after it go blocked.
+  const bool few_channels = ci < 16;
+  const memory::desc src = few_channels ? x.mem.get_desc() : any(ncs(batch, ci, spatial_of(x)));
+  const bool exp_blocked = std::getenv("EXP_CONV1_BLOCKED") != nullptr;
+  const memory::desc dst = few_channels && !exp_blocked ? net.at(n.out()).plain : any(ncs(batch, co, out_spatial));
+  const memory::desc bias = n.n_in() > 2 ? vec(co) : memory::desc();
+  dnnl::primitive_attr attr = net.attr();
+  if (fusion.active) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.0f, algorithm::eltwise_relu, fusion.alpha, 0.0f);
+    attr.set_post_ops(ops);
+  }
+  using dnnl::convolution_forward;
+  const convolution_forward::primitive_desc fwd(
+      {prop_kind::forward_training, algorithm::convolution_direct, src, any(wdims), bias, dst, g.stride, g.dilate,
+       g.pad_l, g.pad_r},
+      attr, net.engine);
+  const memory::desc x_desc = x.mem.get_desc();
+  auto make_data = [&, fwd] {
+    return dnnl::convolution_backward_data::primitive_desc(
+        {algorithm::convolution_direct, any(x_desc.dims()), any(wdims), fwd.dst_desc(), g.stride, g.dilate, g.pad_l,
+         g.pad_r},
+        net.attr(), net.engine, fwd);
+  };
+  auto make_weights = [&, fwd] {
+    using BwdWeights = dnnl::convolution_backward_weights;
+    auto with = [&](const memory::desc& s, const memory::desc& d) {
+      return BwdWeights::primitive_desc(
+          {algorithm::convolution_direct, s, any(wdims), bias, d, g.stride, g.dilate, g.pad_l, g.pad_r}, net.attr(),
+          net.engine, fwd);
+    };
+    // In the forward's layouts when oneDNN has a kernel for them; otherwise (e.g. 2^3 volumes with
+    // blocked layouts) let it pick layouts, reordering, rather than run its reference loops.
+    if (few_channels && exp_blocked) return with(x.mem.get_desc(), net.at(n.out()).plain);
+    auto pd = with(fwd.src_desc(), fwd.dst_desc());
+    if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) {
+      auto free = with(any(fwd.src_desc().dims()), any(fwd.dst_desc().dims()));
+      if (std::string(free.impl_info_str()).rfind("ref", 0) != 0) return free;
+    }
+    return pd;
+  };
+  return std::make_unique<Weighted<convolution_forward, dnnl::convolution_backward_data,
+                                   dnnl::convolution_backward_weights>>(net, n, fusion, weights_plain, fwd, make_data,
+                                                                        make_weights);
+}
+
+std::unique_ptr<Op> make_conv_transpose(Net& net, const NodeView& n) {
+  const size_t spatial = spatial_rank(net, n);
+  const Value &x = net.at(n.in(0)), &w = net.at(n.in(1));
+  require_param(net, n, 1);
+  if (n.n_in() > 2) require_param(net, n, 2);
+  if (w.shape.size() != x.shape.size() || w.shape.back() != x.shape.back())
+    invalid(n, "weights '" + w.name + "' must be [kernel..., Co, Ci] with Ci = the input's channels");
+  const int64_t ci = x.shape.back(), co = w.shape[spatial], batch = x.shape[0];
+  const Dims kernel(w.shape.begin(), w.shape.begin() + long(spatial));
+  Window g = conv_window(n, spatial, {kernel.begin(), kernel.end()});
+  const auto output_padding = ints(n, "output_padding", spatial, 0, 0);
+  std::vector<int64_t> out_spatial;
+  for (size_t d = 0; d < spatial; ++d) {
+    out_spatial.push_back((x.shape[1 + d] - 1) * g.stride[d] - g.pad_l[d] - g.pad_r[d] +
+                          (g.dilate[d] + 1) * (kernel[d] - 1) + output_padding[d] + 1);
+    g.pad_r[d] -= output_padding[d];  // oneDNN's output size has no output_padding term
+  }
+  expect_shape(net, n, n.out(), nsc(batch, out_spatial, co));
+  if (n.n_in() > 2) expect_shape(net, n, n.in(2), {co});
+  // [K..., Co, Ci] as oneDNN's deconvolution weights [OC = Co, IC = Ci, K...].
+  Dims wdims{co, ci}, wstrides{ci, 1};
+  for (int64_t k : kernel) wdims.push_back(k);
+  for (int64_t s : kernel_strides(kernel, co * ci)) wstrides.push_back(s);
+  const memory::desc weights_plain(wdims, dt::f32, wstrides);
+  const memory::desc bias = n.n_in() > 2 ? vec(co) : memory::desc();
+  const memory::desc src = any(ncs(batch, ci, spatial_of(x))), dst = any(ncs(batch, co, out_spatial));
+  using dnnl::deconvolution_forward;
+  const deconvolution_forward::primitive_desc fwd({prop_kind::forward_training, algorithm::deconvolution_direct, src,
+                                                   any(wdims), bias, dst, g.stride, g.dilate, g.pad_l, g.pad_r},
+                                                  net.attr(), net.engine);
+  const memory::desc x_desc = x.mem.get_desc();
+  auto make_data = [&, fwd] {
+    return dnnl::deconvolution_backward_data::primitive_desc(
+        {algorithm::deconvolution_direct, any(x_desc.dims()), any(wdims), fwd.dst_desc(), g.stride, g.dilate, g.pad_l, g.pad_r},
+        net.attr(), net.engine, fwd);
+  };
+  auto make_weights = [&, fwd] {
+    return dnnl::deconvolution_backward_weights::primitive_desc(
+        {algorithm::deconvolution_direct, fwd.src_desc(), any(wdims), bias, fwd.dst_desc(), g.stride, g.dilate,
+         g.pad_l, g.pad_r},
+        net.attr(), net.engine, fwd);
+  };
+  return std::make_unique<Weighted<deconvolution_forward, dnnl::deconvolution_backward_data,
+                                   dnnl::deconvolution_backward_weights>>(net, n, Fusion{}, weights_plain, fwd,
+                                                                          make_data, make_weights);
+}
+
+std::unique_ptr<Op> make_dense(Net& net, const NodeView& n) {
+  const Value &x = net.at(n.in(0)), &w = net.at(n.in(1));
+  require_param(net, n, 1);
+  if (n.n_in() > 2) require_param(net, n, 2);
+  if (x.shape.size() != 2 || w.shape.size() != 2 || w.shape[0] != x.shape[1])
+    invalid(n, "input and weights must be [N, in] and [in, out]");
+  const int64_t batch = x.shape[0], in = x.shape[1], out = w.shape[1];
+  expect_shape(net, n, n.out(), {batch, out});
+  if (n.n_in() > 2) expect_shape(net, n, n.in(2), {out});
+  const memory::desc weights_plain({out, in}, dt::f32, Dims{1, out});  // [in, out] row-major
+  const memory::desc bias = n.n_in() > 2 ? vec(out) : memory::desc();
+  using dnnl::inner_product_forward;
+  const memory::desc x_desc = x.mem.get_desc();
+  const inner_product_forward::primitive_desc fwd(
+      {prop_kind::forward_training, x_desc, any({out, in}), bias, any({batch, out})}, net.attr(), net.engine);
+  auto make_data = [&, fwd] {
+    return dnnl::inner_product_backward_data::primitive_desc({x_desc, any({out, in}), fwd.dst_desc()}, net.attr(),
+                                                             net.engine, fwd);
+  };
+  auto make_weights = [&, fwd] {
+    return dnnl::inner_product_backward_weights::primitive_desc(
+        {fwd.src_desc(), any({out, in}), bias, fwd.dst_desc()}, net.attr(), net.engine, fwd);
+  };
+  return std::make_unique<Weighted<inner_product_forward, dnnl::inner_product_backward_data,
+                                   dnnl::inner_product_backward_weights>>(net, n, Fusion{}, weights_plain, fwd,
+                                                                          make_data, make_weights);
+}
+
+namespace {
+
+// Pooling (max with its workspace, or average), forward and backward in the input's layout.
+class Pool final : public Op {
+ public:
+  Pool(Net& net, const NodeView& n, algorithm alg, const Dims& out_dims, const Dims& kernel, const Dims& stride)
+      : Op(n), net_(net) {
+    const int32_t x = n.in(0), y = n.out();
+    const memory::desc x_desc = net.at(x).mem.get_desc();
+    const Dims pad(kernel.size(), 0);
+    const dnnl::pooling_forward::primitive_desc fwd(
+        {prop_kind::forward_training, alg, x_desc, any(out_dims), stride, kernel, pad, pad}, net.attr(), net.engine);
+    net.define(y, fwd.dst_desc());
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, net.at(x).mem}, {DNNL_ARG_DST, net.at(y).mem}};
+    memory workspace;
+    if (fwd.workspace_desc().get_size() > 0) args[DNNL_ARG_WORKSPACE] = workspace = memory(fwd.workspace_desc(), net.engine);
+    forward_ = net.step<dnnl::pooling_forward>(fwd, args);
+    if (!net.needs_grad(y) || !net.needs_grad(x)) return;
+    const dnnl::pooling_backward::primitive_desc bwd({alg, x_desc, fwd.dst_desc(), stride, kernel, pad, pad},
+                                                     net.attr(), net.engine, fwd);
+    dx_ = GradSink(net, x, bwd.diff_src_desc());
+    std::unordered_map<int, memory> bargs{{DNNL_ARG_DIFF_DST, net.at(y).grad}};
+    if (workspace) bargs[DNNL_ARG_WORKSPACE] = workspace;
+    backward_ = net.step<dnnl::pooling_backward>(bwd, bargs);
+  }
+  void forward(const RunArgs&) override { forward_(net_.stream); }
+  void backward() override {
+    if (!backward_) return;
+    backward_->args[DNNL_ARG_DIFF_SRC] = dx_.target();
+    (*backward_)(net_.stream);
+    dx_.commit();
+  }
+
+ private:
+  Net& net_;
+  Step forward_;
+  std::optional<Step> backward_;
+  GradSink dx_;
+};
+
+}  // namespace
+
+std::unique_ptr<Op> make_max_pool(Net& net, const NodeView& n) {
+  const size_t spatial = spatial_rank(net, n);
+  const Value& x = net.at(n.in(0));
+  if (!sdk::Attrs(*n.node).has("kernel")) invalid(n, "missing attribute 'kernel'");
+  const auto kernel = ints(n, "kernel", spatial, 1, 1);
+  const auto stride = sdk::Attrs(*n.node).has("stride") ? ints(n, "stride", spatial, 1, 1) : kernel;  // Keras default
+  std::vector<int64_t> out_spatial;
+  for (size_t d = 0; d < spatial; ++d) {
+    if (x.shape[1 + d] < kernel[d]) invalid(n, "the window is larger than the input");
+    out_spatial.push_back((x.shape[1 + d] - kernel[d]) / stride[d] + 1);
+  }
+  expect_shape(net, n, n.out(), nsc(x.shape[0], out_spatial, x.shape.back()));
+  return std::make_unique<Pool>(net, n, algorithm::pooling_max, ncs(x.shape[0], x.shape.back(), out_spatial),
+                                Dims(kernel.begin(), kernel.end()), Dims(stride.begin(), stride.end()));
+}
+
+std::unique_ptr<Op> make_global_avg_pool(Net& net, const NodeView& n) {
+  const size_t spatial = spatial_rank(net, n);
+  const Value& x = net.at(n.in(0));
+  const std::vector<int64_t> ones(spatial, 1), kernel = spatial_of(x);
+  expect_shape(net, n, n.out(), nsc(x.shape[0], ones, x.shape.back()));
+  return std::make_unique<Pool>(net, n, algorithm::pooling_avg_include_padding, ncs(x.shape[0], x.shape.back(), ones),
+                                Dims(kernel.begin(), kernel.end()), Dims(kernel.begin(), kernel.end()));
+}
+
+namespace {
+
+// An eltwise op in its input's layout. `use_dst`: the backward reads the forward output.
+class Eltwise final : public Op {
+ public:
+  Eltwise(Net& net, const NodeView& n, algorithm alg, float alpha, bool use_dst) : Op(n), net_(net) {
+    const int32_t x = n.in(0), y = n.out();
+    const memory::desc desc = net.at(x).mem.get_desc();
+    const dnnl::eltwise_forward::primitive_desc fwd({prop_kind::forward_training, alg, desc, alpha, 0.0f}, net.attr(),
+                                                    net.engine);
+    net.define(y, fwd.dst_desc());
+    forward_ = net.step<dnnl::eltwise_forward>(fwd, {{DNNL_ARG_SRC, net.at(x).mem}, {DNNL_ARG_DST, net.at(y).mem}});
+    if (!net.needs_grad(y) || !net.needs_grad(x)) return;
+    const dnnl::eltwise_backward::primitive_desc bwd({alg, desc, desc, alpha, 0.0f}, net.attr(), net.engine, fwd);
+    dx_ = GradSink(net, x, bwd.diff_src_desc());
+    backward_ = net.step<dnnl::eltwise_backward>(
+        bwd, {{use_dst ? DNNL_ARG_DST : DNNL_ARG_SRC, use_dst ? net.at(y).mem : net.at(x).mem},
+              {DNNL_ARG_DIFF_DST, net.at(y).grad}});
+  }
+  void forward(const RunArgs&) override { forward_(net_.stream); }
+  void backward() override {
+    if (!backward_) return;
+    backward_->args[DNNL_ARG_DIFF_SRC] = dx_.target();
+    (*backward_)(net_.stream);
+    dx_.commit();
+  }
+
+ private:
+  Net& net_;
+  Step forward_;
+  std::optional<Step> backward_;
+  GradSink dx_;
+};
+
+// The activation fused into the conv before it: nothing to do forward; backward in place on the
+// shared gradient memory, from the output.
+class FusedActivation final : public Op {
+ public:
+  FusedActivation(Net& net, const NodeView& n, int32_t conv_output, float alpha)
+      : Op(n), net_(net), conv_output_(conv_output) {
+    const int32_t y = n.out();
+    if (!net.needs_grad(y) || !net.needs_grad(conv_output)) return;
+    const memory::desc desc = net.at(y).mem.get_desc();
+    const dnnl::eltwise_forward::primitive_desc hint(
+        {prop_kind::forward_training, algorithm::eltwise_relu_use_dst_for_bwd, desc, alpha, 0.0f}, net.attr(),
+        net.engine);
+    const dnnl::eltwise_backward::primitive_desc bwd({algorithm::eltwise_relu_use_dst_for_bwd, desc, desc, alpha, 0.0f},
+                                                     net.attr(), net.engine, hint);
+    backward_ = net.step<dnnl::eltwise_backward>(bwd, {{DNNL_ARG_DST, net.at(y).mem},
+                                                       {DNNL_ARG_DIFF_DST, net.at(y).grad},
+                                                       {DNNL_ARG_DIFF_SRC, net.at(conv_output).grad}});
+  }
+  void forward(const RunArgs&) override {}
+  void backward() override {
+    if (!backward_) return;
+    (*backward_)(net_.stream);
+    net_.at(conv_output_).grad_written = true;
+  }
+
+ private:
+  Net& net_;
+  int32_t conv_output_;
+  std::optional<Step> backward_;
+};
+
+}  // namespace
+
+std::unique_ptr<Op> make_eltwise(Net& net, const NodeView& n) {
+  expect_shape(net, n, n.out(), net.at(n.in(0)).shape);
+  const std::string op = n.node->op;
+  const sdk::Attrs attrs(*n.node);
+  if (op == "relu") return std::make_unique<Eltwise>(net, n, algorithm::eltwise_relu, 0.0f, false);
+  if (op == "leaky_relu")
+    return std::make_unique<Eltwise>(net, n, algorithm::eltwise_relu, float(attrs.number("alpha")), false);
+  if (op == "tanh") return std::make_unique<Eltwise>(net, n, algorithm::eltwise_tanh_use_dst_for_bwd, 0.0f, true);
+  return std::make_unique<Eltwise>(net, n, algorithm::eltwise_linear, float(attrs.number("factor")), false);  // scale
+}
+
+std::unique_ptr<Op> make_fused_activation(Net& net, const NodeView& n, int32_t conv_output, float alpha) {
+  return std::make_unique<FusedActivation>(net, n, conv_output, alpha);
+}
+
+namespace {
+
+// Batch normalization with oneDNN's primitive; the running statistics are ours to update (PyTorch's
+// rule, unbiased variance), since oneDNN only computes the batch statistics.
+class BatchNorm final : public Op {
+ public:
+  BatchNorm(Net& net, const NodeView& n) : Op(n), net_(net) {
+    const int32_t x = n.in(0), y = n.out();
+    const sdk::Attrs attrs(*n.node);
+    const auto eps = float(attrs.number("eps", 1e-5));
+    momentum_ = attrs.number("momentum", 0.1);
+    const Value& xv = net.at(x);
+    channels_ = xv.shape.back();
+    count_ = xv.numel() / channels_;
+    if (count_ < 2) invalid(n, "needs at least two values per channel");
+    const memory::desc desc = xv.mem.get_desc();
+    using dnnl::normalization_flags;
+    const auto flags = normalization_flags::use_scale | normalization_flags::use_shift;
+    using Fwd = dnnl::batch_normalization_forward;
+    const Fwd::primitive_desc train({prop_kind::forward_training, desc, eps, flags}, net.attr(), net.engine);
+    const Fwd::primitive_desc infer({prop_kind::forward_inference, desc, eps, flags | normalization_flags::use_global_stats},
+                                    net.attr(), net.engine);
+    net.define(y, train.dst_desc());
+    mean_ = memory(train.mean_desc(), net.engine);
+    variance_ = memory(train.variance_desc(), net.engine);
+    const memory scale = net.at(n.in(1)).mem, shift = net.at(n.in(2)).mem;
+    running_mean_ = net.at(n.in(3)).mem, running_var_ = net.at(n.in(4)).mem;
+    train_ = net.step<Fwd>(train, {{DNNL_ARG_SRC, xv.mem}, {DNNL_ARG_SCALE, scale}, {DNNL_ARG_SHIFT, shift},
+                                   {DNNL_ARG_MEAN, mean_}, {DNNL_ARG_VARIANCE, variance_}, {DNNL_ARG_DST, net.at(y).mem}});
+    infer_ = net.step<Fwd>(infer, {{DNNL_ARG_SRC, xv.mem}, {DNNL_ARG_SCALE, scale}, {DNNL_ARG_SHIFT, shift},
+                                   {DNNL_ARG_MEAN, running_mean_}, {DNNL_ARG_VARIANCE, running_var_},
+                                   {DNNL_ARG_DST, net.at(y).mem}});
+    if (!net.needs_grad(y)) return;
+    const dnnl::batch_normalization_backward::primitive_desc bwd({prop_kind::backward, desc, desc, eps, flags},
+                                                                 net.attr(), net.engine, train);
+    const memory dscale(vec(channels_), net.engine), dshift(vec(channels_), net.engine);
+    if (net.needs_grad(x)) dx_ = GradSink(net, x, bwd.diff_src_desc());
+    else dx_spare_ = memory(bwd.diff_src_desc(), net.engine);
+    if (net.needs_grad(n.in(1))) dgamma_ = GradSink(net, n.in(1), vec(channels_), dscale);
+    if (net.needs_grad(n.in(2))) dbeta_ = GradSink(net, n.in(2), vec(channels_), dshift);
+    backward_ = net.step<dnnl::batch_normalization_backward>(
+        bwd, {{DNNL_ARG_SRC, xv.mem}, {DNNL_ARG_MEAN, mean_}, {DNNL_ARG_VARIANCE, variance_},
+              {DNNL_ARG_SCALE, scale}, {DNNL_ARG_DIFF_DST, net.at(y).grad}, {DNNL_ARG_DIFF_SCALE, dscale},
+              {DNNL_ARG_DIFF_SHIFT, dshift}});
+  }
+
+  void forward(const RunArgs& args) override {
+    if (!args.training) return infer_(net_.stream);
+    train_(net_.stream);
+    net_.stream.wait();
+    const auto* mean = static_cast<const float*>(mean_.get_data_handle());
+    const auto* var = static_cast<const float*>(variance_.get_data_handle());
+    auto* rm = static_cast<float*>(running_mean_.get_data_handle());
+    auto* rv = static_cast<float*>(running_var_.get_data_handle());
+    const auto m = float(momentum_), keep = float(1.0 - momentum_);
+    const auto unbias = float(double(count_) / double(count_ - 1));
+    for (int64_t c = 0; c < channels_; ++c) {
+      rm[c] = keep * rm[c] + m * mean[c];
+      rv[c] = keep * rv[c] + m * var[c] * unbias;
+    }
+  }
+  void backward() override {
+    if (!backward_) return;
+    backward_->args[DNNL_ARG_DIFF_SRC] = dx_ ? dx_.target() : dx_spare_;
+    (*backward_)(net_.stream);
+    if (dx_) dx_.commit();
+    if (dgamma_) dgamma_.commit();
+    if (dbeta_) dbeta_.commit();
+  }
+
+ private:
+  Net& net_;
+  double momentum_ = 0.1;
+  int64_t channels_ = 1, count_ = 1;
+  memory mean_, variance_, running_mean_, running_var_, dx_spare_;
+  Step train_, infer_;
+  std::optional<Step> backward_;
+  GradSink dx_, dgamma_, dbeta_;
+};
+
+// y = a + b (binary primitive, in a's layout); both gradients are dy.
+class Add final : public Op {
+ public:
+  Add(Net& net, const NodeView& n) : Op(n), net_(net) {
+    const int32_t a = n.in(0), b = n.in(1), y = n.out();
+    const memory::desc desc = net.at(a).mem.get_desc();
+    const dnnl::binary::primitive_desc pd({algorithm::binary_add, desc, net.at(b).mem.get_desc(), desc}, net.attr(),
+                                          net.engine);
+    net.define(y, pd.dst_desc());
+    forward_ = net.step<dnnl::binary>(
+        pd, {{DNNL_ARG_SRC_0, net.at(a).mem}, {DNNL_ARG_SRC_1, net.at(b).mem}, {DNNL_ARG_DST, net.at(y).mem}});
+    for (int32_t v : {a, b})
+      if (net.needs_grad(y) && net.needs_grad(v)) sinks_.emplace_back(net, v, desc, net.at(y).grad);
+  }
+  void forward(const RunArgs&) override { forward_(net_.stream); }
+  void backward() override {
+    for (GradSink& s : sinks_) s.commit();
+  }
+
+ private:
+  Net& net_;
+  Step forward_;
+  std::vector<GradSink> sinks_;
+};
+
+// Along channels, into the graph layout (so that backward can take each input's slice).
+class Concat final : public Op {
+ public:
+  Concat(Net& net, const NodeView& n) : Op(n), net_(net) {
+    const int32_t y = n.out();
+    std::vector<memory::desc> srcs;
+    std::unordered_map<int, memory> args;
+    for (size_t i = 0; i < n.n_in(); ++i) {
+      srcs.push_back(net.at(n.in(i)).mem.get_desc());
+      args[DNNL_ARG_MULTIPLE_SRC + int(i)] = net.at(n.in(i)).mem;
+    }
+    const dnnl::concat::primitive_desc pd(net.at(y).plain, 1, srcs, net.engine, net.attr());
+    net.define(y, net.at(y).plain);
+    args[DNNL_ARG_DST] = net.at(y).mem;
+    forward_ = net.step<dnnl::concat>(pd, args);
+    if (!net.needs_grad(y)) return;
+    const memory::desc dy = net.at(y).grad.get_desc();
+    int64_t offset = 0;
+    for (size_t i = 0; i < n.n_in(); ++i) {
+      Dims dims = srcs[i].dims(), offsets(dims.size(), 0);
+      offsets[1] = offset;
+      offset += dims[1];
+      if (!net.needs_grad(n.in(i))) continue;
+      const memory::desc slice = dy.submemory_desc(dims, offsets);
+      sinks_.emplace_back(net, n.in(i), slice, net.view(net.at(y).grad, slice));
+    }
+  }
+  void forward(const RunArgs&) override { forward_(net_.stream); }
+  void backward() override {
+    for (GradSink& s : sinks_) s.commit();
+  }
+
+ private:
+  Net& net_;
+  Step forward_;
+  std::vector<GradSink> sinks_;
+};
+
+}  // namespace
+
+std::unique_ptr<Op> make_batch_norm(Net& net, const NodeView& n) {
+  const Value& x = net.at(n.in(0));
+  if (x.shape.size() < 2) invalid(n, "input must be [N, ..., C]");
+  for (size_t i = 1; i < 5; ++i) {
+    require_param(net, n, i);
+    expect_shape(net, n, n.in(i), {x.shape.back()});
+  }
+  if (net.needs_grad(n.in(3)) || net.needs_grad(n.in(4)))
+    invalid(n, "the running statistics must not be trainable parameters");
+  expect_shape(net, n, n.out(), x.shape);
+  return std::make_unique<BatchNorm>(net, n);
+}
+
+std::unique_ptr<Op> make_add(Net& net, const NodeView& n) {
+  if (net.at(n.in(0)).shape != net.at(n.in(1)).shape) invalid(n, "inputs differ in shape");
+  expect_shape(net, n, n.out(), net.at(n.in(0)).shape);
+  return std::make_unique<Add>(net, n);
+}
+
+std::unique_ptr<Op> make_concat(Net& net, const NodeView& n) {
+  std::vector<int64_t> shape = net.at(n.in(0)).shape;
+  if (shape.size() != 4 && shape.size() != 5) invalid(n, "inputs must be [N, spatial..., C] with 2 or 3 spatial dims");
+  shape.back() = 0;
+  for (size_t i = 0; i < n.n_in(); ++i) {
+    const std::vector<int64_t>& s = net.at(n.in(i)).shape;
+    if (s.size() != shape.size() || !std::equal(s.begin(), s.end() - 1, shape.begin()))
+      invalid(n, "input '" + net.at(n.in(i)).name + "' differs from the first in N or spatial size");
+    shape.back() += s.back();
+  }
+  expect_shape(net, n, n.out(), shape);
+  return std::make_unique<Concat>(net, n);
+}
+
+}  // namespace mlph::onednn

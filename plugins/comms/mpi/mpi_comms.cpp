@@ -1,0 +1,388 @@
+// comms/mpi: ranks of an MPI job (mpirun, srun). Every collective is nonblocking underneath and
+// polled against a deadline (option timeout_s), so a dead or hung rank becomes an error naming the
+// operation and the ranks that did not arrive instead of a hang; the communicator is then broken,
+// and destroying it aborts the whole job (MPI_Abort) so that every rank exits non-zero once the
+// caller has reported the error (the run log ends "aborted").
+#include <dlfcn.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mlph/sdk/comms.hpp"
+
+namespace {
+
+using mlph::sdk::fail;
+using Clock = std::chrono::steady_clock;
+
+// ---- 16-bit floats: MPI has no such types, so they reduce through user ops over MPI_UINT16_T.
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
+  if (exp == 0) {  // zero or subnormal: mant * 2^-24
+    const float v = std::ldexp(static_cast<float>(mant), -24);
+    return sign ? -v : v;
+  }
+  const uint32_t bits = exp == 31 ? sign | 0x7F800000u | (mant << 13) : sign | ((exp + 112) << 23) | (mant << 13);
+  float out;
+  std::memcpy(&out, &bits, sizeof out);
+  return out;
+}
+
+uint16_t float_to_half(float f) {  // round to nearest even
+  uint32_t x;
+  std::memcpy(&x, &f, sizeof x);
+  const auto sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t abs = x & 0x7FFFFFFFu;
+  if (abs >= 0x7F800000u) return sign | (abs > 0x7F800000u ? 0x7E00 : 0x7C00);  // NaN, Inf
+  if (abs >= 0x477FF000u) return sign | 0x7C00;                                 // rounds past 65504
+  if (abs < 0x38800000u) {  // below 2^-14: a subnormal half, exact in float arithmetic
+    float a;
+    std::memcpy(&a, &abs, sizeof a);
+    return sign | static_cast<uint16_t>(std::nearbyint(a * 16777216.0f));
+  }
+  return sign | static_cast<uint16_t>((abs + 0xFFFu + ((abs >> 13) & 1u) - 0x38000000u) >> 13);
+}
+
+float bf16_to_float(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float out;
+  std::memcpy(&out, &bits, sizeof out);
+  return out;
+}
+
+uint16_t float_to_bf16(float f) {  // round to nearest even
+  uint32_t x;
+  std::memcpy(&x, &f, sizeof x);
+  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // quiet NaN
+  return static_cast<uint16_t>((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
+}
+
+template <float (*Widen)(uint16_t), uint16_t (*Narrow)(float), bool Max>
+void reduce16(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    const float x = Widen(a[i]), y = Widen(b[i]);
+    b[i] = Narrow(Max ? (x > y ? x : y) : x + y);
+  }
+}
+
+bool is_float(MLPH_DType t) {
+  return t == MLPH_DTYPE_F32 || t == MLPH_DTYPE_F64 || t == MLPH_DTYPE_F16 || t == MLPH_DTYPE_BF16;
+}
+
+const char* dtype_name(MLPH_DType t) {
+  static const char* names[] = {"f32", "f16", "bf16", "f64", "i8", "i16", "i32", "i64", "u8"};
+  return static_cast<unsigned>(t) < 9 ? names[t] : "unknown";
+}
+
+// Divides `count` elements by `ranks` in place: AVERAGE is SUM then this.
+void divide(void* data, size_t count, MLPH_DType t, int ranks) {
+  const auto each16 = [&](float (*widen)(uint16_t), uint16_t (*narrow)(float)) {
+    auto* p = static_cast<uint16_t*>(data);
+    for (size_t i = 0; i < count; ++i) p[i] = narrow(widen(p[i]) / static_cast<float>(ranks));
+  };
+  switch (t) {
+    case MLPH_DTYPE_F32:
+      for (size_t i = 0; i < count; ++i) static_cast<float*>(data)[i] /= static_cast<float>(ranks);
+      break;
+    case MLPH_DTYPE_F64:
+      for (size_t i = 0; i < count; ++i) static_cast<double*>(data)[i] /= ranks;
+      break;
+    case MLPH_DTYPE_F16: each16(half_to_float, float_to_half); break;
+    case MLPH_DTYPE_BF16: each16(bf16_to_float, float_to_bf16); break;
+    default: break;
+  }
+}
+
+// The largest count one MPI call takes (its counts are int).
+constexpr size_t kMaxCount = size_t{1} << 30;
+
+class MpiComm final : public mlph::sdk::Comm {
+ public:
+  MpiComm(const MLPH_HostApi* host, const mlph::sdk::Options& options) : host_(host) {
+    options.allow_only({"timeout_s"}, "comms/mpi");
+    timeout_s_ = static_cast<double>(options.get_int("timeout_s", 300));
+    if (timeout_s_ <= 0) fail(MLPH_INVALID_ARGUMENT, "comms/mpi: option 'timeout_s' must be positive");
+    initialize_mpi();
+    check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
+    check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    check(MPI_Comm_dup(MPI_COMM_WORLD, &notices_), "MPI_Comm_dup");
+    check(MPI_Comm_set_errhandler(notices_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+    check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+    check(MPI_Op_create(reduce16<half_to_float, float_to_half, false>, 1, &f16_sum_), "MPI_Op_create");
+    check(MPI_Op_create(reduce16<half_to_float, float_to_half, true>, 1, &f16_max_), "MPI_Op_create");
+    check(MPI_Op_create(reduce16<bf16_to_float, float_to_bf16, false>, 1, &bf16_sum_), "MPI_Op_create");
+    check(MPI_Op_create(reduce16<bf16_to_float, float_to_bf16, true>, 1, &bf16_max_), "MPI_Op_create");
+    find_node();
+  }
+
+  ~MpiComm() override {
+    if (!broken_.empty()) {
+      host_->log(MLPH_LOG_ERROR, "comms/mpi",
+                 ("rank " + std::to_string(rank_) + ": aborting every rank after: " + broken_).c_str());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    for (MPI_Op* op : {&f16_sum_, &f16_max_, &bf16_sum_, &bf16_max_})
+      if (*op != MPI_OP_NULL) MPI_Op_free(op);
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    if (notices_ != MPI_COMM_NULL) MPI_Comm_free(&notices_);
+    if (owns_mpi_) MPI_Finalize();
+  }
+
+  MLPH_Topology topology() override {
+    return {sizeof(MLPH_Topology), nullptr, rank_, size_, local_rank_, local_size_, nodes_};
+  }
+
+  void allreduce(void* data, size_t count, MLPH_DType dtype, MLPH_ReduceOp op) override {
+    if (op != MLPH_REDUCE_SUM && op != MLPH_REDUCE_AVERAGE && op != MLPH_REDUCE_MAX)
+      fail(MLPH_INVALID_ARGUMENT, "comms/mpi: allreduce: unknown reduce op " + std::to_string(op));
+    if (op == MLPH_REDUCE_AVERAGE && !is_float(dtype))
+      fail(MLPH_INVALID_ARGUMENT, std::string("comms/mpi: allreduce: AVERAGE of ") + dtype_name(dtype) +
+                                      " (integers) is not defined; use SUM");
+    const MPI_Datatype type = mpi_type(dtype);
+    const MPI_Op mpi_op = reduce_op(dtype, op);
+    const size_t element = mlph_dtype_size(dtype);
+    std::vector<MPI_Request> requests;
+    begin("allreduce", count * element);
+    for (size_t first = 0; first < count; first += kMaxCount) {
+      const int n = static_cast<int>(std::min(kMaxCount, count - first));
+      requests.push_back(MPI_REQUEST_NULL);
+      check(MPI_Iallreduce(MPI_IN_PLACE, static_cast<std::byte*>(data) + first * element, n, type, mpi_op, comm_,
+                           &requests.back()),
+            "MPI_Iallreduce");
+    }
+    wait(requests);
+    if (op == MLPH_REDUCE_AVERAGE) divide(data, count, dtype, size_);
+  }
+
+  void broadcast(void* data, size_t bytes, int32_t root) override {
+    check_rank(root, "broadcast root");
+    std::vector<MPI_Request> requests;
+    begin("broadcast", bytes);
+    for (size_t first = 0; first < bytes; first += kMaxCount) {
+      requests.push_back(MPI_REQUEST_NULL);
+      check(MPI_Ibcast(static_cast<std::byte*>(data) + first, static_cast<int>(std::min(kMaxCount, bytes - first)),
+                       MPI_BYTE, root, comm_, &requests.back()),
+            "MPI_Ibcast");
+    }
+    wait(requests);
+  }
+
+  void allgather(const void* send, void* recv, size_t bytes_per_rank) override {
+    if (bytes_per_rank > kMaxCount)
+      fail(MLPH_INVALID_ARGUMENT,
+           "comms/mpi: allgather of " + std::to_string(bytes_per_rank) + " bytes per rank: at most 1 GiB per call");
+    std::vector<MPI_Request> requests(1, MPI_REQUEST_NULL);
+    begin("allgather", bytes_per_rank);
+    check(MPI_Iallgather(send, static_cast<int>(bytes_per_rank), MPI_BYTE, recv, static_cast<int>(bytes_per_rank),
+                         MPI_BYTE, comm_, requests.data()),
+          "MPI_Iallgather");
+    wait(requests);
+  }
+
+  void barrier() override {
+    std::vector<MPI_Request> requests(1, MPI_REQUEST_NULL);
+    begin("barrier", 0);
+    check(MPI_Ibarrier(comm_, requests.data()), "MPI_Ibarrier");
+    wait(requests);
+  }
+
+  void halo_exchange(void* data, const MLPH_HaloSpec& spec) override {
+    begin("halo exchange", 0);
+    mlph::sdk::halo::exchange(data, spec, rank_, size_, "comms/mpi", [&](int32_t dim, mlph::sdk::halo::Transfer& t) {
+      if (t.to_low.size() > kMaxCount)
+        fail(MLPH_INVALID_ARGUMENT, "comms/mpi: halo exchange: a face of more than 1 GiB");
+      const int bytes = static_cast<int>(t.to_low.size());
+      const int up = 2 * dim, down = 2 * dim + 1;  // tags: data moving to the higher / lower neighbour
+      std::vector<MPI_Request> requests;
+      if (t.low >= 0) {
+        requests.push_back(MPI_REQUEST_NULL);
+        check(MPI_Irecv(t.from_low.data(), bytes, MPI_BYTE, t.low, up, comm_, &requests.back()), "MPI_Irecv");
+      }
+      if (t.high >= 0) {
+        requests.push_back(MPI_REQUEST_NULL);
+        check(MPI_Irecv(t.from_high.data(), bytes, MPI_BYTE, t.high, down, comm_, &requests.back()), "MPI_Irecv");
+        requests.push_back(MPI_REQUEST_NULL);
+        check(MPI_Isend(t.to_high.data(), bytes, MPI_BYTE, t.high, up, comm_, &requests.back()), "MPI_Isend");
+      }
+      if (t.low >= 0) {
+        requests.push_back(MPI_REQUEST_NULL);
+        check(MPI_Isend(t.to_low.data(), bytes, MPI_BYTE, t.low, down, comm_, &requests.back()), "MPI_Isend");
+      }
+      wait(requests);
+    });
+  }
+
+ private:
+  // Open MPI loads its components with dlopen and needs libmpi's symbols global; this plug-in was
+  // loaded RTLD_LOCAL, so promote the libmpi it links to before initializing.
+  void initialize_mpi() {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&MPI_Init_thread), &info) && info.dli_fname)
+      dlopen(info.dli_fname, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized) return;  // the program manages MPI itself
+    int provided = 0;
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+      fail(MLPH_UNAVAILABLE, "comms/mpi: MPI_Init_thread failed");
+    owns_mpi_ = true;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    // Backends overlap gradient allreduces with backward from a second thread, one call at a time.
+    if (provided < MPI_THREAD_SERIALIZED)
+      host_->log(MLPH_LOG_WARNING, "comms/mpi",
+                 "this MPI supports only MPI_THREAD_FUNNELED or less: a backend calling comms from a second "
+                 "thread (overlapped gradient allreduce) is not safe");
+  }
+
+  // Ranks sharing memory are one node; counting the nodes' first ranks gives the node count.
+  void find_node() {
+    MPI_Comm node = MPI_COMM_NULL;
+    check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+    MPI_Comm_rank(node, &local_rank_);
+    MPI_Comm_size(node, &local_size_);
+    MPI_Comm_free(&node);
+    int32_t leaders = local_rank_ == 0 ? 1 : 0;
+    allreduce(&leaders, 1, MLPH_DTYPE_I32, MLPH_REDUCE_SUM);
+    nodes_ = leaders;
+  }
+
+  std::string where() const { return "comms/mpi: rank " + std::to_string(rank_) + " of " + std::to_string(size_); }
+
+  void check(int result, const char* call) {
+    if (result == MPI_SUCCESS) return;
+    char text[MPI_MAX_ERROR_STRING] = {};
+    int length = 0;
+    MPI_Error_string(result, text, &length);
+    broken_ = where() + ": " + call + " failed: " + std::string(text, static_cast<size_t>(length));
+    fail(MLPH_UNAVAILABLE, broken_);
+  }
+
+  void check_rank(int32_t r, const char* what) const {
+    if (r < 0 || r >= size_)
+      fail(MLPH_INVALID_ARGUMENT, where() + ": " + what + " " + std::to_string(r) + " is not a rank");
+  }
+
+  // Every collective starts here: refuses on a broken communicator, numbers the call for the notices.
+  void begin(const char* operation, size_t bytes) {
+    if (!broken_.empty()) fail(MLPH_UNAVAILABLE, "comms/mpi: unusable after an earlier failure: " + broken_);
+    ++sequence_;
+    operation_ = operation;
+    bytes_ = bytes;
+  }
+
+  // Polls `requests` until all complete or the deadline passes: spinning first (short collectives),
+  // then yielding the core with short sleeps (ranks may share cores).
+  void wait(std::vector<MPI_Request>& requests) {
+    const auto start = Clock::now();
+    const auto deadline = start + std::chrono::duration<double>(timeout_s_);
+    std::vector<MPI_Status> statuses(requests.size());
+    for (;;) {
+      int done = 0;
+      const int result = MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, statuses.data());
+      if (result == MPI_ERR_IN_STATUS)  // the request's own error says what went wrong
+        for (const MPI_Status& status : statuses)
+          if (status.MPI_ERROR != MPI_SUCCESS && status.MPI_ERROR != MPI_ERR_PENDING)
+            check(status.MPI_ERROR, operation_.c_str());
+      check(result, operation_.c_str());
+      if (done) return;
+      const auto now = Clock::now();
+      if (now > deadline) time_out();
+      if (now - start > std::chrono::microseconds(200)) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  // Tells every other rank which call this rank is stuck in, listens for their notices for a short
+  // grace period, and fails naming the ranks not stuck in the same call (dead, hung or elsewhere).
+  [[noreturn]] void time_out() {
+    const int notice_tag = 1;
+    const long long mine = static_cast<long long>(sequence_);
+    std::vector<MPI_Request> sends;
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      MPI_Request request = MPI_REQUEST_NULL;
+      if (MPI_Isend(&mine, 1, MPI_LONG_LONG, r, notice_tag, notices_, &request) == MPI_SUCCESS)
+        MPI_Request_free(&request);  // never waited for: the peer may be dead
+    }
+    std::vector<bool> arrived(static_cast<size_t>(size_), false);
+    arrived[static_cast<size_t>(rank_)] = true;
+    const auto until = Clock::now() + std::chrono::duration<double>(std::min(2.0, timeout_s_));
+    while (Clock::now() < until) {
+      int flag = 0;
+      MPI_Status status;
+      if (MPI_Iprobe(MPI_ANY_SOURCE, notice_tag, notices_, &flag, &status) != MPI_SUCCESS) break;
+      if (!flag) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        continue;
+      }
+      long long theirs = -1;
+      MPI_Recv(&theirs, 1, MPI_LONG_LONG, status.MPI_SOURCE, notice_tag, notices_, MPI_STATUS_IGNORE);
+      if (theirs == mine) arrived[static_cast<size_t>(status.MPI_SOURCE)] = true;
+    }
+    std::string missing;
+    for (int r = 0; r < size_; ++r)
+      if (!arrived[static_cast<size_t>(r)]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    broken_ = where() + ": " + operation_ + " #" + std::to_string(sequence_) + " (" + std::to_string(bytes_) +
+              " bytes) did not complete within " + format_seconds(timeout_s_) + " (comms.timeout_s): " +
+              (missing.empty() ? "every rank reached it; the network or MPI is stuck"
+                               : "rank(s) " + missing + " did not reach it (dead, hung, or in another call)");
+    fail(MLPH_DEADLINE_EXCEEDED, broken_);
+  }
+
+  static std::string format_seconds(double s) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g s", s);
+    return text;
+  }
+
+  static MPI_Datatype mpi_type(MLPH_DType t) {
+    switch (t) {
+      case MLPH_DTYPE_F32: return MPI_FLOAT;
+      case MLPH_DTYPE_F64: return MPI_DOUBLE;
+      case MLPH_DTYPE_F16:
+      case MLPH_DTYPE_BF16: return MPI_UINT16_T;
+      case MLPH_DTYPE_I8: return MPI_INT8_T;
+      case MLPH_DTYPE_I16: return MPI_INT16_T;
+      case MLPH_DTYPE_I32: return MPI_INT32_T;
+      case MLPH_DTYPE_I64: return MPI_INT64_T;
+      case MLPH_DTYPE_U8: return MPI_UINT8_T;
+    }
+    fail(MLPH_INVALID_ARGUMENT, "comms/mpi: allreduce: unknown dtype " + std::to_string(t));
+  }
+
+  MPI_Op reduce_op(MLPH_DType t, MLPH_ReduceOp op) const {
+    const bool max = op == MLPH_REDUCE_MAX;
+    if (t == MLPH_DTYPE_F16) return max ? f16_max_ : f16_sum_;
+    if (t == MLPH_DTYPE_BF16) return max ? bf16_max_ : bf16_sum_;
+    return max ? MPI_MAX : MPI_SUM;
+  }
+
+  const MLPH_HostApi* host_;
+  double timeout_s_ = 300;
+  bool owns_mpi_ = false;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Comm notices_ = MPI_COMM_NULL;  // where a rank that timed out says which call it is stuck in
+  MPI_Op f16_sum_ = MPI_OP_NULL, f16_max_ = MPI_OP_NULL, bf16_sum_ = MPI_OP_NULL, bf16_max_ = MPI_OP_NULL;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, nodes_ = 1;
+  // The call in flight, for the timeout message; and why the communicator became unusable.
+  uint64_t sequence_ = 0;
+  std::string operation_;
+  size_t bytes_ = 0;
+  std::string broken_;
+};
+
+}  // namespace
+
+MLPH_DEFINE_PLUGIN(MLPH_KIND_COMMS, "mpi", "0.1.0",
+                   "MPI ranks (mpirun, srun): bounded collectives, f16/bf16 reductions, halo exchange",
+                   mlph::sdk::comms_api<MpiComm>())

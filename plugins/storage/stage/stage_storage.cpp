@@ -1,0 +1,493 @@
+// storage/stage: copies each rank's shard of the dataset from the shared ("parallel") file system
+// to node-local disk or RAM (/dev/shm), plain or from packed tar.zst archives, verifying sizes and
+// checksums; afterwards the workload lists and reads the node-local copy. See manifest.hpp for the
+// packed format and storage.h (`stage`) for the contract.
+//
+// Sharding, as the CosmoFlow reference's utils/staging.py and data/cosmo.py: rank r of `size` copies
+// sorted(files)[r::size] of each split into a directory shared by the ranks of its node; after every
+// rank is done, each rank lists the node's staged files and takes files[local_rank::local_size] of
+// the (shuffled) listing. With one rank per node that is exactly files[rank::size].
+#include <fcntl.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+#include <archive.h>
+#include <archive_entry.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "manifest.hpp"
+#include "mlph/sdk/storage.hpp"
+
+namespace {
+namespace fs = std::filesystem;
+using mlph::sdk::Error;
+using mlph::sdk::fail;
+using mlph::stage::Manifest;
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// A file descriptor that closes itself.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(Fd&& other) noexcept : fd_(other.release()) {}
+  Fd& operator=(Fd&&) = delete;
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+std::string errno_text() { return std::strerror(errno); }
+
+// One file of a split: where it comes from, what it must be.
+struct Item {
+  std::string name;
+  uint64_t size = 0;
+  std::optional<uint32_t> crc32;  // when the split has a manifest
+};
+
+// What this rank stages of one split (train/, validation/ ...).
+struct SplitPlan {
+  fs::path source, target;
+  uint32_t parts = 0;       // 0: plain files
+  std::vector<Item> items;  // sorted by name
+  size_t usable = 0;        // items[:usable] are staged, a multiple of the rank count
+  int32_t rank = 0, size = 1;
+  bool mine(size_t i) const { return i < usable && i % static_cast<size_t>(size) == static_cast<size_t>(rank); }
+  uint64_t my_bytes() const {
+    uint64_t total = 0;
+    for (size_t i = 0; i < items.size(); ++i)
+      if (mine(i)) total += items[i].size;
+    return total;
+  }
+  size_t my_files() const { return usable / static_cast<size_t>(size); }
+};
+
+// Bytes moved so far, with a progress line at most once a second (rank 0 only).
+class Progress {
+ public:
+  Progress(const MLPH_HostApi* host, bool report, uint64_t total) : host_(host), report_(report), total_(total) {
+    start_ = last_ = host->now_seconds();
+  }
+  void add(uint64_t bytes) {
+    const uint64_t done = done_ += bytes;
+    if (!report_) return;
+    std::lock_guard lock(mutex_);
+    const double now = host_->now_seconds();
+    if (now - last_ < 1.0) return;
+    last_ = now;
+    char line[160];
+    std::snprintf(line, sizeof line, "staging: %.1f of %.1f MiB (%.0f%%), %.1f MiB/s", done / kMiB, total_ / kMiB,
+                  total_ ? 100.0 * done / total_ : 100.0, done / kMiB / std::max(now - start_, 1e-9));
+    host_->log(MLPH_LOG_INFO, "storage/stage", line);
+  }
+
+ private:
+  const MLPH_HostApi* host_;
+  bool report_;
+  uint64_t total_;
+  std::atomic<uint64_t> done_{0};
+  std::mutex mutex_;
+  double start_, last_;
+};
+
+// Runs `jobs` on `threads` threads; the first exception stops the rest and is rethrown.
+void run_parallel(const std::vector<std::function<void()>>& jobs, int threads) {
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::exception_ptr first;
+  std::mutex mutex;
+  auto worker = [&] {
+    for (size_t i; !failed && (i = next++) < jobs.size();) {
+      try {
+        jobs[i]();
+      } catch (...) {
+        std::lock_guard lock(mutex);
+        if (!failed.exchange(true)) first = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::jthread> pool;
+  for (int t = 1; t < std::min<int>(threads, static_cast<int>(jobs.size())); ++t) pool.emplace_back(worker);
+  worker();
+  pool.clear();
+  if (first) std::rethrow_exception(first);
+}
+
+class StageStorage final : public mlph::sdk::Storage {
+ public:
+  StageStorage(const MLPH_HostApi* host, const mlph::sdk::Options& options) : host_(host) {
+    options.allow_only({"target", "keep", "threads", "max_bytes"}, "storage/stage");
+    const std::string target = options.get("target", "");
+    const char* tmpdir = std::getenv("TMPDIR");
+    target_base_ = target == "ram" ? fs::path("/dev/shm") : !target.empty() ? fs::path(target)
+                                                            : fs::path(tmpdir && *tmpdir ? tmpdir : "/tmp");
+    keep_ = options.get_int("keep", 0) != 0;
+    threads_ = static_cast<int>(options.get_int("threads", 2));
+    max_bytes_ = options.get_int("max_bytes", 0);
+    if (threads_ < 1 || max_bytes_ < 0)
+      fail(MLPH_INVALID_ARGUMENT, "storage/stage: threads must be >= 1 and max_bytes >= 0");
+  }
+
+  // Removes what this rank staged; the directories go with the last rank of the node.
+  ~StageStorage() override {
+    if (keep_ || root_.empty()) return;
+    std::error_code ec;
+    for (const fs::path& file : written_) fs::remove(file, ec);
+    for (const SplitPlan& plan : plans_) fs::remove(plan.target, ec);
+    fs::remove(root_, ec);
+  }
+
+  void list(const char* dir, const char* suffix, MLPH_PathFn each, void* ctx) override {
+    const fs::path where = staged_path(dir);
+    std::error_code ec;
+    if (!fs::is_directory(where, ec)) fail(MLPH_NOT_FOUND, where.string() + ": no such directory");
+    std::vector<std::string> paths;
+    const std::string tail = suffix ? suffix : "";
+    for (fs::directory_iterator it(where, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (it->is_regular_file(ec) && name.size() >= tail.size() &&
+          name.compare(name.size() - tail.size(), tail.size(), tail) == 0)
+        paths.push_back(it->path().string());
+    }
+    if (ec) fail(MLPH_UNAVAILABLE, where.string() + ": cannot list: " + ec.message());
+    std::sort(paths.begin(), paths.end());
+    for (const std::string& p : paths) each(ctx, p.c_str());
+  }
+
+  size_t read(const char* path, MLPH_AllocFn alloc, void* ctx) override {
+    const double start = host_->now_seconds();
+    std::ifstream in(path, std::ios::binary | std::ios::ate);
+    if (!in) fail(MLPH_NOT_FOUND, std::string(path) + ": cannot open: " + errno_text());
+    const auto size = static_cast<size_t>(in.tellg());
+    in.seekg(0);
+    char* buffer = static_cast<char*>(alloc(ctx, size));
+    if (!buffer && size) fail(MLPH_RESOURCE_EXHAUSTED, std::string(path) + ": no buffer for " + std::to_string(size) + " bytes");
+    if (size && !in.read(buffer, static_cast<std::streamsize>(size))) fail(MLPH_DATA_LOSS, std::string(path) + ": short read");
+    std::lock_guard lock(mutex_);
+    io_.bytes_read += size;
+    io_.files_read += 1;
+    io_.read_seconds += host_->now_seconds() - start;
+    return size;
+  }
+
+  MLPH_IoStats stats() override {
+    std::lock_guard lock(mutex_);
+    return io_;
+  }
+
+  MLPH_StageStats stage(const char* source_dir, const MLPH_CommsHandle& comms) {
+    const double start = host_->now_seconds();
+    if (!root_.empty()) fail(MLPH_FAILED_PRECONDITION, "storage/stage: already staged " + source_.string());
+    MLPH_Topology t{sizeof(MLPH_Topology), nullptr, 0, 1, 0, 1, 1};
+    mlph::sdk::check(host_, comms.api->topology(comms.comm, &t), "storage/stage: comms");
+    const std::string who = "storage/stage: rank " + std::to_string(t.rank) + ": ";
+    root_ = target_base_ / ("mlperf-stage-" + job_tag(comms, t));
+    source_ = fs::absolute(source_dir).lexically_normal();
+
+    MLPH_StageStats out{sizeof(MLPH_StageStats), nullptr, 0, 0, 0, 0.0, t.local_rank, t.local_size};
+    std::optional<Error> error;
+    try {
+      plan(t);
+      check_space(t);
+      copy_all(t, out);
+    } catch (const Error& e) {
+      error.emplace(e.code(), who + e.what());
+    } catch (const std::exception& e) {
+      error.emplace(MLPH_INTERNAL, who + e.what());
+    }
+    // Every rank learns whether any failed, so that none goes on to train on a partial dataset.
+    const int32_t failed = error ? 1 : 0;
+    std::vector<int32_t> all(static_cast<size_t>(t.size));
+    mlph::sdk::check(host_, comms.api->allgather(comms.comm, &failed, all.data(), sizeof failed),
+                     who + "comms after staging");
+    if (error) throw *error;
+    for (int32_t r = 0; r < t.size; ++r)
+      if (all[static_cast<size_t>(r)])
+        fail(MLPH_ABORTED, who + "rank " + std::to_string(r) + " failed to stage its shard (see its error)");
+    check_node_view(t, who);
+
+    out.seconds = host_->now_seconds() - start;
+    if (t.rank == 0) {
+      char line[256];
+      std::snprintf(line, sizeof line, "staged %llu files, %.1f MiB read, %.1f MiB written in %.2f s (%.1f MiB/s) to %s",
+                    static_cast<unsigned long long>(out.files), out.bytes_read / kMiB, out.bytes_written / kMiB,
+                    out.seconds, out.bytes_written / kMiB / std::max(out.seconds, 1e-9), root_.c_str());
+      host_->log(MLPH_LOG_INFO, "storage/stage", line);
+    }
+    return out;
+  }
+
+ private:
+  // The same fresh name on every rank: rank 0 draws it and broadcasts it.
+  std::string job_tag(const MLPH_CommsHandle& comms, const MLPH_Topology& t) {
+    uint64_t tag = t.rank == 0 ? (static_cast<uint64_t>(::getpid()) << 32) ^
+                                     static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count())
+                               : 0;
+    mlph::sdk::check(host_, comms.api->broadcast(comms.comm, &tag, sizeof tag, 0), "storage/stage: comms");
+    char text[24];
+    std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(tag));
+    return text;
+  }
+
+  // A source path under the staged directory lists its staged copy; anything else lists itself.
+  fs::path staged_path(const char* dir) const {
+    fs::path path = fs::absolute(dir).lexically_normal();
+    if (!path.has_filename()) path = path.parent_path();
+    if (root_.empty()) return path;
+    const fs::path rel = path.lexically_relative(source_);
+    if (rel.empty() || *rel.begin() == "..") return path;
+    return rel == "." ? root_ : root_ / rel;
+  }
+
+  // One plan per subdirectory of the source: its files from the manifest or the listing.
+  void plan(const MLPH_Topology& t) {
+    std::error_code ec;
+    if (!fs::is_directory(source_, ec)) fail(MLPH_NOT_FOUND, source_.string() + ": no such directory");
+    std::vector<fs::path> splits;
+    for (const auto& item : fs::directory_iterator(source_)) if (item.is_directory()) splits.push_back(item.path());
+    std::sort(splits.begin(), splits.end());
+    if (splits.empty()) fail(MLPH_NOT_FOUND, source_.string() + ": no subdirectories (train/, validation/) to stage");
+    for (const fs::path& split : splits) {
+      SplitPlan p{split, root_ / split.filename(), 0, {}, 0, t.rank, t.size};
+      if (fs::exists(split / mlph::stage::kManifestName)) {
+        const Manifest m = mlph::stage::read_manifest(split / mlph::stage::kManifestName);
+        p.parts = m.parts;
+        for (const auto& e : m.entries) p.items.push_back({e.name, e.size, e.crc32});
+      } else {
+        for (const auto& item : fs::directory_iterator(split))
+          if (item.is_regular_file()) p.items.push_back({item.path().filename().string(), item.file_size(), {}});
+        std::sort(p.items.begin(), p.items.end(), [](const Item& a, const Item& b) { return a.name < b.name; });
+      }
+      p.usable = p.items.size() / static_cast<size_t>(t.size) * static_cast<size_t>(t.size);
+      if (p.usable < p.items.size() && t.rank == 0)
+        host_->log(MLPH_LOG_WARNING, "storage/stage",
+                   (split.string() + ": staging " + std::to_string(p.usable) + " of " + std::to_string(p.items.size()) +
+                    " files, a multiple of the " + std::to_string(t.size) + " ranks").c_str());
+      plans_.push_back(std::move(p));
+    }
+  }
+
+  void check_space(const MLPH_Topology& t) {
+    uint64_t need = 0;
+    for (const SplitPlan& p : plans_) need += p.my_bytes();
+    if (max_bytes_ > 0 && need > static_cast<uint64_t>(max_bytes_))
+      fail(MLPH_RESOURCE_EXHAUSTED, "staging " + source_.string() + " needs " + std::to_string(need) +
+                                        " bytes, more than storage.max_bytes = " + std::to_string(max_bytes_));
+    std::error_code ec;
+    fs::create_directories(root_, ec);
+    if (ec) fail(MLPH_PERMISSION_DENIED, root_.string() + ": cannot create: " + ec.message());
+    struct statvfs vfs {};
+    if (::statvfs(root_.c_str(), &vfs) != 0) fail(MLPH_UNAVAILABLE, root_.string() + ": statvfs: " + errno_text());
+    const uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+    const uint64_t node_need = need * static_cast<uint64_t>(std::max(t.local_size, 1));
+    if (node_need > free_bytes)
+      fail(MLPH_RESOURCE_EXHAUSTED, root_.string() + ": no space to stage: the node's " + std::to_string(t.local_size) +
+                                        " rank(s) need about " + std::to_string(node_need) + " bytes, " +
+                                        std::to_string(free_bytes) + " are free");
+  }
+
+  void copy_all(const MLPH_Topology& t, MLPH_StageStats& out) {
+    uint64_t total = 0;
+    for (const SplitPlan& p : plans_) total += p.my_bytes();
+    Progress progress(host_, t.rank == 0, total);
+    std::atomic<uint64_t> read_bytes{0};
+    std::vector<std::function<void()>> jobs;
+    std::vector<std::vector<char>> found(plans_.size());
+    for (size_t s = 0; s < plans_.size(); ++s) {
+      const SplitPlan& p = plans_[s];
+      fs::create_directories(p.target);
+      if (p.parts == 0) {
+        for (size_t i = 0; i < p.items.size(); ++i)
+          if (p.mine(i))
+            jobs.push_back([&, i] {
+              copy_file(p.source / p.items[i].name, p.target / p.items[i].name, p.items[i], progress);
+              read_bytes += p.items[i].size;
+            });
+      } else {
+        found[s].assign(p.items.size(), 0);
+        // When the rank count divides the part count, this rank's files are all in parts rank::size.
+        const bool aligned = p.parts % static_cast<uint32_t>(t.size) == 0;
+        for (uint32_t part = aligned ? static_cast<uint32_t>(t.rank) : 0; part < p.parts;
+             part += aligned ? static_cast<uint32_t>(t.size) : 1)
+          jobs.push_back([&, s, part] { read_bytes += unpack(p, part, found[s], progress); });
+      }
+    }
+    run_parallel(jobs, threads_);
+    for (size_t s = 0; s < plans_.size(); ++s) {
+      const SplitPlan& p = plans_[s];
+      if (p.parts == 0) continue;
+      for (size_t i = 0; i < p.items.size(); ++i)
+        if (p.mine(i) && !found[s][i])
+          fail(MLPH_DATA_LOSS, (p.source / mlph::stage::part_name(static_cast<uint32_t>(i % p.parts))).string() +
+                                   ": " + p.items[i].name + " is in the manifest but not in the archive");
+    }
+    out.bytes_read = read_bytes;
+    for (const SplitPlan& p : plans_) {
+      out.bytes_written += p.my_bytes();
+      out.files += p.my_files();
+    }
+  }
+
+  // Opens `path` for writing and remembers it for the clean-up.
+  Fd create_file(const fs::path& path) {
+    {
+      std::lock_guard lock(mutex_);
+      written_.push_back(path);
+    }
+    Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (fd.get() < 0) fail(MLPH_PERMISSION_DENIED, path.string() + ": cannot create: " + errno_text());
+    return fd;
+  }
+
+  static void write_all(int fd, const char* data, size_t bytes, const fs::path& path) {
+    while (bytes > 0) {
+      const ssize_t n = ::write(fd, data, bytes);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0)
+        fail(errno == ENOSPC || errno == EDQUOT ? MLPH_RESOURCE_EXHAUSTED : MLPH_UNAVAILABLE,
+             path.string() + ": cannot write: " + errno_text());
+      data += n;
+      bytes -= static_cast<size_t>(n);
+    }
+  }
+
+  static void close_checked(Fd& fd, const fs::path& path) {
+    if (::close(fd.release()) != 0)
+      fail(errno == ENOSPC ? MLPH_RESOURCE_EXHAUSTED : MLPH_UNAVAILABLE, path.string() + ": cannot close: " + errno_text());
+  }
+
+  static void verify(const fs::path& source, const Item& item, uint64_t bytes, uint32_t crc) {
+    if (bytes != item.size)
+      fail(MLPH_DATA_LOSS, source.string() + ": " + std::to_string(bytes) + " bytes, expected " + std::to_string(item.size));
+    if (item.crc32 && crc != *item.crc32) {
+      char text[96];
+      std::snprintf(text, sizeof text, ": checksum mismatch (crc32 %08x, the manifest says %08x)", crc, *item.crc32);
+      fail(MLPH_DATA_LOSS, source.string() + text);
+    }
+  }
+
+  void copy_file(const fs::path& from, const fs::path& to, const Item& item, Progress& progress) {
+    Fd in(::open(from.c_str(), O_RDONLY | O_CLOEXEC));
+    if (in.get() < 0) fail(errno == ENOENT ? MLPH_NOT_FOUND : MLPH_PERMISSION_DENIED, from.string() + ": cannot open: " + errno_text());
+    Fd out = create_file(to);
+    uint64_t bytes = item.crc32 ? 0 : copy_in_kernel(in.get(), out.get(), from, to, progress);
+    uint32_t crc = 0;
+    std::vector<char> buffer(4 << 20);
+    for (;;) {  // with a checksum to verify (or when the kernel cannot copy): through our buffer
+      const ssize_t n = ::read(in.get(), buffer.data(), buffer.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) fail(MLPH_DATA_LOSS, from.string() + ": cannot read: " + errno_text());
+      if (n == 0) break;
+      if (item.crc32) crc = mlph::stage::crc32_update(crc, buffer.data(), static_cast<size_t>(n));
+      write_all(out.get(), buffer.data(), static_cast<size_t>(n), to);
+      bytes += static_cast<uint64_t>(n);
+      progress.add(static_cast<uint64_t>(n));
+    }
+    close_checked(out, to);
+    verify(from, item, bytes, crc);
+  }
+
+  // Copies without passing the bytes through user space (as cp does) while the kernel can; returns
+  // the bytes copied, after which the caller's read/write loop finishes whatever is left.
+  static uint64_t copy_in_kernel(int in, int out, const fs::path& from, const fs::path& to, Progress& progress) {
+    uint64_t bytes = 0;
+    for (;;) {
+      const ssize_t n = ::copy_file_range(in, nullptr, out, nullptr, 64 << 20, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) return bytes;
+      if (n < 0)
+        fail(errno == ENOSPC || errno == EDQUOT ? MLPH_RESOURCE_EXHAUSTED : MLPH_DATA_LOSS,
+             from.string() + " -> " + to.string() + ": cannot copy: " + errno_text());
+      if (n == 0) return bytes;
+      bytes += static_cast<uint64_t>(n);
+      progress.add(static_cast<uint64_t>(n));
+    }
+  }
+
+  // Unpacks this rank's files from one part; returns the archive bytes read.
+  uint64_t unpack(const SplitPlan& p, uint32_t part, std::vector<char>& found, Progress& progress) {
+    const fs::path path = p.source / mlph::stage::part_name(part);
+    std::unique_ptr<archive, int (*)(archive*)> a(archive_read_new(), archive_read_free);
+    archive_read_support_filter_all(a.get());
+    archive_read_support_format_tar(a.get());
+    if (archive_read_open_filename(a.get(), path.c_str(), 1 << 20) != ARCHIVE_OK)
+      fail(MLPH_NOT_FOUND, path.string() + ": cannot open: " + archive_error_string(a.get()));
+    std::vector<char> buffer(4 << 20);
+    archive_entry* entry = nullptr;
+    int status;
+    while ((status = archive_read_next_header(a.get(), &entry)) == ARCHIVE_OK) {
+      const std::string name = archive_entry_pathname(entry);
+      const auto it = std::lower_bound(p.items.begin(), p.items.end(), name,
+                                       [](const Item& item, const std::string& n) { return item.name < n; });
+      if (it == p.items.end() || it->name != name)
+        fail(MLPH_DATA_LOSS, path.string() + ": " + name + " is not in the manifest");
+      const auto i = static_cast<size_t>(it - p.items.begin());
+      if (i % p.parts != part) fail(MLPH_DATA_LOSS, path.string() + ": " + name + " belongs in another part");
+      if (!p.mine(i)) continue;  // libarchive skips the data at the next header
+      Fd out = create_file(p.target / name);
+      uint64_t bytes = 0;
+      uint32_t crc = 0;
+      for (la_ssize_t n; (n = archive_read_data(a.get(), buffer.data(), buffer.size())) != 0;) {
+        if (n < 0) fail(MLPH_DATA_LOSS, path.string() + ": " + name + ": " + archive_error_string(a.get()));
+        crc = mlph::stage::crc32_update(crc, buffer.data(), static_cast<size_t>(n));
+        write_all(out.get(), buffer.data(), static_cast<size_t>(n), p.target / name);
+        bytes += static_cast<uint64_t>(n);
+        progress.add(static_cast<uint64_t>(n));
+      }
+      close_checked(out, p.target / name);
+      verify(path / name, *it, bytes, crc);
+      found[i] = 1;
+    }
+    if (status != ARCHIVE_EOF) fail(MLPH_DATA_LOSS, path.string() + ": " + archive_error_string(a.get()));
+    return static_cast<uint64_t>(archive_filter_bytes(a.get(), -1));
+  }
+
+  // After the barrier the node's directory must hold exactly its ranks' shards: more means the
+  // target is shared between nodes (not node-local), which would break the sharding.
+  void check_node_view(const MLPH_Topology& t, const std::string& who) const {
+    for (const SplitPlan& p : plans_) {
+      size_t count = 0;
+      for (const auto& item : fs::directory_iterator(p.target)) count += item.is_regular_file() ? 1 : 0;
+      const size_t expected = p.my_files() * static_cast<size_t>(std::max(t.local_size, 1));
+      if (count != expected)
+        fail(MLPH_FAILED_PRECONDITION, who + p.target.string() + " holds " + std::to_string(count) + " files, expected " +
+                                           std::to_string(expected) + " from this node's ranks: is storage.target node-local?");
+    }
+  }
+
+  const MLPH_HostApi* host_;
+  fs::path target_base_, root_, source_;
+  bool keep_ = false;
+  int threads_ = 2;
+  long long max_bytes_ = 0;
+  std::vector<SplitPlan> plans_;
+  std::mutex mutex_;
+  std::vector<fs::path> written_;
+  MLPH_IoStats io_{sizeof(MLPH_IoStats), nullptr, 0, 0, 0.0};
+};
+
+}  // namespace
+
+MLPH_DEFINE_PLUGIN(MLPH_KIND_STORAGE, "stage", "0.1.0",
+                   "stages each rank's shard to node-local disk or RAM (plain or tar.zst), then reads it",
+                   mlph::sdk::storage_api<StageStorage>())

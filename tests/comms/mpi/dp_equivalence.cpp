@@ -1,0 +1,233 @@
+// Data parallelism is exact: on 2 ranks (mpirun -np 2), CosmoFlow (32^3, dropout 0) trained for a
+// few steps with batch b per rank ends with the same weights as 1 rank with batch 2b on the same
+// samples (rank 0 trains that model too, without comms). Prints the figures; exits non-zero if the
+// weights differ beyond float tolerance or the replicas are not bitwise identical. Then the
+// per-epoch averaging of BatchNorm running statistics on a one-node graph.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "mlph/core/host.hpp"
+#include "mlph/core/session.hpp"
+#include "mlph/sdk/graph.hpp"
+#include "mlph/sdk/tensor.hpp"
+
+using namespace mlph;
+using namespace mlph::core;
+
+namespace {
+
+constexpr uint32_t kLocalBatch = 2;
+constexpr int kSteps = 4;
+constexpr double kLearningRate = 0.01;
+
+// Sample `s` of the global batch, the same on every rank: element j of input i from a fixed stream.
+void fill_sample(const MLPH_Value& v, uint64_t input, uint64_t s, std::byte* dst) {
+  const int64_t per_sample = sdk::numel(v) / v.shape[0];
+  for (int64_t j = 0; j < per_sample; ++j) {
+    const float u = mlph_uniform(99, input, s, static_cast<uint64_t>(j));
+    if (v.dtype == MLPH_DTYPE_I16)
+      reinterpret_cast<int16_t*>(dst)[j] = static_cast<int16_t>(u * 40);
+    else
+      reinterpret_cast<float*>(dst)[j] = u;
+  }
+}
+
+// Trains `model` (compiled from `graph`) on global samples [first, first + batch) of every step.
+std::vector<double> train(const MLPH_BackendApi* api, MLPH_Model* model, const MLPH_Graph& graph, uint64_t first) {
+  std::vector<double> losses;
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<std::vector<std::byte>> buffers;
+    std::vector<MLPH_Tensor> inputs;
+    for (size_t i = 0; i < graph.n_inputs; ++i) {
+      const MLPH_Value& v = graph.values[graph.inputs[i]];
+      const size_t sample_bytes = static_cast<size_t>(sdk::numel(v) / v.shape[0]) * mlph_dtype_size(v.dtype);
+      buffers.emplace_back(sample_bytes * static_cast<size_t>(v.shape[0]));
+      for (int64_t s = 0; s < v.shape[0]; ++s)
+        fill_sample(v, i, static_cast<uint64_t>(step) * 1000 + first + static_cast<uint64_t>(s),
+                    buffers.back().data() + static_cast<size_t>(s) * sample_bytes);
+    }
+    for (size_t i = 0; i < graph.n_inputs; ++i) {
+      const MLPH_Value& v = graph.values[graph.inputs[i]];
+      inputs.push_back(sdk::host_tensor(v.dtype, v.shape, v.ndim, buffers[i].data()));
+    }
+    MLPH_StepArgs args{sizeof(MLPH_StepArgs), nullptr, kLearningRate, static_cast<uint64_t>(step)};
+    MLPH_StepResult result{sizeof(MLPH_StepResult), nullptr, 0.0};
+    check(api->train_step(model, inputs.data(), inputs.size(), &args, &result), "train_step");
+    losses.push_back(result.loss);
+  }
+  return losses;
+}
+
+struct Shape {
+  std::vector<int64_t> dims;
+  size_t numel() const { return static_cast<size_t>(sdk::numel(dims.data(), static_cast<int32_t>(dims.size()))); }
+};
+
+std::vector<Shape> parameter_shapes(const MLPH_Graph& graph) {
+  std::vector<Shape> shapes;
+  for (size_t i = 0; i < graph.n_params; ++i) {
+    const MLPH_Value& v = graph.values[graph.params[i].value];
+    shapes.push_back({{v.shape, v.shape + v.ndim}});
+  }
+  return shapes;
+}
+
+std::vector<std::vector<float>> weights(const MLPH_BackendApi* api, MLPH_Model* model,
+                                        const std::vector<Shape>& shapes) {
+  std::vector<std::vector<float>> all;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    all.emplace_back(shapes[i].numel());
+    MLPH_Tensor t = sdk::host_tensor(MLPH_DTYPE_F32, shapes[i].dims.data(), static_cast<int32_t>(shapes[i].dims.size()),
+                                     all.back().data());
+    check(api->read_parameter(model, i, &t), "read_parameter");
+  }
+  return all;
+}
+
+// A batch_norm trained one step on rank-dependent data: its running statistics differ between the
+// ranks until Session::average_non_trainable makes them the mean of both.
+int check_running_statistics_average(Session& session) {
+  const float rank = static_cast<float>(session.topology().rank);
+  sdk::GraphBuilder g;
+  const int32_t x = g.value("x", MLPH_DTYPE_F32, {2, 4, 3}), target = g.value("target", MLPH_DTYPE_F32, {2, 4, 3});
+  const int32_t gamma = g.value("gamma", MLPH_DTYPE_F32, {3}), beta = g.value("beta", MLPH_DTYPE_F32, {3});
+  const int32_t mean = g.value("running_mean", MLPH_DTYPE_F32, {3}), var = g.value("running_var", MLPH_DTYPE_F32, {3});
+  const int32_t y = g.value("y", MLPH_DTYPE_F32, {2, 4, 3}), loss = g.value("loss", MLPH_DTYPE_F32, {});
+  g.node("batch_norm", "bn", {x, gamma, beta, mean, var}, {y}, {{"eps", 1e-5}, {"momentum", 0.1}});
+  g.node("mse", "mse", {y, target}, {loss});
+  g.parameter(gamma, {1, 1, 1});
+  g.parameter(beta, {0, 0, 0});
+  g.parameter(mean, {0, 0, 0}, 0.0, 1.0, 0);
+  g.parameter(var, {1, 1, 1}, 0.0, 1.0, 0);
+  g.inputs({x, target});
+  g.loss(loss);
+  g.optimizer("sgd_keras", {{"momentum", 0.0}});
+  const MLPH_Graph& graph = *g.graph();
+  auto model = session.compile(graph);
+  std::vector<float> xs(24), targets(24, 0.5f);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i % 7) * (1 + 3 * rank) + 10 * rank;
+  const int64_t shape[3] = {2, 4, 3};
+  MLPH_Tensor inputs[2] = {sdk::host_tensor(MLPH_DTYPE_F32, shape, 3, xs.data()),
+                           sdk::host_tensor(MLPH_DTYPE_F32, shape, 3, targets.data())};
+  MLPH_StepArgs args{sizeof(MLPH_StepArgs), nullptr, 0.1, 0};
+  MLPH_StepResult result{sizeof(MLPH_StepResult), nullptr, 0.0};
+  check(session.backend_api()->train_step(model.get(), inputs, 2, &args, &result), "train_step");
+
+  const std::vector<Shape> shapes = parameter_shapes(graph);
+  const auto stats = [&] {  // running mean then running var, 6 floats
+    const auto w = weights(session.backend_api(), model.get(), shapes);
+    std::vector<float> both = w[2];
+    both.insert(both.end(), w[3].begin(), w[3].end());
+    return both;
+  };
+  const std::vector<float> mine = stats();
+  std::vector<float> all(12);
+  check(session.comms_api()->allgather(session.comm(), mine.data(), all.data(), 6 * sizeof(float)), "allgather");
+  session.average_non_trainable(model.get(), graph);
+  const std::vector<float> averaged = stats();
+  int failures = 0;
+  double spread = 0;
+  for (size_t i = 0; i < 6; ++i) {
+    spread = std::max(spread, std::abs(double{all[i]} - all[6 + i]));
+    if (!(std::abs(averaged[i] - 0.5f * (all[i] + all[6 + i])) <= 1e-6f * (1 + std::abs(averaged[i])))) ++failures;
+  }
+  if (spread < 0.1) ++failures;  // the ranks' statistics must have differed for the check to mean anything
+  std::printf("rank %d: BN running statistics up to %.4g apart between the ranks; after averaging: %s\n",
+              session.topology().rank, spread, failures ? "NOT the mean of both" : "the mean of both");
+  return failures;
+}
+
+int run() {
+  RunOptions options;
+  options.workload = "cosmoflow";
+  options.comms = "mpi";
+  options.division = "open";
+  options.seed = 4321;
+  options.plugin_dirs = {MLPH_PLUGIN_DIR};
+  options.sets = {"data.edge=32", "model.dropout=0", "train.batch_size=" + std::to_string(kLocalBatch)};
+  Session session(options);
+  const MLPH_Topology& topology = session.topology();
+  if (topology.size != 2) {
+    std::fprintf(stderr, "run me under mpirun -np 2 (got %d ranks)\n", topology.size);
+    return 2;
+  }
+  const MLPH_WorkloadApi* workload = session.workload_api();
+  const MLPH_BackendApi* backend = session.backend_api();
+
+  const MLPH_Graph* graph = nullptr;
+  check(workload->build_graph(session.workload(), kLocalBatch, session.seed(), &graph), "build_graph");
+  const std::vector<Shape> shapes = parameter_shapes(*graph);
+  auto parallel = session.compile(*graph);  // gets the comms handle: averages gradients over the 2 ranks
+  const std::vector<std::vector<float>> initial = weights(backend, parallel.get(), shapes);
+  std::vector<double> losses =
+      train(backend, parallel.get(), *graph, static_cast<uint64_t>(topology.rank) * kLocalBatch);
+  for (double& loss : losses)
+    check(session.comms_api()->allreduce(session.comm(), &loss, 1, MLPH_DTYPE_F64, MLPH_REDUCE_AVERAGE), "allreduce");
+  std::vector<std::vector<float>> mine = weights(backend, parallel.get(), shapes);
+
+  // The replicas must be bitwise identical: compare with rank 0's.
+  bool replicas_equal = true;
+  for (auto& w : mine) {
+    std::vector<float> theirs = w;
+    check(session.comms_api()->broadcast(session.comm(), theirs.data(), theirs.size() * sizeof(float), 0), "broadcast");
+    replicas_equal = replicas_equal && theirs == w;
+  }
+  int failures = replicas_equal ? 0 : 1;
+  std::printf("rank %d: replica weights %s rank 0's\n", topology.rank,
+              replicas_equal ? "bitwise equal to" : "DIFFER from");
+
+  if (topology.rank == 0) {
+    const MLPH_Graph* whole = nullptr;
+    check(workload->build_graph(session.workload(), 2 * kLocalBatch, session.seed(), &whole), "build_graph");
+    MLPH_Model* raw = nullptr;
+    check(backend->compile(session.backend(), whole, nullptr, &raw), "compile");
+    Owned<MLPH_Model> single(raw, backend->model_destroy);
+    const std::vector<double> single_losses = train(backend, single.get(), *whole, 0);
+    const std::vector<std::vector<float>> reference = weights(backend, single.get(), shapes);
+    double max_diff = 0, max_moved = 0, max_weight = 0;
+    for (size_t p = 0; p < reference.size(); ++p)
+      for (size_t i = 0; i < reference[p].size(); ++i) {
+        max_diff = std::max(max_diff, std::abs(double{mine[p][i]} - reference[p][i]));
+        max_moved = std::max(max_moved, std::abs(double{reference[p][i]} - initial[p][i]));
+        max_weight = std::max(max_weight, std::abs(double{reference[p][i]}));
+      }
+    for (int s = 0; s < kSteps; ++s)
+      std::printf("step %d: loss 2 ranks x batch %u = %.9f, 1 rank x batch %u = %.9f\n", s + 1, kLocalBatch,
+                  losses[static_cast<size_t>(s)], 2 * kLocalBatch, single_losses[static_cast<size_t>(s)]);
+    std::printf(
+        "after %d steps (lr %g): max |w_2ranks - w_1rank| = %.3g; the weights moved up to %.3g from init; max |w| = "
+        "%.3g\n",
+        kSteps, kLearningRate, max_diff, max_moved, max_weight);
+    // Only the order of float sums differs (two means of b vs one mean of 2b).
+    const double tolerance = 1e-5 * std::max(1.0, max_weight);
+    if (!(max_diff <= tolerance) || !(max_moved > 100 * tolerance)) {
+      std::printf("FAIL: tolerance %.3g\n", tolerance);
+      ++failures;
+    }
+    for (int s = 0; s < kSteps; ++s)
+      if (!(std::abs(losses[static_cast<size_t>(s)] - single_losses[static_cast<size_t>(s)]) <=
+            1e-5 * std::abs(single_losses[static_cast<size_t>(s)]))) {
+        std::printf("FAIL: the losses of step %d differ\n", s + 1);
+        ++failures;
+      }
+  }
+  failures += check_running_statistics_average(session);
+  int total = failures;
+  check(session.comms_api()->allreduce(session.comm(), &total, 1, MLPH_DTYPE_I32, MLPH_REDUCE_SUM), "allreduce");
+  return total == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main() {
+  try {
+    return run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dp_equivalence: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,162 @@
+// mlperf-conformance as a vendor runs it: the reference passes against itself with errors of
+// exactly 0, a backend with a 1e-3 error in one op fails on that op's rows only, onednn-cpu passes,
+// and bad usage exits 2 with one line.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <sstream>
+
+#include "integration/cli.hpp"
+
+using namespace mlph::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+// One row of the --markdown table.
+struct Row {
+  std::string op, description, forward, gradient, update, tolerance, result;
+};
+
+struct Outcome {
+  int exit_code = -1;
+  std::string output;
+  std::vector<Row> rows;
+};
+
+std::vector<std::string> cells(const std::string& line) {
+  std::vector<std::string> out;
+  for (size_t start = 2; start < line.size();) {
+    size_t end = line.find(" | ", start);
+    if (end == std::string::npos) end = line.size() - 2;  // the closing " |"
+    out.push_back(line.substr(start, end - start));
+    start = end + 3;
+  }
+  return out;
+}
+
+Outcome conformance(const std::string& args) {
+  // A directory per test: CTest may run them in parallel.
+  const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  const fs::path markdown = fresh_dir("conformance-" + test) / "table.md";
+  const CliResult r =
+      run_command(std::string(MLPH_BINARY_DIR "/bin/mlperf-conformance ") + args + " --markdown " + markdown.string());
+  Outcome o{r.exit_code, r.output, {}};
+  bool in_table = false;
+  for (const std::string& line : read_lines(markdown)) {
+    if (line.rfind("|---", 0) == 0) in_table = true;
+    if (!in_table || line.rfind("| ", 0) != 0) continue;
+    const std::vector<std::string> c = cells(line);
+    if (c.size() == 7) o.rows.push_back({c[0], c[1], c[2], c[3], c[4], c[5], c[6]});
+  }
+  return o;
+}
+
+std::string faulty() { return std::string("--backend-file " MLPH_TEST_PLUGIN_DIR "/libmlph-backend-faulty.so "); }
+
+double number(const std::string& cell) { return std::stod(cell); }
+
+// Every op of docs/ops.md, regularization and the optimizers (mlperf-conformance --list).
+std::set<std::string> op_checks() {
+  std::istringstream list(run_command(MLPH_BINARY_DIR "/bin/mlperf-conformance --list").output);
+  std::set<std::string> names;
+  for (std::string name; std::getline(list, name);)
+    if (name != "cosmoflow" && name != "deepcam") names.insert(name);
+  return names;
+}
+
+// The whole-model checks that will run: CosmoFlow, and DeepCAM where its plug-in was built (HDF5).
+std::set<std::string> model_checks() {
+  std::set<std::string> models = {"cosmoflow"};
+  if (fs::exists(fs::path(MLPH_PLUGIN_DIR) / "libmlph-workload-deepcam.so")) models.insert("deepcam");
+  return models;
+}
+
+}  // namespace
+
+TEST(Conformance, ReferenceAgainstItselfIsExact) {
+  // Two model steps rather than five: as exact, and DeepCAM's ~50M parameters cost seconds per step.
+  const Outcome o = conformance("--backend reference --model-steps 2");
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  std::set<std::string> seen;
+  for (const Row& row : o.rows) {
+    seen.insert(row.op);
+    EXPECT_EQ(row.result, "PASS") << row.op << " " << row.description;
+    // Same plug-in, same thread count: the reference is bitwise repeatable.
+    for (const std::string& e : {row.forward, row.gradient, row.update})
+      EXPECT_TRUE(e == "0" || e == "-") << row.op << " " << row.description << ": " << e;
+  }
+  std::set<std::string> expected = op_checks();
+  expected.merge(model_checks());
+  EXPECT_EQ(seen, expected);
+  EXPECT_EQ(o.rows.size(), 6 * op_checks().size() + model_checks().size()) << "6 cases per op by default, and the models";
+}
+
+TEST(Conformance, AFaultInOneOpsOutputFailsThatOpOnly) {
+  const Outcome o = conformance(faulty() + "--set backend.fault_op=conv --ops conv,relu");
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  ASSERT_EQ(o.rows.size(), 12u) << o.output;
+  for (const Row& row : o.rows) {
+    if (row.op == "relu") {
+      EXPECT_EQ(row.result, "PASS") << row.description;
+      continue;
+    }
+    EXPECT_EQ(row.op, "conv");
+    EXPECT_EQ(row.result.rfind("FAIL (output 'conv.out'", 0), 0u) << row.result;
+    EXPECT_NEAR(number(row.forward), 1e-3, 1e-5) << "outputs scaled by 1 + 1e-3";
+    EXPECT_EQ(row.gradient, "0");
+  }
+  EXPECT_NE(o.output.find("6 FAIL"), std::string::npos) << o.output;
+}
+
+TEST(Conformance, AFaultInOneOpsGradientFailsThatOpOnly) {
+  const Outcome o = conformance(faulty() + "--set backend.fault_op=batch_norm --set backend.fault=gradient "
+                                           "--ops batch_norm,dense");
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  ASSERT_EQ(o.rows.size(), 12u) << o.output;
+  for (const Row& row : o.rows) {
+    if (row.op == "dense") {
+      EXPECT_EQ(row.result, "PASS") << row.description;
+      continue;
+    }
+    EXPECT_EQ(row.op, "batch_norm");
+    EXPECT_EQ(row.result.rfind("FAIL (gradient '", 0), 0u) << row.result;
+    EXPECT_EQ(row.forward, "0");
+    EXPECT_NEAR(number(row.gradient), 1e-3, 1e-5);
+  }
+}
+
+TEST(Conformance, UnknownBackendExits2WithOneLine) {
+  const CliResult r = run_command(MLPH_BINARY_DIR "/bin/mlperf-conformance --backend nosuch");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("'nosuch' not found"), std::string::npos) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+}
+
+TEST(Conformance, BadUsageExits2NamingIt) {
+  const std::string tool = MLPH_BINARY_DIR "/bin/mlperf-conformance ";
+  CliResult r = run_command(tool + "--backend reference --ops conv,nosuchop");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("unknown check 'nosuchop'"), std::string::npos) << r.output;
+  r = run_command(tool + "--backend reference --set threads=2");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("backend.KEY=VALUE"), std::string::npos) << r.output;
+  r = run_command(tool + "--backend reference --set backend.colour=blue");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("unknown option 'colour'"), std::string::npos) << r.output;
+  r = run_command(tool + "--backend-file /nonexistent/vendor.so");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("libmlph-backend-NAME.so"), std::string::npos) << r.output;
+  r = run_command(tool);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--backend NAME or --backend-file PATH"), std::string::npos) << r.output;
+}
+
+#ifdef MLPH_TEST_ONEDNN
+TEST(Conformance, OnednnCpuConformsToTheReference) {
+  const Outcome o = conformance("--backend onednn-cpu");
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  for (const Row& row : o.rows) EXPECT_EQ(row.result, "PASS") << row.op << " " << row.description;
+  EXPECT_EQ(o.rows.size(), 6 * op_checks().size() + model_checks().size()) << o.output;
+}
+#endif

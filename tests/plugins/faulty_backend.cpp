@@ -1,0 +1,82 @@
+// libmlph-backend-faulty.so: the reference backend with one deliberate, small error, for the
+// conformance tests: in graphs that contain op `fault_op`, it scales either every evaluation output
+// (`fault=forward`, the default) or every gradient it reports (`fault=gradient`) by 1 + 1e-3.
+// Other options (threads) go to the reference backend.
+#include <algorithm>
+#include <string_view>
+
+#include "backend.hpp"
+#include "mlph/sdk/backend.hpp"
+#include "mlph/sdk/tensor.hpp"
+
+namespace {
+
+using namespace mlph;
+
+constexpr float kError = 1.001f;
+
+void perturb(MLPH_Tensor& t) {
+  if (t.dtype != MLPH_DTYPE_F32) return;
+  float* data = static_cast<float*>(t.data);
+  std::for_each(data, data + sdk::numel(t), [](float& x) { x *= kError; });
+}
+
+class FaultyModel final : public sdk::Model {
+ public:
+  FaultyModel(std::unique_ptr<sdk::Model> inner, bool forward, bool gradient)
+      : inner_(std::move(inner)), forward_(forward), gradient_(gradient) {}
+
+  void train_step(const MLPH_Tensor* inputs, size_t n, const MLPH_StepArgs& args, MLPH_StepResult& out) override {
+    inner_->train_step(inputs, n, args, out);
+  }
+  void eval_step(const MLPH_Tensor* inputs, size_t n, MLPH_Tensor* outputs, size_t n_outputs) override {
+    inner_->eval_step(inputs, n, outputs, n_outputs);
+    for (size_t i = 0; forward_ && i < n_outputs; ++i) perturb(outputs[i]);
+  }
+  void read_parameter(size_t index, MLPH_Tensor& dst) override { inner_->read_parameter(index, dst); }
+  void write_parameter(size_t index, const MLPH_Tensor& src) override { inner_->write_parameter(index, src); }
+  void read_gradient(size_t index, MLPH_Tensor& dst) override {
+    inner_->read_gradient(index, dst);
+    if (gradient_) perturb(dst);
+  }
+
+ private:
+  std::unique_ptr<sdk::Model> inner_;
+  bool forward_, gradient_;
+};
+
+sdk::Options without(const sdk::Options& options, std::initializer_list<std::string_view> keys) {
+  std::vector<MLPH_KeyValue> kept;
+  for (const auto& [key, value] : options.all())
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) kept.push_back({key.c_str(), value.c_str()});
+  return sdk::Options(kept.data(), kept.size());
+}
+
+class FaultyBackend final : public sdk::Backend {
+ public:
+  FaultyBackend(const MLPH_HostApi* host, const sdk::Options& options)
+      : reference_(host, without(options, {"fault", "fault_op"})),
+        fault_(options.get("fault", "forward")),
+        fault_op_(options.get("fault_op")) {
+    if (fault_op_.empty()) sdk::fail(MLPH_INVALID_ARGUMENT, "faulty backend: option 'fault_op' (an op name) is required");
+    if (fault_ != "forward" && fault_ != "gradient")
+      sdk::fail(MLPH_INVALID_ARGUMENT, "faulty backend: option 'fault' must be forward or gradient");
+  }
+
+  std::unique_ptr<sdk::Model> compile(const MLPH_Graph& graph, const MLPH_CommsHandle* comms) override {
+    bool has_op = false;
+    for (size_t i = 0; i < graph.n_nodes; ++i) has_op = has_op || fault_op_ == graph.nodes[i].op;
+    return std::make_unique<FaultyModel>(reference_.compile(graph, comms), has_op && fault_ == "forward",
+                                         has_op && fault_ == "gradient");
+  }
+
+ private:
+  reference::ReferenceBackend reference_;
+  std::string fault_, fault_op_;
+};
+
+}  // namespace
+
+MLPH_DEFINE_PLUGIN(MLPH_KIND_BACKEND, "faulty", "0.1.0",
+                   "test only: the reference backend with a 1e-3 relative error in one op's outputs or gradients",
+                   mlph::sdk::backend_api<FaultyBackend>())

@@ -1,0 +1,375 @@
+// storage/stage: shards, byte-identical copies (plain and tar.zst), checksums, space and read
+// faults with errors naming rank and file, and an end-to-end timed run checked by the official checker.
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <sys/mount.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "../../integration/cli.hpp"
+#include "manifest.hpp"
+#include "mlph/core/host.hpp"
+#include "mlph/core/plugin_loader.hpp"
+
+namespace fs = std::filesystem;
+using namespace mlph::test;
+using mlph::core::host_api;
+
+namespace {
+
+// A comms table for one rank of a pretend topology: collectives are local, `peer_failed` is what
+// the other ranks report to allgather, `tag` is what "rank 0" broadcasts.
+struct FakeComm {
+  MLPH_Topology topology;
+  int32_t peer_failed = 0;
+  uint64_t tag = 0x1234;
+};
+FakeComm* fake(MLPH_Comm* c) { return reinterpret_cast<FakeComm*>(c); }
+const MLPH_CommsApi kFakeComms = {
+    sizeof(MLPH_CommsApi), nullptr, nullptr, nullptr,
+    [](MLPH_Comm* c, MLPH_Topology* out) -> MLPH_Error* { *out = fake(c)->topology; return nullptr; },
+    [](MLPH_Comm*, void*, size_t, MLPH_DType, MLPH_ReduceOp) -> MLPH_Error* { return nullptr; },
+    [](MLPH_Comm* c, void* data, size_t bytes, int32_t) -> MLPH_Error* {
+      std::memcpy(data, &fake(c)->tag, std::min(bytes, sizeof(uint64_t)));
+      return nullptr;
+    },
+    [](MLPH_Comm* c, const void* send, void* recv, size_t bytes) -> MLPH_Error* {
+      for (int32_t r = 0; r < fake(c)->topology.size; ++r)
+        std::memcpy(static_cast<char*>(recv) + r * bytes, r == fake(c)->topology.rank ? send : &fake(c)->peer_failed, bytes);
+      return nullptr;
+    },
+    [](MLPH_Comm*) -> MLPH_Error* { return nullptr; },
+    nullptr,  // halo_exchange (ABI 1.1): not used by staging
+};
+
+FakeComm rank_of(int32_t rank, int32_t size, int32_t local_rank = 0, int32_t local_size = 1) {
+  return {{sizeof(MLPH_Topology), nullptr, rank, size, local_rank, local_size, size / local_size}};
+}
+
+std::string slurp(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+std::vector<std::string> names(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename() != mlph::stage::kManifestName) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A stage storage object from the built plug-in, with the result of one stage call.
+class Stager {
+ public:
+  explicit Stager(std::map<std::string, std::string> options)
+      : plugin_(mlph::core::PluginLoader({MLPH_PLUGIN_DIR}).load(MLPH_KIND_STORAGE, "stage")),
+        api_(plugin_.api<MLPH_StorageApi>()) {
+    std::vector<MLPH_KeyValue> kv;
+    for (const auto& [k, v] : options) kv.push_back({k.c_str(), v.c_str()});
+    mlph::core::check(api_->create(host_api(), kv.data(), kv.size(), &storage_), "create");
+  }
+  ~Stager() { api_->destroy(storage_); }
+
+  // Stages `source` as `comm`'s rank; returns "" or the error message (code in `code`).
+  std::string stage(const fs::path& source, FakeComm& comm) {
+    const MLPH_CommsHandle handle{sizeof(MLPH_CommsHandle), nullptr, &kFakeComms, reinterpret_cast<MLPH_Comm*>(&comm)};
+    stats = {};
+    stats.struct_size = sizeof stats;
+    MLPH_Error* error = api_->stage(storage_, source.c_str(), &handle, &stats);
+    if (!error) return "";
+    code = mlph::core::error_code(error);
+    std::string message = mlph::core::error_message(error);
+    mlph::core::error_free(error);
+    return message;
+  }
+
+  std::vector<std::string> list(const fs::path& dir) {
+    std::vector<std::string> out;
+    mlph::core::check(api_->list(storage_, dir.c_str(), ".tfrecord",
+                                 [](void* ctx, const char* p) { static_cast<std::vector<std::string>*>(ctx)->push_back(p); },
+                                 &out));
+    return out;
+  }
+
+  std::string read(const std::string& path) {
+    std::string bytes;
+    size_t size = 0;
+    auto alloc = [](void* ctx, size_t n) -> void* {
+      auto* s = static_cast<std::string*>(ctx);
+      s->resize(n);
+      return s->data();
+    };
+    mlph::core::check(api_->read(storage_, path.c_str(), alloc, &bytes, &size), "read");
+    return bytes;
+  }
+
+  MLPH_StageStats stats{};
+  MLPH_Code code = MLPH_OK;
+
+ private:
+  mlph::core::LoadedPlugin plugin_;
+  const MLPH_StorageApi* api_;
+  MLPH_Storage* storage_ = nullptr;
+};
+
+class Stage : public ::testing::Test {
+ protected:
+  // One small generated CosmoFlow set for the whole suite: 16 train and 8 validation files, in a
+  // folder of this process's own: CTest runs each test of the suite as a process of its own, in parallel.
+  static void SetUpTestSuite() {
+    root_ = fresh_dir("stage-" + std::to_string(::getpid()));
+    const CliResult r = run_cli("--config " MLPH_SOURCE_DIR "/configs/cosmoflow/mini.yaml --set data.synthetic.train=16 "
+                                "--set data.synthetic.valid=8 --generate-data " + (root_ / "data").string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static fs::path data() { return root_ / "data"; }
+  static fs::path dir(const std::string& name) {
+    fs::remove_all(root_ / name);
+    fs::create_directories(root_ / name);
+    return root_ / name;
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+  static inline fs::path root_;
+};
+
+std::vector<std::string> every_other(const std::vector<std::string>& all, size_t rank, size_t size) {
+  std::vector<std::string> out;
+  for (size_t i = rank; i < all.size() / size * size; i += size) out.push_back(all[i]);
+  return out;
+}
+
+// The staged copy of `source` a rank lists holds exactly files[rank::size] of `data`, byte for byte.
+void expect_shard(Stager& s, const fs::path& source, const fs::path& data, const std::string& split, size_t rank,
+                  size_t size) {
+  const std::vector<std::string> listed = s.list(source / split);
+  std::vector<std::string> listed_names;
+  for (const std::string& p : listed) {
+    EXPECT_EQ(s.read(p), slurp(data / split / fs::path(p).filename())) << p;
+    listed_names.push_back(fs::path(p).filename().string());
+  }
+  EXPECT_EQ(listed_names, every_other(names(data / split), rank, size)) << split << " rank " << rank;
+}
+
+TEST_F(Stage, EachRankStagesItsShardOfADirectoryByteForByte) {
+  const auto before = names(data() / "train");
+  for (int32_t rank = 0; rank < 2; ++rank) {
+    const fs::path target = dir("target" + std::to_string(rank));
+    {
+      Stager s({{"target", target.string()}});
+      FakeComm comm = rank_of(rank, 2);
+      ASSERT_EQ(s.stage(data(), comm), "");
+      EXPECT_EQ(s.stats.files, 12u);  // (16 + 8) / 2
+      EXPECT_EQ(s.stats.shard_index, 0);
+      EXPECT_EQ(s.stats.shard_count, 1);  // one rank per node: it reads its whole staged shard
+      EXPECT_EQ(s.stats.bytes_read, s.stats.bytes_written);
+      expect_shard(s, data(), data(), "train", static_cast<size_t>(rank), 2);
+      expect_shard(s, data(), data(), "validation", static_cast<size_t>(rank), 2);
+      EXPECT_EQ(fs::path(s.list(data() / "train").front()).parent_path().parent_path().parent_path(), target);
+    }
+    EXPECT_TRUE(fs::is_empty(target)) << "the staged copy is removed at destroy";
+  }
+  EXPECT_EQ(names(data() / "train"), before) << "the source is never modified";
+}
+
+TEST_F(Stage, ThreeRanksStageWholeShardsAndKeepLeavesTheCopy) {
+  const fs::path target = dir("target-keep");
+  {
+    Stager s({{"target", target.string()}, {"keep", "1"}, {"threads", "3"}});
+    FakeComm comm = rank_of(2, 3);
+    ASSERT_EQ(s.stage(data(), comm), "");
+    EXPECT_EQ(s.stats.files, 5u + 2u);  // 15 of 16 train files and 6 of 8 validation: whole shards
+    expect_shard(s, data(), data(), "train", 2, 3);
+  }
+  EXPECT_FALSE(fs::is_empty(target));
+}
+
+TEST_F(Stage, PackedArchivesUnpackToTheSameShard) {
+  for (uint32_t parts : {4u, 3u}) {
+    const fs::path packed = dir("packed" + std::to_string(parts));
+    for (const char* split : {"train", "validation"})
+      ASSERT_EQ(mlph::stage::pack_split(data() / split, packed / split, parts, 3), split == std::string("train") ? 16u : 8u);
+    Stager s({{"target", dir("target-packed").string()}});
+    FakeComm comm = rank_of(1, 2);
+    ASSERT_EQ(s.stage(packed, comm), "");
+    expect_shard(s, packed, data(), "train", 1, 2);
+    expect_shard(s, packed, data(), "validation", 1, 2);
+    // 4 parts over 2 ranks: rank 1 reads only parts 1 and 3; 3 parts: all of them.
+    uint64_t expected = 0;
+    for (const char* split : {"train", "validation"})
+      for (uint32_t p = parts == 4 ? 1 : 0; p < parts; p += parts == 4 ? 2 : 1)
+        expected += fs::file_size(packed / split / mlph::stage::part_name(p));
+    EXPECT_EQ(s.stats.bytes_read, expected) << parts << " parts";
+  }
+}
+
+TEST_F(Stage, ChecksumMismatchNamesTheFile) {
+  const fs::path packed = dir("packed-bad");
+  mlph::stage::pack_split(data() / "train", packed / "train", 2, 1);
+  auto manifest = mlph::stage::read_manifest(packed / "train" / mlph::stage::kManifestName);
+  manifest.entries[2].crc32 ^= 1;  // file 2 belongs to rank 0 of 2
+  mlph::stage::write_manifest(packed / "train" / mlph::stage::kManifestName, manifest);
+  Stager s({{"target", dir("target-bad").string()}});
+  FakeComm comm = rank_of(0, 2);
+  const std::string error = s.stage(packed, comm);
+  EXPECT_EQ(s.code, MLPH_DATA_LOSS);
+  EXPECT_NE(error.find("rank 0"), std::string::npos) << error;
+  EXPECT_NE(error.find(manifest.entries[2].name), std::string::npos) << error;
+  EXPECT_NE(error.find("checksum mismatch"), std::string::npos) << error;
+
+  // A plain directory with a manifest whose file changed after it was written.
+  const fs::path plain = dir("plain-bad");
+  mlph::stage::pack_split(data() / "validation", plain / "validation", 0, 1);
+  const auto victim = plain / "validation" / names(plain / "validation").front();  // file 0: rank 0's
+  std::fstream(victim, std::ios::in | std::ios::out | std::ios::binary).put('\x7f');
+  Stager t({{"target", dir("target-bad2").string()}});
+  const std::string error2 = t.stage(plain, comm);
+  EXPECT_EQ(t.code, MLPH_DATA_LOSS);
+  EXPECT_NE(error2.find(victim.string()), std::string::npos) << error2;
+}
+
+TEST_F(Stage, UnreadableShardNamesRankAndFile) {
+  const fs::path plain = dir("plain-missing");
+  mlph::stage::pack_split(data() / "train", plain / "train", 0, 1);
+  const auto victim = plain / "train" / names(plain / "train")[3];  // file 3: rank 1's
+  fs::remove(victim);  // listed in the manifest, gone from the "parallel file system"
+  Stager s({{"target", dir("target-missing").string()}});
+  FakeComm comm = rank_of(1, 2);
+  const std::string error = s.stage(plain, comm);
+  EXPECT_EQ(s.code, MLPH_NOT_FOUND);
+  EXPECT_NE(error.find("rank 1"), std::string::npos) << error;
+  EXPECT_NE(error.find(victim.string()), std::string::npos) << error;
+  EXPECT_NE(error.find("cannot open"), std::string::npos) << error;
+
+  // The healthy rank learns that its peer failed and does not go on with half a dataset.
+  Stager healthy({{"target", dir("target-peer").string()}});
+  FakeComm peer = rank_of(0, 2);
+  peer.peer_failed = 1;
+  const std::string aborted = healthy.stage(plain, peer);
+  EXPECT_EQ(healthy.code, MLPH_ABORTED);
+  EXPECT_NE(aborted.find("rank 1 failed"), std::string::npos) << aborted;
+}
+
+TEST_F(Stage, NoSpaceIsAClearErrorBeforeCopying) {
+  Stager s({{"target", dir("target-full").string()}, {"max_bytes", "1000"}});
+  FakeComm comm = rank_of(1, 2);
+  const std::string error = s.stage(data(), comm);
+  EXPECT_EQ(s.code, MLPH_RESOURCE_EXHAUSTED);
+  EXPECT_NE(error.find("rank 1"), std::string::npos) << error;
+  EXPECT_NE(error.find("storage.max_bytes = 1000"), std::string::npos) << error;
+
+  // A real small file system, when this process may mount one (root): the statvfs check fires.
+  const fs::path tiny = dir("tiny");
+  if (::mount("tmpfs", tiny.c_str(), "tmpfs", 0, "size=64k") != 0) GTEST_SKIP() << "cannot mount a tmpfs here";
+  std::string error2;
+  {
+    Stager t({{"target", tiny.string()}});
+    error2 = t.stage(data(), comm);
+    EXPECT_EQ(t.code, MLPH_RESOURCE_EXHAUSTED);
+  }
+  ::umount(tiny.c_str());
+  EXPECT_NE(error2.find("no space to stage"), std::string::npos) << error2;
+}
+
+TEST_F(Stage, ATargetSharedAcrossNodesIsRefused) {
+  const fs::path target = dir("target-shared");
+  Stager node0({{"target", target.string()}}), node1({{"target", target.string()}});
+  FakeComm rank0 = rank_of(0, 2), rank1 = rank_of(1, 2);  // same broadcast tag: the same directory
+  ASSERT_EQ(node0.stage(data(), rank0), "");
+  const std::string error = node1.stage(data(), rank1);
+  EXPECT_EQ(node1.code, MLPH_FAILED_PRECONDITION);
+  EXPECT_NE(error.find("node-local"), std::string::npos) << error;
+}
+
+TEST_F(Stage, RamTargetIsDevShm) {
+  Stager s(std::map<std::string, std::string>{{"target", "ram"}});
+  FakeComm comm = rank_of(0, 1);
+  ASSERT_EQ(s.stage(data(), comm), "");
+  const auto listed = s.list(data() / "validation");
+  ASSERT_EQ(listed.size(), 8u);
+  EXPECT_EQ(listed.front().rfind("/dev/shm/mlperf-stage-", 0), 0u) << listed.front();
+}
+
+// mlperf-run --storage stage: staging inside the timed region by default (hpc 2.0.0 accepts it),
+// before run_start with run.staging=untimed (3.0.0 accepts it, 2.0.0 must not), the breakdown keys,
+// and a failing stage that ends the log aborted naming the rank.
+class StageRun : public Stage {
+ protected:
+  CliResult run(const fs::path& out, const std::string& extra) {
+    return run_cli("--config " MLPH_SOURCE_DIR "/configs/cosmoflow/mini.yaml --storage stage --set train.epochs=1 "
+                   "--seed 5 --set storage.target=" + dir("run-target").string() + " --data " + data().string() +
+                   " --output " + out.string() + " " + extra);
+  }
+  // The log with eval_error replaced by a value under the target (one epoch cannot converge).
+  static fs::path patched(const fs::path& log) {
+    const fs::path file = log.parent_path() / "patched.txt";
+    std::ofstream to(file);
+    for (std::string line : read_lines(log)) {
+      if (mllog_key(line) == "eval_error") {
+        const size_t at = line.find("\"value\": ") + 9;
+        line.replace(at, line.find(',', at) - at, "0.1");
+      }
+      to << line << "\n";
+    }
+    return file;
+  }
+  static std::vector<std::string> keys(const fs::path& log) {
+    std::vector<std::string> out;
+    for (const std::string& line : read_lines(log)) out.push_back(mllog_key(line));
+    return out;
+  }
+  static size_t at(const std::vector<std::string>& keys, const std::string& key) {
+    return static_cast<size_t>(std::find(keys.begin(), keys.end(), key) - keys.begin());
+  }
+};
+
+TEST_F(StageRun, TimedAndUntimedStagingPassTheOfficialChecker) {
+  const std::string checker = official_checker();
+  for (const char* mode : {"timed", "untimed"}) {
+    const fs::path out = dir(std::string("run-") + mode);
+    const CliResult r = run(out, std::string("--set run.staging=") + mode);
+    ASSERT_EQ(r.exit_code, 1) << r.output;  // one epoch: not converged
+    EXPECT_NE(r.output.find("time: "), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("staging (rank 0): 24 files"), std::string::npos) << r.output;
+    const auto k = keys(out / "result_0.txt");
+    ASSERT_LT(at(k, "staging_stop"), k.size());
+    EXPECT_LT(at(k, "staging_start"), at(k, "staging_stop"));
+    EXPECT_EQ(at(k, "staging_start") > at(k, "run_start"), mode == std::string("timed"));
+    EXPECT_LT(at(k, "mlph_time_breakdown"), at(k, "run_stop"));
+    EXPECT_LT(at(k, "mlph_io"), at(k, "run_stop"));
+    for (const std::string& line : read_lines(out / "result_0.txt"))
+      if (mllog_key(line) == "train_samples") {
+        EXPECT_NE(line.find("\"value\": 16,"), std::string::npos) << line;
+      }
+    if (checker.empty()) continue;  // ../shared is not beside a fresh clone: the checker assertions are skipped
+    const auto check = [&](const std::string& ruleset) {
+      return run_command("PATH=/usr/bin:$PATH " + checker + " " + patched(out / "result_0.txt").string() + " " + ruleset);
+    };
+    EXPECT_EQ(check("3.0.0").exit_code, 0) << mode;
+    const CliResult v2 = check("2.0.0");  // 2.0.0 requires staging inside the timed region
+    EXPECT_EQ(v2.exit_code == 0, mode == std::string("timed")) << mode << "\n" << v2.output;
+  }
+  if (checker.empty()) GTEST_SKIP() << "../shared/tools/mllog-check is not beside this checkout: checker not run";
+}
+
+TEST_F(StageRun, AFailedStageEndsTheLogAbortedNamingTheRank) {
+  const fs::path out = dir("run-fail");
+  const auto before = names(data() / "train");
+  const CliResult r = run(out, "--set storage.max_bytes=1000");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("rank 0"), std::string::npos) << r.output;
+  const std::string last = read_lines(out / "result_0.txt").back();
+  EXPECT_EQ(mllog_key(last), "run_stop");
+  EXPECT_NE(last.find("\"status\": \"aborted\""), std::string::npos) << last;
+  EXPECT_NE(last.find("storage.max_bytes"), std::string::npos) << last;
+  EXPECT_EQ(names(data() / "train"), before);
+}
+
+}  // namespace

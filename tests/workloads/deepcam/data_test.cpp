@@ -1,0 +1,267 @@
+// DeepCAM data: the reference file order (numpy's legacy shuffle), HDF5 samples and stats decoded
+// from memory with one clear error per kind of bad file, the synthetic generator, and a split read
+// end to end through the posix storage plug-in.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "data/file_order.hpp"
+#include "data/hdf5_io.hpp"
+#include "data/synthetic.hpp"
+#include "dataset.hpp"
+#include "mlph/core/host.hpp"
+#include "mlph/core/plugin_loader.hpp"
+#include "mlph/sdk/tensor.hpp"
+
+namespace fs = std::filesystem;
+using namespace mlph;
+using namespace mlph::deepcam;
+
+namespace {
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("mlph-deepcam-" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::vector<std::byte> slurp(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::vector<char> chars((std::istreambuf_iterator<char>(in)), {});
+  std::vector<std::byte> bytes(chars.size());
+  std::memcpy(bytes.data(), chars.data(), chars.size());
+  return bytes;
+}
+
+// A sample file of h x w x 16 with chosen datasets; `labels` empty writes none.
+fs::path write_sample(const fs::path& file, int h, int w, const std::vector<int32_t>& labels, bool with_data = true) {
+  Hdf5Writer out(file.string());
+  const auto hh = static_cast<size_t>(h), ww = static_cast<size_t>(w);
+  if (with_data) {
+    std::vector<float> data(hh * ww * 16);
+    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i % 97) * 0.5f;
+    out.write("climate/data", {hh, ww, 16}, std::span<const float>(data));
+  }
+  if (!labels.empty()) out.write("climate/labels_0", {hh, ww}, std::span<const int32_t>(labels));
+  out.commit();
+  return file;
+}
+
+std::string sample_error(const fs::path& file, int h, int w) {
+  try {
+    decode_sample(slurp(file), file.string(), h, w, 16);
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+std::string stats_error(const fs::path& file) {
+  try {
+    decode_stats(slurp(file), file.string(), 16);
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST(DeepCamFileOrder, MatchesNumpyRandomState12345Shuffle) {
+  // /usr/bin/python3: x = list(range(n)); np.random.RandomState(12345).shuffle(x)
+  EXPECT_EQ(numpy_shuffled_indices(10), (std::vector<uint64_t>{0, 7, 3, 9, 6, 4, 1, 8, 5, 2}));
+  const std::vector<uint64_t> thousand = numpy_shuffled_indices(1000);
+  EXPECT_EQ(std::vector<uint64_t>(thousand.begin(), thousand.begin() + 6),
+            (std::vector<uint64_t>{144, 833, 270, 468, 962, 186}));
+  EXPECT_EQ(thousand[997], 285u);
+  EXPECT_EQ(thousand[999], 482u);
+  const std::vector<uint64_t> full = numpy_shuffled_indices(121266);  // the real training set
+  EXPECT_EQ(std::vector<uint64_t>(full.begin(), full.begin() + 6),
+            (std::vector<uint64_t>{109041, 63108, 42880, 72741, 51723, 78402}));
+  EXPECT_EQ(full.back(), 86498u);
+  EXPECT_EQ(numpy_shuffled_indices(1), (std::vector<uint64_t>{0}));
+}
+
+TEST(DeepCamHdf5, SampleRoundTripFromMemory) {
+  const fs::path dir = fresh_dir("roundtrip");
+  std::vector<int32_t> labels(4 * 6, 0);
+  labels[5] = 1, labels[23] = 2;
+  const fs::path file = write_sample(dir / "data-a.h5", 4, 6, labels);
+  EXPECT_FALSE(fs::exists(dir / "data-a.h5.partial"));
+  const Sample s = decode_sample(slurp(file), file.string(), 4, 6, 16);
+  ASSERT_EQ(s.data.size(), 4u * 6 * 16);
+  EXPECT_EQ(s.data[100], 3.0f * 0.5f);  // 100 % 97
+  EXPECT_EQ(s.labels, labels);
+}
+
+TEST(DeepCamHdf5, FloatLabelsAreAcceptedWhenIntegral) {
+  const fs::path dir = fresh_dir("float-labels");
+  Hdf5Writer out((dir / "data-f.h5").string());
+  std::vector<float> data(2 * 2 * 16, 1.0f);
+  std::vector<double> labels{0, 1, 2, 0};
+  out.write("climate/data", {2, 2, 16}, std::span<const float>(data));
+  out.write("climate/labels_0", {2, 2}, std::span<const double>(labels));
+  out.commit();
+  EXPECT_EQ(decode_sample(slurp(dir / "data-f.h5"), "f", 2, 2, 16).labels, (std::vector<int32_t>{0, 1, 2, 0}));
+}
+
+TEST(DeepCamHdf5, BadSamplesFailWithOneLineNamingTheFile) {
+  const fs::path dir = fresh_dir("bad");
+  const std::vector<int32_t> labels(4 * 6, 0);
+  const fs::path no_data = write_sample(dir / "data-nodata.h5", 4, 6, labels, false);
+  EXPECT_EQ(sample_error(no_data, 4, 6), no_data.string() + ": no dataset 'climate/data'");
+
+  const fs::path no_labels = write_sample(dir / "data-nolabels.h5", 4, 6, {});
+  EXPECT_EQ(sample_error(no_labels, 4, 6), no_labels.string() + ": no dataset 'climate/labels_0'");
+
+  const fs::path good = write_sample(dir / "data-good.h5", 4, 6, labels);
+  EXPECT_EQ(sample_error(good, 8, 6), good.string() + ": 'climate/data' has shape (4, 6, 16), expected (8, 6, 16)");
+
+  {
+    Hdf5Writer out((dir / "data-f64.h5").string());
+    std::vector<double> data(4 * 6 * 16, 0.0);
+    out.write("climate/data", {4, 6, 16}, std::span<const double>(data));
+    out.write("climate/labels_0", {4, 6}, std::span<const int32_t>(labels));
+    out.commit();
+  }
+  EXPECT_EQ(sample_error(dir / "data-f64.h5", 4, 6), (dir / "data-f64.h5").string() + ": climate/data is float64, expected float32");
+
+  std::vector<int32_t> three = labels;
+  three[6 + 2] = 3;  // row 1, column 2
+  const fs::path bad_label = write_sample(dir / "data-label3.h5", 4, 6, three);
+  EXPECT_EQ(sample_error(bad_label, 4, 6),
+            bad_label.string() + ": climate/labels_0 holds 3.000000 at pixel (1, 2): labels must be 0, 1 or 2");
+
+  const std::vector<std::byte> whole = slurp(good);
+  const fs::path truncated = dir / "data-truncated.h5";
+  std::ofstream(truncated, std::ios::binary).write(reinterpret_cast<const char*>(whole.data()), whole.size() / 2);
+  const std::string message = sample_error(truncated, 4, 6);
+  EXPECT_EQ(message.rfind(truncated.string() + ": ", 0), 0u) << message;
+  EXPECT_NE(message.find("truncated"), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos);
+
+  std::ofstream(dir / "data-empty.h5").close();
+  EXPECT_EQ(sample_error(dir / "data-empty.h5", 4, 6), (dir / "data-empty.h5").string() + ": empty file");
+}
+
+TEST(DeepCamHdf5, StatsScaleInTheirDtypeAndMaxEqualMinIsRefused) {
+  const fs::path dir = fresh_dir("stats");
+  std::vector<float> lo(16), hi(16);
+  for (int c = 0; c < 16; ++c) lo[c] = -1.0f - static_cast<float>(c), hi[c] = 2.0f + 0.1f * static_cast<float>(c);
+  {
+    Hdf5Writer out((dir / "stats.h5").string());
+    out.write("climate/minval", {16}, std::span<const float>(lo));
+    out.write("climate/maxval", {16}, std::span<const float>(hi));
+    out.commit();
+  }
+  const Stats stats = decode_stats(slurp(dir / "stats.h5"), "stats.h5", 16);
+  EXPECT_EQ(stats.shift[3], -4.0f);
+  EXPECT_EQ(stats.scale[3], 1.0f / (hi[3] - lo[3]));  // float32 arithmetic, like the float32 stats of the reference
+  hi[9] = lo[9];
+  {
+    Hdf5Writer out((dir / "flat.h5").string());
+    out.write("climate/minval", {16}, std::span<const float>(lo));
+    out.write("climate/maxval", {16}, std::span<const float>(hi));
+    out.commit();
+  }
+  EXPECT_EQ(stats_error(dir / "flat.h5"), (dir / "flat.h5").string() +
+                                              ": channel 9 has min -10.000000 and max -10.000000: the normalization "
+                                              "1/(max-min) needs max > min");
+  {
+    Hdf5Writer out((dir / "nomax.h5").string());
+    out.write("climate/minval", {16}, std::span<const float>(lo));
+    out.commit();
+  }
+  EXPECT_EQ(stats_error(dir / "nomax.h5"), (dir / "nomax.h5").string() + ": no dataset 'climate/maxval'");
+}
+
+TEST(DeepCamSynthetic, DeterministicMostlyBackgroundWithLearnableFeatures) {
+  const Sample a = synthesize_sample(3, 17, 96, 144), b = synthesize_sample(3, 17, 96, 144);
+  EXPECT_EQ(a.data, b.data);
+  EXPECT_EQ(a.labels, b.labels);
+  EXPECT_NE(synthesize_sample(3, 18, 96, 144).data, a.data);
+  // Over 40 samples: ~94% background, both event classes present, and the physics a network can
+  // see: low surface pressure (PS, channel 6) in cyclones, high moisture (TMQ, channel 0) in rivers.
+  uint64_t counts[3] = {0, 0, 0};
+  double ps[3] = {0, 0, 0}, tmq[3] = {0, 0, 0};
+  for (uint64_t i = 0; i < 40; ++i) {
+    const Sample s = synthesize_sample(1, i, 96, 144);
+    for (size_t p = 0; p < s.labels.size(); ++p) {
+      const int c = s.labels[p];
+      ++counts[c];
+      ps[c] += s.data[p * 16 + 6], tmq[c] += s.data[p * 16 + 0];
+    }
+  }
+  const double total = static_cast<double>(counts[0] + counts[1] + counts[2]);
+  EXPECT_GT(counts[0] / total, 0.90);
+  EXPECT_LT(counts[0] / total, 0.97);
+  EXPECT_GT(counts[1] / total, 0.003);
+  EXPECT_GT(counts[2] / total, 0.02);
+  for (int c = 0; c < 3; ++c) ps[c] /= static_cast<double>(counts[c]), tmq[c] /= static_cast<double>(counts[c]);
+  EXPECT_LT(ps[1], ps[0] - 2000);   // spread 1500 Pa: a vortex lowers PS by ~3 spreads at its centre
+  EXPECT_GT(tmq[2], tmq[0] + 15);   // spread 12 kg/m2: a river adds up to 3 spreads
+}
+
+TEST(DeepCamSynthetic, WrittenDatasetReadsBackThroughThePosixStoragePlugin) {
+  const fs::path dir = fresh_dir("dataset");
+  write_dataset(dir.string(), 5, 2, 32, 48, 9);
+  EXPECT_TRUE(fs::exists(dir / "stats.h5"));
+  EXPECT_TRUE(fs::exists(dir / "train" / synthetic_file_name(9, 4)));
+  EXPECT_TRUE(fs::exists(dir / "validation" / synthetic_file_name(9, 6)));
+  const Stats stats = decode_stats(slurp(dir / "stats.h5"), "stats.h5", 16);
+  EXPECT_GT(stats.shift[6], 90000.0f);  // PS minimum, in Pa
+  EXPECT_LT(stats.shift[6], 98000.0f);
+
+  const core::LoadedPlugin posix = core::PluginLoader::load_file(
+      fs::path(MLPH_PLUGIN_DIR) / core::plugin_file_name(MLPH_KIND_STORAGE, "posix"), MLPH_KIND_STORAGE, "posix");
+  const auto* api = posix.api<MLPH_StorageApi>();
+  MLPH_Storage* storage = nullptr;
+  ASSERT_EQ(api->create(core::host_api(), nullptr, 0, &storage), nullptr);
+  const MLPH_StorageHandle handle{sizeof(MLPH_StorageHandle), nullptr, api, storage};
+  DataSettings settings;
+  settings.dir = dir.string(), settings.height = 32, settings.width = 48;
+  {
+    DeepCamDataset train(core::host_api(), settings, MLPH_SPLIT_TRAIN, handle);
+    ASSERT_EQ(train.size(), 5u);
+    // The sorted names shuffled by RandomState(12345): numpy gives [0, 4, 3, 1, 2] for 5 files.
+    EXPECT_EQ(fs::path(train.files()[0]).filename(), synthetic_file_name(9, 0));
+    EXPECT_EQ(fs::path(train.files()[1]).filename(), synthetic_file_name(9, 4));
+    std::vector<float> x(2 * 32 * 48 * 16);
+    std::vector<int32_t> labels(2 * 32 * 48);
+    const int64_t x_shape[] = {2, 32, 48, 16}, y_shape[] = {2, 32, 48};
+    MLPH_Tensor inputs[2] = {sdk::host_tensor(MLPH_DTYPE_F32, x_shape, 4, x.data()),
+                             sdk::host_tensor(MLPH_DTYPE_I32, y_shape, 3, labels.data())};
+    const uint64_t indices[2] = {1, 0};
+    train.read(indices, 2, inputs, 2);
+    const Sample four = synthesize_sample(9, 4, 32, 48);
+    EXPECT_EQ(std::vector<float>(x.begin(), x.begin() + 32 * 48 * 16), four.data);
+    EXPECT_EQ(std::vector<int32_t>(labels.begin(), labels.begin() + 32 * 48), four.labels);
+
+    // A file that turns bad after listing fails the read with the file's name.
+    std::ofstream(train.files()[3], std::ios::trunc).write("garbage", 7);
+    const uint64_t bad[2] = {0, 3};
+    try {
+      train.read(bad, 2, inputs, 2);
+      ADD_FAILURE() << "no error";
+    } catch (const sdk::Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(train.files()[3] + ": not a readable HDF5 file", 0), 0u) << e.what();
+    }
+  }
+  DeepCamDataset validation(core::host_api(), settings, MLPH_SPLIT_VALIDATION, handle);
+  EXPECT_EQ(validation.size(), 2u);
+  EXPECT_EQ(fs::path(validation.files()[0]).filename(), synthetic_file_name(9, 5));  // sorted, not shuffled
+  api->destroy(storage);
+
+  // The generator refuses a folder it did not write.
+  std::ofstream(dir / "train" / "notes.txt") << "mine";
+  try {
+    write_dataset(dir.string(), 1, 1, 16, 16, 9);
+    ADD_FAILURE() << "no error";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds 'notes.txt'"), std::string::npos) << e.what();
+  }
+}

@@ -1,0 +1,153 @@
+#include "check.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "mlph/core/host.hpp"
+
+namespace mlph::conformance {
+namespace {
+
+// Tolerances on relative_error(), per compute precision.
+//
+// f32, one op: 1e-4. The unit roundoff is u = 6e-8. A backend that only orders its sums
+// differently (blocking, threads, vector lanes, a GEMM instead of loops) is off by about sqrt(K)*u
+// for a K-term sum: K <= ~300 in these cases, so ~1e-6; batch-norm and softmax backward subtract
+// nearly equal terms and lose one or two more digits (~1e-5), and the optimizers' 3 steps compound
+// that little. 1e-4 leaves a 10x margin over that, and sits 10x below a 1e-3 relative error, which
+// no re-association produces at these sizes but a real bug does (a missing or extra term, an
+// off-by-one window, a wrong constant, a half-precision intermediate).
+// f32, whole model: 1e-3. Several steps of a deep net compound the per-op differences, and a
+// max-pool or leaky-ReLU decision near a tie may go either way; the weight updates (not the
+// weights, which hide small updates) must still agree to 0.1%.
+//
+// bf16 (a backend's documented mixed-precision option): 8 significand bits, u = 3.9e-3. Rounding
+// the inputs and weights of a product to bf16 with f32 accumulation gives errors of a few u:
+// 3e-2 per op and 1e-1 for a whole model. At this precision a 1e-3 fault cannot be told from
+// rounding; wrong indices, terms and constants (errors of order 1) still fail.
+const std::vector<Tolerance>& tolerances() {
+  static const std::vector<Tolerance> table = {{"f32", 1e-4, 1e-3}, {"bf16", 3e-2, 1e-1}};
+  return table;
+}
+
+std::vector<MLPH_Tensor> views(std::vector<HostTensor>& tensors) {
+  std::vector<MLPH_Tensor> out;
+  for (HostTensor& t : tensors) out.push_back(t.view());
+  return out;
+}
+
+const MLPH_Value& value_of(const MLPH_Graph& graph, int32_t index) { return graph.values[index]; }
+
+// The largest error over matching tensors, and the first tensor over `tolerance` (for the reason).
+struct Worst {
+  std::optional<double> error;
+  std::string failed;
+};
+
+Worst worst(const std::vector<HostTensor>& actual, const std::vector<HostTensor>& expected, double tolerance,
+            const char* kind) {
+  Worst w;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const double e = relative_error(actual[i], expected[i]);
+    const bool worse = !w.error || std::isnan(e) || (!std::isnan(*w.error) && e > *w.error);  // NaN sticks
+    if (worse) w.error = e;
+    if (!(e <= tolerance) && w.failed.empty()) w.failed = fmt::format("{} '{}' {:.1e}", kind, expected[i].name, e);
+  }
+  return w;
+}
+
+// The first tensor holding a NaN or infinity, or null.
+const HostTensor* non_finite(const Observed& seen) {
+  for (const auto* tensors : {&seen.forward, &seen.gradients, &seen.updates})
+    for (const HostTensor& t : *tensors)
+      for (size_t i = 0; i < t.numel(); ++i)
+        if (!std::isfinite(t.at(i))) return &t;
+  return nullptr;
+}
+
+}  // namespace
+
+const Tolerance& tolerance_for(const std::string& precision) {
+  for (const Tolerance& t : tolerances())
+    if (precision == t.precision) return t;
+  throw std::invalid_argument("unknown precision '" + precision + "' (f32 or bf16)");
+}
+
+const std::vector<std::string>& precisions() {
+  static const std::vector<std::string> names = {"f32", "bf16"};
+  return names;
+}
+
+Observed observe(const LoadedBackend& backend, const MLPH_Graph& graph, std::vector<HostTensor>& inputs,
+                 const std::vector<double>& learning_rates, uint64_t first_step) {
+  const MLPH_BackendApi* api = backend.api();
+  MLPH_Model* raw = nullptr;
+  core::check(api->compile(backend.backend.get(), &graph, nullptr, &raw), "compile");
+  const core::Owned<MLPH_Model> model(raw, api->model_destroy);
+  std::vector<MLPH_Tensor> in = views(inputs);
+
+  Observed seen;
+  for (size_t i = 0; i < graph.n_eval_outputs; ++i)
+    seen.forward.push_back(HostTensor::like(value_of(graph, graph.eval_outputs[i])));
+  if (!seen.forward.empty()) {
+    std::vector<MLPH_Tensor> out = views(seen.forward);
+    core::check(api->eval_step(model.get(), in.data(), in.size(), out.data(), out.size()), "eval_step");
+  }
+  if (learning_rates.empty()) return seen;
+
+  HostTensor losses = HostTensor::zeros("loss", MLPH_DTYPE_F64, {static_cast<int64_t>(learning_rates.size())});
+  for (size_t s = 0; s < learning_rates.size(); ++s) {
+    const MLPH_StepArgs args{sizeof(MLPH_StepArgs), nullptr, learning_rates[s], first_step + s};
+    MLPH_StepResult result{sizeof(MLPH_StepResult), nullptr, 0.0};
+    core::check(api->train_step(model.get(), in.data(), in.size(), &args, &result), fmt::format("train_step {}", s));
+    losses.as<double>()[s] = result.loss;
+    for (size_t p = 0; s == 0 && p < graph.n_params; ++p) {
+      if (!(graph.params[p].flags & MLPH_PARAM_TRAINABLE)) continue;
+      HostTensor& g = seen.gradients.emplace_back(HostTensor::like(value_of(graph, graph.params[p].value)));
+      MLPH_Tensor view = g.view();
+      core::check(api->read_gradient(model.get(), p, &view), "read_gradient of '" + g.name + "'");
+    }
+  }
+  seen.forward.push_back(std::move(losses));
+  for (size_t p = 0; p < graph.n_params; ++p) {
+    HostTensor& u = seen.updates.emplace_back(HostTensor::like(value_of(graph, graph.params[p].value)));
+    MLPH_Tensor view = u.view();
+    core::check(api->read_parameter(model.get(), p, &view), "read_parameter of '" + u.name + "'");
+    for (size_t i = 0; i < u.numel(); ++i) u.as<float>()[i] -= graph.params[p].init[i];
+  }
+  return seen;
+}
+
+void compare(const LoadedBackend& reference, const LoadedBackend& candidate, const MLPH_Graph& graph,
+             std::vector<HostTensor>& inputs, const std::vector<double>& learning_rates, uint64_t first_step, Row& row) {
+  Observed seen[2];
+  const LoadedBackend* backends[2] = {&reference, &candidate};
+  for (int b = 0; b < 2; ++b) {
+    try {
+      seen[b] = observe(*backends[b], graph, inputs, learning_rates, first_step);
+    } catch (const core::PluginError& e) {
+      row.verdict = e.code() == MLPH_UNIMPLEMENTED ? Verdict::unsupported : Verdict::fail;
+      row.reason = backends[b]->name + ": " + e.what();
+      return;
+    }
+  }
+  const Observed &expected = seen[0], &actual = seen[1];
+  if (const HostTensor* bad = non_finite(expected)) {  // nothing to compare with
+    row.verdict = Verdict::fail;
+    row.reason = fmt::format("{}: non-finite values in '{}'", reference.name, bad->name);
+    return;
+  }
+  const Worst checks[] = {worst(actual.forward, expected.forward, row.tolerance, "output"),
+                          worst(actual.gradients, expected.gradients, row.tolerance, "gradient"),
+                          worst(actual.updates, expected.updates, row.tolerance, "update")};
+  row.forward = checks[0].error, row.gradient = checks[1].error, row.update = checks[2].error;
+  for (const Worst& w : checks) {
+    if (w.failed.empty()) continue;
+    row.verdict = Verdict::fail;
+    row.reason += (row.reason.empty() ? "" : ", ") + w.failed;
+  }
+}
+
+}  // namespace mlph::conformance

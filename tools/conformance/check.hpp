@@ -1,0 +1,61 @@
+// Running one graph on two backends through the C ABI and comparing what they computed.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mlph/core/plugin_loader.hpp"
+#include "mlph/core/session.hpp"
+#include "tensor.hpp"
+
+namespace mlph::conformance {
+
+// A backend plug-in, loaded and created.
+struct LoadedBackend {
+  std::string name;
+  core::LoadedPlugin plugin;  // declared first: the library outlives the backend it made
+  core::Owned<MLPH_Backend> backend{nullptr, nullptr};
+  const MLPH_BackendApi* api() const { return plugin.api<MLPH_BackendApi>(); }
+};
+
+// Pass bounds on relative_error() for one precision.
+struct Tolerance {
+  const char* precision;
+  double op;     // one op (or optimizer) on small random tensors
+  double model;  // a whole model after several training steps
+};
+const Tolerance& tolerance_for(const std::string& precision);  // "f32" or "bf16"; throws otherwise
+const std::vector<std::string>& precisions();
+
+// What one backend computed for one graph (and what every backend is asked for).
+struct Observed {
+  std::vector<HostTensor> forward;    // eval_step outputs before training, then the losses of the steps
+  std::vector<HostTensor> gradients;  // read_gradient of each trainable parameter after the first step
+  std::vector<HostTensor> updates;    // each parameter after the last step minus its initial value
+};
+
+// Compiles `graph`, evaluates, then trains one step per learning rate (steps first_step, first_step+1, ...).
+// Throws core::PluginError naming the call that failed.
+Observed observe(const LoadedBackend& backend, const MLPH_Graph& graph, std::vector<HostTensor>& inputs,
+                 const std::vector<double>& learning_rates, uint64_t first_step);
+
+enum class Verdict { pass, fail, unsupported };
+
+// One line of the table.
+struct Row {
+  Row(std::string op_, std::string description_, double tolerance_)
+      : op(std::move(op_)), description(std::move(description_)), tolerance(tolerance_) {}
+  std::string op, description;
+  std::optional<double> forward, gradient, update;  // worst relative_error of each kind; empty: not compared
+  double tolerance = 0;
+  Verdict verdict = Verdict::pass;
+  std::string reason;  // for FAIL and UNSUPPORTED
+};
+
+// Runs `graph` on both backends and fills in the row's errors and verdict. An MLPH_UNIMPLEMENTED
+// error from either backend is UNSUPPORTED with its message; any other error is a FAIL.
+void compare(const LoadedBackend& reference, const LoadedBackend& candidate, const MLPH_Graph& graph,
+             std::vector<HostTensor>& inputs, const std::vector<double>& learning_rates, uint64_t first_step, Row& row);
+
+}  // namespace mlph::conformance

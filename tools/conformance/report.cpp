@@ -1,0 +1,88 @@
+#include "report.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <array>
+
+namespace mlph::conformance {
+namespace {
+
+std::string error_text(const std::optional<double>& e) {
+  if (!e) return "-";
+  return *e == 0 ? "0" : fmt::format("{:.1e}", *e);
+}
+
+std::string verdict_text(const Row& row) {
+  switch (row.verdict) {
+    case Verdict::pass: return "PASS";
+    case Verdict::fail: return "FAIL (" + row.reason + ")";
+    case Verdict::unsupported: return "UNSUPPORTED (" + row.reason + ")";
+  }
+  return "";
+}
+
+constexpr size_t kColumns = 7;
+using Cells = std::array<std::string, kColumns>;
+const Cells kTitles = {"op", "case", "fwd err", "grad err", "update err", "tolerance", "result"};
+
+Cells cells(const Row& row) {
+  return {row.op,
+          row.description,
+          error_text(row.forward),
+          error_text(row.gradient),
+          error_text(row.update),
+          fmt::format("{:.0e}", row.tolerance),
+          verdict_text(row)};
+}
+
+}  // namespace
+
+std::string text_table(const Report& report) {
+  std::vector<Cells> lines = {kTitles};
+  for (const Row& row : report.rows) lines.push_back(cells(row));
+  std::array<size_t, kColumns> width{};
+  for (const Cells& line : lines)
+    for (size_t c = 0; c < kColumns; ++c) width[c] = std::max(width[c], line[c].size());
+  std::string out;
+  for (const std::string& h : report.header) out += h + "\n";
+  for (const Cells& line : lines) {
+    std::string text;
+    for (size_t c = 0; c < kColumns; ++c)
+      text += c + 1 == kColumns ? line[c] : fmt::format("{:<{}}  ", line[c], width[c]);
+    out += text + "\n";
+  }
+  for (const std::string& note : report.notes) out += note + "\n";
+  return out;
+}
+
+std::string markdown_table(const Report& report) {
+  std::string out;
+  for (const std::string& h : report.header) out += h + "  \n";
+  out += "\n| " + fmt::format("{}", fmt::join(kTitles, " | ")) + " |\n|";
+  for (size_t c = 0; c < kColumns; ++c) out += c >= 2 && c <= 5 ? "---:|" : "---|";
+  out += "\n";
+  for (const Row& row : report.rows) {
+    Cells line = cells(row);
+    for (std::string& cell : line)  // a pipe in an error message would split the cell
+      for (size_t at = cell.find('|'); at != std::string::npos; at = cell.find('|', at + 2)) cell.replace(at, 1, "\\|");
+    out += "| " + fmt::format("{}", fmt::join(line, " | ")) + " |\n";
+  }
+  if (!report.notes.empty()) out += "\n";
+  for (const std::string& note : report.notes) out += note + "  \n";
+  return out;
+}
+
+bool all_passed(const Report& report) {
+  return std::all_of(report.rows.begin(), report.rows.end(), [](const Row& r) { return r.verdict == Verdict::pass; });
+}
+
+std::string summary(const Report& report, double seconds) {
+  size_t count[3] = {0, 0, 0};
+  for (const Row& row : report.rows) ++count[static_cast<int>(row.verdict)];
+  return fmt::format("{} checks: {} PASS, {} FAIL, {} UNSUPPORTED in {:.1f} s: {}", report.rows.size(), count[0],
+                     count[1], count[2], seconds, all_passed(report) ? "CONFORMS" : "DOES NOT CONFORM");
+}
+
+}  // namespace mlph::conformance

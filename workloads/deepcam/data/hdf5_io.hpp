@@ -1,0 +1,47 @@
+// The DeepCAM HDF5 files: data-*.h5 samples (climate/data, climate/labels_0) and stats.h5
+// (climate/minval, climate/maxval, ...). Reading decodes whole files already in memory (they come
+// through the storage plug-in) with HDF5's file-image API, without copying them again.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sample.hpp"
+
+namespace mlph::deepcam {
+
+// Decodes a sample file of `height` x `width` x `channels`. `name` is the file, for messages.
+// Throws DataError for a file HDF5 cannot open (truncated, not HDF5), a missing dataset, a wrong
+// shape or dtype (data must be float32, labels any integer or float type holding 0, 1 or 2).
+Sample decode_sample(std::span<const std::byte> file, const std::string& name, int height, int width, int channels);
+
+// Decodes stats.h5: climate/minval and climate/maxval of `channels` values (float32 or float64).
+// Throws DataError when a channel has max <= min or a value is not finite.
+Stats decode_stats(std::span<const std::byte> file, const std::string& name, int channels);
+
+// Writes HDF5 files (the generator and tests): datasets under groups created as needed; the file
+// appears atomically (written to path.partial, then renamed). Throws DataError naming the path.
+class Hdf5Writer {
+ public:
+  explicit Hdf5Writer(std::string path);
+  ~Hdf5Writer();
+  Hdf5Writer(const Hdf5Writer&) = delete;
+  Hdf5Writer& operator=(const Hdf5Writer&) = delete;
+
+  void write(const std::string& dataset, const std::vector<size_t>& shape, std::span<const float> values);
+  void write(const std::string& dataset, const std::vector<size_t>& shape, std::span<const double> values);
+  void write(const std::string& dataset, const std::vector<size_t>& shape, std::span<const int32_t> values);
+  // Closes the file and moves it into place.
+  void commit();
+
+ private:
+  void write_raw(const std::string& dataset, const std::vector<size_t>& shape, int64_t file_type, int64_t memory_type,
+                 const void* values, size_t count);
+  std::string path_;
+  int64_t file_ = -1;  // hid_t, kept out of this header
+};
+
+}  // namespace mlph::deepcam

@@ -1,0 +1,73 @@
+#include "dataset.hpp"
+
+#include <cstring>
+
+#include "data/file_order.hpp"
+#include "data/hdf5_io.hpp"
+#include "mlph/sdk/tensor.hpp"
+
+namespace mlph::deepcam {
+namespace {
+using sdk::fail;
+
+const char* split_dir(MLPH_Split split) { return split == MLPH_SPLIT_TRAIN ? "train" : "validation"; }
+
+}  // namespace
+
+std::vector<std::byte> read_whole_file(const MLPH_HostApi* host, const MLPH_StorageHandle& storage,
+                                       const std::string& path) {
+  std::vector<std::byte> bytes;
+  auto alloc = [](void* ctx, size_t size) -> void* {
+    auto* buffer = static_cast<std::vector<std::byte>*>(ctx);
+    buffer->resize(size);
+    return buffer->data();
+  };
+  size_t size = 0;
+  sdk::check(host, storage.api->read(storage.storage, path.c_str(), alloc, &bytes, &size), "DeepCAM data");
+  bytes.resize(size);
+  return bytes;
+}
+
+DeepCamDataset::DeepCamDataset(const MLPH_HostApi* host, const DataSettings& settings, MLPH_Split split,
+                               const MLPH_StorageHandle& storage)
+    : host_(host), settings_(settings), storage_(storage) {
+  if (settings_.dir.empty())
+    fail(MLPH_INVALID_ARGUMENT, "no dataset: set data.dir (or --data DIR), or write one with --generate-data DIR");
+  const std::string dir = settings_.dir + "/" + split_dir(split);
+  std::vector<std::string> sorted;  // the storage plug-in lists sorted by name
+  auto collect = [](void* ctx, const char* path) { static_cast<std::vector<std::string>*>(ctx)->push_back(path); };
+  sdk::check(host_, storage_.api->list(storage_.storage, dir.c_str(), ".h5", collect, &sorted), "DeepCAM data");
+  if (sorted.empty()) fail(MLPH_NOT_FOUND, dir + ": no *.h5 files");
+  if (split == MLPH_SPLIT_TRAIN) {
+    for (uint64_t i : numpy_shuffled_indices(sorted.size())) files_.push_back(sorted[i]);
+  } else {
+    files_ = std::move(sorted);
+  }
+  const uint64_t limit = split == MLPH_SPLIT_TRAIN ? settings_.train_samples : settings_.valid_samples;
+  if (limit > 0 && limit < files_.size()) files_.resize(limit);
+}
+
+void DeepCamDataset::read(const uint64_t* indices, size_t n, MLPH_Tensor* inputs, size_t n_inputs) {
+  const auto pixels = static_cast<size_t>(settings_.height) * static_cast<size_t>(settings_.width);
+  const size_t values = pixels * static_cast<size_t>(settings_.channels);
+  if (n_inputs != 2 || inputs[0].dtype != MLPH_DTYPE_F32 || static_cast<size_t>(sdk::numel(inputs[0])) != n * values ||
+      inputs[1].dtype != MLPH_DTYPE_I32 || static_cast<size_t>(sdk::numel(inputs[1])) != n * pixels)
+    fail(MLPH_INVALID_ARGUMENT, "DeepCAM read: the input tensors do not match a batch of " + std::to_string(n));
+  auto* x = static_cast<float*>(inputs[0].data);
+  auto* labels = static_cast<int32_t*>(inputs[1].data);
+  for (size_t i = 0; i < n; ++i) {
+    if (indices[i] >= files_.size())
+      fail(MLPH_OUT_OF_RANGE, "sample " + std::to_string(indices[i]) + " of a dataset of " + std::to_string(files_.size()));
+    const std::string& path = files_[indices[i]];
+    const std::vector<std::byte> bytes = read_whole_file(host_, storage_, path);
+    try {
+      const Sample s = decode_sample(bytes, path, settings_.height, settings_.width, settings_.channels);
+      std::memcpy(x + i * values, s.data.data(), values * sizeof(float));
+      std::memcpy(labels + i * pixels, s.labels.data(), pixels * sizeof(int32_t));
+    } catch (const DataError& e) {
+      fail(MLPH_DATA_LOSS, e.what());
+    }
+  }
+}
+
+}  // namespace mlph::deepcam

@@ -1,0 +1,35 @@
+// A split of a DeepCAM dataset on disk (<dir>/train or <dir>/validation, every *.h5 file), read
+// through the storage plug-in and decoded from memory here.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "mlph/sdk/workload.hpp"
+#include "settings.hpp"
+
+namespace mlph::deepcam {
+
+class DeepCamDataset final : public sdk::Dataset {
+ public:
+  // Lists the split's files: sorted by name, and for training in the reference's order (shuffled
+  // once with numpy's RandomState(12345)). data.train_samples / valid_samples keep the first N.
+  DeepCamDataset(const MLPH_HostApi* host, const DataSettings& settings, MLPH_Split split,
+                 const MLPH_StorageHandle& storage);
+  uint64_t size() override { return files_.size(); }
+  void read(const uint64_t* indices, size_t n, MLPH_Tensor* inputs, size_t n_inputs) override;
+  const std::vector<std::string>& files() const { return files_; }
+
+ private:
+  const MLPH_HostApi* host_;
+  DataSettings settings_;
+  MLPH_StorageHandle storage_;
+  std::vector<std::string> files_;  // index i is sample i
+};
+
+// The whole file at `path`, read through `storage`. Errors name the file.
+std::vector<std::byte> read_whole_file(const MLPH_HostApi* host, const MLPH_StorageHandle& storage,
+                                       const std::string& path);
+
+}  // namespace mlph::deepcam

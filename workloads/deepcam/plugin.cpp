@@ -1,0 +1,96 @@
+// workload/deepcam: the MLPerf HPC DeepCAM benchmark (climate segmentation) as a plug-in.
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <memory>
+
+#include "data/hdf5_io.hpp"
+#include "data/synthetic.hpp"
+#include "dataset.hpp"
+#include "mlph/sdk/workload.hpp"
+#include "model.hpp"
+#include "schedule.hpp"
+#include "schema.hpp"
+#include "settings.hpp"
+
+namespace mlph::deepcam {
+namespace {
+
+// <data.dir>/stats.h5 as the model's normalization; identity without a dataset (benchmarks).
+// Read directly, not through the storage plug-in: the graph is built during init, before the
+// workload is handed a storage handle (the reference too reads stats.h5 during init).
+Normalization load_normalization(const DataSettings& data) {
+  if (data.dir.empty()) return Normalization::identity(data.channels);
+  const std::string path = data.dir + "/stats.h5";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) sdk::fail(MLPH_NOT_FOUND, path + ": cannot open the normalization statistics");
+  std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> bytes(chars.size());
+  std::memcpy(bytes.data(), chars.data(), chars.size());
+  try {
+    const Stats stats = decode_stats(bytes, path, data.channels);
+    return {stats.shift, stats.scale};
+  } catch (const DataError& e) {
+    sdk::fail(MLPH_DATA_LOSS, e.what());
+  }
+}
+
+class DeepCam final : public sdk::Workload {
+ public:
+  static const MLPH_ParamSpec* params(size_t* n) { return param_specs(n); }
+
+  DeepCam(const MLPH_HostApi* host, const sdk::Options& config) : host_(host), settings_(parse_settings(config)) {
+    for (auto& [key, value] : hyperparameter_log(settings_)) log_strings_.emplace_back(key, value);
+    for (auto& [key, value] : log_strings_) log_entries_.push_back({key.c_str(), value.c_str()});
+  }
+
+  MLPH_WorkloadInfo describe() override {
+    return {sizeof(MLPH_WorkloadInfo), nullptr,          "deepcam",           "eval_accuracy",
+            settings_.target_iou,      0,                settings_.epochs,    settings_.batch_size,
+            log_entries_.data(),       log_entries_.size()};
+  }
+
+  const MLPH_Graph* build_graph(uint32_t batch, uint64_t seed) override {
+    builder_ = std::make_unique<sdk::GraphBuilder>();
+    build_model(*builder_, settings_.data, load_normalization(settings_.data), settings_.optimizer, batch, seed);
+    return builder_->graph();
+  }
+
+  std::unique_ptr<sdk::Dataset> open(MLPH_Split split, const MLPH_StorageHandle& storage) override {
+    return std::make_unique<DeepCamDataset>(host_, settings_.data, split, storage);
+  }
+
+  double learning_rate(uint32_t, uint64_t step) override { return deepcam::learning_rate(settings_.schedule, step); }
+
+  // Eval output 0 is the per-sample IoU; the metric is its mean over the validation samples.
+  double metric(const double* sums, size_t n_sums, uint64_t samples) override {
+    if (n_sums != 1 || samples == 0) sdk::fail(MLPH_INVALID_ARGUMENT, "DeepCAM metric: expected one sum over >0 samples");
+    return sums[0] / static_cast<double>(samples);
+  }
+
+  void generate_data(const char* dir) override {
+    if (settings_.data.channels != kSyntheticChannels)
+      sdk::fail(MLPH_INVALID_ARGUMENT, "--generate-data writes 16 channels; data.channels is " +
+                                           std::to_string(settings_.data.channels));
+    try {
+      write_dataset(dir, settings_.synthetic.train, settings_.synthetic.valid, settings_.data.height,
+                    settings_.data.width, settings_.synthetic.seed);
+    } catch (const DataError& e) {
+      sdk::fail(MLPH_INTERNAL, e.what());
+    }
+  }
+
+ private:
+  const MLPH_HostApi* host_;
+  Settings settings_;
+  std::unique_ptr<sdk::GraphBuilder> builder_;
+  std::vector<std::pair<std::string, std::string>> log_strings_;
+  std::vector<MLPH_KeyValue> log_entries_;
+};
+
+}  // namespace
+}  // namespace mlph::deepcam
+
+MLPH_DEFINE_PLUGIN(MLPH_KIND_WORKLOAD, "deepcam", "0.1.0",
+                   "MLPerf HPC DeepCAM: DeepLabv3+ segmentation of cyclones and atmospheric rivers (IoU target 0.82)",
+                   mlph::sdk::workload_api<mlph::deepcam::DeepCam>())

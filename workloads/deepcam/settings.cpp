@@ -1,0 +1,97 @@
+#include "settings.hpp"
+
+#include <sstream>
+
+#include "mlph/sdk/error.hpp"
+
+namespace mlph::deepcam {
+namespace {
+using sdk::fail;
+
+double number(const sdk::Options& c, const std::string& key) {
+  try {
+    return std::stod(c.get(key));
+  } catch (const std::exception&) {
+    fail(MLPH_INVALID_ARGUMENT, "'" + key + "' = '" + c.get(key) + "' is not a number");
+  }
+}
+
+std::vector<double> numbers(const sdk::Options& c, const std::string& key) {
+  std::string text = c.get(key);
+  for (char& ch : text)
+    if (ch == '[' || ch == ']' || ch == ',') ch = ' ';
+  std::istringstream in(text);
+  std::vector<double> out;
+  for (double v; in >> v;) out.push_back(v);
+  return out;
+}
+
+uint32_t positive(const sdk::Options& c, const std::string& key, long long fallback) {
+  return static_cast<uint32_t>(c.get_int(key, fallback));
+}
+
+}  // namespace
+
+Settings parse_settings(const sdk::Options& c) {
+  Settings s;
+  OptimizerSettings& o = s.optimizer;
+  o.name = c.get("optimizer.name", o.name);
+  o.lr = number(c, "optimizer.lr");
+  const std::vector<double> betas = numbers(c, "optimizer.betas");
+  if (betas.size() != 2)
+    fail(MLPH_INVALID_ARGUMENT, "'optimizer.betas' = '" + c.get("optimizer.betas") + "': must be two numbers");
+  o.beta1 = betas[0], o.beta2 = betas[1];
+  o.eps = number(c, "optimizer.eps");
+  o.weight_decay = number(c, "optimizer.weight_decay");
+  o.max_grad_norm = number(c, "optimizer.max_grad_norm");
+  if (o.name != "LAMB" && o.name != "AdamW" && o.name != "Adam")
+    fail(MLPH_INVALID_ARGUMENT, "'optimizer.name' = '" + o.name + "': must be LAMB, AdamW or Adam");
+
+  ScheduleSettings& sc = s.schedule;
+  sc.start_lr = o.lr;
+  sc.type = c.get("scheduler.type", sc.type);
+  sc.milestones.clear();
+  for (double m : numbers(c, "scheduler.milestones")) sc.milestones.push_back(static_cast<int64_t>(m));
+  sc.decay_rate = number(c, "scheduler.decay_rate");
+  sc.t_max = c.get_int("scheduler.t_max", sc.t_max);
+  sc.eta_min = number(c, "scheduler.eta_min");
+  sc.warmup_steps = c.get_int("scheduler.lr_warmup_steps", sc.warmup_steps);
+  sc.warmup_factor = number(c, "scheduler.lr_warmup_factor");
+  if (sc.type != "multistep" && sc.type != "cosine_annealing")
+    fail(MLPH_INVALID_ARGUMENT, "'scheduler.type' = '" + sc.type + "': must be multistep or cosine_annealing");
+
+  s.batch_size = positive(c, "train.batch_size", 2);
+  s.epochs = positive(c, "train.epochs", 200);
+  s.target_iou = number(c, "train.target_iou");
+  s.batchnorm_group_size = positive(c, "train.batchnorm_group_size", 1);
+  s.gradient_accumulation_frequency = positive(c, "train.gradient_accumulation_frequency", 1);
+  // Both need more than the ABI offers today: SyncBatchNorm needs the backend to all-reduce batch
+  // statistics over a group of ranks, accumulation a train_step that defers the optimizer.
+  if (s.batchnorm_group_size != 1)
+    fail(MLPH_UNIMPLEMENTED, "'train.batchnorm_group_size' = " + std::to_string(s.batchnorm_group_size) +
+                                 ": only 1 (per-rank batch norm) is supported; group batch norm needs backend support");
+  if (s.gradient_accumulation_frequency != 1)
+    fail(MLPH_UNIMPLEMENTED, "'train.gradient_accumulation_frequency' = " +
+                                 std::to_string(s.gradient_accumulation_frequency) +
+                                 ": only 1 is supported; accumulation needs a train_step that defers the optimizer");
+
+  DataSettings& d = s.data;
+  d.dir = c.get("data.dir");
+  d.height = static_cast<int>(c.get_int("data.height", d.height));
+  d.width = static_cast<int>(c.get_int("data.width", d.width));
+  d.channels = static_cast<int>(c.get_int("data.channels", d.channels));
+  d.train_samples = static_cast<uint64_t>(c.get_int("data.train_samples", 0));
+  d.valid_samples = static_cast<uint64_t>(c.get_int("data.valid_samples", 0));
+  for (const char* key : {"data.height", "data.width"}) {
+    const long long v = c.get_int(key, 16);
+    if (v % 16 != 0)
+      fail(MLPH_INVALID_ARGUMENT, std::string("'") + key + "' = " + std::to_string(v) +
+                                      ": must be a multiple of 16 (the encoder's output stride)");
+  }
+  s.synthetic.train = static_cast<uint64_t>(c.get_int("data.synthetic.train", 256));
+  s.synthetic.valid = static_cast<uint64_t>(c.get_int("data.synthetic.valid", 64));
+  s.synthetic.seed = static_cast<uint64_t>(c.get_int("data.synthetic.seed", 1));
+  return s;
+}
+
+}  // namespace mlph::deepcam
