@@ -1,7 +1,6 @@
 // Ops that run as oneDNN primitives, in whatever layout oneDNN prefers (format_tag::any), so that
 // blocked layouts flow from layer to layer without reorders.
 #include <cmath>
-#include <cstdlib>
 #include <numeric>
 
 #include "mlph/sdk/error.hpp"
@@ -215,8 +214,7 @@ std::unique_ptr<Op> make_conv(Net& net, const NodeView& n, const Fusion& fusion)
   // several times faster (PERFORMANCE.md). The layers after it go blocked.
   const bool few_channels = ci < 16;
   const memory::desc src = few_channels ? x.mem.get_desc() : any(ncs(batch, ci, spatial_of(x)));
-  const bool exp_blocked = std::getenv("EXP_CONV1_BLOCKED") != nullptr;
-  const memory::desc dst = few_channels && !exp_blocked ? net.at(n.out()).plain : any(ncs(batch, co, out_spatial));
+  const memory::desc dst = few_channels ? net.at(n.out()).plain : any(ncs(batch, co, out_spatial));
   const memory::desc bias = n.n_in() > 2 ? vec(co) : memory::desc();
   dnnl::primitive_attr attr = net.attr();
   if (fusion.active) {
@@ -245,7 +243,6 @@ std::unique_ptr<Op> make_conv(Net& net, const NodeView& n, const Fusion& fusion)
     };
     // In the forward's layouts when oneDNN has a kernel for them; otherwise (e.g. 2^3 volumes with
     // blocked layouts) let it pick layouts, reordering, rather than run its reference loops.
-    if (few_channels && exp_blocked) return with(x.mem.get_desc(), net.at(n.out()).plain);
     auto pd = with(fwd.src_desc(), fwd.dst_desc());
     if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) {
       auto free = with(any(fwd.src_desc().dims()), any(fwd.dst_desc().dims()));

@@ -65,7 +65,7 @@ struct CompiledNode {
   std::vector<int64_t> in_shape, out_shape;  // broadcast
   std::vector<float> class_weights;          // softmax_cross_entropy, float32 as docs/ops.md says
 
-  bool has_bias() const { return inputs.size() > 2; }  // conv, dense
+  bool has_bias() const { return inputs.size() > 2; }  // conv, conv_transpose, dense
 };
 
 struct CompiledParam {

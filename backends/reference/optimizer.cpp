@@ -29,6 +29,38 @@ double sum_of_squares(const float* x, int64_t n) {
   return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
 }
 
+// The element loops take every scalar and pointer as a parameter: captured by reference, a float could alias
+// the arrays, and the compiler would reload it every element instead of vectorising.
+struct AdamScalars {
+  float b1, b2, eps, step_size, bc2_sqrt, coupled, shrink;
+};
+void adam_range(int64_t begin, int64_t end, AdamScalars k, const float* g, float* m, float* v, float* w) {
+  for (int64_t i = begin; i < end; ++i) {
+    w[i] *= k.shrink;
+    const float grad = g[i] + k.coupled * w[i];
+    m[i] = k.b1 * m[i] + (1.0f - k.b1) * grad;
+    v[i] = k.b2 * v[i] + (1.0f - k.b2) * grad * grad;
+    w[i] -= k.step_size * m[i] / (std::sqrt(v[i]) / k.bc2_sqrt + k.eps);
+  }
+}
+
+struct LambScalars {
+  float b1, b2, eps, bc1, bc2, wd, clip;
+};
+void lamb_range(int64_t begin, int64_t end, LambScalars k, const float* g, float* m, float* v, const float* w,
+                float* update) {
+  for (int64_t i = begin; i < end; ++i) {
+    const float grad = g[i] / k.clip;
+    m[i] = k.b1 * m[i] + (1.0f - k.b1) * grad;
+    v[i] = k.b2 * v[i] + (1.0f - k.b2) * grad * grad;
+    update[i] = (m[i] / k.bc1) / (std::sqrt(v[i] / k.bc2) + k.eps) + k.wd * w[i];
+  }
+}
+
+void subtract_scaled(int64_t begin, int64_t end, float scale, const float* x, float* w) {
+  for (int64_t i = begin; i < end; ++i) w[i] -= scale * x[i];
+}
+
 // 1 - beta^t in double, cast to float (docs/ops.md).
 double bias_correction(double beta, uint64_t t) {
   return static_cast<float>(1.0 - std::pow(beta, static_cast<double>(t)));
@@ -58,17 +90,8 @@ void adam_update(ThreadPool& pool, int64_t n, double lr, const AdamAttrs& a, uin
   const auto bc2_sqrt = static_cast<float>(std::sqrt(bias_correction(a.beta2, t)));
   const auto coupled = static_cast<float>(decoupled ? 0.0 : decay);
   const auto shrink = static_cast<float>(decoupled ? 1.0 - lr * decay : 1.0);
-  pool.parallel_for(n, kMinChunk, [&](int64_t begin, int64_t end) {
-    float *mc = m, *vc = v, *wc = w;  // locals: the compiler then keeps them in registers and vectorises
-    const float* gc = g;
-    for (int64_t i = begin; i < end; ++i) {
-      wc[i] *= shrink;
-      const float grad = gc[i] + coupled * wc[i];
-      mc[i] = b1 * mc[i] + (1.0f - b1) * grad;
-      vc[i] = b2 * vc[i] + (1.0f - b2) * grad * grad;
-      wc[i] -= step_size * mc[i] / (std::sqrt(vc[i]) / bc2_sqrt + eps);
-    }
-  });
+  const AdamScalars k{b1, b2, eps, step_size, bc2_sqrt, coupled, shrink};
+  pool.parallel_for(n, kMinChunk, [&](int64_t begin, int64_t end) { adam_range(begin, end, k, g, m, v, w); });
 }
 
 // One pass computes the moments, the update and both squared norms (memory-bound: 56 M parameters in DeepCAM),
@@ -79,6 +102,7 @@ void lamb_update(ThreadPool& pool, int64_t n, double lr, const AdamAttrs& a, uin
   const auto bc1 = static_cast<float>(bias_correction(a.beta1, t)),
              bc2 = static_cast<float>(bias_correction(a.beta2, t));
   const auto wd = static_cast<float>(decay);
+  const LambScalars k{b1, b2, eps, bc1, bc2, wd, clip};
   constexpr int64_t kBlock = 2048;
   const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(pool.size(), n / kMinChunk));
   std::vector<double> squares(2 * static_cast<size_t>(parts), 0.0);  // per part: ||p||^2, ||u||^2
@@ -88,14 +112,7 @@ void lamb_update(ThreadPool& pool, int64_t n, double lr, const AdamAttrs& a, uin
       const int64_t last = n * (part + 1) / parts;
       for (int64_t first = n * part / parts; first < last; first += kBlock) {  // the block stays in cache
         const int64_t stop = std::min(last, first + kBlock);
-        float *mc = m, *vc = v, *uc = update;  // locals: the compiler then keeps them in registers and vectorises
-        const float *gc = g, *wc = w;
-        for (int64_t i = first; i < stop; ++i) {
-          const float grad = gc[i] / clip;
-          mc[i] = b1 * mc[i] + (1.0f - b1) * grad;
-          vc[i] = b2 * vc[i] + (1.0f - b2) * grad * grad;
-          uc[i] = (mc[i] / bc1) / (std::sqrt(vc[i] / bc2) + eps) + wd * wc[i];
-        }
+        lamb_range(first, stop, k, g, m, v, w, update);
         p_square += sum_of_squares(w + first, stop - first);
         u_square += sum_of_squares(update + first, stop - first);
       }
@@ -111,11 +128,7 @@ void lamb_update(ThreadPool& pool, int64_t n, double lr, const AdamAttrs& a, uin
     if (p_norm != 0.0f && u_norm != 0.0f) ratio = p_norm / u_norm;
   }
   const float step = static_cast<float>(lr) * ratio;
-  pool.parallel_for(n, kMinChunk, [&](int64_t begin, int64_t end) {
-    float* wc = w;
-    const float* uc = update;
-    for (int64_t i = begin; i < end; ++i) wc[i] -= step * uc[i];
-  });
+  pool.parallel_for(n, kMinChunk, [&](int64_t begin, int64_t end) { subtract_scaled(begin, end, step, update, w); });
 }
 
 }  // namespace mlph::reference

@@ -26,7 +26,9 @@ std::string mpirun() { return mpirun_2_ranks() + MLPH_BINARY_DIR "/bin/mlperf-ru
 
 const fs::path& dataset() {
   static const fs::path dir = [] {
-    const fs::path d = fresh_dir("mpi-data-" + std::to_string(getpid()));  // ctest -j runs each test alone
+    // One per test: ctest may run the tests of this file at the same time.
+    const fs::path d =
+        fresh_dir(std::string("mpi-data-") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
     const CliResult r = run_cli(kTiny +
                                 "--set data.synthetic.train=16 --set data.synthetic.valid=8 "
                                 "--set data.synthetic.format=tfrecord --generate-data " +

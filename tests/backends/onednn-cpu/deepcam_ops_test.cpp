@@ -1,0 +1,168 @@
+// The DeepCAM ops and the adam family on onednn-cpu against the reference backend, each in a small
+// graph whose activations are trainable parameters, so that data gradients are compared too.
+#include <gtest/gtest.h>
+
+#include "onednn_compare.hpp"
+
+namespace mlph::onednn::test {
+namespace {
+
+// A graph under construction: trainable tensors, a chain of ops, mse against a target input.
+class Small {
+ public:
+  int32_t param(const std::string& name, std::vector<int64_t> shape, float scale = 0.5f, double weight_decay = 1.0,
+                uint32_t flags = MLPH_PARAM_TRAINABLE) {
+    const int32_t v = g.value(name, MLPH_DTYPE_F32, shape);
+    g.parameter(v, random_floats(size_t(count(shape)), uint64_t(v) + 1, scale), 0.0, weight_decay, flags);
+    return v;
+  }
+  int32_t constant(const std::string& name, std::vector<float> values) {
+    const int32_t v = g.value(name, MLPH_DTYPE_F32, {int64_t(values.size())});
+    g.parameter(v, std::move(values), 0.0, 0.0, 0);
+    return v;
+  }
+  int32_t op(const std::string& op, std::vector<int32_t> inputs, std::vector<int64_t> shape,
+             std::vector<sdk::AttrInit> attrs = {}) {
+    const int32_t y = g.value(op + std::to_string(++ops_), MLPH_DTYPE_F32, std::move(shape));
+    g.node(op, op + std::to_string(ops_), std::move(inputs), {y}, std::move(attrs));
+    return y;
+  }
+  // Loss mse(out, target); `out` is also the eval output.
+  const MLPH_Graph* finish(int32_t out, const std::string& optimizer = "sgd_keras",
+                           std::vector<sdk::AttrInit> attrs = {{"momentum", 0.9}}) {
+    const MLPH_Value info = g.value_info(out);
+    const int32_t target = g.value("target", MLPH_DTYPE_F32, {info.shape, info.shape + info.ndim});
+    const int32_t loss = g.value("loss", MLPH_DTYPE_F32, {});
+    g.node("mse", "loss", {out, target}, {loss});
+    inputs.push_back(target);
+    g.inputs(inputs);
+    g.loss(loss);
+    g.eval_outputs({out});
+    g.optimizer(optimizer, std::move(attrs));
+    g.seed(5);
+    return g.graph();
+  }
+  sdk::GraphBuilder g;
+  std::vector<int32_t> inputs;
+
+ private:
+  static int64_t count(const std::vector<int64_t>& shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  int ops_ = 0;
+};
+
+// conv_transpose k3 s2 p1 output_padding 1 (DeepCAM's decoder), with bias, into a relu.
+const MLPH_Graph* conv_transpose_graph(Small& s, const std::string& optimizer = "sgd_keras",
+                                       std::vector<sdk::AttrInit> attrs = {{"momentum", 0.9}}) {
+  const int32_t x = s.param("x", {2, 5, 5, 3});
+  const int32_t w = s.param("w", {3, 3, 4, 3}, 0.3f), b = s.param("b", {4}, 0.1f, 0.0);
+  const int32_t y = s.op("conv_transpose", {x, w, b}, {2, 10, 10, 4},
+                         {{"stride", {2, 2}}, {"padding", {1, 1}}, {"output_padding", {1, 1}}});
+  return s.finish(s.op("relu", {y}, {2, 10, 10, 4}), optimizer, std::move(attrs));
+}
+
+TEST(OnednnDeepcamOps, ConvTransposeMatchesTheReference) {
+  Small s;
+  expect_same_training(conv_transpose_graph(s), 3, 0.05, 2e-3);
+}
+
+TEST(OnednnDeepcamOps, StridedConvTransposeIn3dMatchesTheReference) {
+  Small s;
+  const int32_t x = s.param("x", {1, 3, 3, 3, 8});
+  const int32_t w = s.param("w", {2, 2, 2, 16, 8}, 0.3f);
+  s.finish(s.op("conv_transpose", {x, w}, {1, 6, 6, 6, 16}, {{"stride", {2, 2, 2}}}));
+  expect_same_training(s.g.graph(), 2, 0.05, 2e-3);
+}
+
+// Xception's depthwise conv and the ASPP's dilated convs.
+TEST(OnednnDeepcamOps, DepthwiseAndDilatedConvsMatchTheReference) {
+  Small s;
+  const int32_t x = s.param("x", {2, 9, 9, 16});
+  const int32_t dw = s.param("dw", {3, 3, 1, 16}, 0.3f), pw = s.param("pw", {3, 3, 16, 8}, 0.2f);
+  const int32_t a = s.op("conv", {x, dw}, {2, 9, 9, 16}, {{"groups", 16.0}, {"dilation", {2, 2}}, {"padding", {2, 2}}});
+  const int32_t r = s.op("relu", {a}, {2, 9, 9, 16});
+  s.finish(s.op("conv", {r, pw}, {2, 9, 9, 8}, {{"dilation", {3, 3}}, {"padding", {3, 3}}}));
+  expect_same_training(s.g.graph(), 3, 0.05, 2e-3);
+}
+
+// Training: output, gamma/beta and data gradients, running statistics after each step (compared as
+// parameters); evaluation from the running statistics (the eval output).
+TEST(OnednnDeepcamOps, BatchNormTrainsAndEvaluatesLikeTheReference) {
+  Small s;
+  const int32_t x = s.param("x", {4, 3, 5, 8}, 2.0f);
+  const int32_t gamma = s.param("gamma", {8}, 1.0f), beta = s.param("beta", {8}, 0.5f);
+  const int32_t mean = s.param("running_mean", {8}, 0.2f, 0.0, 0), var = s.constant("running_var", std::vector<float>(8, 1.5f));
+  const int32_t y = s.op("batch_norm", {x, gamma, beta, mean, var}, {4, 3, 5, 8}, {{"eps", 1e-3}, {"momentum", 0.3}});
+  s.finish(s.op("leaky_relu", {y}, {4, 3, 5, 8}, {{"alpha", 0.1}}));
+  expect_same_training(s.g.graph(), 3, 0.05, 2e-3);
+}
+
+// concat, add (x feeding two ops: gradients add up), global_avg_pool, broadcast, channel_affine.
+TEST(OnednnDeepcamOps, ConcatAddPoolBroadcastAffineMatchTheReference) {
+  Small s;
+  const int32_t a = s.param("a", {2, 4, 6, 3}), b = s.param("b", {2, 4, 6, 5}), d = s.param("d", {2, 4, 6, 8});
+  const int32_t c = s.op("concat", {a, b}, {2, 4, 6, 8});
+  const int32_t e = s.op("add", {c, d}, {2, 4, 6, 8});
+  const int32_t p = s.op("global_avg_pool", {e}, {2, 1, 1, 8});
+  const int32_t q = s.op("broadcast", {p}, {2, 4, 6, 8}, {{"shape", {2, 4, 6, 8}}});
+  const int32_t r = s.op("add", {e, q}, {2, 4, 6, 8});
+  const int32_t w = s.param("w", {8}), bias = s.param("bias", {8});
+  s.finish(s.op("channel_affine", {r, w, bias}, {2, 4, 6, 8}));
+  expect_same_training(s.g.graph(), 3, 0.05, 2e-3);
+}
+
+// shift_scale on an input, added to trainable logits; weighted softmax cross-entropy as the loss,
+// iou as the eval output.
+TEST(OnednnDeepcamOps, WeightedSoftmaxCrossEntropyAndIouMatchTheReference) {
+  Small s;
+  sdk::GraphBuilder& g = s.g;
+  const int32_t raw = g.value("raw", MLPH_DTYPE_F32, {2, 4, 5, 3}), labels = g.value("labels", MLPH_DTYPE_I32, {2, 4, 5});
+  const int32_t shift = s.constant("shift", {-1.0f, 0.0f, 0.5f}), scale = s.constant("scale", {0.5f, 2.0f, 1.0f});
+  const int32_t logits = s.param("logits", {2, 4, 5, 3}, 2.0f);
+  const int32_t normalized = s.op("shift_scale", {raw, shift, scale}, {2, 4, 5, 3});
+  const int32_t sum = s.op("add", {normalized, logits}, {2, 4, 5, 3});
+  const int32_t loss = g.value("loss", MLPH_DTYPE_F32, {}), iou = g.value("iou", MLPH_DTYPE_F32, {2});
+  g.node("softmax_cross_entropy", "loss", {sum, labels}, {loss}, {{"class_weights", {0.5, 1.0, 3.0}}});
+  g.node("iou", "iou", {sum, labels}, {iou});
+  g.inputs({raw, labels});
+  g.loss(loss);
+  g.eval_outputs({iou});
+  g.optimizer("sgd_keras", {{"momentum", 0.0}});
+  const MLPH_Graph* graph = g.graph();
+  expect_same_training(graph, 3, 0.5, 1e-4);
+
+  // The loss by hand for one input: the backends agreeing is not enough.
+  Compiled ours(onednn(), graph);
+  Inputs in(*graph, 7);
+  const auto* x = static_cast<const float*>(in.tensors[0].data);
+  const auto* y = static_cast<const int32_t*>(in.tensors[1].data);
+  const auto z = ours.read(2, graph->values[logits]);
+  const float shifts[3] = {-1.0f, 0.0f, 0.5f}, scales[3] = {0.5f, 2.0f, 1.0f}, weights[3] = {0.5f, 1.0f, 3.0f};
+  double expected = 0;
+  for (size_t p = 0; p < 40; ++p) {
+    double l[3], top = -1e30, sum_exp = 0;
+    for (size_t c = 0; c < 3; ++c) l[c] = double((x[3 * p + c] - shifts[c]) * scales[c]) + z[3 * p + c], top = std::max(top, l[c]);
+    for (double v : l) sum_exp += std::exp(v - top);
+    expected += weights[y[p]] * (top + std::log(sum_exp) - l[y[p]]);
+  }
+  EXPECT_NEAR(ours.train(in.tensors, 0.0, 0), expected / 40, 1e-5);
+}
+
+class OnednnOptimizers : public ::testing::TestWithParam<const char*> {};
+
+// Three steps of each, decay masked off the bias (multiplier 0); lamb's clipping engaged.
+TEST_P(OnednnOptimizers, ThreeStepsMatchTheReference) {
+  const std::string name = GetParam();
+  std::vector<sdk::AttrInit> attrs{{"beta1", 0.8}, {"beta2", 0.95}, {"eps", 1e-3}, {"weight_decay", 0.1}};
+  if (name == "lamb") attrs.emplace_back("max_grad_norm", 0.05);
+  Small s;
+  expect_same_training(conv_transpose_graph(s, name, attrs), 3, 0.02, 2e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(AdamFamily, OnednnOptimizers, ::testing::Values("adam", "adamw", "lamb"));
+
+}  // namespace
+}  // namespace mlph::onednn::test
