@@ -519,10 +519,11 @@ class BatchNorm final : public Op {
     else dx_spare_ = memory(bwd.diff_src_desc(), net.engine);
     if (net.needs_grad(n.in(1))) dgamma_ = GradSink(net, n.in(1), vec(channels_), dscale);
     if (net.needs_grad(n.in(2))) dbeta_ = GradSink(net, n.in(2), vec(channels_), dshift);
+    // oneDNN 2.6 checks that the backward pass gets the shift too, though it does not read it.
     backward_ = net.step<dnnl::batch_normalization_backward>(
         bwd, {{DNNL_ARG_SRC, xv.mem}, {DNNL_ARG_MEAN, mean_}, {DNNL_ARG_VARIANCE, variance_},
-              {DNNL_ARG_SCALE, scale}, {DNNL_ARG_DIFF_DST, net.at(y).grad}, {DNNL_ARG_DIFF_SCALE, dscale},
-              {DNNL_ARG_DIFF_SHIFT, dshift}});
+              {DNNL_ARG_SCALE, scale}, {DNNL_ARG_SHIFT, shift}, {DNNL_ARG_DIFF_DST, net.at(y).grad},
+              {DNNL_ARG_DIFF_SCALE, dscale}, {DNNL_ARG_DIFF_SHIFT, dshift}});
   }
 
   void forward(const RunArgs& args) override {

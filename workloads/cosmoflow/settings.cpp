@@ -6,29 +6,7 @@
 #include "mlph/sdk/error.hpp"
 
 namespace mlph::cosmoflow {
-namespace {
 using sdk::fail;
-
-double number(const sdk::Options& c, const std::string& key) {
-  try {
-    return std::stod(c.get(key));
-  } catch (const std::exception&) {
-    fail(MLPH_INVALID_ARGUMENT, "'" + key + "' = '" + c.get(key) + "' is not a number");
-  }
-}
-
-std::vector<double> numbers(const sdk::Options& c, const std::string& key) {
-  std::string text = c.get(key);
-  for (char& ch : text)
-    if (ch == '[' || ch == ']' || ch == ',') ch = ' ';
-  std::istringstream in(text);
-  std::vector<double> out;
-  for (double v; in >> v;) out.push_back(v);
-  return out;
-}
-
-}  // namespace
-
 Settings parse_settings(const sdk::Options& c) {
   Settings s;
   s.model.kernel_size = static_cast<int>(c.get_int("model.kernel_size", 3));
@@ -36,19 +14,19 @@ Settings parse_settings(const sdk::Options& c) {
   s.model.n_conv_layers = static_cast<int>(c.get_int("model.n_conv_layers", 5));
   s.model.fc1_size = static_cast<int>(c.get_int("model.fc1_size", 128));
   s.model.fc2_size = static_cast<int>(c.get_int("model.fc2_size", 64));
-  s.model.dropout = number(c, "model.dropout");
-  s.model.weight_decay = number(c, "optimizer.weight_decay");
-  s.momentum = number(c, "optimizer.momentum");
-  s.schedule.base_lr = number(c, "optimizer.base_lr");
+  s.model.dropout = c.get_number("model.dropout");
+  s.model.weight_decay = c.get_number("optimizer.weight_decay");
+  s.momentum = c.get_number("optimizer.momentum");
+  s.schedule.base_lr = c.get_number("optimizer.base_lr");
   s.schedule.scaling = c.get("optimizer.scaling");
   s.schedule.base_batch_size = static_cast<int>(c.get_int("optimizer.base_batch_size", 64));
   s.schedule.warmup_epochs = static_cast<int>(c.get_int("optimizer.warmup_epochs", 4));
   s.schedule.decay_boundaries.clear();
-  for (double b : numbers(c, "optimizer.decay_boundaries")) s.schedule.decay_boundaries.push_back(static_cast<int>(b));
-  s.schedule.decay_factors = numbers(c, "optimizer.decay_factors");
+  for (double b : c.get_numbers("optimizer.decay_boundaries")) s.schedule.decay_boundaries.push_back(static_cast<int>(b));
+  s.schedule.decay_factors = c.get_numbers("optimizer.decay_factors");
   s.batch_size = static_cast<uint32_t>(c.get_int("train.batch_size", 4));
   s.epochs = static_cast<uint32_t>(c.get_int("train.epochs", 128));
-  s.target_mae = number(c, "train.target_mae");
+  s.target_mae = c.get_number("train.target_mae");
   s.data.dir = c.get("data.dir");
   s.data.format = c.get("data.format");
   s.data.edge = static_cast<int>(c.get_int("data.edge", 128));

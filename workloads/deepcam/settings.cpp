@@ -8,24 +8,6 @@ namespace mlph::deepcam {
 namespace {
 using sdk::fail;
 
-double number(const sdk::Options& c, const std::string& key) {
-  try {
-    return std::stod(c.get(key));
-  } catch (const std::exception&) {
-    fail(MLPH_INVALID_ARGUMENT, "'" + key + "' = '" + c.get(key) + "' is not a number");
-  }
-}
-
-std::vector<double> numbers(const sdk::Options& c, const std::string& key) {
-  std::string text = c.get(key);
-  for (char& ch : text)
-    if (ch == '[' || ch == ']' || ch == ',') ch = ' ';
-  std::istringstream in(text);
-  std::vector<double> out;
-  for (double v; in >> v;) out.push_back(v);
-  return out;
-}
-
 uint32_t positive(const sdk::Options& c, const std::string& key, long long fallback) {
   return static_cast<uint32_t>(c.get_int(key, fallback));
 }
@@ -36,14 +18,14 @@ Settings parse_settings(const sdk::Options& c) {
   Settings s;
   OptimizerSettings& o = s.optimizer;
   o.name = c.get("optimizer.name", o.name);
-  o.lr = number(c, "optimizer.lr");
-  const std::vector<double> betas = numbers(c, "optimizer.betas");
+  o.lr = c.get_number("optimizer.lr");
+  const std::vector<double> betas = c.get_numbers("optimizer.betas");
   if (betas.size() != 2)
     fail(MLPH_INVALID_ARGUMENT, "'optimizer.betas' = '" + c.get("optimizer.betas") + "': must be two numbers");
   o.beta1 = betas[0], o.beta2 = betas[1];
-  o.eps = number(c, "optimizer.eps");
-  o.weight_decay = number(c, "optimizer.weight_decay");
-  o.max_grad_norm = number(c, "optimizer.max_grad_norm");
+  o.eps = c.get_number("optimizer.eps");
+  o.weight_decay = c.get_number("optimizer.weight_decay");
+  o.max_grad_norm = c.get_number("optimizer.max_grad_norm");
   if (o.name != "LAMB" && o.name != "AdamW" && o.name != "Adam")
     fail(MLPH_INVALID_ARGUMENT, "'optimizer.name' = '" + o.name + "': must be LAMB, AdamW or Adam");
 
@@ -51,18 +33,18 @@ Settings parse_settings(const sdk::Options& c) {
   sc.start_lr = o.lr;
   sc.type = c.get("scheduler.type", sc.type);
   sc.milestones.clear();
-  for (double m : numbers(c, "scheduler.milestones")) sc.milestones.push_back(static_cast<int64_t>(m));
-  sc.decay_rate = number(c, "scheduler.decay_rate");
+  for (double m : c.get_numbers("scheduler.milestones")) sc.milestones.push_back(static_cast<int64_t>(m));
+  sc.decay_rate = c.get_number("scheduler.decay_rate");
   sc.t_max = c.get_int("scheduler.t_max", sc.t_max);
-  sc.eta_min = number(c, "scheduler.eta_min");
+  sc.eta_min = c.get_number("scheduler.eta_min");
   sc.warmup_steps = c.get_int("scheduler.lr_warmup_steps", sc.warmup_steps);
-  sc.warmup_factor = number(c, "scheduler.lr_warmup_factor");
+  sc.warmup_factor = c.get_number("scheduler.lr_warmup_factor");
   if (sc.type != "multistep" && sc.type != "cosine_annealing")
     fail(MLPH_INVALID_ARGUMENT, "'scheduler.type' = '" + sc.type + "': must be multistep or cosine_annealing");
 
   s.batch_size = positive(c, "train.batch_size", 2);
   s.epochs = positive(c, "train.epochs", 200);
-  s.target_iou = number(c, "train.target_iou");
+  s.target_iou = c.get_number("train.target_iou");
   s.batchnorm_group_size = positive(c, "train.batchnorm_group_size", 1);
   s.gradient_accumulation_frequency = positive(c, "train.gradient_accumulation_frequency", 1);
   // Both need more than the ABI offers today: SyncBatchNorm needs the backend to all-reduce batch

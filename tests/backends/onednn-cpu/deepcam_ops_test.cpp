@@ -92,11 +92,12 @@ TEST(OnednnDeepcamOps, DepthwiseAndDilatedConvsMatchTheReference) {
 // parameters); evaluation from the running statistics (the eval output).
 TEST(OnednnDeepcamOps, BatchNormTrainsAndEvaluatesLikeTheReference) {
   Small s;
-  const int32_t x = s.param("x", {4, 3, 5, 8}, 2.0f);
-  const int32_t gamma = s.param("gamma", {8}, 1.0f), beta = s.param("beta", {8}, 0.5f);
-  const int32_t mean = s.param("running_mean", {8}, 0.2f, 0.0, 0), var = s.constant("running_var", std::vector<float>(8, 1.5f));
-  const int32_t y = s.op("batch_norm", {x, gamma, beta, mean, var}, {4, 3, 5, 8}, {{"eps", 1e-3}, {"momentum", 0.3}});
-  s.finish(s.op("leaky_relu", {y}, {4, 3, 5, 8}, {{"alpha", 0.1}}));
+  const int32_t input = s.param("x", {4, 3, 5, 16}, 2.0f), w = s.param("w", {1, 1, 16, 16});
+  const int32_t x = s.op("conv", {input, w}, {4, 3, 5, 16});  // as in DeepCAM: BN in the conv's layout
+  const int32_t gamma = s.param("gamma", {16}, 1.0f), beta = s.param("beta", {16}, 0.5f);
+  const int32_t mean = s.param("running_mean", {16}, 0.2f, 0.0, 0), var = s.constant("running_var", std::vector<float>(16, 1.5f));
+  const int32_t y = s.op("batch_norm", {x, gamma, beta, mean, var}, {4, 3, 5, 16}, {{"eps", 1e-3}, {"momentum", 0.3}});
+  s.finish(s.op("leaky_relu", {y}, {4, 3, 5, 16}, {{"alpha", 0.1}}));
   expect_same_training(s.g.graph(), 3, 0.05, 2e-3);
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,24 @@ class Options {
     } catch (const std::exception&) {
     }
     fail(MLPH_INVALID_ARGUMENT, "option '" + key + "': '" + get(key) + "' is not an integer");
+  }
+  // A number; a value that is not one is an error naming the key.
+  double get_number(const std::string& key) const {
+    try {
+      return std::stod(get(key));
+    } catch (const std::exception&) {
+      fail(MLPH_INVALID_ARGUMENT, "'" + key + "' = '" + get(key) + "' is not a number");
+    }
+  }
+  // A list of numbers written as YAML flow ("[1, 2]") or separated by commas or spaces.
+  std::vector<double> get_numbers(const std::string& key) const {
+    std::string text = get(key);
+    for (char& ch : text)
+      if (ch == '[' || ch == ']' || ch == ',') ch = ' ';
+    std::istringstream in(text);
+    std::vector<double> out;
+    for (double v; in >> v;) out.push_back(v);
+    return out;
   }
   // Throws naming the first key not in `known`.
   void allow_only(const std::vector<std::string>& known, const std::string& owner) const {
