@@ -174,6 +174,17 @@ class Weighted final : public Op {
   GradSink dx_, dw_, db_;
 };
 
+// The first of `layouts` (source, output) for which `make` gets a kernel other than oneDNN's
+// reference loops; the first one if none does.
+template <class PD, class Make>
+PD first_jit(const std::vector<std::pair<memory::desc, memory::desc>>& layouts, const Make& make) {
+  for (const auto& [src, dst] : layouts) {
+    PD pd = make(src, dst);
+    if (std::string(pd.impl_info_str()).rfind("ref", 0) != 0) return pd;
+  }
+  return make(layouts.front().first, layouts.front().second);
+}
+
 // Keras-style weight [K..., I, O] as oneDNN's logical weights (grouped: [G, O/G, I, K...]).
 memory::desc conv_weights_plain(const Dims& kernel, int64_t ci_per_group, int64_t co, int64_t groups) {
   const Dims ks = kernel_strides(kernel, ci_per_group * co);
@@ -285,17 +296,27 @@ std::unique_ptr<Op> make_conv_transpose(Net& net, const NodeView& n) {
   const deconvolution_forward::primitive_desc fwd({prop_kind::forward_training, algorithm::deconvolution_direct, src,
                                                    any(wdims), bias, dst, g.stride, g.dilate, g.pad_l, g.pad_r},
                                                   net.attr(), net.engine);
-  const memory::desc x_desc = x.mem.get_desc();
-  auto make_data = [&, fwd] {
-    return dnnl::deconvolution_backward_data::primitive_desc(
-        {algorithm::deconvolution_direct, any(x_desc.dims()), any(wdims), fwd.dst_desc(), g.stride, g.dilate, g.pad_l, g.pad_r},
-        net.attr(), net.engine, fwd);
+  // Few output channels (DeepCAM's last layer: 3) leave the backward passes in the forward's
+  // blocked layouts to oneDNN's reference loops (8 of a 10 s training step at 96x144); other
+  // layouts, reordered to, have jit kernels.
+  const Dims x_dims = x.mem.get_desc().dims(), y_dims = fwd.dst_desc().dims();
+  const std::vector<std::pair<memory::desc, memory::desc>> layouts = {
+      {any(x_dims), fwd.dst_desc()}, {any(x_dims), any(y_dims)}, {x.plain, net.at(n.out()).plain}};
+  auto make_data = [&, fwd, layouts] {
+    return first_jit<dnnl::deconvolution_backward_data::primitive_desc>(layouts, [&](const auto& s, const auto& d) {
+      return dnnl::deconvolution_backward_data::primitive_desc(
+          {algorithm::deconvolution_direct, s, any(wdims), d, g.stride, g.dilate, g.pad_l, g.pad_r}, net.attr(),
+          net.engine, fwd);
+    });
   };
-  auto make_weights = [&, fwd] {
-    return dnnl::deconvolution_backward_weights::primitive_desc(
-        {algorithm::deconvolution_direct, fwd.src_desc(), any(wdims), bias, fwd.dst_desc(), g.stride, g.dilate,
-         g.pad_l, g.pad_r},
-        net.attr(), net.engine, fwd);
+  auto make_weights = [&, fwd, layouts] {
+    auto src_first = layouts;
+    src_first[0].first = fwd.src_desc();
+    return first_jit<dnnl::deconvolution_backward_weights::primitive_desc>(src_first, [&](const auto& s, const auto& d) {
+      return dnnl::deconvolution_backward_weights::primitive_desc(
+          {algorithm::deconvolution_direct, s, any(wdims), bias, d, g.stride, g.dilate, g.pad_l, g.pad_r},
+          net.attr(), net.engine, fwd);
+    });
   };
   return std::make_unique<Weighted<deconvolution_forward, dnnl::deconvolution_backward_data,
                                    dnnl::deconvolution_backward_weights>>(net, n, Fusion{}, weights_plain, fwd,
@@ -585,18 +606,22 @@ class Add final : public Op {
   std::vector<GradSink> sinks_;
 };
 
-// Along channels, into the graph layout (so that backward can take each input's slice).
+// Along channels, into the graph layout (so that backward can take each input's slice). Channels
+// are oneDNN's logical dim 1 for [N, S, S(, S), C] (plain_desc's channels-last view), and the last
+// dim of any other rank, which plain_desc keeps row-major over its own shape.
 class Concat final : public Op {
  public:
   Concat(Net& net, const NodeView& n) : Op(n), net_(net) {
     const int32_t y = n.out();
+    const size_t rank = net.at(y).shape.size();
+    const int axis = rank == 4 || rank == 5 ? 1 : int(rank) - 1;
     std::vector<memory::desc> srcs;
     std::unordered_map<int, memory> args;
     for (size_t i = 0; i < n.n_in(); ++i) {
       srcs.push_back(net.at(n.in(i)).mem.get_desc());
       args[DNNL_ARG_MULTIPLE_SRC + int(i)] = net.at(n.in(i)).mem;
     }
-    const dnnl::concat::primitive_desc pd(net.at(y).plain, 1, srcs, net.engine, net.attr());
+    const dnnl::concat::primitive_desc pd(net.at(y).plain, axis, srcs, net.engine, net.attr());
     net.define(y, net.at(y).plain);
     args[DNNL_ARG_DST] = net.at(y).mem;
     forward_ = net.step<dnnl::concat>(pd, args);
@@ -605,8 +630,8 @@ class Concat final : public Op {
     int64_t offset = 0;
     for (size_t i = 0; i < n.n_in(); ++i) {
       Dims dims = srcs[i].dims(), offsets(dims.size(), 0);
-      offsets[1] = offset;
-      offset += dims[1];
+      offsets[size_t(axis)] = offset;
+      offset += dims[size_t(axis)];
       if (!net.needs_grad(n.in(i))) continue;
       const memory::desc slice = dy.submemory_desc(dims, offsets);
       sinks_.emplace_back(net, n.in(i), slice, net.view(net.at(y).grad, slice));
@@ -646,7 +671,7 @@ std::unique_ptr<Op> make_add(Net& net, const NodeView& n) {
 
 std::unique_ptr<Op> make_concat(Net& net, const NodeView& n) {
   std::vector<int64_t> shape = net.at(n.in(0)).shape;
-  if (shape.size() != 4 && shape.size() != 5) invalid(n, "inputs must be [N, spatial..., C] with 2 or 3 spatial dims");
+  if (shape.size() < 2) invalid(n, "inputs must be [N, spatial..., C]");
   shape.back() = 0;
   for (size_t i = 0; i < n.n_in(); ++i) {
     const std::vector<int64_t>& s = net.at(n.in(i)).shape;

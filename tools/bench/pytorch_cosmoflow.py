@@ -2,7 +2,7 @@
 """The PyTorch peer of `mlperf-bench` for CosmoFlow: the same model (v1.0+ reference, kernel 3),
 float32, the same batch and thread count, timed the same way (whole training step with SGD
 momentum, evaluation forward, and each layer on its own with an mse loss), written as the same
-JSON so tools/bench/compare_cosmoflow.py can print them side by side.
+JSON so tools/bench/compare.py can print them side by side.
 
   /usr/bin/python3 tools/bench/pytorch_cosmoflow.py --edge 128 --batch 4 --threads 2 --layers --json torch.json
 """

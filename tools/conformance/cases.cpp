@@ -439,6 +439,101 @@ void optimizer(CaseBuilder& b, Rng& r, int v, const std::string& name) {
   b.train_against_target(y, name, std::move(attrs), std::move(lrs));
 }
 
+// A few ops chained as in DeepCAM, with 16 to 32 channels: enough for a backend to pick blocked
+// layouts (oneDNN: nChw8c/16c) and hand them from op to op, which the one-op cases (1 to 4
+// channels, graph-layout inputs) never exercise. Every conv is followed by batch norm or another
+// op, never by the mse alone, so that a layout handed on is also read back. A ReLU always sits
+// between two batch norms: with only linear ops between them, the first one's beta gradient is 0
+// in exact arithmetic (the second removes its mean), and its computed value pure roundoff.
+class Layers {
+ public:
+  Layers(CaseBuilder& b, Rng& r) : b_(b), r_(r) {}
+  int32_t conv(int32_t x, int64_t co, int64_t k, int64_t stride = 1, int64_t dilation = 1, int64_t groups = 1,
+               bool bias = false) {
+    const Shape in = b_.shape(x);
+    const int64_t pad = dilation * (k - 1) / 2, ci = in.back();
+    const std::string name = fmt::format("conv{}", ++convs_);
+    std::vector<int32_t> inputs = {x, b_.param(name + ".w", {k, k, ci / groups, co}, -0.3, 0.3)};
+    if (bias) inputs.push_back(b_.param(name + ".b", {co}));
+    const auto out = [&](int64_t s) { return (s + 2 * pad - dilation * (k - 1) - 1) / stride + 1; };
+    const double st = double(stride), d = double(dilation), p = double(pad);
+    return b_.op("conv", inputs, {in[0], out(in[1]), out(in[2]), co},
+                 {{"stride", {st, st}}, {"dilation", {d, d}}, {"padding", {p, p}}, {"groups", double(groups)}}, name);
+  }
+  // DeepCAM's upsampler: k3 s2 p1 output_padding 1.
+  int32_t upsample(int32_t x, int64_t co) {
+    const Shape in = b_.shape(x);
+    const std::string name = fmt::format("deconv{}", ++convs_);
+    return b_.op("conv_transpose", {x, b_.param(name + ".w", {3, 3, co, in.back()}, -0.3, 0.3)},
+                 {in[0], 2 * in[1], 2 * in[2], co},
+                 {{"stride", {2, 2}}, {"dilation", {1, 1}}, {"padding", {1, 1}}, {"output_padding", {1, 1}}}, name);
+  }
+  int32_t bn(int32_t x) {
+    const int64_t c = b_.shape(x).back();
+    const std::string name = fmt::format("bn{}", ++bns_);
+    return b_.op("batch_norm",
+                 {x, b_.param(name + ".gamma", {c}, 0.5, 1.5), b_.param(name + ".beta", {c}, -0.5, 0.5),
+                  b_.state(name + ".mean", {c}, -0.5, 0.5), b_.state(name + ".var", {c}, 0.5, 2.0)},
+                 b_.shape(x), {{"eps", 1e-5}, {"momentum", 0.1}}, name);
+  }
+  int32_t unary(const std::string& op, int32_t x) { return b_.op(op, {x}, b_.shape(x), {}, fmt::format("{}{}", op, ++others_)); }
+  int32_t binary(const std::string& op, int32_t a, int32_t b, Shape out) {
+    return b_.op(op, {a, b}, std::move(out), {}, fmt::format("{}{}", op, ++others_));
+  }
+  int32_t add(int32_t a, int32_t b) { return binary("add", a, b, b_.shape(a)); }
+  int32_t concat(int32_t a, int32_t b) {
+    Shape out = b_.shape(a);
+    out.back() += b_.shape(b).back();
+    return binary("concat", a, b, out);
+  }
+  int64_t channels() { return 8 * r_.integer(2, 4); }
+
+ private:
+  CaseBuilder& b_;
+  Rng& r_;
+  int convs_ = 0, bns_ = 0, others_ = 0;
+};
+
+void layers(CaseBuilder& b, Rng& r, int v) {
+  v %= 6;
+  Layers l(b, r);
+  const int64_t c = l.channels(), side = 2 * r.integer(2, 4);
+  const int32_t x = b.param("x", {2, side, side, c});
+  int32_t y = -1;
+  if (v == 0) {  // the decoder's tail: biased 1x1 conv, upsample, BN, ReLU, upsample to 3 classes
+    y = l.upsample(l.unary("relu", l.bn(l.upsample(l.conv(x, c, 1, 1, 1, 1, true), c))), 3);
+    b.describe(fmt::format("x[2,{0},{0},{1}] conv1x1+bias, upsample, bn, relu, upsample to 3", side, c));
+  } else if (v == 1) {  // an Xception rep: dilated depthwise, pointwise, BN, ReLU (fused into nothing), + identity
+    y = l.unary("relu", l.add(l.bn(l.conv(l.conv(x, c, 3, 1, 2, c), c, 1)), x));
+    b.describe(fmt::format("x[2,{0},{0},{1}] depthwise k3 dil2, pointwise, bn, + x, relu", side, c));
+  } else if (v == 2) {  // a strided block: sep conv stride 2 + (1x1 stride-2 skip, BN)
+    const int64_t co = 2 * c;
+    const int32_t main = l.conv(l.conv(l.unary("relu", l.bn(l.conv(x, co, 1))), co, 3, 2, 1, co), co, 1);
+    y = l.unary("relu", l.add(main, l.bn(l.conv(x, co, 1, 2))));
+    b.describe(fmt::format("x[2,{0},{0},{1}] conv1x1, bn, relu, depthwise k3 s2, pointwise + (conv1x1 s2, bn), relu", side, c));
+  } else if (v == 3) {  // the decoder's concat: upsampled features and low-level features, then a 3x3 conv
+    const int32_t low = l.unary("relu", l.bn(l.conv(x, 48, 1)));
+    const int32_t up = l.unary("relu", l.bn(l.upsample(l.conv(l.unary("relu", x), c, 3, 2, 1, 1), c)));
+    y = l.bn(l.conv(l.concat(up, low), c, 3));
+    b.describe(fmt::format("x[2,{0},{0},{1}] concat(conv s2, upsample, bn, relu | conv1x1 to 48, bn, relu), conv3x3, bn", side, c));
+  } else if (v == 4) {  // one value, two consumers: the ReLU'd low-level features feed the next block and the decoder
+    const int32_t h = l.unary("relu", l.conv(x, c, 3));  // conv + relu: fused
+    y = l.add(l.bn(l.conv(h, c, 3)), l.bn(l.conv(h, c, 1)));
+    b.describe(fmt::format("x[2,{0},{0},{1}] conv3x3+relu (fused) feeding conv3x3, bn and conv1x1, bn; add", side, c));
+  } else {  // ASPP: dilated 3x3 and 1x1 branches and the pooled branch broadcast, concatenated
+    const Shape in = b.shape(x);
+    const int32_t pooled = b.op("global_avg_pool", {x}, {2, 1, 1, c}, {}, "pool");
+    const int32_t projected = l.unary("relu", l.conv(pooled, c, 1));
+    const int32_t wide = b.op("broadcast", {projected}, in, {{"shape", numbers(in)}}, "broadcast");
+    const int32_t branches = l.concat(l.concat(l.unary("relu", l.bn(l.conv(x, c, 3, 1, 2))), l.unary("relu", l.bn(l.conv(x, c, 1)))), wide);
+    y = l.bn(l.conv(branches, c, 1));
+    b.describe(fmt::format("x[2,{0},{0},{1}] ASPP: concat(conv k3 dil2, conv1x1, pool-conv-broadcast), conv1x1, bn", side, c));
+  }
+  // The mse's gradients are ~1/numel(y): a learning rate of numel(y) / 10 gives updates as large as
+  // the one-op cases', well above the roundoff of the weights they change.
+  b.train_against_target(y, "sgd_keras", {{"momentum", 0.0}}, {0.1 * double(sdk::numel(b.shape(y).data(), int32_t(b.shape(y).size())))});
+}
+
 using CaseMaker = std::function<void(CaseBuilder&, Rng&, int)>;
 
 // The checks in table order: docs/ops.md's ops, regularization, the optimizers.
@@ -474,6 +569,7 @@ const std::vector<std::pair<std::string, CaseMaker>>& makers() {
       {"adam", optimizer_of("adam")},
       {"adamw", optimizer_of("adamw")},
       {"lamb", optimizer_of("lamb")},
+      {"layers", layers},
   };
   return table;
 }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -46,14 +47,20 @@ struct Worst {
   std::string failed;
 };
 
-Worst worst(const std::vector<HostTensor>& actual, const std::vector<HostTensor>& expected, double tolerance,
-            const char* kind) {
+Worst worst(const std::vector<HostTensor>& actual, const std::vector<HostTensor>& expected,
+            const std::vector<HostTensor>* noisy, double tolerance, const char* kind, std::vector<TensorError>& all) {
   Worst w;
   for (size_t i = 0; i < expected.size(); ++i) {
     const double e = relative_error(actual[i], expected[i]);
+    double allowed = tolerance;
+    if (noisy) allowed = std::max(allowed, kNoiseFactor * relative_error((*noisy)[i], expected[i]));
+    all.push_back({kind, expected[i].name, e, allowed});
     const bool worse = !w.error || std::isnan(e) || (!std::isnan(*w.error) && e > *w.error);  // NaN sticks
     if (worse) w.error = e;
-    if (!(e <= tolerance) && w.failed.empty()) w.failed = fmt::format("{} '{}' {:.1e}", kind, expected[i].name, e);
+    if (!(e <= allowed) && w.failed.empty())
+      w.failed = allowed > tolerance ? fmt::format("{} '{}' {:.1e} > {:.0f} x noise {:.1e}", kind, expected[i].name, e,
+                                                   kNoiseFactor, allowed / kNoiseFactor)
+                                     : fmt::format("{} '{}' {:.1e}", kind, expected[i].name, e);
   }
   return w;
 }
@@ -121,7 +128,8 @@ Observed observe(const LoadedBackend& backend, const MLPH_Graph& graph, std::vec
 }
 
 void compare(const LoadedBackend& reference, const LoadedBackend& candidate, const MLPH_Graph& graph,
-             std::vector<HostTensor>& inputs, const std::vector<double>& learning_rates, uint64_t first_step, Row& row) {
+             std::vector<HostTensor>& inputs, const std::vector<double>& learning_rates, uint64_t first_step, Row& row,
+             const Observed* noise) {
   Observed seen[2];
   const LoadedBackend* backends[2] = {&reference, &candidate};
   for (int b = 0; b < 2; ++b) {
@@ -139,9 +147,11 @@ void compare(const LoadedBackend& reference, const LoadedBackend& candidate, con
     row.reason = fmt::format("{}: non-finite values in '{}'", reference.name, bad->name);
     return;
   }
-  const Worst checks[] = {worst(actual.forward, expected.forward, row.tolerance, "output"),
-                          worst(actual.gradients, expected.gradients, row.tolerance, "gradient"),
-                          worst(actual.updates, expected.updates, row.tolerance, "update")};
+  const Worst checks[] = {
+      worst(actual.forward, expected.forward, noise ? &noise->forward : nullptr, row.tolerance, "output", row.tensors),
+      worst(actual.gradients, expected.gradients, noise ? &noise->gradients : nullptr, row.tolerance, "gradient",
+            row.tensors),
+      worst(actual.updates, expected.updates, noise ? &noise->updates : nullptr, row.tolerance, "update", row.tensors)};
   row.forward = checks[0].error, row.gradient = checks[1].error, row.update = checks[2].error;
   for (const Worst& w : checks) {
     if (w.failed.empty()) continue;

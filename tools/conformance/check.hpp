@@ -42,6 +42,14 @@ Observed observe(const LoadedBackend& backend, const MLPH_Graph& graph, std::vec
 
 enum class Verdict { pass, fail, unsupported };
 
+// One compared tensor's error, for --verbose.
+struct TensorError {
+  std::string kind;  // "output", "gradient" or "update"
+  std::string name;
+  double error = 0;
+  double allowed = 0;  // the row's tolerance, or above it the tensor's own noise bound (whole models)
+};
+
 // One line of the table.
 struct Row {
   Row(std::string op_, std::string description_, double tolerance_)
@@ -51,11 +59,17 @@ struct Row {
   double tolerance = 0;
   Verdict verdict = Verdict::pass;
   std::string reason;  // for FAIL and UNSUPPORTED
+  std::vector<TensorError> tensors;  // every compared tensor, in graph order
 };
 
 // Runs `graph` on both backends and fills in the row's errors and verdict. An MLPH_UNIMPLEMENTED
 // error from either backend is UNSUPPORTED with its message; any other error is a FAIL.
+// `noise`, when given, is what the reference computed from inputs perturbed by a few units of
+// roundoff: each tensor may then be off by kNoiseFactor times that perturbation's effect, when
+// this is above the row's tolerance (see check_model).
 void compare(const LoadedBackend& reference, const LoadedBackend& candidate, const MLPH_Graph& graph,
-             std::vector<HostTensor>& inputs, const std::vector<double>& learning_rates, uint64_t first_step, Row& row);
+             std::vector<HostTensor>& inputs, const std::vector<double>& learning_rates, uint64_t first_step, Row& row,
+             const Observed* noise = nullptr);
+inline constexpr double kNoiseFactor = 10;
 
 }  // namespace mlph::conformance

@@ -34,6 +34,7 @@ struct Settings {
   std::vector<std::string> plugin_dirs, sets;
   int cases = 6, model_steps = 5;
   uint64_t seed = 1;
+  bool verbose = false;
 };
 
 std::vector<std::string> split(const std::string& list) {
@@ -122,7 +123,8 @@ Settings parse(int argc, char** argv, bool& help) {
       "model-steps", po::value(&s.model_steps), "training steps of the whole-model checks (default 5; 0: skip them)")(
       "precision", po::value(&s.precision), "tolerances for the candidate's compute precision: f32 (default) or bf16")(
       "set,s", po::value(&s.sets)->composing(), "backend.KEY=VALUE option for the candidate (repeatable)")(
-      "markdown", po::value(&s.markdown), "also write the table to FILE as Markdown");
+      "markdown", po::value(&s.markdown), "also write the table to FILE as Markdown")(
+      "verbose,v", po::bool_switch(&s.verbose), "after the table, every tensor's error for each failed row");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, cli), vm);
@@ -198,7 +200,8 @@ int main(int argc, char** argv) {
 
     const Report report = run_checks(s, checks, reference, candidate);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::cout << text_table(report) << summary(report, seconds) << std::endl;
+    std::cout << text_table(report) << (s.verbose ? failed_tensors(report) : "") << summary(report, seconds)
+              << std::endl;
     if (!s.markdown.empty()) {
       std::ofstream out(s.markdown);
       out << markdown_table(report) << "\n" << summary(report, seconds) << "\n";

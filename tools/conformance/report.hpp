@@ -19,5 +19,8 @@ std::string markdown_table(const Report& report);
 // "N checks: P PASS, F FAIL, U UNSUPPORTED in T s", then PASSED or FAILED.
 std::string summary(const Report& report, double seconds);
 bool all_passed(const Report& report);
+// --verbose: every compared tensor's error and bound, one line each, for each row that failed or
+// whose bounds were raised by measured noise (whole models).
+std::string failed_tensors(const Report& report);
 
 }  // namespace mlph::conformance
