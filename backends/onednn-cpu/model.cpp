@@ -68,6 +68,7 @@ class OnednnModel final : public sdk::Model {
   OnednnModel(const MLPH_HostApi* host, const BackendOptions& options, const MLPH_Graph& graph,
               const MLPH_CommsHandle* comms)
       : host_(host), options_(options) {
+    net_.bf16_convolutions = options.bf16;
     if (graph.struct_size < MLPH_STRUCT_SIZE(MLPH_Graph, seed))
       fail(MLPH_INVALID_ARGUMENT, kName + ": MLPH_Graph is too small (an older ABI?)");
     use_threads();
@@ -426,11 +427,21 @@ std::unique_ptr<sdk::Model> compile_model(const MLPH_HostApi* host, const Backen
 }
 
 OnednnBackend::OnednnBackend(const MLPH_HostApi* host, const sdk::Options& options) : host_(host) {
-  options.allow_only({"threads"}, kName);
+  options.allow_only({"threads", "precision"}, kName);
   const long long threads = options.get_int("threads", 0);
   if (threads < 0 || threads > 4096)
     fail(MLPH_INVALID_ARGUMENT, kName + ": option 'threads' must be in [1, 4096], got " + options.get("threads"));
   options_.threads = int(threads);
+  const std::string precision = options.get("precision", "fp32");
+  if (precision != "fp32" && precision != "bf16")
+    fail(MLPH_INVALID_ARGUMENT, kName + ": option 'precision' must be fp32 or bf16, got '" + precision + "'");
+  options_.bf16 = precision == "bf16";
+  // Without the AVX512_BF16 instructions oneDNN emulates bf16 or falls back to its reference
+  // loops: refuse rather than run slower than fp32. (ISA values are bit sets: avx2_vnni > bf16.)
+  const auto isa = unsigned(dnnl::get_effective_cpu_isa()), bf16_isa = unsigned(dnnl::cpu_isa::avx512_core_bf16);
+  if (options_.bf16 && (isa & bf16_isa) != bf16_isa)
+    fail(MLPH_UNIMPLEMENTED,
+         kName + ": option 'precision: bf16' needs a CPU with AVX512_BF16 (oneDNN sees a lesser ISA)");
 }
 
 std::unique_ptr<sdk::Model> OnednnBackend::compile(const MLPH_Graph& graph, const MLPH_CommsHandle* comms) {

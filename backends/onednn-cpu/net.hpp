@@ -58,6 +58,9 @@ class Net {
   dnnl::stream stream{engine};
   std::vector<Value> values;
   Scratchpad scratchpad;
+  // Mixed precision: conv and conv_transpose read bf16 copies of their source, weights and output
+  // gradient and write fp32; values, master weights and every other op stay fp32.
+  bool bf16_convolutions = false;
 
   Value& at(int32_t v) { return values[static_cast<size_t>(v)]; }
   // Gives `v` its layout: allocates its data (or adopts `alias`) and its gradient when it needs one.

@@ -9,11 +9,12 @@ namespace mlph::onednn {
 
 struct BackendOptions {
   int threads = 0;  // 0: OpenMP's default (OMP_NUM_THREADS, else every core)
+  bool bf16 = false;  // `precision: bf16`: convolutions compute in bf16, everything else stays fp32
 };
 
 class OnednnBackend final : public sdk::Backend {
  public:
-  // Options: `threads`. Anything else is MLPH_INVALID_ARGUMENT naming it.
+  // Options: `threads`, `precision` (fp32 | bf16). Anything else is MLPH_INVALID_ARGUMENT naming it.
   OnednnBackend(const MLPH_HostApi* host, const sdk::Options& options);
   std::unique_ptr<sdk::Model> compile(const MLPH_Graph& graph, const MLPH_CommsHandle* comms) override;
 

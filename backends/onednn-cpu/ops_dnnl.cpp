@@ -99,6 +99,19 @@ Dims kernel_strides(const Dims& kernel, int64_t inner) {
 
 memory::desc any(const Dims& dims) { return {dims, dt::f32, Tag::any}; }
 memory::desc vec(int64_t n) { return {{n}, dt::f32, Tag::a}; }
+// `desc` with another element type, same dims and layout (oneDNN 2.x has no accessor for it).
+memory::desc retyped(const memory::desc& desc, dt type) {
+  dnnl_memory_desc_t d = desc.data;
+  d.data_type = static_cast<dnnl_data_type_t>(type);
+  return memory::desc(d);
+}
+// What a convolution reads (source, weights, output gradient) in the net's compute precision; it
+// always writes fp32 (output, gradients), so the values around it stay fp32. Weighted reorders
+// the fp32 values and master weights into these descs before each use.
+std::function<memory::desc(const memory::desc&)> conv_input(const Net& net) {
+  const dt type = net.bf16_convolutions ? dt::bf16 : dt::f32;
+  return [type](const memory::desc& d) { return retyped(d, type); };
+}
 
 // conv, conv_transpose and dense: x with parameter weights (and bias) -> y, with backward-data
 // and backward-weights primitives. Weights stay in the graph layout (they are small; the optimizer
@@ -224,7 +237,8 @@ std::unique_ptr<Op> make_conv(Net& net, const NodeView& n, const Fusion& fusion)
   // gemm for the weight gradient; channels-last source and output take its jit and brgemm kernels,
   // several times faster (PERFORMANCE.md). The layers after it go blocked.
   const bool few_channels = ci < 16;
-  const memory::desc src = few_channels ? x.mem.get_desc() : any(ncs(batch, ci, spatial_of(x)));
+  const auto in = conv_input(net);
+  const memory::desc src = in(few_channels ? x.mem.get_desc() : any(ncs(batch, ci, spatial_of(x))));
   const memory::desc dst = few_channels ? net.at(n.out()).plain : any(ncs(batch, co, out_spatial));
   const memory::desc bias = n.n_in() > 2 ? vec(co) : memory::desc();
   dnnl::primitive_attr attr = net.attr();
@@ -235,22 +249,22 @@ std::unique_ptr<Op> make_conv(Net& net, const NodeView& n, const Fusion& fusion)
   }
   using dnnl::convolution_forward;
   const convolution_forward::primitive_desc fwd(
-      {prop_kind::forward_training, algorithm::convolution_direct, src, any(wdims), bias, dst, g.stride, g.dilate,
-       g.pad_l, g.pad_r},
+      {prop_kind::forward_training, algorithm::convolution_direct, src, in(any(wdims)), bias, dst, g.stride,
+       g.dilate, g.pad_l, g.pad_r},
       attr, net.engine);
   const memory::desc x_desc = x.mem.get_desc();
   auto make_data = [&, fwd] {
     return dnnl::convolution_backward_data::primitive_desc(
-        {algorithm::convolution_direct, any(x_desc.dims()), any(wdims), fwd.dst_desc(), g.stride, g.dilate, g.pad_l,
-         g.pad_r},
+        {algorithm::convolution_direct, any(x_desc.dims()), in(any(wdims)), in(fwd.dst_desc()), g.stride, g.dilate,
+         g.pad_l, g.pad_r},
         net.attr(), net.engine, fwd);
   };
   auto make_weights = [&, fwd] {
     using BwdWeights = dnnl::convolution_backward_weights;
     auto with = [&](const memory::desc& s, const memory::desc& d) {
       return BwdWeights::primitive_desc(
-          {algorithm::convolution_direct, s, any(wdims), bias, d, g.stride, g.dilate, g.pad_l, g.pad_r}, net.attr(),
-          net.engine, fwd);
+          {algorithm::convolution_direct, in(s), any(wdims), bias, in(d), g.stride, g.dilate, g.pad_l, g.pad_r},
+          net.attr(), net.engine, fwd);
     };
     // In the forward's layouts when oneDNN has a kernel for them; otherwise (e.g. 2^3 volumes with
     // blocked layouts) let it pick layouts, reordering, rather than run its reference loops.
@@ -291,10 +305,11 @@ std::unique_ptr<Op> make_conv_transpose(Net& net, const NodeView& n) {
   for (int64_t s : kernel_strides(kernel, co * ci)) wstrides.push_back(s);
   const memory::desc weights_plain(wdims, dt::f32, wstrides);
   const memory::desc bias = n.n_in() > 2 ? vec(co) : memory::desc();
-  const memory::desc src = any(ncs(batch, ci, spatial_of(x))), dst = any(ncs(batch, co, out_spatial));
+  const auto in = conv_input(net);
+  const memory::desc src = in(any(ncs(batch, ci, spatial_of(x)))), dst = any(ncs(batch, co, out_spatial));
   using dnnl::deconvolution_forward;
   const deconvolution_forward::primitive_desc fwd({prop_kind::forward_training, algorithm::deconvolution_direct, src,
-                                                   any(wdims), bias, dst, g.stride, g.dilate, g.pad_l, g.pad_r},
+                                                   in(any(wdims)), bias, dst, g.stride, g.dilate, g.pad_l, g.pad_r},
                                                   net.attr(), net.engine);
   // Few output channels (DeepCAM's last layer: 3) leave the backward passes in the forward's
   // blocked layouts to oneDNN's reference loops (8 of a 10 s training step at 96x144); other
@@ -305,8 +320,8 @@ std::unique_ptr<Op> make_conv_transpose(Net& net, const NodeView& n) {
   auto make_data = [&, fwd, layouts] {
     return first_jit<dnnl::deconvolution_backward_data::primitive_desc>(layouts, [&](const auto& s, const auto& d) {
       return dnnl::deconvolution_backward_data::primitive_desc(
-          {algorithm::deconvolution_direct, s, any(wdims), d, g.stride, g.dilate, g.pad_l, g.pad_r}, net.attr(),
-          net.engine, fwd);
+          {algorithm::deconvolution_direct, s, in(any(wdims)), in(d), g.stride, g.dilate, g.pad_l, g.pad_r},
+          net.attr(), net.engine, fwd);
     });
   };
   auto make_weights = [&, fwd, layouts] {
@@ -314,7 +329,7 @@ std::unique_ptr<Op> make_conv_transpose(Net& net, const NodeView& n) {
     src_first[0].first = fwd.src_desc();
     return first_jit<dnnl::deconvolution_backward_weights::primitive_desc>(src_first, [&](const auto& s, const auto& d) {
       return dnnl::deconvolution_backward_weights::primitive_desc(
-          {algorithm::deconvolution_direct, s, any(wdims), bias, d, g.stride, g.dilate, g.pad_l, g.pad_r},
+          {algorithm::deconvolution_direct, in(s), any(wdims), bias, in(d), g.stride, g.dilate, g.pad_l, g.pad_r},
           net.attr(), net.engine, fwd);
     });
   };
