@@ -8,11 +8,12 @@ JSON so tools/bench/compare.py can print them side by side.
 """
 import argparse
 import json
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from peer_timing import time_layer, timed, to_format
 
 
 def conv_block(cin, cout):
@@ -58,19 +59,6 @@ class CosmoFlow(nn.Module):
         return out
 
 
-def timed(fn, steps, warmup):
-    for _ in range(warmup):
-        fn()
-    start = time.perf_counter()
-    for _ in range(steps):
-        fn()
-    return (time.perf_counter() - start) / steps
-
-
-def to_format(t, channels_last):
-    return t.contiguous(memory_format=torch.channels_last_3d) if channels_last and t.dim() == 5 else t
-
-
 def time_model(model, args):
     x = to_format(torch.randint(0, 40, (args.batch, 4, args.edge, args.edge, args.edge)).float(), args.channels_last)
     y = torch.rand(args.batch, 4) * 2 - 1
@@ -86,24 +74,6 @@ def time_model(model, args):
         model.eval()
         with torch.no_grad():
             (model(x) - y).abs().sum().item()
-
-    return timed(train, args.steps, args.warmup), timed(evaluate, args.steps, args.warmup)
-
-
-def time_layer(module, shape, needs_grad, args):
-    x = to_format(torch.rand(shape) * 2 - 1, args.channels_last).requires_grad_(needs_grad)
-    with torch.no_grad():
-        target = torch.zeros_like(module(x))
-
-    def train():
-        module.zero_grad()
-        if x.grad is not None:
-            x.grad = None
-        F.mse_loss(module(x), target).backward()
-
-    def evaluate():
-        with torch.no_grad():
-            module(x)
 
     return timed(train, args.steps, args.warmup), timed(evaluate, args.steps, args.warmup)
 

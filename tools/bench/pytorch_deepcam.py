@@ -12,11 +12,12 @@ The reference trains with apex FusedLAMB, which is not part of PyTorch; this use
 """
 import argparse
 import json
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from peer_timing import time_layer, timed, to_format
 
 PARAMETERS = 56_454_720  # REFERENCE.md §2.10
 CLASS_WEIGHTS = [1.00172996521, 2.61461114883, 1.71641969681]  # f^-0.125 as float32 (§2.10)
@@ -168,19 +169,6 @@ class DeepLabV3Plus(nn.Module):
         return out
 
 
-def timed(fn, steps, warmup):
-    for _ in range(warmup):
-        fn()
-    start = time.perf_counter()
-    for _ in range(steps):
-        fn()
-    return (time.perf_counter() - start) / steps
-
-
-def to_format(t, channels_last):
-    return t.contiguous(memory_format=torch.channels_last) if channels_last and t.dim() == 4 else t
-
-
 def iou(logits, labels, classes=3):
     """Per-sample mean IoU over the classes (the eval output of the workload)."""
     pred = logits.argmax(1)
@@ -209,25 +197,6 @@ def time_model(model, x, args):
         model.eval()
         with torch.no_grad():
             iou(model(x), labels).sum().item()
-
-    return timed(train, args.steps, args.warmup), timed(evaluate, args.steps, args.warmup)
-
-
-def time_layer(module, shape, needs_grad, args):
-    x = to_format(torch.rand(shape) * 2 - 1, args.channels_last).requires_grad_(needs_grad)
-    with torch.no_grad():
-        target = torch.zeros_like(module(x))
-
-    def train():
-        module.train()
-        module.zero_grad()
-        x.grad = None
-        F.mse_loss(module(x), target).backward()
-
-    def evaluate():
-        module.eval()
-        with torch.no_grad():
-            module(x)
 
     return timed(train, args.steps, args.warmup), timed(evaluate, args.steps, args.warmup)
 
