@@ -368,11 +368,31 @@ std::unique_ptr<Op> make_dense(Net& net, const NodeView& n) {
 
 namespace {
 
+// An op made of one forward primitive and, when its input needs a gradient, one backward primitive
+// writing that gradient (DIFF_SRC); subclasses build both steps in their constructor.
+class SingleInputOp : public Op {
+ public:
+  void forward(const RunArgs&) override { forward_(net_.stream); }
+  void backward() override {
+    if (!backward_) return;
+    backward_->args[DNNL_ARG_DIFF_SRC] = dx_.target();
+    (*backward_)(net_.stream);
+    dx_.commit();
+  }
+
+ protected:
+  SingleInputOp(Net& net, const NodeView& n) : Op(n), net_(net) {}
+  Net& net_;
+  Step forward_;
+  std::optional<Step> backward_;
+  GradSink dx_;
+};
+
 // Pooling (max with its workspace, or average), forward and backward in the input's layout.
-class Pool final : public Op {
+class Pool final : public SingleInputOp {
  public:
   Pool(Net& net, const NodeView& n, algorithm alg, const Dims& out_dims, const Dims& kernel, const Dims& stride)
-      : Op(n), net_(net) {
+      : SingleInputOp(net, n) {
     const int32_t x = n.in(0), y = n.out();
     const memory::desc x_desc = net.at(x).mem.get_desc();
     const Dims pad(kernel.size(), 0);
@@ -391,19 +411,6 @@ class Pool final : public Op {
     if (workspace) bargs[DNNL_ARG_WORKSPACE] = workspace;
     backward_ = net.step<dnnl::pooling_backward>(bwd, bargs);
   }
-  void forward(const RunArgs&) override { forward_(net_.stream); }
-  void backward() override {
-    if (!backward_) return;
-    backward_->args[DNNL_ARG_DIFF_SRC] = dx_.target();
-    (*backward_)(net_.stream);
-    dx_.commit();
-  }
-
- private:
-  Net& net_;
-  Step forward_;
-  std::optional<Step> backward_;
-  GradSink dx_;
 };
 
 }  // namespace
@@ -436,9 +443,9 @@ std::unique_ptr<Op> make_global_avg_pool(Net& net, const NodeView& n) {
 namespace {
 
 // An eltwise op in its input's layout. `use_dst`: the backward reads the forward output.
-class Eltwise final : public Op {
+class Eltwise final : public SingleInputOp {
  public:
-  Eltwise(Net& net, const NodeView& n, algorithm alg, float alpha, bool use_dst) : Op(n), net_(net) {
+  Eltwise(Net& net, const NodeView& n, algorithm alg, float alpha, bool use_dst) : SingleInputOp(net, n) {
     const int32_t x = n.in(0), y = n.out();
     const memory::desc desc = net.at(x).mem.get_desc();
     const dnnl::eltwise_forward::primitive_desc fwd({prop_kind::forward_training, alg, desc, alpha, 0.0f}, net.attr(),
@@ -452,19 +459,6 @@ class Eltwise final : public Op {
         bwd, {{use_dst ? DNNL_ARG_DST : DNNL_ARG_SRC, use_dst ? net.at(y).mem : net.at(x).mem},
               {DNNL_ARG_DIFF_DST, net.at(y).grad}});
   }
-  void forward(const RunArgs&) override { forward_(net_.stream); }
-  void backward() override {
-    if (!backward_) return;
-    backward_->args[DNNL_ARG_DIFF_SRC] = dx_.target();
-    (*backward_)(net_.stream);
-    dx_.commit();
-  }
-
- private:
-  Net& net_;
-  Step forward_;
-  std::optional<Step> backward_;
-  GradSink dx_;
 };
 
 // The activation fused into the conv before it: nothing to do forward; backward in place on the
