@@ -4,6 +4,7 @@
 
 #include "data/npy.hpp"
 #include "data/tfrecord.hpp"
+#include "mlph/sdk/storage.hpp"
 #include "mlph/sdk/tensor.hpp"
 
 namespace mlph::cosmoflow {
@@ -11,14 +12,6 @@ namespace {
 using sdk::fail;
 
 const char* split_dir(MLPH_Split split) { return split == MLPH_SPLIT_TRAIN ? "train" : "validation"; }
-
-std::vector<std::string> list_files(const MLPH_HostApi* host, const MLPH_StorageHandle& storage,
-                                    const std::string& dir, const char* suffix) {
-  std::vector<std::string> files;
-  auto collect = [](void* ctx, const char* path) { static_cast<std::vector<std::string>*>(ctx)->push_back(path); };
-  sdk::check(host, storage.api->list(storage.storage, dir.c_str(), suffix, collect, &files), "CosmoFlow data");
-  return files;
-}
 
 }  // namespace
 
@@ -29,7 +22,7 @@ CosmoDataset::CosmoDataset(const MLPH_HostApi* host, const DataSettings& setting
     fail(MLPH_INVALID_ARGUMENT, "no dataset: set data.dir (or --data DIR), or write one with --generate-data DIR");
   const std::string dir = settings_.dir + "/" + split_dir(split);
   const bool npy = settings_.format == "npy";
-  files_ = list_files(host_, storage_, dir, npy ? "_data.npy" : ".tfrecord");
+  files_ = sdk::list_files(host_, storage_, dir, npy ? "_data.npy" : ".tfrecord", "CosmoFlow data");
   if (files_.empty())
     fail(MLPH_NOT_FOUND, dir + ": no " + (npy ? "*_data.npy" : "*.tfrecord") + " files (data.format is " +
                              settings_.format + ")");
@@ -40,16 +33,7 @@ CosmoDataset::CosmoDataset(const MLPH_HostApi* host, const DataSettings& setting
 }
 
 std::vector<std::byte> CosmoDataset::read_file(const std::string& path) const {
-  std::vector<std::byte> bytes;
-  auto alloc = [](void* ctx, size_t size) -> void* {
-    auto* buffer = static_cast<std::vector<std::byte>*>(ctx);
-    buffer->resize(size);
-    return buffer->data();
-  };
-  size_t size = 0;
-  sdk::check(host_, storage_.api->read(storage_.storage, path.c_str(), alloc, &bytes, &size), "CosmoFlow data");
-  bytes.resize(size);
-  return bytes;
+  return sdk::read_file(host_, storage_, path, "CosmoFlow data");
 }
 
 std::vector<CosmoDataset::Decoded> CosmoDataset::decode_file(size_t file_index) const {

@@ -4,6 +4,7 @@
 
 #include "data/file_order.hpp"
 #include "data/hdf5_io.hpp"
+#include "mlph/sdk/storage.hpp"
 #include "mlph/sdk/tensor.hpp"
 
 namespace mlph::deepcam {
@@ -14,29 +15,13 @@ const char* split_dir(MLPH_Split split) { return split == MLPH_SPLIT_TRAIN ? "tr
 
 }  // namespace
 
-std::vector<std::byte> read_whole_file(const MLPH_HostApi* host, const MLPH_StorageHandle& storage,
-                                       const std::string& path) {
-  std::vector<std::byte> bytes;
-  auto alloc = [](void* ctx, size_t size) -> void* {
-    auto* buffer = static_cast<std::vector<std::byte>*>(ctx);
-    buffer->resize(size);
-    return buffer->data();
-  };
-  size_t size = 0;
-  sdk::check(host, storage.api->read(storage.storage, path.c_str(), alloc, &bytes, &size), "DeepCAM data");
-  bytes.resize(size);
-  return bytes;
-}
-
 DeepCamDataset::DeepCamDataset(const MLPH_HostApi* host, const DataSettings& settings, MLPH_Split split,
                                const MLPH_StorageHandle& storage)
     : host_(host), settings_(settings), storage_(storage) {
   if (settings_.dir.empty())
     fail(MLPH_INVALID_ARGUMENT, "no dataset: set data.dir (or --data DIR), or write one with --generate-data DIR");
   const std::string dir = settings_.dir + "/" + split_dir(split);
-  std::vector<std::string> sorted;  // the storage plug-in lists sorted by name
-  auto collect = [](void* ctx, const char* path) { static_cast<std::vector<std::string>*>(ctx)->push_back(path); };
-  sdk::check(host_, storage_.api->list(storage_.storage, dir.c_str(), ".h5", collect, &sorted), "DeepCAM data");
+  std::vector<std::string> sorted = sdk::list_files(host_, storage_, dir, ".h5", "DeepCAM data");
   if (sorted.empty()) fail(MLPH_NOT_FOUND, dir + ": no *.h5 files");
   if (split == MLPH_SPLIT_TRAIN) {
     for (uint64_t i : numpy_shuffled_indices(sorted.size())) files_.push_back(sorted[i]);
@@ -59,7 +44,7 @@ void DeepCamDataset::read(const uint64_t* indices, size_t n, MLPH_Tensor* inputs
     if (indices[i] >= files_.size())
       fail(MLPH_OUT_OF_RANGE, "sample " + std::to_string(indices[i]) + " of a dataset of " + std::to_string(files_.size()));
     const std::string& path = files_[indices[i]];
-    const std::vector<std::byte> bytes = read_whole_file(host_, storage_, path);
+    const std::vector<std::byte> bytes = sdk::read_file(host_, storage_, path, "DeepCAM data");
     try {
       const Sample s = decode_sample(bytes, path, settings_.height, settings_.width, settings_.channels);
       std::memcpy(x + i * values, s.data.data(), values * sizeof(float));

@@ -28,8 +28,4 @@ class DeepCamDataset final : public sdk::Dataset {
   std::vector<std::string> files_;  // index i is sample i
 };
 
-// The whole file at `path`, read through `storage`. Errors name the file.
-std::vector<std::byte> read_whole_file(const MLPH_HostApi* host, const MLPH_StorageHandle& storage,
-                                       const std::string& path);
-
 }  // namespace mlph::deepcam

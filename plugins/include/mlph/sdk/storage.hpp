@@ -5,6 +5,8 @@
 #include <concepts>
 #include <cstring>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "mlph/sdk/error.hpp"
 #include "mlph/sdk/options.hpp"
@@ -12,6 +14,35 @@
 #include "mlph/storage.h"
 
 namespace mlph::sdk {
+
+// ---- using a storage handle (workloads) ------------------------------------------------------
+// Errors throw (sdk::check) with `context` in front, e.g. "DeepCAM data: ...".
+
+// The files of `dir` whose names end in `suffix`, sorted by name (the storage plug-in sorts).
+inline std::vector<std::string> list_files(const MLPH_HostApi* host, const MLPH_StorageHandle& storage,
+                                           const std::string& dir, const char* suffix, const std::string& context) {
+  std::vector<std::string> files;
+  auto collect = [](void* ctx, const char* path) { static_cast<std::vector<std::string>*>(ctx)->push_back(path); };
+  check(host, storage.api->list(storage.storage, dir.c_str(), suffix, collect, &files), context);
+  return files;
+}
+
+// The whole file.
+inline std::vector<std::byte> read_file(const MLPH_HostApi* host, const MLPH_StorageHandle& storage,
+                                        const std::string& path, const std::string& context) {
+  std::vector<std::byte> bytes;
+  auto alloc = [](void* ctx, size_t size) -> void* {
+    auto* buffer = static_cast<std::vector<std::byte>*>(ctx);
+    buffer->resize(size);
+    return buffer->data();
+  };
+  size_t size = 0;
+  check(host, storage.api->read(storage.storage, path.c_str(), alloc, &bytes, &size), context);
+  bytes.resize(size);
+  return bytes;
+}
+
+// ---- writing a storage plug-in ---------------------------------------------------------------
 
 class Storage {
  public:
