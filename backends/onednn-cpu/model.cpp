@@ -86,20 +86,25 @@ class OnednnModel final : public sdk::Model {
 
   void train_step(const MLPH_Tensor* inputs, size_t n_inputs, const MLPH_StepArgs& args,
                   MLPH_StepResult& out) override {
-    if (args.struct_size < MLPH_STRUCT_SIZE(MLPH_StepArgs, step))
-      fail(MLPH_INVALID_ARGUMENT, kName + ": MLPH_StepArgs is too small (an older ABI?)");
+    const sdk::StepPlan plan = sdk::read_step_args(args, kName);
     use_threads();
     load_inputs(inputs, n_inputs);
-    forward({true, args.step, seed_});
+    forward({true, plan.micro_step, seed_});
     backward();
     net_.stream.wait();
-    const double loss = double(static_cast<float*>(net_.at(loss_).mem.get_data_handle())[0]) + regularize();
+    // The parameters' gradients add up over an accumulation window: zeroed only at its start.
+    accumulating_ = !plan.apply_update;
+    const double loss = double(static_cast<float*>(net_.at(loss_).mem.get_data_handle())[0]);
+    if (!plan.apply_update) {
+      out.loss = loss;
+      return;
+    }
+    out.loss = loss + regularize();  // once per update, with the weights every rank shares
     if (comms_ && !grads_.empty())
       sdk::check(host_, comms_->api->allreduce(comms_->comm, grads_.data(), grads_.size(), MLPH_DTYPE_F32,
                                                MLPH_REDUCE_AVERAGE),
                  kName + ": gradient allreduce");
-    apply_optimizer(optimizer_, slots_, args.learning_rate, args.step, optimizer_scratch_);
-    out.loss = loss;
+    apply_optimizer(optimizer_, slots_, plan.learning_rate, plan.step, optimizer_scratch_);
   }
 
   void eval_step(const MLPH_Tensor* inputs, size_t n_inputs, MLPH_Tensor* outputs, size_t n_outputs) override {
@@ -346,7 +351,7 @@ class OnednnModel final : public sdk::Model {
 
   void backward() {
     for (Value& v : net_.values) v.grad_written = v.is_param;  // parameters accumulate into zeroed buffers
-    std::fill(grads_.begin(), grads_.end(), 0.0f);
+    if (!accumulating_) std::fill(grads_.begin(), grads_.end(), 0.0f);
     Value& loss = net_.at(loss_);
     if (!loss.grad) return;  // no trainable parameter reaches the loss
     static_cast<float*>(loss.grad.get_data_handle())[0] = 1.0f;
@@ -415,6 +420,7 @@ class OnednnModel final : public sdk::Model {
   std::vector<Step> eval_pre_;
   std::vector<ParamInfo> params_;
   std::vector<float> grads_;  // every trainable parameter's gradient: one buffer, one allreduce
+  bool accumulating_ = false;  // the last micro-batch did not end its window: grads_ hold a pending sum
   std::vector<OptimizerSlot> slots_;
   std::vector<float> optimizer_scratch_;
 };

@@ -304,15 +304,20 @@ void ReferenceModel::backward_node(const CompiledNode& c) {
   }
 }
 
-void ReferenceModel::backward() {
-  if (buckets_) buckets_->start();
-  zero(*pool_, param_grads_.data(), static_cast<int64_t>(param_grads_.size()));
+// `apply_update`: this micro-batch ends the accumulation window, so its buckets are averaged over the
+// ranks as backward finishes them. The parameters' gradients add up across a window: zeroed only at
+// its start.
+void ReferenceModel::backward(bool apply_update) {
+  sdk::GradientBuckets* buckets = apply_update ? buckets_.get() : nullptr;
+  if (buckets) buckets->start();
+  if (!accumulating_) zero(*pool_, param_grads_.data(), static_cast<int64_t>(param_grads_.size()));
+  accumulating_ = !apply_update;
   for (std::vector<float>& g : other_grads_) zero(*pool_, g.data(), static_cast<int64_t>(g.size()));
   if (!grad(program_.loss)) return;  // no trainable parameter reaches the loss
   grad(program_.loss)[0] = 1.0f;
   for (auto node = program_.nodes.rbegin(); node != program_.nodes.rend(); ++node) {
     if (grad(node->output)) backward_node(*node);
-    if (buckets_) buckets_->node_done(static_cast<int64_t>(node->index));  // overlaps the allreduce of finished layers
+    if (buckets) buckets->node_done(static_cast<int64_t>(node->index));  // overlaps the allreduce of finished layers
   }
 }
 
@@ -366,17 +371,21 @@ void ReferenceModel::apply_optimizer(double learning_rate, uint64_t step) {
 
 void ReferenceModel::train_step(const MLPH_Tensor* inputs, size_t n_inputs, const MLPH_StepArgs& args,
                                 MLPH_StepResult& out) {
-  if (args.struct_size < MLPH_STRUCT_SIZE(MLPH_StepArgs, step))
-    fail(MLPH_INVALID_ARGUMENT, "reference backend: MLPH_StepArgs is too small (an older ABI?)");
+  const sdk::StepPlan plan = sdk::read_step_args(args, "reference backend");
   load_inputs(inputs, n_inputs);
-  forward(true, args.step);
-  backward();
-  // Regularization joins after the averaging: the weights, hence 2 * l2 * w, are the same on every rank.
-  average_gradients();
+  forward(true, plan.micro_step);
+  backward(plan.apply_update);
   // A NaN or Inf stays in the reported loss: the core decides what divergence means.
-  const double loss = static_cast<double>(data(program_.loss)[0]) + regularize();
-  apply_optimizer(args.learning_rate, args.step);
-  out.loss = loss;
+  const double loss = static_cast<double>(data(program_.loss)[0]);
+  if (!plan.apply_update) {
+    out.loss = loss;  // the gradient waits for the rest of its window
+    return;
+  }
+  // Regularization joins after the averaging, once per update: the weights, hence 2 * l2 * w, are the
+  // same on every rank and across the window.
+  average_gradients();
+  out.loss = loss + regularize();
+  apply_optimizer(plan.learning_rate, plan.step);
 }
 
 void ReferenceModel::eval_step(const MLPH_Tensor* inputs, size_t n_inputs, MLPH_Tensor* outputs, size_t n_outputs) {

@@ -29,7 +29,7 @@ class ReferenceModel final : public sdk::Model {
   void load_inputs(const MLPH_Tensor* inputs, size_t n);
   void forward(bool training, uint64_t step);
   void forward_node(const CompiledNode& node, bool training, uint64_t step);
-  void backward();
+  void backward(bool apply_update);
   void backward_node(const CompiledNode& node);
   double regularize();
   void average_gradients();
@@ -60,6 +60,7 @@ class ReferenceModel final : public sdk::Model {
   ConvScratch conv_scratch_;  // reused by every conv node, one at a time
   // With several ranks: averages param_grads_ during backward (declared last: stops before the buffer goes).
   std::unique_ptr<sdk::GradientBuckets> buckets_;
+  bool accumulating_ = false;  // the last micro-batch did not end its window: param_grads_ hold a pending sum
 };
 
 }  // namespace mlph::reference

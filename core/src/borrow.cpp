@@ -58,6 +58,12 @@ struct HparamRule {
 };
 
 std::string as_is(const HparamSet& h, const std::string& key) { return json_text(h.node(key)); }
+// A JSON string as the plain word a string config key holds.
+std::string as_word(const HparamSet& h, const std::string& key) {
+  const YAML::Node v = h.node(key);
+  if (!is_json_string(v)) throw BorrowError("must be a string");
+  return v.Scalar();
+}
 
 std::string per_rank_batch(const HparamSet& h, const std::string& key) {
   const double global = h.number(key);
@@ -130,8 +136,24 @@ const HparamRule kRules[] = {
     {"cosmoflow", "opt_learning_rate_decay_factor", "optimizer.decay_factors", cosmoflow_decay_factors},
     {"cosmoflow", "dropout", "model.dropout", as_is},
     {"cosmoflow", "opt_weight_decay", "optimizer.weight_decay", as_is},
-    // deepcam: opt_name, opt_lr, opt_betas, opt_eps, opt_weight_decay, scheduler_*, batchnorm_group_size,
-    // gradient_accumulation_frequency... rows go here with the DeepCAM workload's config keys.
+    // DeepCAM logs the per-step hyperparameters as its config takes them (REFERENCE §2.8); the
+    // schema holds the rules (opt_eps and opt_max_grad_norm fixed, opt_name Adam/AdamW/LAMB...).
+    {"deepcam", "global_batch_size", "train.batch_size", per_rank_batch},
+    {"deepcam", "batchnorm_group_size", "train.batchnorm_group_size", as_is},
+    {"deepcam", "gradient_accumulation_frequency", "train.gradient_accumulation_frequency", as_is},
+    {"deepcam", "opt_name", "optimizer.name", as_word},
+    {"deepcam", "opt_lr", "optimizer.lr", as_is},
+    {"deepcam", "opt_betas", "optimizer.betas", as_is},
+    {"deepcam", "opt_eps", "optimizer.eps", as_is},
+    {"deepcam", "opt_weight_decay", "optimizer.weight_decay", as_is},
+    {"deepcam", "opt_max_grad_norm", "optimizer.max_grad_norm", as_is},
+    {"deepcam", "scheduler_type", "scheduler.type", as_word},
+    {"deepcam", "scheduler_milestones", "scheduler.milestones", as_is},
+    {"deepcam", "scheduler_decay_rate", "scheduler.decay_rate", as_is},
+    {"deepcam", "scheduler_t_max", "scheduler.t_max", as_is},
+    {"deepcam", "scheduler_eta_min", "scheduler.eta_min", as_is},
+    {"deepcam", "scheduler_lr_warmup_steps", "scheduler.lr_warmup_steps", as_is},
+    {"deepcam", "scheduler_lr_warmup_factor", "scheduler.lr_warmup_factor", as_is},
 };
 
 bool known_key(const std::string& benchmark, const std::string& key) {

@@ -20,6 +20,7 @@
 #include "mlph/core/plugin_loader.hpp"
 #include "mlph/core/progress.hpp"
 #include "mlph/core/session.hpp"
+#include "mlph/sdk/backend.hpp"
 #include "mlph/sdk/tensor.hpp"
 
 namespace mlph::core {
@@ -169,7 +170,7 @@ class Run {
   Owned<MLPH_Model> model_{nullptr, nullptr};
   Owned<MLPH_Dataset> train_set_{nullptr, nullptr}, eval_set_{nullptr, nullptr};
   const MLPH_Graph* graph_ = nullptr;
-  uint64_t train_size_ = 0, eval_size_ = 0, global_step_ = 0;
+  uint64_t train_size_ = 0, eval_size_ = 0, micro_batches_ = 0;
   uint32_t batch_ = 0;
   // Staged data is dealt out among the ranks of a node (see storage.h: MLPH_StageStats), else among all.
   DataShard data_shard_{};
@@ -312,10 +313,14 @@ void Run::train_epoch(uint32_t epoch, Progress& progress) {
   for (uint64_t step = 0; step < reader.steps(); ++step) {
     if (g_interrupted) throw RunFailure("interrupted");
     Batch& batch = reader.get(step);
-    // Every step: DeepCAM's schedule is step-based (CosmoFlow's ignores the step).
+    // Gradient accumulation: the window counts micro-batches globally, across epochs, as the DeepCAM
+    // reference does; the schedule advances once per update (DeepCAM's is step-based, CosmoFlow's
+    // ignores the step).
+    const uint32_t window = session_->gradient_accumulation();
+    const uint64_t update = micro_batches_ / window;
     double lr = 0;
-    check(workload()->learning_rate(session_->workload(), epoch, global_step_, &lr), "learning rate");
-    MLPH_StepArgs args{sizeof(MLPH_StepArgs), nullptr, lr, global_step_};
+    check(workload()->learning_rate(session_->workload(), epoch, update, &lr), "learning rate");
+    const MLPH_StepArgs args = sdk::step_args(lr, update, micro_batches_, (micro_batches_ + 1) % window == 0);
     MLPH_StepResult result{sizeof(MLPH_StepResult), nullptr, 0.0};
     check(backend()->train_step(model_.get(), batch.tensors.data(), batch.tensors.size(), &args, &result),
           "training step");
@@ -325,7 +330,7 @@ void Run::train_epoch(uint32_t epoch, Progress& progress) {
     if (!std::isfinite(result.loss))
       throw RunFailure(fmt::format("training diverged: the loss is {} at epoch {}, step {}", result.loss, epoch + 1,
                                    step + 1));
-    ++global_step_;
+    ++micro_batches_;
     progress.step(epoch, step, result.loss);
   }
 }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <random>
 
 #include "mlph/core/host.hpp"
@@ -125,7 +126,16 @@ Session::Session(const RunOptions& options_) {
   workload_config.add("run.world_size", std::to_string(topology_.size));
   workload_config.add("run.seed_value", std::to_string(seed_));
   workload_ = create<MLPH_Workload>(workload_api(), std::move(workload_config), workload_name);
+  info_.struct_size = sizeof info_;
   check(workload_api()->describe(workload_.get(), &info_), workload_name);
+  if (info_.struct_size >= MLPH_STRUCT_SIZE(MLPH_WorkloadInfo, gradient_accumulation))
+    gradient_accumulation_ = std::max<uint32_t>(info_.gradient_accumulation, 1);
+  const MLPH_Plugin& backend = *backend_lib_.descriptor;
+  if (gradient_accumulation_ > 1 && backend.abi_minor < 2)
+    throw PluginError(MLPH_FAILED_PRECONDITION,
+                      fmt::format("backend {} (ABI {}.{}) cannot accumulate gradients over {} micro-batches: "
+                                  "that needs ABI 1.2; rebuild it or set the accumulation to 1",
+                                  backend_name(), backend.abi_major, backend.abi_minor, gradient_accumulation_));
 }
 
 MLPH_Backend* Session::backend() {

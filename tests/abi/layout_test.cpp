@@ -2,11 +2,17 @@
 // members (and bump MLPH_ABI_MINOR), never move or remove them.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "mlph/plugin.h"
+#include "mlph/sdk/backend.hpp"
+#include "mlph/sdk/workload.hpp"
 
 extern "C" int mlph_c_compile_check(void);
 
-#define MLPH_LAST_MEMBER(T, m) static_assert(sizeof(T) == MLPH_STRUCT_SIZE(T, m), #T ": " #m " is not the last member")
+// Last: nothing but the trailing padding follows it.
+#define MLPH_LAST_MEMBER(T, m) \
+  static_assert(sizeof(T) - MLPH_STRUCT_SIZE(T, m) < alignof(T), #T ": " #m " is not the last member")
 MLPH_LAST_MEMBER(MLPH_Plugin, api);
 MLPH_LAST_MEMBER(MLPH_HostApi, error_free);
 MLPH_LAST_MEMBER(MLPH_BackendApi, read_gradient);
@@ -16,6 +22,8 @@ MLPH_LAST_MEMBER(MLPH_HaloSpec, periodic);
 MLPH_LAST_MEMBER(MLPH_StorageApi, stage);  // 1.1 appended `stage` after 1.0's `stats`
 MLPH_LAST_MEMBER(MLPH_StageStats, shard_count);
 MLPH_LAST_MEMBER(MLPH_Graph, seed);
+MLPH_LAST_MEMBER(MLPH_StepArgs, apply_update);               // 1.2 appended micro_step, apply_update after `step`
+MLPH_LAST_MEMBER(MLPH_WorkloadInfo, gradient_accumulation);  // 1.2 appended after `n_log_entries`
 MLPH_LAST_MEMBER(MLPH_Tensor, data);
 
 // Frozen offsets of ABI 1.0 (LP64): function tables are struct_size, ext, then pointers in order.
@@ -26,6 +34,51 @@ static_assert(offsetof(MLPH_CommsApi, halo_exchange) / sizeof(void*) == 9, "MLPH
 static_assert(offsetof(MLPH_StorageApi, stats) / sizeof(void*) == 6, "MLPH_StorageApi 1.0 layout changed");
 static_assert(offsetof(MLPH_StorageApi, stage) / sizeof(void*) == 7, "MLPH_StorageApi 1.1 layout changed");
 static_assert(offsetof(MLPH_HostApi, error_free) / sizeof(void*) == 8, "MLPH_HostApi 1.0 layout changed");
+static_assert(offsetof(MLPH_StepArgs, step) == 24 && offsetof(MLPH_StepArgs, micro_step) == 32 &&
+                  offsetof(MLPH_StepArgs, apply_update) == 40,
+              "MLPH_StepArgs 1.2 layout changed");
+static_assert(offsetof(MLPH_WorkloadInfo, n_log_entries) == 64 && offsetof(MLPH_WorkloadInfo, gradient_accumulation) == 72,
+              "MLPH_WorkloadInfo 1.2 layout changed");
+
+// A caller of ABI 1.0/1.1 sends a StepArgs without the accumulation members: it means "update now".
+TEST(Abi, OlderStepArgsMeanOneUpdatePerStep) {
+  MLPH_StepArgs args = mlph::sdk::step_args(0.5, 7, 99, false);
+  args.struct_size = MLPH_STRUCT_SIZE(MLPH_StepArgs, step);
+  const mlph::sdk::StepPlan plan = mlph::sdk::read_step_args(args, "test");
+  EXPECT_EQ(plan.micro_step, 7u);
+  EXPECT_TRUE(plan.apply_update);
+  args.struct_size = sizeof args;
+  EXPECT_FALSE(mlph::sdk::read_step_args(args, "test").apply_update);
+  EXPECT_EQ(mlph::sdk::read_step_args(args, "test").micro_step, 99u);
+  args.struct_size = MLPH_STRUCT_SIZE(MLPH_StepArgs, learning_rate);
+  EXPECT_THROW(mlph::sdk::read_step_args(args, "test"), mlph::sdk::Error);
+}
+
+// A workload built with 1.2 answering a 1.1 caller writes no more than the caller's struct holds.
+TEST(Abi, DescribeFillsNoMoreThanTheCallersStruct) {
+  MLPH_WorkloadInfo full{};
+  full.struct_size = sizeof full;
+  full.max_epochs = 3;
+  full.gradient_accumulation = 4;
+  struct {
+    MLPH_WorkloadInfo info;
+    unsigned char canary[8];
+  } older{};
+  older.info.struct_size = MLPH_STRUCT_SIZE(MLPH_WorkloadInfo, n_log_entries);
+  std::memset(older.canary, 0xab, sizeof older.canary);
+  std::memset(&older.info.gradient_accumulation, 0xab, sizeof older.info.gradient_accumulation);
+  mlph::sdk::copy_info(full, older.info);
+  EXPECT_EQ(older.info.struct_size, MLPH_STRUCT_SIZE(MLPH_WorkloadInfo, n_log_entries));
+  EXPECT_EQ(older.info.max_epochs, 3u);
+  EXPECT_EQ(older.info.gradient_accumulation, 0xababababu) << "beyond the caller's struct_size: untouched";
+  MLPH_WorkloadInfo unsized{};  // struct_size 0, as 1.1's core sent it: read as 1.1's size
+  mlph::sdk::copy_info(full, unsized);
+  EXPECT_EQ(unsized.struct_size, MLPH_STRUCT_SIZE(MLPH_WorkloadInfo, n_log_entries));
+  MLPH_WorkloadInfo current{};
+  current.struct_size = sizeof current;
+  mlph::sdk::copy_info(full, current);
+  EXPECT_EQ(current.gradient_accumulation, 4u);
+}
 
 TEST(Abi, HeadersCompileAsC) { EXPECT_EQ(mlph_c_compile_check(), 0); }
 

@@ -77,11 +77,14 @@ TEST(PluginLoader, ErrorsAreOneLine) {
 
 TEST(PluginLoader, ScanReportsBrokenLibrariesWithoutThrowing) {
   PluginLoader loader({MLPH_TEST_PLUGIN_DIR});
-  // The five broken libraries, plus the conformance suite's deliberately faulty but loadable backend.
+  // The five broken libraries, plus three loadable test backends: the conformance suite's faulty
+  // one, the tracing one, and one built against ABI 1.1 (an older minor loads).
   const auto entries = loader.scan();
-  ASSERT_EQ(entries.size(), 6u);
+  ASSERT_EQ(entries.size(), 8u);
   for (const ScanEntry& e : entries) {
-    const bool loadable = e.file.filename() == "libmlph-backend-faulty.so";
+    const std::string file = e.file.filename().string();
+    const bool loadable = file == "libmlph-backend-faulty.so" || file == "libmlph-backend-tracing.so" ||
+                          file == "libmlph-backend-abi11.so";
     EXPECT_EQ(e.ok, loadable) << e.file;
     EXPECT_EQ(e.error.empty(), loadable) << e.file;
   }

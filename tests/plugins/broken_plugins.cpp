@@ -51,7 +51,13 @@ constexpr MLPH_PluginKind kKind = MLPH_KIND_COMMS;  // says comms, file name say
 constexpr MLPH_PluginKind kKind = MLPH_KIND_BACKEND;
 #endif
 
-const MLPH_Plugin kDescriptor = {sizeof(MLPH_Plugin), nullptr, kMajor, MLPH_ABI_MINOR, kKind, BROKEN_NAME, "0.0",
+#if BROKEN_KIND == 6  // a sound plug-in built against ABI 1.1: no gradient accumulation
+constexpr uint32_t kMinor = 1;
+#else
+constexpr uint32_t kMinor = MLPH_ABI_MINOR;
+#endif
+
+const MLPH_Plugin kDescriptor = {sizeof(MLPH_Plugin), nullptr, kMajor, kMinor, kKind, BROKEN_NAME, "0.0",
                                  "deliberately broken", &kTable};
 }  // namespace
 

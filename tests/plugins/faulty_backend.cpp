@@ -1,6 +1,7 @@
 // libmlph-backend-faulty.so: the reference backend with one deliberate, small error, for the
 // conformance tests: in graphs that contain op `fault_op`, it scales either every evaluation output
-// (`fault=forward`, the default) or every gradient it reports (`fault=gradient`) by 1 + 1e-3.
+// (`fault=forward`, the default) or every gradient it reports (`fault=gradient`) by 1 + 1e-3, or
+// ignores gradient accumulation, updating on every micro-batch (`fault=accumulation`).
 // Other options (threads) go to the reference backend.
 #include <algorithm>
 #include <string_view>
@@ -23,11 +24,13 @@ void perturb(MLPH_Tensor& t) {
 
 class FaultyModel final : public sdk::Model {
  public:
-  FaultyModel(std::unique_ptr<sdk::Model> inner, bool forward, bool gradient)
-      : inner_(std::move(inner)), forward_(forward), gradient_(gradient) {}
+  FaultyModel(std::unique_ptr<sdk::Model> inner, bool forward, bool gradient, bool accumulation)
+      : inner_(std::move(inner)), forward_(forward), gradient_(gradient), accumulation_(accumulation) {}
 
   void train_step(const MLPH_Tensor* inputs, size_t n, const MLPH_StepArgs& args, MLPH_StepResult& out) override {
-    inner_->train_step(inputs, n, args, out);
+    MLPH_StepArgs every = args;
+    every.apply_update = 1;
+    inner_->train_step(inputs, n, accumulation_ ? every : args, out);
   }
   void eval_step(const MLPH_Tensor* inputs, size_t n, MLPH_Tensor* outputs, size_t n_outputs) override {
     inner_->eval_step(inputs, n, outputs, n_outputs);
@@ -42,7 +45,7 @@ class FaultyModel final : public sdk::Model {
 
  private:
   std::unique_ptr<sdk::Model> inner_;
-  bool forward_, gradient_;
+  bool forward_, gradient_, accumulation_;
 };
 
 sdk::Options without(const sdk::Options& options, std::initializer_list<std::string_view> keys) {
@@ -59,15 +62,15 @@ class FaultyBackend final : public sdk::Backend {
         fault_(options.get("fault", "forward")),
         fault_op_(options.get("fault_op")) {
     if (fault_op_.empty()) sdk::fail(MLPH_INVALID_ARGUMENT, "faulty backend: option 'fault_op' (an op name) is required");
-    if (fault_ != "forward" && fault_ != "gradient")
-      sdk::fail(MLPH_INVALID_ARGUMENT, "faulty backend: option 'fault' must be forward or gradient");
+    if (fault_ != "forward" && fault_ != "gradient" && fault_ != "accumulation")
+      sdk::fail(MLPH_INVALID_ARGUMENT, "faulty backend: option 'fault' must be forward, gradient or accumulation");
   }
 
   std::unique_ptr<sdk::Model> compile(const MLPH_Graph& graph, const MLPH_CommsHandle* comms) override {
     bool has_op = false;
     for (size_t i = 0; i < graph.n_nodes; ++i) has_op = has_op || fault_op_ == graph.nodes[i].op;
     return std::make_unique<FaultyModel>(reference_.compile(graph, comms), has_op && fault_ == "forward",
-                                         has_op && fault_ == "gradient");
+                                         has_op && fault_ == "gradient", has_op && fault_ == "accumulation");
   }
 
  private:

@@ -230,8 +230,8 @@ TEST(Official, ResultSummarizerCsvIsIdentical) {
 }
 
 namespace {
-std::vector<MLPH_ParamSpec> cosmoflow_schema(core::LoadedPlugin& plugin) {
-  plugin = core::PluginLoader({MLPH_PLUGIN_DIR}).load(MLPH_KIND_WORKLOAD, "cosmoflow");
+std::vector<MLPH_ParamSpec> workload_schema(core::LoadedPlugin& plugin, const std::string& workload = "cosmoflow") {
+  plugin = core::PluginLoader({MLPH_PLUGIN_DIR}).load(MLPH_KIND_WORKLOAD, workload);
   size_t n = 0;
   const MLPH_ParamSpec* specs = plugin.api<MLPH_WorkloadApi>()->params(&n);
   return {specs, specs + n};
@@ -242,7 +242,7 @@ TEST(Borrow, FromTheNvidiaV3CosmoflowLog) {
   const fs::path log = kShared / "fixtures" / "mllog" / "nvidia_v3.0_cosmoflow_strong_result_0.txt";
   if (!fs::exists(log)) GTEST_SKIP() << log << " is not beside this checkout";
   core::LoadedPlugin plugin;
-  const auto schema = cosmoflow_schema(plugin);
+  const auto schema = workload_schema(plugin);
   const auto sets = core::map_hparams(core::read_hparams(log, "cosmoflow"), "cosmoflow", schema, true, 4, log.string());
   // GBS 512 over 4 ranks; peak 0.024 with warm-up factor 4: base 0.006 over a base batch of 512/4
   const std::vector<std::string> expected = {
@@ -254,9 +254,39 @@ TEST(Borrow, FromTheNvidiaV3CosmoflowLog) {
                core::BorrowError);  // 512 does not split over 3 ranks
 }
 
+TEST(Borrow, FromTheNvidiaV3DeepcamLog) {
+  const fs::path log = kShared / "fixtures" / "mllog" / "nvidia_v3.0_deepcam_strong_result_0.txt";
+  if (!fs::exists(log)) GTEST_SKIP() << log << " is not beside this checkout";
+  if (!fs::exists(fs::path(MLPH_PLUGIN_DIR) / "libmlph-workload-deepcam.so")) GTEST_SKIP() << "deepcam not built (HDF5)";
+  core::LoadedPlugin plugin;
+  const auto schema = workload_schema(plugin, "deepcam");
+  const auto sets = core::map_hparams(core::read_hparams(log, "deepcam"), "deepcam", schema, true, 512, log.string());
+  // GBS 2048 over 512 ranks; LAMB, lr 0.0055 as float32 printed in double; multistep [800] after 400 warm-up steps.
+  const std::vector<std::string> expected = {
+      "train.batch_size=4", "train.batchnorm_group_size=2", "train.gradient_accumulation_frequency=1",
+      "optimizer.name=LAMB", "optimizer.lr=0.005499999970197678", "optimizer.betas=[0.9, 0.999]",
+      "optimizer.eps=1e-06", "optimizer.weight_decay=0.01", "optimizer.max_grad_norm=1.0",
+      "scheduler.type=multistep", "scheduler.milestones=[800]", "scheduler.decay_rate=0.1",
+      "scheduler.lr_warmup_steps=400", "scheduler.lr_warmup_factor=1.0"};
+  EXPECT_EQ(sets, expected);
+  const fs::path dir = test::fresh_tree("borrow-deepcam");
+  const auto error_of = [&](const std::string& yaml) {
+    std::ofstream(dir / "h.yaml") << yaml;
+    try {
+      core::map_hparams(core::read_hparams(dir / "h.yaml", "deepcam"), "deepcam", schema, true, 1, "h.yaml");
+    } catch (const core::BorrowError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of("opt_eps: 1.0e-8\n").find("opt_eps is fixed at 1e-6"), std::string::npos) << error_of("opt_eps: 1.0e-8\n");
+  EXPECT_NE(error_of("opt_name: 3\n").find("opt_name = 3: must be a string"), std::string::npos) << error_of("opt_name: 3\n");
+  EXPECT_NE(error_of("gradient_accumulation_frequency: 0\n").find("must be >= 1"), std::string::npos);
+}
+
 TEST(Borrow, FromYamlAndClosedRuleViolationsNameTheKey) {
   core::LoadedPlugin plugin;
-  const auto schema = cosmoflow_schema(plugin);
+  const auto schema = workload_schema(plugin);
   const fs::path dir = test::fresh_tree("borrow");
   const auto borrow = [&](const std::string& yaml) {
     std::ofstream(dir / "h.yaml") << yaml;

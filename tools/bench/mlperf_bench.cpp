@@ -12,6 +12,7 @@
 
 #include "layers.hpp"
 #include "peak.hpp"
+#include "mlph/sdk/backend.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/core/session.hpp"
 #include "mlph/sdk/json.hpp"
@@ -75,7 +76,7 @@ Timing time_graph(Session& session, const MLPH_Graph& graph, int steps, int warm
   const auto* api = session.backend_api();
   uint64_t step = 0;
   auto train = [&] {
-    MLPH_StepArgs args{sizeof(MLPH_StepArgs), nullptr, 1e-6, step++};
+    const MLPH_StepArgs args = mlph::sdk::step_args(1e-6, step++);
     MLPH_StepResult result{sizeof(MLPH_StepResult), nullptr, 0};
     check(api->train_step(model.get(), buffers.inputs().data(), buffers.inputs().size(), &args, &result),
           "train_step");

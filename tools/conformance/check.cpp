@@ -6,6 +6,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "mlph/sdk/backend.hpp"
 #include "mlph/core/host.hpp"
 
 namespace mlph::conformance {
@@ -106,7 +107,7 @@ Observed observe(const LoadedBackend& backend, const MLPH_Graph& graph, std::vec
 
   HostTensor losses = HostTensor::zeros("loss", MLPH_DTYPE_F64, {static_cast<int64_t>(learning_rates.size())});
   for (size_t s = 0; s < learning_rates.size(); ++s) {
-    const MLPH_StepArgs args{sizeof(MLPH_StepArgs), nullptr, learning_rates[s], first_step + s};
+    const MLPH_StepArgs args = mlph::sdk::step_args(learning_rates[s], first_step + s);
     MLPH_StepResult result{sizeof(MLPH_StepResult), nullptr, 0.0};
     core::check(api->train_step(model.get(), in.data(), in.size(), &args, &result), fmt::format("train_step {}", s));
     losses.as<double>()[s] = result.loss;

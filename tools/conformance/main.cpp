@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "accumulation.hpp"
 #include "cases.hpp"
 #include "check.hpp"
 #include "mlph/core/host.hpp"
@@ -48,9 +49,10 @@ std::vector<std::string> split(const std::string& list) {
   return out;
 }
 
-// The op checks, then the model checks: every name --ops accepts.
+// The op checks, gradient accumulation, then the model checks: every name --ops accepts.
 std::vector<std::string> all_check_names() {
   std::vector<std::string> names = op_check_names();
+  names.push_back("accumulation");
   for (const ModelCheck& m : model_checks()) names.push_back(m.workload);
   return names;
 }
@@ -171,6 +173,8 @@ Report run_checks(const Settings& s, const std::vector<std::string>& checks, con
       report.rows.push_back(std::move(row));
     }
   }
+  if (std::find(checks.begin(), checks.end(), "accumulation") != checks.end())
+    report.rows.push_back(check_accumulation(candidate, tolerance.op, s.seed));
   ModelSettings model{{s.plugin_dirs.begin(), s.plugin_dirs.end()}, s.model_steps, s.seed, tolerance.model};
   for (const ModelCheck& m : model_checks()) {
     if (std::find(checks.begin(), checks.end(), m.workload) == checks.end()) continue;

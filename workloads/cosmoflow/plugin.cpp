@@ -23,7 +23,8 @@ class CosmoFlow final : public sdk::Workload {
 
   MLPH_WorkloadInfo describe() override {
     return {sizeof(MLPH_WorkloadInfo), nullptr, "cosmoflow",     "eval_error",        settings_.target_mae,
-            1,                         settings_.epochs, settings_.batch_size, log_entries_.data(), log_entries_.size()};
+            1,                         settings_.epochs, settings_.batch_size, log_entries_.data(), log_entries_.size(),
+            1};
   }
 
   const MLPH_Graph* build_graph(uint32_t batch, uint64_t seed) override {

@@ -284,9 +284,15 @@ void build_model(sdk::GraphBuilder& g, const DataSettings& data, const Normaliza
   const int32_t logits = decoder(net, aspp(net, g, features), low_level);
 
   const std::array<float, kClasses> weights = class_weights();
-  const int32_t loss = g.value("loss", MLPH_DTYPE_F32, {});
+  int32_t loss = g.value("loss", MLPH_DTYPE_F32, {});
   g.node("softmax_cross_entropy", "loss", {logits, labels}, {loss},
          {{"class_weights", std::vector<double>(weights.begin(), weights.end())}});
+  // Accumulated gradients then sum to the mean over the whole window (reference: loss / frequency).
+  if (const uint32_t window = optimizer.gradient_accumulation_frequency; window > 1) {
+    const int32_t per_window = g.value("loss.per_window", MLPH_DTYPE_F32, {});
+    g.node("scale", "loss.per_window", {loss}, {per_window}, {{"factor", 1.0 / window}});
+    loss = per_window;
+  }
   const int32_t iou = g.value("iou", MLPH_DTYPE_F32, {b});
   g.node("iou", "iou", {logits, labels}, {iou});
 

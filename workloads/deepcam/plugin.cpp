@@ -47,7 +47,7 @@ class DeepCam final : public sdk::Workload {
   MLPH_WorkloadInfo describe() override {
     return {sizeof(MLPH_WorkloadInfo), nullptr,          "deepcam",           "eval_accuracy",
             settings_.target_iou,      0,                settings_.epochs,    settings_.batch_size,
-            log_entries_.data(),       log_entries_.size()};
+            log_entries_.data(),       log_entries_.size(), settings_.optimizer.gradient_accumulation_frequency};
   }
 
   const MLPH_Graph* build_graph(uint32_t batch, uint64_t seed) override {

@@ -46,16 +46,11 @@ Settings parse_settings(const sdk::Options& c) {
   s.epochs = positive(c, "train.epochs", 200);
   s.target_iou = c.get_number("train.target_iou");
   s.batchnorm_group_size = positive(c, "train.batchnorm_group_size", 1);
-  s.gradient_accumulation_frequency = positive(c, "train.gradient_accumulation_frequency", 1);
-  // Both need more than the ABI offers today: SyncBatchNorm needs the backend to all-reduce batch
-  // statistics over a group of ranks, accumulation a train_step that defers the optimizer.
+  s.optimizer.gradient_accumulation_frequency = positive(c, "train.gradient_accumulation_frequency", 1);
+  // SyncBatchNorm needs the backend to all-reduce batch statistics over a group of ranks: not in the ABI yet.
   if (s.batchnorm_group_size != 1)
     fail(MLPH_UNIMPLEMENTED, "'train.batchnorm_group_size' = " + std::to_string(s.batchnorm_group_size) +
                                  ": only 1 (per-rank batch norm) is supported; group batch norm needs backend support");
-  if (s.gradient_accumulation_frequency != 1)
-    fail(MLPH_UNIMPLEMENTED, "'train.gradient_accumulation_frequency' = " +
-                                 std::to_string(s.gradient_accumulation_frequency) +
-                                 ": only 1 is supported; accumulation needs a train_step that defers the optimizer");
 
   DataSettings& d = s.data;
   d.dir = c.get("data.dir");

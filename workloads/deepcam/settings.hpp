@@ -16,6 +16,8 @@ struct OptimizerSettings {
   double eps = 1e-6;
   double weight_decay = 0.01;
   double max_grad_norm = 1.0;  // LAMB only (apex FusedLAMB default)
+  // Micro-batches per update; the graph divides the loss by it, as the reference does.
+  uint32_t gradient_accumulation_frequency = 1;
 };
 
 // Step-based learning-rate schedule (REFERENCE §2.4, §2.10).
@@ -46,7 +48,7 @@ struct Settings {
   DataSettings data;
   SyntheticSettings synthetic;
   uint32_t batch_size = 2, epochs = 200;
-  uint32_t batchnorm_group_size = 1, gradient_accumulation_frequency = 1;
+  uint32_t batchnorm_group_size = 1;
   double target_iou = 0.82;
 };
 

@@ -16,7 +16,13 @@ typedef struct MLPH_StepArgs {
   size_t struct_size;
   const MLPH_Extension* ext;
   double learning_rate;
-  uint64_t step; /* global optimizer step, 0-based; the counter of in-graph randomness */
+  uint64_t step; /* global optimizer step, 0-based (Adam's t is step + 1) */
+  /* ABI 1.2: gradient accumulation. A caller of ABI 1.0/1.1 (struct_size short of these) means
+   * micro_step = step and apply_update = 1. */
+  uint64_t micro_step;   /* global micro-batch counter, 0-based: the counter of in-graph randomness */
+  uint32_t apply_update; /* 0: add this micro-batch's gradient to the pending sum and stop there (weights and
+                          * optimizer state untouched); else: add it, average the sum over ranks, add the
+                          * regularization, update, and start a new sum */
 } MLPH_StepArgs;
 
 typedef struct MLPH_StepResult {
@@ -59,8 +65,9 @@ typedef struct MLPH_BackendApi {
   MLPH_Error* (*read_parameter)(MLPH_Model* model, size_t index, MLPH_Tensor* dst);
   MLPH_Error* (*write_parameter)(MLPH_Model* model, size_t index, const MLPH_Tensor* src);
 
-  /* Copies the gradient of parameter `index` from the last train_step (before the update,
-   * after averaging over ranks, regularization included). For conformance checks. */
+  /* Copies the gradient of parameter `index` from the last train_step: the one the last update used
+   * (before the update, after averaging over ranks, regularization included), or after a micro-step
+   * with apply_update 0 this rank's pending sum. For conformance checks. */
   MLPH_Error* (*read_gradient)(MLPH_Model* model, size_t index, MLPH_Tensor* dst);
 } MLPH_BackendApi;
 

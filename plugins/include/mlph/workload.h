@@ -62,6 +62,9 @@ typedef struct MLPH_WorkloadInfo {
   /* Hyperparameters to log after run_start, in order: key and value as JSON text. */
   const MLPH_KeyValue* log_entries;
   size_t n_log_entries;
+  /* ABI 1.2: micro-batches per optimizer step (gradient accumulation); 0 or 1: none. The workload
+   * scales its loss by 1/gradient_accumulation in the graph, the runner defers the update. */
+  uint32_t gradient_accumulation;
 } MLPH_WorkloadInfo;
 
 typedef enum MLPH_Split { MLPH_SPLIT_TRAIN = 0, MLPH_SPLIT_VALIDATION = 1 } MLPH_Split;
@@ -79,7 +82,8 @@ typedef struct MLPH_WorkloadApi {
                         MLPH_Workload** out);
   void (*destroy)(MLPH_Workload* workload);
 
-  /* *out and what it points to live as long as the workload. */
+  /* *out and what it points to live as long as the workload. The caller sets out->struct_size (0 is
+   * read as ABI 1.1's size); the workload fills no more than that and sets it to what it filled. */
   MLPH_Error* (*describe)(MLPH_Workload* workload, MLPH_WorkloadInfo* out);
 
   /* The model for `batch` samples per step, initial weights drawn from `seed`.
@@ -98,7 +102,8 @@ typedef struct MLPH_WorkloadApi {
   MLPH_Error* (*dataset_read)(MLPH_Dataset* dataset, const uint64_t* indices, size_t n, MLPH_Tensor* inputs,
                               size_t n_inputs);
 
-  /* Learning rate of an optimizer step: `epoch` 0-based, `step` the global 0-based step. */
+  /* Learning rate of an optimizer step: `epoch` 0-based, `step` the global 0-based optimizer step
+   * (micro-batches / gradient_accumulation). */
   MLPH_Error* (*learning_rate)(MLPH_Workload* workload, uint32_t epoch, uint64_t step, double* out);
 
   /* The quality metric from the eval outputs summed over all validation batches and ranks. */

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend.hpp"  // the reference backend
+#include "mlph/sdk/backend.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/sdk/graph.hpp"
 #include "mlph/sdk/tensor.hpp"
@@ -41,7 +42,7 @@ class Compiled {
   Compiled& operator=(const Compiled&) = delete;
 
   double train(std::vector<MLPH_Tensor> inputs, double lr, uint64_t step) {
-    MLPH_StepArgs args{sizeof(MLPH_StepArgs), nullptr, lr, step};
+    const MLPH_StepArgs args = mlph::sdk::step_args(lr, step);
     MLPH_StepResult result{sizeof(MLPH_StepResult), nullptr, 0.0};
     core::check(api_->train_step(model_, inputs.data(), inputs.size(), &args, &result));
     return result.loss;

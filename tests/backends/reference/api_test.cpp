@@ -57,7 +57,7 @@ CallResult create_error(std::vector<MLPH_KeyValue> options) {
 }
 
 CallResult train_error(test::Compiled& model, std::vector<MLPH_Tensor> inputs) {
-  MLPH_StepArgs args{sizeof(MLPH_StepArgs), nullptr, 0.1, 0};
+  const MLPH_StepArgs args = mlph::sdk::step_args(0.1, 0);
   MLPH_StepResult result{sizeof(MLPH_StepResult), nullptr, 0.0};
   return result_of(test::api()->train_step(model.model(), inputs.data(), inputs.size(), &args, &result));
 }
@@ -322,4 +322,5 @@ TEST(ReferenceApi, Options) {
 }
 
 }  // namespace
-}  // namespace mlph::reference
+}  // namespace mlph::reference#include "mlph/sdk/backend.hpp"
+

@@ -205,7 +205,7 @@ TEST(ReferenceSegmentation, LabelOutsideTheClassesIsAnErrorNamingTheNode) {
   test::Compiled model(s.b.g.graph());
   s.label_values[4] = 3;
   std::vector<MLPH_Tensor> in{test::tensor_for(s.b.info(s.labels), s.label_values)};
-  MLPH_StepArgs args{sizeof(MLPH_StepArgs), nullptr, 0.1, 0};
+  const MLPH_StepArgs args = mlph::sdk::step_args(0.1, 0);
   MLPH_StepResult result{sizeof(MLPH_StepResult), nullptr, 0.0};
   const CallResult e = result_of(test::api()->train_step(model.model(), in.data(), in.size(), &args, &result));
   EXPECT_EQ(e.code, MLPH_INVALID_ARGUMENT);
@@ -338,4 +338,5 @@ TEST(ReferenceDeepCamErrors, LabelsMustBeInt32AndAdamNeedsItsHyperparameters) {
 }
 
 }  // namespace
-}  // namespace mlph::reference
+}  // namespace mlph::reference#include "mlph/sdk/backend.hpp"
+

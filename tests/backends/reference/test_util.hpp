@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "mlph/sdk/backend.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/sdk/graph.hpp"
 #include "mlph/sdk/tensor.hpp"
@@ -51,7 +52,7 @@ class Compiled {
   MLPH_Model* model() const { return model_; }
 
   double train(std::vector<MLPH_Tensor> inputs, double learning_rate, uint64_t step = 0) {
-    MLPH_StepArgs args{sizeof(MLPH_StepArgs), nullptr, learning_rate, step};
+    const MLPH_StepArgs args = mlph::sdk::step_args(learning_rate, step);
     MLPH_StepResult result{sizeof(MLPH_StepResult), nullptr, 0.0};
     core::check(api()->train_step(model_, inputs.data(), inputs.size(), &args, &result));
     return result.loss;

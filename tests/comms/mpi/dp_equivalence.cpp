@@ -1,8 +1,9 @@
 // Data parallelism is exact: on 2 ranks (mpirun -np 2), CosmoFlow (32^3, dropout 0) trained for a
 // few steps with batch b per rank ends with the same weights as 1 rank with batch 2b on the same
 // samples (rank 0 trains that model too, without comms). Prints the figures; exits non-zero if the
-// weights differ beyond float tolerance or the replicas are not bitwise identical. Then the
-// per-epoch averaging of BatchNorm running statistics on a one-node graph.
+// weights differ beyond float tolerance or the replicas are not bitwise identical. Then the same
+// with gradient accumulation (2 micro-batches of 1 per rank and update), and the per-epoch
+// averaging of BatchNorm running statistics on a one-node graph.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "mlph/sdk/backend.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/core/session.hpp"
 #include "mlph/sdk/graph.hpp"
@@ -36,10 +38,15 @@ void fill_sample(const MLPH_Value& v, uint64_t input, uint64_t s, std::byte* dst
   }
 }
 
-// Trains `model` (compiled from `graph`) on global samples [first, first + batch) of every step.
-std::vector<double> train(const MLPH_BackendApi* api, MLPH_Model* model, const MLPH_Graph& graph, uint64_t first) {
+// Trains `model` (compiled from `graph`) on global samples [first, first + window * batch) of every
+// step, in `window` micro-batches of the graph's batch whose gradients accumulate into one update.
+// The graph's loss is a mean over its batch, so the window's gradients add up to `window` times the
+// mean: the learning rate is divided by it (exact with SGD: no l2 here).
+std::vector<double> train(const MLPH_BackendApi* api, MLPH_Model* model, const MLPH_Graph& graph, uint64_t first,
+                          int window = 1) {
   std::vector<double> losses;
-  for (int step = 0; step < kSteps; ++step) {
+  for (int micro = 0; micro < kSteps * window; ++micro) {
+    const int step = micro / window;
     std::vector<std::vector<std::byte>> buffers;
     std::vector<MLPH_Tensor> inputs;
     for (size_t i = 0; i < graph.n_inputs; ++i) {
@@ -47,17 +54,19 @@ std::vector<double> train(const MLPH_BackendApi* api, MLPH_Model* model, const M
       const size_t sample_bytes = static_cast<size_t>(sdk::numel(v) / v.shape[0]) * mlph_dtype_size(v.dtype);
       buffers.emplace_back(sample_bytes * static_cast<size_t>(v.shape[0]));
       for (int64_t s = 0; s < v.shape[0]; ++s)
-        fill_sample(v, i, static_cast<uint64_t>(step) * 1000 + first + static_cast<uint64_t>(s),
+        fill_sample(v, i, static_cast<uint64_t>(step) * 1000 + first + static_cast<uint64_t>((micro % window) * v.shape[0] + s),
                     buffers.back().data() + static_cast<size_t>(s) * sample_bytes);
     }
     for (size_t i = 0; i < graph.n_inputs; ++i) {
       const MLPH_Value& v = graph.values[graph.inputs[i]];
       inputs.push_back(sdk::host_tensor(v.dtype, v.shape, v.ndim, buffers[i].data()));
     }
-    MLPH_StepArgs args{sizeof(MLPH_StepArgs), nullptr, kLearningRate, static_cast<uint64_t>(step)};
+    const MLPH_StepArgs args = mlph::sdk::step_args(kLearningRate / window, static_cast<uint64_t>(step),
+                                                    static_cast<uint64_t>(micro), (micro + 1) % window == 0);
     MLPH_StepResult result{sizeof(MLPH_StepResult), nullptr, 0.0};
     check(api->train_step(model, inputs.data(), inputs.size(), &args, &result), "train_step");
-    losses.push_back(result.loss);
+    if (micro % window == 0) losses.push_back(0);
+    losses.back() += result.loss / window;
   }
   return losses;
 }
@@ -88,6 +97,35 @@ std::vector<std::vector<float>> weights(const MLPH_BackendApi* api, MLPH_Model* 
   return all;
 }
 
+// Gradient accumulation across ranks: 2 ranks x 2 micro-batches of 1 per update must match 1 rank x
+// batch 4 (`reference`, rank 0 only), with the allreduce deferred to each window's last micro-batch.
+int check_accumulation(Session& session, const std::vector<Shape>& shapes,
+                       const std::vector<std::vector<float>>& reference, const std::vector<double>& reference_losses) {
+  const MLPH_Graph* graph = nullptr;
+  check(session.workload_api()->build_graph(session.workload(), 1, session.seed(), &graph), "build_graph");
+  auto model = session.compile(*graph);
+  std::vector<double> losses = train(session.backend_api(), model.get(), *graph,
+                                     static_cast<uint64_t>(session.topology().rank) * kLocalBatch, kLocalBatch);
+  for (double& loss : losses)
+    check(session.comms_api()->allreduce(session.comm(), &loss, 1, MLPH_DTYPE_F64, MLPH_REDUCE_AVERAGE), "allreduce");
+  const std::vector<std::vector<float>> mine = weights(session.backend_api(), model.get(), shapes);
+  if (session.topology().rank != 0) return 0;
+  double max_diff = 0, max_weight = 0, max_loss_diff = 0;
+  for (size_t p = 0; p < reference.size(); ++p)
+    for (size_t i = 0; i < reference[p].size(); ++i) {
+      max_diff = std::max(max_diff, std::abs(double{mine[p][i]} - reference[p][i]));
+      max_weight = std::max(max_weight, std::abs(double{reference[p][i]}));
+    }
+  for (size_t s = 0; s < losses.size(); ++s)
+    max_loss_diff = std::max(max_loss_diff, std::abs(losses[s] - reference_losses[s]) / std::abs(reference_losses[s]));
+  const double tolerance = 1e-5 * std::max(1.0, max_weight);
+  const bool ok = max_diff <= tolerance && max_loss_diff <= 1e-5;
+  std::printf("accumulation: 2 ranks x 2 micro-batches of 1 vs 1 rank x batch %u: max |w diff| = %.3g, "
+              "max relative loss diff = %.3g: %s\n",
+              2 * kLocalBatch, max_diff, max_loss_diff, ok ? "equal" : "FAIL");
+  return ok ? 0 : 1;
+}
+
 // A batch_norm trained one step on rank-dependent data: its running statistics differ between the
 // ranks until Session::average_non_trainable makes them the mean of both.
 int check_running_statistics_average(Session& session) {
@@ -113,7 +151,7 @@ int check_running_statistics_average(Session& session) {
   const int64_t shape[3] = {2, 4, 3};
   MLPH_Tensor inputs[2] = {sdk::host_tensor(MLPH_DTYPE_F32, shape, 3, xs.data()),
                            sdk::host_tensor(MLPH_DTYPE_F32, shape, 3, targets.data())};
-  MLPH_StepArgs args{sizeof(MLPH_StepArgs), nullptr, 0.1, 0};
+  const MLPH_StepArgs args = mlph::sdk::step_args(0.1, 0);
   MLPH_StepResult result{sizeof(MLPH_StepResult), nullptr, 0.0};
   check(session.backend_api()->train_step(model.get(), inputs, 2, &args, &result), "train_step");
 
@@ -180,14 +218,16 @@ int run() {
   std::printf("rank %d: replica weights %s rank 0's\n", topology.rank,
               replicas_equal ? "bitwise equal to" : "DIFFER from");
 
+  std::vector<std::vector<float>> reference;  // rank 0: 1 rank x batch 4
+  std::vector<double> single_losses;
   if (topology.rank == 0) {
     const MLPH_Graph* whole = nullptr;
     check(workload->build_graph(session.workload(), 2 * kLocalBatch, session.seed(), &whole), "build_graph");
     MLPH_Model* raw = nullptr;
     check(backend->compile(session.backend(), whole, nullptr, &raw), "compile");
     Owned<MLPH_Model> single(raw, backend->model_destroy);
-    const std::vector<double> single_losses = train(backend, single.get(), *whole, 0);
-    const std::vector<std::vector<float>> reference = weights(backend, single.get(), shapes);
+    single_losses = train(backend, single.get(), *whole, 0);
+    reference = weights(backend, single.get(), shapes);
     double max_diff = 0, max_moved = 0, max_weight = 0;
     for (size_t p = 0; p < reference.size(); ++p)
       for (size_t i = 0; i < reference[p].size(); ++i) {
@@ -215,6 +255,7 @@ int run() {
         ++failures;
       }
   }
+  failures += check_accumulation(session, shapes, reference, single_losses);
   failures += check_running_statistics_average(session);
   int total = failures;
   check(session.comms_api()->allreduce(session.comm(), &total, 1, MLPH_DTYPE_I32, MLPH_REDUCE_SUM), "allreduce");

@@ -2,6 +2,8 @@
 // reference backend (every DeepCAM log key), and the closed division refusing a changed target.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <fstream>
 #include <set>
 
 #include "../../integration/cli.hpp"
@@ -26,6 +28,57 @@ TEST(DeepCamRun, GenerateDataThenOneEpochLogsTheReferenceKeys) {
                           "scheduler_type", "scheduler_milestones", "scheduler_decay_rate", "scheduler_lr_warmup_steps",
                           "scheduler_lr_warmup_factor", "train_samples", "eval_samples", "eval_accuracy", "run_stop"})
     EXPECT_EQ(keys.count(key), 1u) << key;
+}
+
+// Gradient accumulation through the runner: 3 micro-batches per epoch in windows of 2, so a window
+// spans the epoch boundary as in the reference (it counts micro-batches globally); the schedule
+// advances once per update.
+TEST(DeepCamRun, AccumulationDefersUpdatesAcrossEpochs) {
+  const auto dir = fresh_dir("deepcam-accumulation");
+  const std::string shape = " --set data.height=32 --set data.width=32";  // batch norm needs 2x2 at the deepest maps
+  ASSERT_EQ(run_cli("--workload deepcam --generate-data " + (dir / "data").string() + shape +
+                    " --set data.synthetic.train=3 --set data.synthetic.valid=1")
+                .exit_code,
+            0);
+  const std::string trace = (dir / "trace.txt").string();
+  const CliResult run = run_cli("--workload deepcam --plugin-dir " MLPH_TEST_PLUGIN_DIR " --backend tracing --set backend.trace=" +
+                                trace + " --data " + (dir / "data").string() + shape +
+                                " --set train.batch_size=1 --set train.epochs=2 --set train.gradient_accumulation_frequency=2"
+                                " --set scheduler.lr_warmup_steps=3 --seed 3 --output " + (dir / "out").string());
+  EXPECT_EQ(run.exit_code, 1) << run.output;  // two epochs do not reach the target
+  std::ifstream in(trace);
+  std::vector<std::array<double, 4>> steps;  // micro_step, step, apply_update, learning rate
+  for (std::array<double, 4> s; in >> s[0] >> s[1] >> s[2] >> s[3];) steps.push_back(s);
+  ASSERT_EQ(steps.size(), 6u) << run.output;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_EQ(steps[i][0], double(i));
+    EXPECT_EQ(steps[i][1], double(i / 2)) << "the optimizer step counts updates";
+    EXPECT_EQ(steps[i][2], i % 2 == 1 ? 1.0 : 0.0) << "the update ends each window of 2, across epochs";
+  }
+  EXPECT_EQ(steps[0][3], steps[1][3]) << "one learning rate per window";
+  EXPECT_LT(steps[1][3], steps[2][3]) << "warm-up: the next update's rate is higher";
+  bool logged = false;
+  for (const std::string& line : read_lines(dir / "out" / "result_0.txt"))
+    if (mllog_key(line) == "gradient_accumulation_frequency") logged = line.find("\"value\": 2") != std::string::npos;
+  EXPECT_TRUE(logged);
+}
+
+TEST(DeepCamRun, AccumulationIsRefusedWithABackendOlderThanAbi12) {
+  const CliResult r = run_cli("--workload deepcam --plugin-dir " MLPH_TEST_PLUGIN_DIR
+                              " --backend abi11 --set train.gradient_accumulation_frequency=2 --data /nonexistent");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("backend abi11 (ABI 1.1) cannot accumulate gradients over 2 micro-batches"), std::string::npos)
+      << r.output;
+}
+
+// NVIDIA's v3.0 log shares batch-norm statistics over pairs of ranks: borrowed as is, the run says
+// why it cannot follow, naming the key.
+TEST(DeepCamRun, BorrowingNvidiasHyperparametersNamesWhatItCannotRun) {
+  const std::filesystem::path log = MLPH_SOURCE_DIR "/../shared/fixtures/mllog/nvidia_v3.0_deepcam_strong_result_0.txt";
+  if (!std::filesystem::exists(log)) GTEST_SKIP() << log << " is not beside this checkout";
+  const CliResult r = run_cli("--workload deepcam --borrow-hparams " + log.string() + " --data /nonexistent");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("'train.batchnorm_group_size' = 2: only 1"), std::string::npos) << r.output;
 }
 
 TEST(DeepCamRun, ClosedDivisionFixesTheTargetAndEps) {

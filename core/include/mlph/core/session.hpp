@@ -29,6 +29,9 @@ class Session {
   uint64_t seed() const { return seed_; }
   const MLPH_Topology& topology() const { return topology_; }
   const MLPH_WorkloadInfo& info() const { return info_; }
+  // Micro-batches per optimizer step: the workload's (ABI 1.2), 1 for older workloads. Checked in the
+  // constructor: a backend older than ABI 1.2 cannot defer its update and is refused.
+  uint32_t gradient_accumulation() const { return gradient_accumulation_; }
   std::vector<const LoadedPlugin*> plugins() const { return {&workload_lib_, &backend_lib_, &comms_lib_, &storage_lib_}; }
 
   const MLPH_WorkloadApi* workload_api() const { return workload_lib_.api<MLPH_WorkloadApi>(); }
@@ -64,6 +67,7 @@ class Session {
   MLPH_StorageHandle storage_handle_{};
   MLPH_Topology topology_{};
   MLPH_WorkloadInfo info_{};
+  uint32_t gradient_accumulation_ = 1;
   uint64_t seed_ = 0;
 };
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "mlph/backend.h"
 #include "mlph/sdk/error.hpp"
@@ -15,6 +16,34 @@
 #include "mlph/sdk/plugin.hpp"
 
 namespace mlph::sdk {
+
+// The arguments of one train_step. `micro_step` counts micro-batches (the counter of in-graph
+// randomness); the update is applied on the last micro-batch of each accumulation window.
+inline MLPH_StepArgs step_args(double learning_rate, uint64_t step, uint64_t micro_step, bool apply_update) {
+  MLPH_StepArgs args{};
+  args.struct_size = sizeof args;
+  args.learning_rate = learning_rate;
+  args.step = step;
+  args.micro_step = micro_step;
+  args.apply_update = apply_update ? 1 : 0;
+  return args;
+}
+// One micro-batch per update: the step of ABI 1.0/1.1.
+inline MLPH_StepArgs step_args(double learning_rate, uint64_t step) { return step_args(learning_rate, step, step, true); }
+
+// What a backend reads from MLPH_StepArgs, with ABI 1.2's members defaulted for older callers.
+struct StepPlan {
+  double learning_rate;
+  uint64_t step, micro_step;
+  bool apply_update;
+};
+inline StepPlan read_step_args(const MLPH_StepArgs& args, const std::string& who) {
+  if (args.struct_size < MLPH_STRUCT_SIZE(MLPH_StepArgs, step))
+    throw Error(MLPH_INVALID_ARGUMENT, who + ": MLPH_StepArgs is too small (an older ABI?)");
+  if (args.struct_size < MLPH_STRUCT_SIZE(MLPH_StepArgs, apply_update))
+    return {args.learning_rate, args.step, args.step, true};
+  return {args.learning_rate, args.step, args.micro_step, args.apply_update != 0};
+}
 
 class Model {
  public:

@@ -4,6 +4,8 @@
 // and overrides the virtual members of Workload.
 #pragma once
 
+#include <algorithm>
+#include <cstring>
 #include <memory>
 
 #include "mlph/sdk/error.hpp"
@@ -38,6 +40,13 @@ inline WorkloadBox* unbox(MLPH_Workload* w) { return reinterpret_cast<WorkloadBo
 inline DatasetBox* unbox(MLPH_Dataset* d) { return reinterpret_cast<DatasetBox*>(d); }
 }  // namespace detail
 
+// Fills no more of `out` than the caller has room for (its struct_size; 0 from callers of ABI 1.1).
+inline void copy_info(MLPH_WorkloadInfo info, MLPH_WorkloadInfo& out) {
+  const size_t room = out.struct_size ? out.struct_size : MLPH_STRUCT_SIZE(MLPH_WorkloadInfo, n_log_entries);
+  info.struct_size = std::min(room, sizeof info);
+  std::memcpy(&out, &info, info.struct_size);
+}
+
 template <class Impl>
 const MLPH_WorkloadApi* workload_api() {
   using namespace detail;
@@ -53,7 +62,7 @@ const MLPH_WorkloadApi* workload_api() {
       },
       [](MLPH_Workload* w) { delete unbox(w); },
       [](MLPH_Workload* w, MLPH_WorkloadInfo* out) {
-        return guard(unbox(w)->host, [&] { *out = unbox(w)->impl->describe(); });
+        return guard(unbox(w)->host, [&] { copy_info(unbox(w)->impl->describe(), *out); });
       },
       [](MLPH_Workload* w, uint32_t batch, uint64_t seed, const MLPH_Graph** out) {
         return guard(unbox(w)->host, [&] { *out = unbox(w)->impl->build_graph(batch, seed); });

@@ -1,0 +1,65 @@
+// libmlph-backend-tracing.so: the reference backend that appends, for every train_step, one line
+// "micro_step step apply_update learning_rate" to the file of option `trace`: what the runner asked
+// for, for the tests of gradient accumulation and schedules. Other options go to the reference backend.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "backend.hpp"
+#include "mlph/sdk/backend.hpp"
+
+namespace {
+
+using namespace mlph;
+
+class TracingModel final : public sdk::Model {
+ public:
+  TracingModel(std::unique_ptr<sdk::Model> inner, std::string trace) : inner_(std::move(inner)), trace_(std::move(trace)) {}
+
+  void train_step(const MLPH_Tensor* inputs, size_t n, const MLPH_StepArgs& args, MLPH_StepResult& out) override {
+    const sdk::StepPlan plan = sdk::read_step_args(args, "tracing backend");
+    const std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(trace_.c_str(), "a"), &std::fclose);
+    if (!file) sdk::fail(MLPH_UNAVAILABLE, "tracing backend: cannot append to " + trace_);
+    fmt::print(file.get(), "{} {} {} {}\n", plan.micro_step, plan.step, plan.apply_update ? 1 : 0, plan.learning_rate);
+    inner_->train_step(inputs, n, args, out);
+  }
+  void eval_step(const MLPH_Tensor* inputs, size_t n, MLPH_Tensor* outputs, size_t n_outputs) override {
+    inner_->eval_step(inputs, n, outputs, n_outputs);
+  }
+  void read_parameter(size_t index, MLPH_Tensor& dst) override { inner_->read_parameter(index, dst); }
+  void write_parameter(size_t index, const MLPH_Tensor& src) override { inner_->write_parameter(index, src); }
+  void read_gradient(size_t index, MLPH_Tensor& dst) override { inner_->read_gradient(index, dst); }
+
+ private:
+  std::unique_ptr<sdk::Model> inner_;
+  std::string trace_;
+};
+
+sdk::Options without_trace(const sdk::Options& options) {
+  std::vector<MLPH_KeyValue> kept;
+  for (const auto& [key, value] : options.all())
+    if (key != "trace") kept.push_back({key.c_str(), value.c_str()});
+  return sdk::Options(kept.data(), kept.size());
+}
+
+class TracingBackend final : public sdk::Backend {
+ public:
+  TracingBackend(const MLPH_HostApi* host, const sdk::Options& options)
+      : reference_(host, without_trace(options)), trace_(options.get("trace")) {
+    if (trace_.empty()) sdk::fail(MLPH_INVALID_ARGUMENT, "tracing backend: option 'trace' (a file) is required");
+  }
+  std::unique_ptr<sdk::Model> compile(const MLPH_Graph& graph, const MLPH_CommsHandle* comms) override {
+    return std::make_unique<TracingModel>(reference_.compile(graph, comms), trace_);
+  }
+
+ private:
+  reference::ReferenceBackend reference_;
+  std::string trace_;
+};
+
+}  // namespace
+
+MLPH_DEFINE_PLUGIN(MLPH_KIND_BACKEND, "tracing", "0.1.0",
+                   "test only: the reference backend, tracing each train_step's arguments to a file",
+                   mlph::sdk::backend_api<TracingBackend>())
