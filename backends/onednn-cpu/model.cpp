@@ -42,7 +42,7 @@ const std::map<std::string, OpRule, std::less<>>& op_rules() {
       {"reshape", {1, 1, {"shape"}, true, make_reshape}},
       {"dense", {2, 3, {}, true, make_dense}},
       {"dropout", {1, 1, {"rate"}, true, make_dropout}},
-      {"batch_norm", {5, 5, {"eps", "momentum"}, true, make_batch_norm}},
+      {"batch_norm", {5, 5, {"eps", "momentum", "group_size"}, true, make_batch_norm}},
       {"add", {2, 2, {}, true, make_add}},
       {"concat", {1, 64, {}, true, make_concat}},
       {"broadcast", {1, 1, {"shape"}, true, make_broadcast}},

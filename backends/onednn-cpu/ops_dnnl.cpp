@@ -520,6 +520,10 @@ class BatchNorm final : public Op {
     const sdk::Attrs attrs(*n.node);
     const auto eps = float(attrs.number("eps", 1e-5));
     momentum_ = attrs.number("momentum", 0.1);
+    if (const double group = attrs.number("group_size", 1); group != 1)
+      unimplemented(n, "group_size " + std::to_string(int64_t(group)) +
+                           " (batch norm over several ranks, SyncBatchNorm) is not supported yet; the reference "
+                           "backend runs it");
     const Value& xv = net.at(x);
     channels_ = xv.shape.back();
     count_ = xv.numel() / channels_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 #include <vector>
 
 #include "ops.hpp"
@@ -189,19 +190,31 @@ void normalize(ThreadPool& pool, RowsByChannels s, const float* x, const std::ve
     for (int64_t c = 0; c < s.channels; ++c) y[r * s.channels + c] = x[r * s.channels + c] * scale[c] + shift[c];
   });
 }
+
+// `sums` followed by this rank's value count, summed over the group: the group's total count M.
+double group_total(std::vector<double>& sums, int64_t rows, const GroupSum* group) {
+  if (!group) return static_cast<double>(rows);
+  sums.push_back(static_cast<double>(rows));
+  (*group)(sums);
+  const double m = sums.back();
+  sums.pop_back();
+  return m;
+}
 }  // namespace
 
 // Two passes (mean, then the mean squared deviation) in double: no cancellation for inputs far from 0.
 void batch_norm_train_forward(ThreadPool& pool, RowsByChannels s, BatchNormAttrs a, const float* x, const float* gamma,
-                              const float* beta, float* running_mean, float* running_var, float* saved, float* y) {
-  const auto m = static_cast<double>(s.rows);
+                              const float* beta, float* running_mean, float* running_var, float* saved, float* y,
+                              const GroupSum* group) {
   std::vector<double> mean =
       channel_sums<1>(pool, s, [&](int64_t r, int64_t c) { return std::array<double, 1>{x[r * s.channels + c]}; });
+  const double m = group_total(mean, s.rows, group);
   for (double& v : mean) v /= m;
-  const std::vector<double> var = channel_sums<1>(pool, s, [&](int64_t r, int64_t c) {
+  std::vector<double> var = channel_sums<1>(pool, s, [&](int64_t r, int64_t c) {
     const double d = x[r * s.channels + c] - mean[static_cast<size_t>(c)];
     return std::array<double, 1>{d * d};
   });
+  if (group) (*group)(var);
   std::vector<float> scale(static_cast<size_t>(s.channels)), shift(scale.size());
   for (size_t c = 0; c < scale.size(); ++c) {
     const double biased = var[c] / m, inverse_std = 1.0 / std::sqrt(biased + a.eps);
@@ -229,20 +242,23 @@ void batch_norm_eval_forward(ThreadPool& pool, RowsByChannels s, BatchNormAttrs 
 // With xhat = (x - mean) * inverse_std: dbeta = sum dy, dgamma = sum dy * xhat,
 // dx = gamma * inverse_std * (dy - dbeta/M - xhat * dgamma/M).
 void batch_norm_backward(ThreadPool& pool, RowsByChannels s, const float* x, const float* gamma, const float* saved,
-                         const float* dy, float* dx, float* dgamma, float* dbeta) {
+                         const float* dy, float* dx, float* dgamma, float* dbeta, const GroupSum* group) {
   const float* mean = saved;
   const float* inverse_std = saved + s.channels;
-  const std::vector<double> sums = channel_sums<2>(pool, s, [&](int64_t r, int64_t c) {
+  std::vector<double> sums = channel_sums<2>(pool, s, [&](int64_t r, int64_t c) {
     const double g = dy[r * s.channels + c];
     return std::array<double, 2>{g, g * (static_cast<double>(x[r * s.channels + c]) - mean[c]) * inverse_std[c]};
   });
-  const auto m = static_cast<double>(s.rows);
-  std::vector<float> mean_dy(static_cast<size_t>(s.channels)), mean_dy_xhat(mean_dy.size()), factor(mean_dy.size());
-  for (size_t c = 0; c < mean_dy.size(); ++c) {
+  const size_t channels = static_cast<size_t>(s.channels);
+  for (size_t c = 0; c < channels; ++c) {  // this rank's own, before the group's sums replace them
     if (dbeta) dbeta[c] += static_cast<float>(sums[c]);
-    if (dgamma) dgamma[c] += static_cast<float>(sums[mean_dy.size() + c]);
+    if (dgamma) dgamma[c] += static_cast<float>(sums[channels + c]);
+  }
+  const double m = group_total(sums, s.rows, group);
+  std::vector<float> mean_dy(channels), mean_dy_xhat(channels), factor(channels);
+  for (size_t c = 0; c < mean_dy.size(); ++c) {
     mean_dy[c] = static_cast<float>(sums[c] / m);
-    mean_dy_xhat[c] = static_cast<float>(sums[mean_dy.size() + c] / m);
+    mean_dy_xhat[c] = static_cast<float>(sums[channels + c] / m);
     factor[c] = gamma[c] * inverse_std[c];
   }
   if (!dx) return;

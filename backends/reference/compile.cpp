@@ -34,7 +34,7 @@ const std::map<std::string, OpRule, std::less<>>& op_rules() {
       {"mse", {OpKind::mse, 2, 2, {}}},
       {"abs_error_sum", {OpKind::abs_error_sum, 2, 2, {}}},
       {"conv_transpose", {OpKind::conv_transpose, 2, 3, {"stride", "dilation", "padding", "output_padding"}}},
-      {"batch_norm", {OpKind::batch_norm, 5, 5, {"eps", "momentum"}}},
+      {"batch_norm", {OpKind::batch_norm, 5, 5, {"eps", "momentum", "group_size"}}},
       {"add", {OpKind::add, 2, 2, {}}},
       {"concat", {OpKind::concat, 1, std::numeric_limits<size_t>::max(), {}}},
       {"global_avg_pool", {OpKind::global_avg_pool, 1, 1, {}}},
@@ -137,10 +137,13 @@ class NodeChecker {
     if (c.kind == OpKind::leaky_relu) c.attr = attrs_.number("alpha");
     if (c.kind == OpKind::scale) c.attr = attrs_.number("factor");
     if (c.kind == OpKind::batch_norm) {
-      c.batch_norm = {attrs_.number("eps", 1e-5), attrs_.number("momentum", 0.1)};
+      c.batch_norm = {attrs_.number("eps", 1e-5), attrs_.number("momentum", 0.1),
+                      static_cast<int64_t>(attrs_.number("group_size", 1))};
       if (!(c.batch_norm.eps > 0) || !(c.batch_norm.momentum >= 0 && c.batch_norm.momentum <= 1))
         invalid("eps must be > 0 and momentum in [0, 1]");
-      if (c.rows.rows < 2) invalid("training needs more than 1 value per channel, input is " + shape_of(in(c, 0)));
+      if (c.batch_norm.group_size < 1) invalid("group_size must be >= 1");
+      if (c.rows.rows * c.batch_norm.group_size < 2)
+        invalid("training needs more than 1 value per channel, input is " + shape_of(in(c, 0)));
     }
     if (c.kind == OpKind::dropout) {
       c.attr = attrs_.number("rate");

@@ -3,6 +3,7 @@
 // gradients exist only for values between a trainable parameter and the loss.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -60,6 +61,14 @@ class ReferenceModel final : public sdk::Model {
   ConvScratch conv_scratch_;  // reused by every conv node, one at a time
   // With several ranks: averages param_grads_ during backward (declared last: stops before the buffer goes).
   std::unique_ptr<sdk::GradientBuckets> buckets_;
+  // Batch-norm groups (SyncBatchNorm) by group size: a communicator split from the run's, and the sum over it.
+  struct BatchNormGroup {
+    std::unique_ptr<MLPH_Comm, void (*)(MLPH_Comm*)> comm;
+    GroupSum sum;
+  };
+  std::map<int64_t, BatchNormGroup> batch_norm_groups_;
+  void join_batch_norm_group(const CompiledNode& node);
+  const GroupSum* batch_norm_group(const CompiledNode& node) const;
   bool accumulating_ = false;  // the last micro-batch did not end its window: param_grads_ hold a pending sum
 };
 

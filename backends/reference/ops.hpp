@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "thread_pool.hpp"
@@ -145,14 +146,20 @@ void shift_scale_forward(ThreadPool& pool, RowsByChannels s, const float* x, con
 // into running_var). Evaluation: normalizes with the running statistics.
 struct BatchNormAttrs {
   double eps = 1e-5, momentum = 0.1;
+  int64_t group_size = 1;  // ranks whose batches share the statistics (SyncBatchNorm)
 };
+// Sums per-channel statistics over the ranks of this rank's batch-norm group, in place (SyncBatchNorm);
+// null: this rank's batch alone.
+using GroupSum = std::function<void(std::vector<double>&)>;
 void batch_norm_train_forward(ThreadPool& pool, RowsByChannels s, BatchNormAttrs a, const float* x, const float* gamma,
-                              const float* beta, float* running_mean, float* running_var, float* saved, float* y);
+                              const float* beta, float* running_mean, float* running_var, float* saved, float* y,
+                              const GroupSum* group = nullptr);
 void batch_norm_eval_forward(ThreadPool& pool, RowsByChannels s, BatchNormAttrs a, const float* x, const float* gamma,
                              const float* beta, const float* running_mean, const float* running_var, float* y);
 // The backward pass of the training forward (the batch statistics depend on x): dx, dgamma, dbeta may be null.
+// With a group, dx uses the group's sums; dgamma and dbeta stay this rank's (averaged later with the others).
 void batch_norm_backward(ThreadPool& pool, RowsByChannels s, const float* x, const float* gamma, const float* saved,
-                         const float* dy, float* dx, float* dgamma, float* dbeta);
+                         const float* dy, float* dx, float* dgamma, float* dbeta, const GroupSum* group = nullptr);
 
 // ---- loss.cpp: reductions in double, so the reported loss carries no avoidable rounding ------------
 

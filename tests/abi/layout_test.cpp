@@ -17,7 +17,7 @@ MLPH_LAST_MEMBER(MLPH_Plugin, api);
 MLPH_LAST_MEMBER(MLPH_HostApi, error_free);
 MLPH_LAST_MEMBER(MLPH_BackendApi, read_gradient);
 MLPH_LAST_MEMBER(MLPH_WorkloadApi, generate_data);
-MLPH_LAST_MEMBER(MLPH_CommsApi, halo_exchange);  // 1.1 appended `halo_exchange` after 1.0's `barrier`
+MLPH_LAST_MEMBER(MLPH_CommsApi, split);  // 1.1 appended `halo_exchange` after 1.0's `barrier`, 1.2 `split`
 MLPH_LAST_MEMBER(MLPH_HaloSpec, periodic);
 MLPH_LAST_MEMBER(MLPH_StorageApi, stage);  // 1.1 appended `stage` after 1.0's `stats`
 MLPH_LAST_MEMBER(MLPH_StageStats, shard_count);
@@ -31,6 +31,7 @@ static_assert(offsetof(MLPH_BackendApi, read_gradient) / sizeof(void*) == 10, "M
 static_assert(offsetof(MLPH_WorkloadApi, generate_data) / sizeof(void*) == 13, "MLPH_WorkloadApi 1.0 layout changed");
 static_assert(offsetof(MLPH_CommsApi, barrier) / sizeof(void*) == 8, "MLPH_CommsApi 1.0 layout changed");
 static_assert(offsetof(MLPH_CommsApi, halo_exchange) / sizeof(void*) == 9, "MLPH_CommsApi 1.1 layout changed");
+static_assert(offsetof(MLPH_CommsApi, split) / sizeof(void*) == 10, "MLPH_CommsApi 1.2 layout changed");
 static_assert(offsetof(MLPH_StorageApi, stats) / sizeof(void*) == 6, "MLPH_StorageApi 1.0 layout changed");
 static_assert(offsetof(MLPH_StorageApi, stage) / sizeof(void*) == 7, "MLPH_StorageApi 1.1 layout changed");
 static_assert(offsetof(MLPH_HostApi, error_free) / sizeof(void*) == 8, "MLPH_HostApi 1.0 layout changed");

@@ -17,7 +17,8 @@ enum class Init { kaiming_normal, torch_default };
 
 class Builder {
  public:
-  Builder(sdk::GraphBuilder& g, uint64_t seed) : g_(g), seed_(seed) {}
+  Builder(sdk::GraphBuilder& g, uint64_t seed, uint32_t batchnorm_group_size)
+      : g_(g), seed_(seed), batchnorm_group_size_(batchnorm_group_size) {}
 
   Shape shape(int32_t x) const {
     const MLPH_Value& v = g_.value_info(x);
@@ -53,6 +54,7 @@ class Builder {
   }
 
   // BatchNorm2d(eps 1e-5, momentum 0.1): gamma 1, beta 0 trainable; running mean 0 and var 1 are state.
+  // Over a group of ranks (SyncBatchNorm, the reference's GBN) when batchnorm_group_size > 1.
   int32_t batch_norm(int32_t x, const std::string& name) {
     const Shape in = shape(x);
     const int64_t c = in[3];
@@ -61,7 +63,9 @@ class Builder {
     const int32_t mean = constant(name + ".running_mean", c, 0.0f, 0);
     const int32_t var = constant(name + ".running_var", c, 1.0f, 0);
     const int32_t y = g_.value(name, MLPH_DTYPE_F32, in);
-    g_.node("batch_norm", name, {x, gamma, beta, mean, var}, {y}, {{"eps", 1e-5}, {"momentum", 0.1}});
+    std::vector<sdk::AttrInit> attrs = {{"eps", 1e-5}, {"momentum", 0.1}};
+    if (batchnorm_group_size_ > 1) attrs.push_back({"group_size", static_cast<double>(batchnorm_group_size_)});
+    g_.node("batch_norm", name, {x, gamma, beta, mean, var}, {y}, std::move(attrs));
     ++batch_norms_;
     return y;
   }
@@ -169,6 +173,7 @@ class Builder {
   sdk::GraphBuilder& g_;
   uint64_t seed_;
   uint64_t next_stream_ = 0;
+  uint32_t batchnorm_group_size_;
   int batch_norms_ = 0;
 };
 
@@ -264,14 +269,14 @@ std::array<float, kClasses> class_weights() {
 }
 
 void build_model(sdk::GraphBuilder& g, const DataSettings& data, const Normalization& norm,
-                 const OptimizerSettings& optimizer, uint32_t batch, uint64_t seed) {
+                 const OptimizerSettings& optimizer, uint32_t batch, uint64_t seed, const TrainingSettings& training) {
   const int64_t b = batch, h = data.height, w = data.width, c = data.channels;
   if (norm.shift.size() != static_cast<size_t>(c) || norm.scale.size() != static_cast<size_t>(c))
     sdk::fail(MLPH_INVALID_ARGUMENT, "DeepCAM: normalization statistics for " + std::to_string(norm.shift.size()) +
                                          " channels, but data.channels is " + std::to_string(c));
   const int32_t x = g.value("x", MLPH_DTYPE_F32, {b, h, w, c});
   const int32_t labels = g.value("labels", MLPH_DTYPE_I32, {b, h, w});
-  Builder net(g, seed);
+  Builder net(g, seed, training.batchnorm_group_size);
 
   const int32_t shift = g.value("normalize.shift", MLPH_DTYPE_F32, {c});
   const int32_t scale = g.value("normalize.scale", MLPH_DTYPE_F32, {c});
@@ -288,7 +293,7 @@ void build_model(sdk::GraphBuilder& g, const DataSettings& data, const Normaliza
   g.node("softmax_cross_entropy", "loss", {logits, labels}, {loss},
          {{"class_weights", std::vector<double>(weights.begin(), weights.end())}});
   // Accumulated gradients then sum to the mean over the whole window (reference: loss / frequency).
-  if (const uint32_t window = optimizer.gradient_accumulation_frequency; window > 1) {
+  if (const uint32_t window = training.gradient_accumulation_frequency; window > 1) {
     const int32_t per_window = g.value("loss.per_window", MLPH_DTYPE_F32, {});
     g.node("scale", "loss.per_window", {loss}, {per_window}, {{"factor", 1.0 / window}});
     loss = per_window;

@@ -24,10 +24,12 @@ struct Normalization {
 // The loss weights w_c = f_c^-0.125 of the reference's class frequencies, as float32.
 std::array<float, kClasses> class_weights();
 
-// Builds into `g`: inputs x (f32 [B,H,W,C]) and labels (i32 [B,H,W]); loss softmax_cross_entropy;
-// eval output iou (f32 [B]); the optimizer of `optimizer` with weight decay on every parameter.
+// Builds into `g`: inputs x (f32 [B,H,W,C]) and labels (i32 [B,H,W]); loss softmax_cross_entropy
+// (divided by the accumulation frequency); eval output iou (f32 [B]); the optimizer of `optimizer`
+// with weight decay on every parameter; batch norm over groups of ranks per `training`.
 void build_model(sdk::GraphBuilder& g, const DataSettings& data, const Normalization& norm,
-                 const OptimizerSettings& optimizer, uint32_t batch, uint64_t seed);
+                 const OptimizerSettings& optimizer, uint32_t batch, uint64_t seed,
+                 const TrainingSettings& training = {});
 
 // Trainable scalars of the graph.
 uint64_t count_parameters(const MLPH_Graph& graph);

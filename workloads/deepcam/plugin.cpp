@@ -47,12 +47,13 @@ class DeepCam final : public sdk::Workload {
   MLPH_WorkloadInfo describe() override {
     return {sizeof(MLPH_WorkloadInfo), nullptr,          "deepcam",           "eval_accuracy",
             settings_.target_iou,      0,                settings_.epochs,    settings_.batch_size,
-            log_entries_.data(),       log_entries_.size(), settings_.optimizer.gradient_accumulation_frequency};
+            log_entries_.data(),       log_entries_.size(), settings_.training.gradient_accumulation_frequency};
   }
 
   const MLPH_Graph* build_graph(uint32_t batch, uint64_t seed) override {
     builder_ = std::make_unique<sdk::GraphBuilder>();
-    build_model(*builder_, settings_.data, load_normalization(settings_.data), settings_.optimizer, batch, seed);
+    build_model(*builder_, settings_.data, load_normalization(settings_.data), settings_.optimizer, batch, seed,
+                settings_.training);
     return builder_->graph();
   }
 

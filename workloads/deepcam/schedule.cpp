@@ -76,8 +76,8 @@ std::vector<std::pair<std::string, std::string>> hyperparameter_log(const Settin
   const ScheduleSettings& sc = s.schedule;
   using sdk::json_number;
   std::vector<std::pair<std::string, std::string>> log{
-      {"batchnorm_group_size", std::to_string(s.batchnorm_group_size)},
-      {"gradient_accumulation_frequency", std::to_string(s.optimizer.gradient_accumulation_frequency)},
+      {"batchnorm_group_size", std::to_string(s.training.batchnorm_group_size)},
+      {"gradient_accumulation_frequency", std::to_string(s.training.gradient_accumulation_frequency)},
       {"checkpoint", "null"},
       {"opt_name", json_string(o.name)},
       {"opt_lr", json_number(o.lr)},

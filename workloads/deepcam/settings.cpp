@@ -45,12 +45,12 @@ Settings parse_settings(const sdk::Options& c) {
   s.batch_size = positive(c, "train.batch_size", 2);
   s.epochs = positive(c, "train.epochs", 200);
   s.target_iou = c.get_number("train.target_iou");
-  s.batchnorm_group_size = positive(c, "train.batchnorm_group_size", 1);
-  s.optimizer.gradient_accumulation_frequency = positive(c, "train.gradient_accumulation_frequency", 1);
-  // SyncBatchNorm needs the backend to all-reduce batch statistics over a group of ranks: not in the ABI yet.
-  if (s.batchnorm_group_size != 1)
-    fail(MLPH_UNIMPLEMENTED, "'train.batchnorm_group_size' = " + std::to_string(s.batchnorm_group_size) +
-                                 ": only 1 (per-rank batch norm) is supported; group batch norm needs backend support");
+  TrainingSettings& t = s.training;
+  t.batchnorm_group_size = positive(c, "train.batchnorm_group_size", 1);
+  t.gradient_accumulation_frequency = positive(c, "train.gradient_accumulation_frequency", 1);
+  if (const int64_t world = c.get_int("run.world_size", 1); world % t.batchnorm_group_size != 0)
+    fail(MLPH_INVALID_ARGUMENT, "'train.batchnorm_group_size' = " + std::to_string(t.batchnorm_group_size) +
+                                    ": must divide the " + std::to_string(world) + " ranks of this run");
 
   DataSettings& d = s.data;
   d.dir = c.get("data.dir");

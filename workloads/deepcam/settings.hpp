@@ -16,8 +16,14 @@ struct OptimizerSettings {
   double eps = 1e-6;
   double weight_decay = 0.01;
   double max_grad_norm = 1.0;  // LAMB only (apex FusedLAMB default)
+};
+
+// How the graph trains across micro-batches and ranks.
+struct TrainingSettings {
   // Micro-batches per update; the graph divides the loss by it, as the reference does.
   uint32_t gradient_accumulation_frequency = 1;
+  // Consecutive ranks whose batches share batch-norm statistics (SyncBatchNorm; 1: per rank).
+  uint32_t batchnorm_group_size = 1;
 };
 
 // Step-based learning-rate schedule (REFERENCE §2.4, §2.10).
@@ -47,8 +53,8 @@ struct Settings {
   ScheduleSettings schedule;
   DataSettings data;
   SyntheticSettings synthetic;
+  TrainingSettings training;
   uint32_t batch_size = 2, epochs = 200;
-  uint32_t batchnorm_group_size = 1;
   double target_iou = 0.82;
 };
 

@@ -8,6 +8,7 @@ namespace {
 
 class LocalComm final : public mlph::sdk::Comm {
  public:
+  LocalComm() = default;
   LocalComm(const MLPH_HostApi*, const mlph::sdk::Options& options) { options.allow_only({}, "comms/local"); }
   MLPH_Topology topology() override { return {sizeof(MLPH_Topology), nullptr, 0, 1, 0, 1, 1}; }
   void allreduce(void*, size_t, MLPH_DType, MLPH_ReduceOp) override {}
@@ -25,6 +26,7 @@ class LocalComm final : public mlph::sdk::Comm {
       if (t.high >= 0) t.from_high = t.to_low;
     });
   }
+  std::unique_ptr<mlph::sdk::Comm> split(int32_t, int32_t) override { return std::make_unique<LocalComm>(); }
 };
 
 }  // namespace

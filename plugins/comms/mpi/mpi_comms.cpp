@@ -114,8 +114,19 @@ class MpiComm final : public mlph::sdk::Comm {
     if (timeout_s_ <= 0) fail(MLPH_INVALID_ARGUMENT, "comms/mpi: option 'timeout_s' must be positive");
     initialize_mpi();
     check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
-    check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     check(MPI_Comm_dup(MPI_COMM_WORLD, &notices_), "MPI_Comm_dup");
+    set_up();
+  }
+
+  // A communicator split from `parent` (see split): its options; MPI stays up for the parent.
+  struct Split {};
+  MpiComm(Split, const MpiComm& parent, MPI_Comm comm, MPI_Comm notices)
+      : host_(parent.host_), timeout_s_(parent.timeout_s_), comm_(comm), notices_(notices) {
+    set_up();
+  }
+
+  void set_up() {
+    check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     check(MPI_Comm_set_errhandler(notices_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
     check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
@@ -195,6 +206,14 @@ class MpiComm final : public mlph::sdk::Comm {
     begin("barrier", 0);
     check(MPI_Ibarrier(comm_, requests.data()), "MPI_Ibarrier");
     wait(requests);
+  }
+
+  std::unique_ptr<mlph::sdk::Comm> split(int32_t color, int32_t key) override {
+    barrier();  // bounded: a dead or hung rank fails here rather than in MPI_Comm_split, which has no deadline
+    MPI_Comm comm = MPI_COMM_NULL, notices = MPI_COMM_NULL;
+    check(MPI_Comm_split(comm_, color, key, &comm), "MPI_Comm_split");
+    check(MPI_Comm_split(notices_, color, key, &notices), "MPI_Comm_split");
+    return std::make_unique<MpiComm>(Split{}, *this, comm, notices);
   }
 
   void halo_exchange(void* data, const MLPH_HaloSpec& spec) override {

@@ -67,6 +67,11 @@ typedef struct MLPH_CommsApi {
   /* ABI 1.1 (callers check struct_size and NULL: 1.0 plug-ins lack it). `data` is the local block
    * described by `spec` (see MLPH_HaloSpec); its halos are overwritten. */
   MLPH_Error* (*halo_exchange)(MLPH_Comm* comm, void* data, const MLPH_HaloSpec* spec);
+  /* ABI 1.2 (callers check struct_size and NULL). Collective over `comm`: the ranks passing the same
+   * `color` (>= 0) form a new communicator, ordered by `key` then by rank, with the parent's options
+   * (timeouts); e.g. batch-norm groups. *out is owned by the caller, freed with destroy before the
+   * parent. */
+  MLPH_Error* (*split)(MLPH_Comm* comm, int32_t color, int32_t key, MLPH_Comm** out);
 } MLPH_CommsApi;
 
 /* What a backend receives at compile time: the table and the communicator, both borrowed. */

@@ -179,6 +179,27 @@ TEST(MpiComms, HaloExchangeRejectsAGridOfTheWrongSize) {
 // The SDK's gradient buckets (the reference backend's data parallelism) over 2 real ranks: parameters of 3, 5, 2 and 4
 // floats read first by nodes 0, 1, 2, 3; buckets of at least 6 floats, built from the last parameter backwards: {4, 2},
 // {5, 3}. Each bucket goes out as soon as backward is past its first reader.
+// Colors split the 2 ranks into singletons or keep them together; a collective on the new
+// communicator covers its members only.
+TEST(MpiComms, SplitFormsGroupsByColor) {
+  for (const bool together : {false, true}) {
+    const int32_t color = together ? 0 : comm().rank();
+    MLPH_Comm* part = nullptr;
+    const auto [code, message] = LoadedComm::outcome(comm().api()->split(comm().comm(), color, 0, &part));
+    ASSERT_EQ(code, MLPH_OK) << message;
+    MLPH_Topology t{};
+    t.struct_size = sizeof t;
+    ASSERT_EQ(LoadedComm::outcome(comm().api()->topology(part, &t)).first, MLPH_OK);
+    EXPECT_EQ(t.size, together ? 2 : 1);
+    EXPECT_EQ(t.rank, together ? comm().rank() : 0);
+    double x = 1.0 + comm().rank();
+    EXPECT_EQ(LoadedComm::outcome(comm().api()->allreduce(part, &x, 1, MLPH_DTYPE_F64, MLPH_REDUCE_SUM)).first,
+              MLPH_OK);
+    EXPECT_EQ(x, together ? 3.0 : 1.0 + comm().rank());
+    comm().api()->destroy(part);
+  }
+}
+
 TEST(GradientBuckets, AverageInBucketsAsBackwardFinishesThem) {
   const MLPH_CommsHandle handle{sizeof(MLPH_CommsHandle), nullptr, comm().api(), comm().comm()};
   std::vector<float> grads(14);

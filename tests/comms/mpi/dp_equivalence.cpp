@@ -2,8 +2,9 @@
 // few steps with batch b per rank ends with the same weights as 1 rank with batch 2b on the same
 // samples (rank 0 trains that model too, without comms). Prints the figures; exits non-zero if the
 // weights differ beyond float tolerance or the replicas are not bitwise identical. Then the same
-// with gradient accumulation (2 micro-batches of 1 per rank and update), and the per-epoch
-// averaging of BatchNorm running statistics on a one-node graph.
+// with gradient accumulation (2 micro-batches of 1 per rank and update), batch norm over both
+// ranks (SyncBatchNorm) against one rank with both batches, and the per-epoch averaging of
+// BatchNorm running statistics on a one-node graph.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -123,6 +124,76 @@ int check_accumulation(Session& session, const std::vector<Shape>& shapes,
   std::printf("accumulation: 2 ranks x 2 micro-batches of 1 vs 1 rank x batch %u: max |w diff| = %.3g, "
               "max relative loss diff = %.3g: %s\n",
               2 * kLocalBatch, max_diff, max_loss_diff, ok ? "equal" : "FAIL");
+  return ok ? 0 : 1;
+}
+
+// dense -> batch_norm -> mse on rows [first, first + rows) of a fixed [8, 3] input, the batch norm over
+// `group` ranks; returns w's gradient, then the running mean and var, after one step.
+std::vector<float> dense_batch_norm_step(Session& session, int64_t rows, int64_t first, int64_t group, bool alone) {
+  sdk::GraphBuilder g;
+  const int32_t x = g.value("x", MLPH_DTYPE_F32, {rows, 3}), target = g.value("target", MLPH_DTYPE_F32, {rows, 3});
+  const int32_t w = g.value("w", MLPH_DTYPE_F32, {3, 3}), h = g.value("h", MLPH_DTYPE_F32, {rows, 3});
+  const int32_t gamma = g.value("gamma", MLPH_DTYPE_F32, {3}), beta = g.value("beta", MLPH_DTYPE_F32, {3});
+  const int32_t mean = g.value("running_mean", MLPH_DTYPE_F32, {3}), var = g.value("running_var", MLPH_DTYPE_F32, {3});
+  const int32_t y = g.value("y", MLPH_DTYPE_F32, {rows, 3}), loss = g.value("loss", MLPH_DTYPE_F32, {});
+  g.node("dense", "dense", {x, w}, {h});
+  std::vector<sdk::AttrInit> attrs = {{"eps", 1e-5}, {"momentum", 0.1}};
+  if (group > 1) attrs.push_back({"group_size", static_cast<double>(group)});
+  g.node("batch_norm", "bn", {h, gamma, beta, mean, var}, {y}, std::move(attrs));
+  g.node("mse", "mse", {y, target}, {loss});
+  g.parameter(w, {0.5f, -0.2f, 0.1f, 0.3f, 0.8f, -0.4f, -0.6f, 0.2f, 0.9f});
+  g.parameter(gamma, {1.0f, 1.5f, 0.5f});
+  g.parameter(beta, {0.0f, 0.1f, -0.1f});
+  g.parameter(mean, {0, 0, 0}, 0.0, 1.0, 0);
+  g.parameter(var, {1, 1, 1}, 0.0, 1.0, 0);
+  g.inputs({x, target});
+  g.loss(loss);
+  g.optimizer("sgd_keras", {{"momentum", 0.0}});
+  const MLPH_Graph& graph = *g.graph();
+  MLPH_Model* raw = nullptr;
+  if (alone) check(session.backend_api()->compile(session.backend(), &graph, nullptr, &raw), "compile");
+  Owned<MLPH_Model> model = alone ? Owned<MLPH_Model>(raw, session.backend_api()->model_destroy) : session.compile(graph);
+  std::vector<float> xs, targets;
+  for (int64_t i = 3 * first; i < 3 * (first + rows); ++i) {
+    xs.push_back(static_cast<float>((i * 7) % 11) - 4.0f + 10.0f * static_cast<float>(i >= 12));  // ranks differ
+    targets.push_back(static_cast<float>(i % 5) * 0.3f);
+  }
+  const int64_t shape[2] = {rows, 3};
+  MLPH_Tensor inputs[2] = {sdk::host_tensor(MLPH_DTYPE_F32, shape, 2, xs.data()),
+                           sdk::host_tensor(MLPH_DTYPE_F32, shape, 2, targets.data())};
+  const MLPH_StepArgs args = mlph::sdk::step_args(0.1, 0);
+  MLPH_StepResult result{sizeof(MLPH_StepResult), nullptr, 0.0};
+  check(session.backend_api()->train_step(model.get(), inputs, 2, &args, &result), "train_step");
+  std::vector<float> out(9 + 6);
+  const int64_t w_shape[2] = {3, 3}, c_shape[1] = {3};
+  MLPH_Tensor grad = sdk::host_tensor(MLPH_DTYPE_F32, w_shape, 2, out.data());
+  check(session.backend_api()->read_gradient(model.get(), 0, &grad), "read_gradient");
+  for (size_t p = 3; p < 5; ++p) {
+    MLPH_Tensor stat = sdk::host_tensor(MLPH_DTYPE_F32, c_shape, 1, out.data() + 9 + 3 * (p - 3));
+    check(session.backend_api()->read_parameter(model.get(), p, &stat), "read_parameter");
+  }
+  return out;
+}
+
+// SyncBatchNorm: 2 ranks x 4 rows with one batch-norm group of 2 compute what 1 rank x 8 rows does:
+// the running statistics (mean and unbiased var over all 8) and the averaged gradient of the weight
+// before the batch norm (the input gradient uses the group's sums).
+int check_group_batch_norm(Session& session) {
+  const int64_t rank = session.topology().rank;
+  const std::vector<float> grouped = dense_batch_norm_step(session, 4, 4 * rank, 2, false);
+  const std::vector<float> apart = dense_batch_norm_step(session, 4, 4 * rank, 1, false);  // per-rank statistics
+  if (rank != 0) return 0;
+  const std::vector<float> whole = dense_batch_norm_step(session, 8, 0, 1, true);
+  double error = 0, apart_error = 0;
+  for (size_t i = 0; i < whole.size(); ++i) {
+    const double scale = 1e-6 + std::abs(double{whole[i]});
+    error = std::max(error, std::abs(double{grouped[i]} - whole[i]) / scale);
+    apart_error = std::max(apart_error, std::abs(double{apart[i]} - whole[i]) / scale);
+  }
+  const bool ok = error <= 1e-5 && apart_error > 1e-2;
+  std::printf("group batch norm: 2 ranks x 4 rows in one group vs 1 rank x 8 rows: max relative difference %.3g "
+              "(per-rank statistics: %.3g): %s\n",
+              error, apart_error, ok ? "equal" : "FAIL");
   return ok ? 0 : 1;
 }
 
@@ -256,6 +327,7 @@ int run() {
       }
   }
   failures += check_accumulation(session, shapes, reference, single_losses);
+  failures += check_group_batch_norm(session);
   failures += check_running_statistics_average(session);
   int total = failures;
   check(session.comms_api()->allreduce(session.comm(), &total, 1, MLPH_DTYPE_I32, MLPH_REDUCE_SUM), "allreduce");

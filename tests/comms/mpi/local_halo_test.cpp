@@ -30,3 +30,21 @@ TEST(LocalComms, HaloExchangeIsOptionalForOneDotZeroTables) {
   table.halo_exchange = nullptr;
   EXPECT_FALSE(mlph::sdk::has_halo_exchange(&table));
 }
+
+TEST(LocalComms, SplitGivesAOneRankCommunicator) {
+  LoadedComm comm("local");
+  ASSERT_TRUE(mlph::sdk::has_split(comm.api()));
+  MLPH_Comm* part = nullptr;
+  ASSERT_EQ(LoadedComm::outcome(comm.api()->split(comm.comm(), 0, 0, &part)).first, MLPH_OK);
+  MLPH_Topology t{};
+  t.struct_size = sizeof t;
+  ASSERT_EQ(LoadedComm::outcome(comm.api()->topology(part, &t)).first, MLPH_OK);
+  EXPECT_EQ(t.size, 1);
+  double x = 2.5;
+  EXPECT_EQ(LoadedComm::outcome(comm.api()->allreduce(part, &x, 1, MLPH_DTYPE_F64, MLPH_REDUCE_SUM)).first, MLPH_OK);
+  EXPECT_EQ(x, 2.5);
+  comm.api()->destroy(part);
+  const auto [code, message] = LoadedComm::outcome(comm.api()->split(comm.comm(), -1, 0, &part));
+  EXPECT_EQ(code, MLPH_INVALID_ARGUMENT);
+  EXPECT_NE(message.find("color -1 is negative"), std::string::npos) << message;
+}

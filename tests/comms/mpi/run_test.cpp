@@ -103,6 +103,34 @@ TEST(MpiRun, TwoRanksWriteOneLogThatPassesTheChecker) {
   EXPECT_EQ(check.exit_code, 0) << check.output;
 }
 
+// DeepCAM on 2 ranks with the reference's multi-rank options together: batch norm over both ranks
+// (SyncBatchNorm) and 2 micro-batches per update. Open division, with a target one epoch reaches.
+TEST(MpiRun, DeepCamWithGroupBatchNormAndAccumulation) {
+  if (!fs::exists(fs::path(MLPH_PLUGIN_DIR) / "libmlph-workload-deepcam.so")) GTEST_SKIP() << "deepcam not built (HDF5)";
+  const fs::path dir = fresh_dir("mpi-deepcam");
+  const std::string shape = "--workload deepcam --set data.height=32 --set data.width=32 ";
+  ASSERT_EQ(run_cli(shape + "--set data.synthetic.train=8 --set data.synthetic.valid=2 --generate-data " +
+                    (dir / "data").string())
+                .exit_code,
+            0);
+  const CliResult r = run_command(
+      mpirun() + shape + "--comms mpi --division open --set train.target_iou=0.01 --set train.epochs=1 "
+                         "--set train.batch_size=1 --set train.batchnorm_group_size=2 "
+                         "--set train.gradient_accumulation_frequency=2 --set scheduler.lr_warmup_steps=1 --seed 5 "
+                         "--data " + (dir / "data").string() + " --output " + (dir / "out").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::map<std::string, std::string> values;
+  for (const std::string& line : read_lines(dir / "out" / "result_0.txt")) {
+    const size_t at = line.find("\"value\": ");
+    if (at != std::string::npos) values[mllog_key(line)] = line.substr(at + 9, line.find(',', at) - at - 9);
+  }
+  EXPECT_EQ(values["number_of_ranks"], "2");
+  EXPECT_EQ(values["batchnorm_group_size"], "2");
+  EXPECT_EQ(values["gradient_accumulation_frequency"], "2");
+  EXPECT_EQ(values["global_batch_size"], "2") << "local batch x ranks, without the accumulation (as the reference)";
+  EXPECT_NE(read_lines(dir / "out" / "result_0.txt").back().find("\"status\": \"success\""), std::string::npos);
+}
+
 namespace {
 
 // Starts a 2-rank run, sends `signal` to rank 1 once training runs, and returns what the job printed

@@ -260,10 +260,10 @@ TEST(DeepCamModel, OptimizerInTheGraph) {
 TEST(DeepCamModel, AccumulationDividesTheLoss) {
   DataSettings tiny;
   tiny.height = 16, tiny.width = 16;
-  OptimizerSettings every4;
+  TrainingSettings every4;
   every4.gradient_accumulation_frequency = 4;
   sdk::GraphBuilder b;
-  build_model(b, tiny, Normalization::identity(16), every4, 1, 1);
+  build_model(b, tiny, Normalization::identity(16), OptimizerSettings{}, 1, 1, every4);
   const MLPH_Graph& g = *b.graph();
   const MLPH_Node* scale = node(g, "loss.per_window");
   ASSERT_NE(scale, nullptr);
@@ -273,10 +273,32 @@ TEST(DeepCamModel, AccumulationDividesTheLoss) {
   EXPECT_EQ(sdk::Attrs(scale->attrs, scale->n_attrs, "scale").number("factor"), 0.25);
   EXPECT_EQ(node(graph_at(96, 144), "loss.per_window"), nullptr) << "no accumulation: the cross-entropy is the loss";
   Settings s;
-  s.optimizer.gradient_accumulation_frequency = 4;
+  s.training.gradient_accumulation_frequency = 4;
   const auto log = hyperparameter_log(s);
   std::map<std::string, std::string> by_key(log.begin(), log.end());
   EXPECT_EQ(by_key["gradient_accumulation_frequency"], "4");
+}
+
+// batchnorm_group_size > 1 puts every batch norm over that many ranks (the reference's GBN); 1 leaves
+// the attribute out, so backends without group support still run the usual model.
+TEST(DeepCamModel, BatchNormGroupsReachEveryBatchNorm) {
+  DataSettings tiny;
+  tiny.height = 16, tiny.width = 16;
+  TrainingSettings pairs;
+  pairs.batchnorm_group_size = 2;
+  sdk::GraphBuilder b;
+  build_model(b, tiny, Normalization::identity(16), OptimizerSettings{}, 1, 1, pairs);
+  int grouped = 0, plain = 0;
+  for (size_t i = 0; i < b.graph()->n_nodes; ++i) {
+    const MLPH_Node& n = b.graph()->nodes[i];
+    if (std::string(n.op) != "batch_norm") continue;
+    grouped += sdk::Attrs(n).number("group_size", 1) == 2;
+  }
+  const MLPH_Graph& usual = graph_at(96, 144);
+  for (size_t i = 0; i < usual.n_nodes; ++i)
+    plain += std::string(usual.nodes[i].op) == "batch_norm" && !sdk::Attrs(usual.nodes[i]).has("group_size");
+  EXPECT_EQ(grouped, 76);
+  EXPECT_EQ(plain, 76);
 }
 
 // ---- the schedule: values computed by hand from the reference's schedulers (REFERENCE §2.4,
@@ -430,6 +452,8 @@ TEST(DeepCamSettings, RejectsWhatItCannotRun) {
   EXPECT_NE(message({{"optimizer.name", "SGD"}}).find("'optimizer.name' = 'SGD'"), std::string::npos);
   EXPECT_NE(message({{"scheduler.type", "step"}}).find("multistep or cosine_annealing"), std::string::npos);
   EXPECT_NE(message({{"data.width", "150"}}).find("'data.width' = 150: must be a multiple of 16"), std::string::npos);
-  EXPECT_EQ(options({{"train.gradient_accumulation_frequency", "3"}}).optimizer.gradient_accumulation_frequency, 3u);
-  EXPECT_NE(message({{"train.batchnorm_group_size", "4"}}).find("only 1"), std::string::npos);
+  EXPECT_EQ(options({{"train.gradient_accumulation_frequency", "3"}}).training.gradient_accumulation_frequency, 3u);
+  EXPECT_EQ(options({{"train.batchnorm_group_size", "4"}, {"run.world_size", "8"}}).training.batchnorm_group_size, 4u);
+  EXPECT_NE(message({{"train.batchnorm_group_size", "4"}, {"run.world_size", "6"}}).find("must divide the 6 ranks"),
+            std::string::npos);
 }

@@ -24,11 +24,17 @@ class Comm {
   virtual void barrier() = 0;
   // See MLPH_HaloSpec; `halo::exchange` below does the geometry, the plug-in moves the bytes.
   virtual void halo_exchange(void* data, const MLPH_HaloSpec& spec) = 0;
+  // See MLPH_CommsApi.split: a communicator of the ranks with the same color.
+  virtual std::unique_ptr<Comm> split(int32_t color, int32_t key) = 0;
 };
 
 // Whether a comms table has halo_exchange (ABI 1.1): 1.0 plug-ins' tables end before it.
 inline bool has_halo_exchange(const MLPH_CommsApi* api) {
   return api && api->struct_size >= MLPH_STRUCT_SIZE(MLPH_CommsApi, halo_exchange) && api->halo_exchange;
+}
+// Whether a comms table has split (ABI 1.2).
+inline bool has_split(const MLPH_CommsApi* api) {
+  return api && api->struct_size >= MLPH_STRUCT_SIZE(MLPH_CommsApi, split) && api->split;
 }
 
 namespace halo {
@@ -168,6 +174,13 @@ const MLPH_CommsApi* comms_api() {
         return guard(unbox(c)->host, [&] {
           if (!spec) fail(MLPH_INVALID_ARGUMENT, "halo exchange: no MLPH_HaloSpec");
           unbox(c)->impl->halo_exchange(data, *spec);
+        });
+      },
+      [](MLPH_Comm* c, int32_t color, int32_t key, MLPH_Comm** out) {
+        return guard(unbox(c)->host, [&] {
+          if (color < 0) fail(MLPH_INVALID_ARGUMENT, "split: color " + std::to_string(color) + " is negative");
+          auto box = std::make_unique<CommBox>(CommBox{unbox(c)->host, unbox(c)->impl->split(color, key)});
+          *out = reinterpret_cast<MLPH_Comm*>(box.release());
         });
       },
   };
