@@ -151,6 +151,7 @@ class Run {
   int timed_run();
   void initialize(MlLogger& log);
   bool train_and_evaluate(MlLogger& log);
+  std::vector<uint64_t> epoch_order(uint32_t epoch) const;
   void train_epoch(uint32_t epoch, Progress& progress);
   double evaluate();
   void open_datasets();
@@ -305,11 +306,28 @@ std::vector<uint64_t> shard(const std::vector<uint64_t>& order, const DataShard&
   return mine;
 }
 
+// The epoch's sample order, the same on every rank: the workload's (DeepCAM reproduces the
+// reference's sampler) or our shuffle of the shared seed.
+std::vector<uint64_t> Run::epoch_order(uint32_t epoch) const {
+  const MLPH_WorkloadApi* api = workload();
+  if (api->struct_size < MLPH_STRUCT_SIZE(MLPH_WorkloadApi, sample_order) || !api->sample_order)
+    return shuffled(train_size_, session_->seed() + epoch);
+  std::vector<uint64_t> order(train_size_);
+  check(api->sample_order(session_->workload(), epoch, train_size_, order.data()), "sample order");
+  std::vector<bool> seen(train_size_, false);
+  for (uint64_t i : order) {
+    if (i >= train_size_ || seen[i])
+      throw RunFailure(fmt::format("the workload's sample order for epoch {} is not a permutation of {} samples",
+                                   epoch + 1, train_size_));
+    seen[i] = true;
+  }
+  return order;
+}
+
 void Run::train_epoch(uint32_t epoch, Progress& progress) {
   Stopwatch watch(train_s_);
-  // Same shuffle on every rank (shared seed), then each rank takes its shard: the reference's order.
-  Prefetcher reader(workload(), train_set_.get(), *graph_, shard(shuffled(train_size_, session_->seed() + epoch), data_shard_, batch_),
-                    batch_);
+  // Each rank takes its shard of the shared order: the reference's order.
+  Prefetcher reader(workload(), train_set_.get(), *graph_, shard(epoch_order(epoch), data_shard_, batch_), batch_);
   for (uint64_t step = 0; step < reader.steps(); ++step) {
     if (g_interrupted) throw RunFailure("interrupted");
     Batch& batch = reader.get(step);

@@ -16,7 +16,7 @@ extern "C" int mlph_c_compile_check(void);
 MLPH_LAST_MEMBER(MLPH_Plugin, api);
 MLPH_LAST_MEMBER(MLPH_HostApi, error_free);
 MLPH_LAST_MEMBER(MLPH_BackendApi, read_gradient);
-MLPH_LAST_MEMBER(MLPH_WorkloadApi, generate_data);
+MLPH_LAST_MEMBER(MLPH_WorkloadApi, sample_order);  // 1.2 appended `sample_order` after 1.0's `generate_data`
 MLPH_LAST_MEMBER(MLPH_CommsApi, split);  // 1.1 appended `halo_exchange` after 1.0's `barrier`, 1.2 `split`
 MLPH_LAST_MEMBER(MLPH_HaloSpec, periodic);
 MLPH_LAST_MEMBER(MLPH_StorageApi, stage);  // 1.1 appended `stage` after 1.0's `stats`
@@ -29,6 +29,7 @@ MLPH_LAST_MEMBER(MLPH_Tensor, data);
 // Frozen offsets of ABI 1.0 (LP64): function tables are struct_size, ext, then pointers in order.
 static_assert(offsetof(MLPH_BackendApi, read_gradient) / sizeof(void*) == 10, "MLPH_BackendApi 1.0 layout changed");
 static_assert(offsetof(MLPH_WorkloadApi, generate_data) / sizeof(void*) == 13, "MLPH_WorkloadApi 1.0 layout changed");
+static_assert(offsetof(MLPH_WorkloadApi, sample_order) / sizeof(void*) == 14, "MLPH_WorkloadApi 1.2 layout changed");
 static_assert(offsetof(MLPH_CommsApi, barrier) / sizeof(void*) == 8, "MLPH_CommsApi 1.0 layout changed");
 static_assert(offsetof(MLPH_CommsApi, halo_exchange) / sizeof(void*) == 9, "MLPH_CommsApi 1.1 layout changed");
 static_assert(offsetof(MLPH_CommsApi, split) / sizeof(void*) == 10, "MLPH_CommsApi 1.2 layout changed");

@@ -4,6 +4,7 @@
 #include <iterator>
 #include <memory>
 
+#include "data/file_order.hpp"
 #include "data/hdf5_io.hpp"
 #include "data/synthetic.hpp"
 #include "dataset.hpp"
@@ -62,6 +63,10 @@ class DeepCam final : public sdk::Workload {
   }
 
   double learning_rate(uint32_t, uint64_t step) override { return deepcam::learning_rate(settings_.schedule, step); }
+
+  // The reference's DistributedSampler(shuffle=True, seed=0) after set_epoch(epoch): independent of the
+  // run's seed, which only draws the weights (REFERENCE §2.10).
+  std::vector<uint64_t> sample_order(uint32_t epoch, uint64_t n) { return torch_randperm(n, kSamplerSeed + epoch); }
 
   // Eval output 0 is the per-sample IoU; the metric is its mean over the validation samples.
   double metric(const double* sums, size_t n_sums, uint64_t samples) override {

@@ -113,6 +113,12 @@ typedef struct MLPH_WorkloadApi {
   /* Writes a synthetic dataset in the workload's real on-disk format to `dir`
    * (train/ and validation/ beneath it), sized by the configuration. */
   MLPH_Error* (*generate_data)(MLPH_Workload* workload, const char* dir);
+
+  /* ABI 1.2, optional (callers check struct_size and NULL). The order of the `n` training samples in
+   * epoch `epoch` (0-based): a permutation written to order[0..n), the same on every rank, which the
+   * runner then deals out rank by rank (order[rank], order[rank + ranks], ...). NULL: the runner's
+   * own shuffle, seeded by the run's seed and the epoch. */
+  MLPH_Error* (*sample_order)(MLPH_Workload* workload, uint32_t epoch, uint64_t n, uint64_t* order);
 } MLPH_WorkloadApi;
 
 #ifdef __cplusplus

@@ -1,4 +1,5 @@
-// DeepCAM data: the reference file order (numpy's legacy shuffle), HDF5 samples and stats decoded
+// DeepCAM data: the reference file order (numpy's legacy shuffle) and epoch order (torch's randperm,
+// through the plug-in's sample_order), HDF5 samples and stats decoded
 // from memory with one clear error per kind of bad file, the synthetic generator, and a split read
 // end to end through the posix storage plug-in.
 #include <gtest/gtest.h>
@@ -84,6 +85,38 @@ TEST(DeepCamFileOrder, MatchesNumpyRandomState12345Shuffle) {
             (std::vector<uint64_t>{109041, 63108, 42880, 72741, 51723, 78402}));
   EXPECT_EQ(full.back(), 86498u);
   EXPECT_EQ(numpy_shuffled_indices(1), (std::vector<uint64_t>{0}));
+}
+
+TEST(DeepCamSampleOrder, MatchesTorchRandperm) {
+  // /usr/bin/python3 (torch 1.13): torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+  EXPECT_EQ(torch_randperm(10, 0), (std::vector<uint64_t>{4, 1, 7, 5, 3, 9, 0, 8, 6, 2}));
+  EXPECT_EQ(torch_randperm(10, 1), (std::vector<uint64_t>{5, 6, 1, 2, 0, 8, 9, 3, 7, 4}));
+  EXPECT_EQ(torch_randperm(7, 2), (std::vector<uint64_t>{2, 4, 3, 0, 6, 1, 5}));
+  const std::vector<uint64_t> full = torch_randperm(121266, 5);  // the real training set's size
+  EXPECT_EQ(std::vector<uint64_t>(full.begin(), full.begin() + 4), (std::vector<uint64_t>{60119, 45005, 106273, 58116}));
+  EXPECT_EQ(std::vector<uint64_t>(full.end() - 4, full.end()), (std::vector<uint64_t>{97868, 45270, 44621, 75024}));
+}
+
+// Through the C ABI, as the runner asks: epoch e is DistributedSampler(seed=0).set_epoch(e), whatever
+// the run's seed. With 3 ranks the runner deals order[r], order[r+3], ...; torch gives rank 0 [5, 2, 9],
+// rank 1 [6, 0, 3], rank 2 [1, 8, 7] of 10 samples in epoch 1 (drop_last).
+TEST(DeepCamSampleOrder, ThePluginGivesTheReferenceSamplersOrder) {
+  const core::LoadedPlugin plugin = core::PluginLoader({MLPH_PLUGIN_DIR}).load(MLPH_KIND_WORKLOAD, "deepcam");
+  const auto* api = plugin.api<MLPH_WorkloadApi>();
+  ASSERT_GE(api->struct_size, MLPH_STRUCT_SIZE(MLPH_WorkloadApi, sample_order));
+  ASSERT_NE(api->sample_order, nullptr);
+  std::vector<MLPH_KeyValue> config;
+  size_t n = 0;
+  const MLPH_ParamSpec* specs = api->params(&n);
+  for (size_t i = 0; i < n; ++i) config.push_back({specs[i].key, specs[i].default_value});
+  MLPH_Workload* raw = nullptr;
+  core::check(api->create(core::host_api(), config.data(), config.size(), &raw), "create");
+  const std::unique_ptr<MLPH_Workload, void (*)(MLPH_Workload*)> workload(raw, api->destroy);
+  std::vector<uint64_t> order(10);
+  core::check(api->sample_order(workload.get(), 1, order.size(), order.data()), "sample_order");
+  EXPECT_EQ(order, (std::vector<uint64_t>{5, 6, 1, 2, 0, 8, 9, 3, 7, 4}));
+  const std::vector<uint64_t> rank1 = {order[1], order[4], order[7]};
+  EXPECT_EQ(rank1, (std::vector<uint64_t>{6, 0, 3}));
 }
 
 TEST(DeepCamHdf5, SampleRoundTripFromMemory) {

@@ -35,4 +35,12 @@ std::vector<uint64_t> numpy_shuffled_indices(uint64_t n, uint32_t seed) {
   return order;
 }
 
+std::vector<uint64_t> torch_randperm(uint64_t n, uint64_t seed) {
+  std::vector<uint64_t> order(n);
+  std::iota(order.begin(), order.end(), uint64_t{0});
+  std::mt19937 mt(static_cast<uint32_t>(seed));  // torch's mt19937 takes the low 32 bits of the seed
+  for (uint64_t i = 0; i + 1 < n; ++i) std::swap(order[i], order[i + mt() % (n - i)]);
+  return order;
+}
+
 }  // namespace mlph::deepcam

@@ -1,12 +1,16 @@
 // Write a workload as C++ classes; `workload_api<Impl>()` generates the C table. Impl provides
 //   static const MLPH_ParamSpec* params(size_t* n);
 //   Impl(const MLPH_HostApi* host, const mlph::sdk::Options& config);
-// and overrides the virtual members of Workload.
+// and overrides the virtual members of Workload. Optionally (ABI 1.2) it also has
+//   std::vector<uint64_t> sample_order(uint32_t epoch, uint64_t n);   // see MLPH_WorkloadApi.sample_order
 #pragma once
 
 #include <algorithm>
+#include <concepts>
 #include <cstring>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "mlph/sdk/error.hpp"
 #include "mlph/sdk/options.hpp"
@@ -45,6 +49,28 @@ inline void copy_info(MLPH_WorkloadInfo info, MLPH_WorkloadInfo& out) {
   const size_t room = out.struct_size ? out.struct_size : MLPH_STRUCT_SIZE(MLPH_WorkloadInfo, n_log_entries);
   info.struct_size = std::min(room, sizeof info);
   std::memcpy(&out, &info, info.struct_size);
+}
+
+template <class Impl>
+concept HasSampleOrder = requires(Impl& w, uint32_t epoch, uint64_t n) {
+  { w.sample_order(epoch, n) } -> std::same_as<std::vector<uint64_t>>;
+};
+
+// The table's sample_order: the Impl's when it has one, else NULL (the runner shuffles).
+template <class Impl>
+constexpr auto sample_order_entry() -> MLPH_Error* (*)(MLPH_Workload*, uint32_t, uint64_t, uint64_t*) {
+  if constexpr (HasSampleOrder<Impl>) {
+    return [](MLPH_Workload* w, uint32_t epoch, uint64_t n, uint64_t* order) {
+      return guard(detail::unbox(w)->host, [&] {
+        const std::vector<uint64_t> o = static_cast<Impl&>(*detail::unbox(w)->impl).sample_order(epoch, n);
+        if (o.size() != n)
+          fail(MLPH_INTERNAL, "sample_order gave " + std::to_string(o.size()) + " indices for " + std::to_string(n));
+        std::copy(o.begin(), o.end(), order);
+      });
+    };
+  } else {
+    return nullptr;
+  }
 }
 
 template <class Impl>
@@ -87,6 +113,7 @@ const MLPH_WorkloadApi* workload_api() {
       [](MLPH_Workload* w, const char* dir) {
         return guard(unbox(w)->host, [&] { unbox(w)->impl->generate_data(dir); });
       },
+      sample_order_entry<Impl>(),
   };
   return &api;
 }
