@@ -154,6 +154,8 @@ class Run {
   std::vector<uint64_t> epoch_order(uint32_t epoch) const;
   void train_epoch(uint32_t epoch, Progress& progress);
   double evaluate();
+  bool eval_outputs_per_sample() const;
+  uint64_t eval_samples() const;
   void open_datasets();
   void stage_data(MlLogger& log);
   void report_breakdown(MlLogger& log, double started);
@@ -353,11 +355,36 @@ void Run::train_epoch(uint32_t epoch, Progress& progress) {
   }
 }
 
+// Whether every evaluation output has one row per sample: then a partial last batch can be padded and
+// the padding left out, so that every validation sample counts, as in DeepCAM's reference. A scalar
+// output (CosmoFlow's summed error) cannot be split: such runs evaluate whole global batches.
+bool Run::eval_outputs_per_sample() const {
+  for (size_t i = 0; i < graph_->n_eval_outputs; ++i) {
+    const MLPH_Value& v = graph_->values[graph_->eval_outputs[i]];
+    if (v.ndim < 1 || v.shape[0] != static_cast<int64_t>(batch_)) return false;
+  }
+  return graph_->n_eval_outputs > 0;
+}
+
+// The validation samples one evaluation covers, over all ranks.
+uint64_t Run::eval_samples() const {
+  const uint64_t global_batch = static_cast<uint64_t>(batch_) * static_cast<uint64_t>(data_shard_.count);
+  return eval_outputs_per_sample() ? eval_total_ : eval_total_ / global_batch * global_batch;
+}
+
 double Run::evaluate() {
   Stopwatch watch(eval_s_);
-  std::vector<uint64_t> order(eval_size_);
-  for (uint64_t i = 0; i < eval_size_; ++i) order[i] = i;
-  Prefetcher reader(workload(), eval_set_.get(), *graph_, shard(order, data_shard_, batch_), batch_);
+  std::vector<uint64_t> mine;  // this rank's samples: every count-th from its index
+  if (eval_outputs_per_sample()) {
+    for (uint64_t i = static_cast<uint64_t>(data_shard_.index); i < eval_size_; i += data_shard_.count) mine.push_back(i);
+  } else {
+    std::vector<uint64_t> order(eval_size_);
+    for (uint64_t i = 0; i < eval_size_; ++i) order[i] = i;
+    mine = shard(order, data_shard_, batch_);
+  }
+  const uint64_t real = mine.size();
+  while (mine.size() % batch_ != 0) mine.push_back(mine.back());  // padding, left out of the sums
+  Prefetcher reader(workload(), eval_set_.get(), *graph_, std::move(mine), batch_);
   std::vector<std::vector<float>> outputs(graph_->n_eval_outputs);
   std::vector<MLPH_Tensor> output_tensors;
   for (size_t i = 0; i < graph_->n_eval_outputs; ++i) {
@@ -372,11 +399,16 @@ double Run::evaluate() {
     check(backend()->eval_step(model_.get(), batch.tensors.data(), batch.tensors.size(), output_tensors.data(),
                                output_tensors.size()),
           "evaluation step");
-    for (size_t i = 0; i < outputs.size(); ++i)
-      for (float x : outputs[i]) sums[i] += x;
+    const uint64_t rows = std::min<uint64_t>(batch_, real - step * batch_);
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const size_t counted = rows == batch_ ? outputs[i].size() : rows * (outputs[i].size() / batch_);
+      for (size_t k = 0; k < counted; ++k) sums[i] += outputs[i][k];
+    }
   }
+  sums.push_back(static_cast<double>(real));  // the samples evaluated: summed over the ranks with the outputs
   check(comms()->allreduce(session_->comm(), sums.data(), sums.size(), MLPH_DTYPE_F64, MLPH_REDUCE_SUM), "comms");
-  const uint64_t samples = reader.steps() * batch_ * static_cast<uint64_t>(session_->topology().size);
+  const auto samples = static_cast<uint64_t>(sums.back());
+  sums.pop_back();
   double metric = 0;
   check(workload()->metric(session_->workload(), sums.data(), sums.size(), samples, &metric), "metric");
   return metric;
@@ -384,7 +416,7 @@ double Run::evaluate() {
 
 bool Run::train_and_evaluate(MlLogger& log) {
   const uint64_t global_batch = static_cast<uint64_t>(batch_) * session_->topology().size;
-  const uint64_t eval_used = eval_total_ / global_batch * global_batch;
+  const uint64_t eval_used = eval_samples();
   log.event("global_batch_size", json(static_cast<unsigned long long>(global_batch)));
   log.event("train_samples", json(static_cast<unsigned long long>(train_total_)));
   log.event("eval_samples", json(static_cast<unsigned long long>(eval_used)));

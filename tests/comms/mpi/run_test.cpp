@@ -109,7 +109,7 @@ TEST(MpiRun, DeepCamWithGroupBatchNormAndAccumulation) {
   if (!fs::exists(fs::path(MLPH_PLUGIN_DIR) / "libmlph-workload-deepcam.so")) GTEST_SKIP() << "deepcam not built (HDF5)";
   const fs::path dir = fresh_dir("mpi-deepcam");
   const std::string shape = "--workload deepcam --set data.height=32 --set data.width=32 ";
-  ASSERT_EQ(run_cli(shape + "--set data.synthetic.train=8 --set data.synthetic.valid=2 --generate-data " +
+  ASSERT_EQ(run_cli(shape + "--set data.synthetic.train=8 --set data.synthetic.valid=3 --generate-data " +
                     (dir / "data").string())
                 .exit_code,
             0);
@@ -128,6 +128,7 @@ TEST(MpiRun, DeepCamWithGroupBatchNormAndAccumulation) {
   EXPECT_EQ(values["batchnorm_group_size"], "2");
   EXPECT_EQ(values["gradient_accumulation_frequency"], "2");
   EXPECT_EQ(values["global_batch_size"], "2") << "local batch x ranks, without the accumulation (as the reference)";
+  EXPECT_EQ(values["eval_samples"], "3") << "every validation sample, one rank evaluating one more";
   EXPECT_NE(read_lines(dir / "out" / "result_0.txt").back().find("\"status\": \"success\""), std::string::npos);
 }
 
