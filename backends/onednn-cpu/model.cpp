@@ -42,7 +42,7 @@ const std::map<std::string, OpRule, std::less<>>& op_rules() {
       {"reshape", {1, 1, {"shape"}, true, make_reshape}},
       {"dense", {2, 3, {}, true, make_dense}},
       {"dropout", {1, 1, {"rate"}, true, make_dropout}},
-      {"batch_norm", {5, 5, {"eps", "momentum", "group_size"}, true, make_batch_norm}},
+      {"batch_norm", {5, 5, {"eps", "momentum", "group_size"}, true, nullptr}},  // built with its fusion
       {"add", {2, 2, {}, true, make_add}},
       {"concat", {1, 64, {}, true, make_concat}},
       {"broadcast", {1, 1, {"shape"}, true, make_broadcast}},
@@ -271,7 +271,9 @@ class OnednnModel final : public sdk::Model {
     }
   }
 
-  // A conv whose only consumer is a relu or leaky_relu with alpha >= 0 takes it as a post-op.
+  // A conv whose only consumer is a relu or leaky_relu with alpha >= 0 takes it as a post-op; a
+  // batch norm whose only consumer is a relu runs it too (oneDNN's fuse_norm_relu: one pass less
+  // over the tensor each way, DeepCAM's 50-odd BN + ReLU pairs).
   std::map<size_t, size_t> find_fusions(const MLPH_Graph& graph) {
     std::vector<std::vector<size_t>> consumers(graph.n_values);
     for (size_t i = 0; i < graph.n_nodes; ++i)
@@ -279,13 +281,17 @@ class OnednnModel final : public sdk::Model {
     std::vector<bool> exposed(graph.n_values, false);
     exposed[size_t(graph.loss)] = true;
     for (size_t i = 0; i < graph.n_eval_outputs; ++i) exposed[size_t(graph.eval_outputs[i])] = true;
-    std::map<size_t, size_t> fused;  // conv node -> activation node
+    std::map<size_t, size_t> fused;  // conv or batch_norm node -> activation node
     for (size_t i = 0; i < graph.n_nodes; ++i) {
       const int32_t y = graph.nodes[i].outputs[0];
-      if (std::string_view(graph.nodes[i].op) != "conv" || exposed[size_t(y)] || consumers[size_t(y)].size() != 1) continue;
+      const std::string_view producer = graph.nodes[i].op;
+      if ((producer != "conv" && producer != "batch_norm") || exposed[size_t(y)] || consumers[size_t(y)].size() != 1)
+        continue;
       const size_t j = consumers[size_t(y)][0];
       const std::string_view op = graph.nodes[j].op;
-      if ((op == "relu" || (op == "leaky_relu" && activation_alpha(graph.nodes[j]) >= 0.0f)) &&
+      if (op != "relu" && op != "leaky_relu") continue;
+      const float alpha = activation_alpha(graph.nodes[j]);
+      if ((producer == "conv" ? alpha >= 0.0f : alpha == 0.0f) &&
           net_.needs_grad(y) == net_.needs_grad(graph.nodes[j].outputs[0]))
         fused[i] = j;
     }
@@ -297,19 +303,26 @@ class OnednnModel final : public sdk::Model {
 
   void build_ops(const MLPH_Graph& graph, const std::vector<const OpRule*>& rules) {
     const std::map<size_t, size_t> fused = find_fusions(graph);
-    std::map<size_t, int32_t> fused_activations;  // activation node -> the conv output it follows
-    for (auto [conv, act] : fused) fused_activations[act] = graph.nodes[conv].outputs[0];
+    std::map<size_t, size_t> fused_activations;  // activation node -> the node it is fused into
+    for (auto [producer, act] : fused) fused_activations[act] = producer;
     for (size_t i = 0; i < graph.n_nodes; ++i) {
       const NodeView n{&graph.nodes[i], i};
+      const std::string_view op = n.node->op;
       try {
         if (auto f = fused.find(i); f != fused.end()) {
           const MLPH_Node& act = graph.nodes[f->second];
-          ops_.push_back(make_conv(net_, n, {true, activation_alpha(act), act.outputs[0]}));
+          const Fusion fusion{true, activation_alpha(act), act.outputs[0]};
+          ops_.push_back(op == "conv" ? make_conv(net_, n, fusion) : make_batch_norm(net_, n, fusion));
         } else if (auto a = fused_activations.find(i); a != fused_activations.end()) {
           expect_shape(net_, n, n.out(), net_.at(n.in(0)).shape);
-          ops_.push_back(make_fused_activation(net_, n, a->second, activation_alpha(graph.nodes[i])));
-        } else if (std::string_view(n.node->op) == "conv") {
+          const MLPH_Node& producer = graph.nodes[a->second];
+          ops_.push_back(std::string_view(producer.op) == "conv"
+                             ? make_fused_activation(net_, n, producer.outputs[0], activation_alpha(graph.nodes[i]))
+                             : make_norm_fused_relu(net_, n, producer.outputs[0]));
+        } else if (op == "conv") {
           ops_.push_back(make_conv(net_, n, {}));
+        } else if (op == "batch_norm") {
+          ops_.push_back(make_batch_norm(net_, n, {}));
         } else {
           ops_.push_back(rules[i]->build(net_, n));
         }

@@ -10,7 +10,8 @@ namespace mlph::onednn {
 
 // A conv followed only by a relu / leaky_relu (alpha >= 0) runs as one primitive with an eltwise
 // post-op; the activation node then only does the backward (from its output: for alpha >= 0,
-// y > 0 iff x > 0).
+// y > 0 iff x > 0). A batch norm followed only by a relu runs it forward and backward
+// (fuse_norm_relu); the activation node does nothing.
 struct Fusion {
   bool active = false;
   float alpha = 0;
@@ -30,7 +31,8 @@ std::unique_ptr<Op> make_max_pool(Net& net, const NodeView& n);
 std::unique_ptr<Op> make_global_avg_pool(Net& net, const NodeView& n);
 std::unique_ptr<Op> make_eltwise(Net& net, const NodeView& n);  // relu, leaky_relu, tanh, scale
 std::unique_ptr<Op> make_fused_activation(Net& net, const NodeView& n, int32_t conv_output, float alpha);
-std::unique_ptr<Op> make_batch_norm(Net& net, const NodeView& n);
+std::unique_ptr<Op> make_norm_fused_relu(Net& net, const NodeView& n, int32_t norm_output);
+std::unique_ptr<Op> make_batch_norm(Net& net, const NodeView& n, const Fusion& relu);
 std::unique_ptr<Op> make_add(Net& net, const NodeView& n);
 std::unique_ptr<Op> make_concat(Net& net, const NodeView& n);
 

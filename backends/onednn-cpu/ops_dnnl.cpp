@@ -252,28 +252,27 @@ std::unique_ptr<Op> make_conv(Net& net, const NodeView& n, const Fusion& fusion)
       {prop_kind::forward_training, algorithm::convolution_direct, src, in(any(wdims)), bias, dst, g.stride,
        g.dilate, g.pad_l, g.pad_r},
       attr, net.engine);
-  const memory::desc x_desc = x.mem.get_desc();
-  auto make_data = [&, fwd] {
-    return dnnl::convolution_backward_data::primitive_desc(
-        {algorithm::convolution_direct, any(x_desc.dims()), in(any(wdims)), in(fwd.dst_desc()), g.stride, g.dilate,
-         g.pad_l, g.pad_r},
-        net.attr(), net.engine, fwd);
+  // The backward passes in the forward's layouts when oneDNN has a kernel for them; otherwise
+  // (dilated depthwise convs in blocked layouts, 2^3 volumes) in layouts it picks or channels-last,
+  // reordered to, rather than its reference loops (20x slower on DeepCAM's dilated depthwise convs).
+  const Dims x_dims = x.mem.get_desc().dims(), y_dims = fwd.dst_desc().dims();
+  const std::vector<std::pair<memory::desc, memory::desc>> layouts = {
+      {fwd.src_desc(), fwd.dst_desc()}, {any(x_dims), any(y_dims)}, {x.plain, net.at(n.out()).plain}};
+  auto make_data = [&, fwd, layouts] {
+    auto any_src = layouts;
+    any_src[0].first = any(x_dims);  // the input gradient's layout is free: a sink reorders it
+    return first_jit<dnnl::convolution_backward_data::primitive_desc>(any_src, [&](const auto& s, const auto& d) {
+      return dnnl::convolution_backward_data::primitive_desc(
+          {algorithm::convolution_direct, s, in(any(wdims)), in(d), g.stride, g.dilate, g.pad_l, g.pad_r}, net.attr(),
+          net.engine, fwd);
+    });
   };
-  auto make_weights = [&, fwd] {
-    using BwdWeights = dnnl::convolution_backward_weights;
-    auto with = [&](const memory::desc& s, const memory::desc& d) {
-      return BwdWeights::primitive_desc(
+  auto make_weights = [&, fwd, layouts] {
+    return first_jit<dnnl::convolution_backward_weights::primitive_desc>(layouts, [&](const auto& s, const auto& d) {
+      return dnnl::convolution_backward_weights::primitive_desc(
           {algorithm::convolution_direct, in(s), any(wdims), bias, in(d), g.stride, g.dilate, g.pad_l, g.pad_r},
           net.attr(), net.engine, fwd);
-    };
-    // In the forward's layouts when oneDNN has a kernel for them; otherwise (e.g. 2^3 volumes with
-    // blocked layouts) let it pick layouts, reordering, rather than run its reference loops.
-    auto pd = with(fwd.src_desc(), fwd.dst_desc());
-    if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) {
-      auto free = with(any(fwd.src_desc().dims()), any(fwd.dst_desc().dims()));
-      if (std::string(free.impl_info_str()).rfind("ref", 0) != 0) return free;
-    }
-    return pd;
+    });
   };
   return std::make_unique<Weighted<convolution_forward, dnnl::convolution_backward_data,
                                    dnnl::convolution_backward_weights>>(net, n, fusion, weights_plain, fwd, make_data,
@@ -511,11 +510,34 @@ std::unique_ptr<Op> make_fused_activation(Net& net, const NodeView& n, int32_t c
 
 namespace {
 
+// The relu that the batch norm before it runs (fuse_norm_relu), both ways: its output gradient is
+// the batch norm's, complete once this node's consumers have written it.
+class NormFusedRelu final : public Op {
+ public:
+  NormFusedRelu(Net& net, const NodeView& n, int32_t norm_output) : Op(n), net_(net), norm_output_(norm_output) {}
+  void forward(const RunArgs&) override {}
+  void backward() override { net_.at(norm_output_).grad_written = true; }
+
+ private:
+  Net& net_;
+  int32_t norm_output_;
+};
+
+}  // namespace
+
+std::unique_ptr<Op> make_norm_fused_relu(Net& net, const NodeView& n, int32_t norm_output) {
+  return std::make_unique<NormFusedRelu>(net, n, norm_output);
+}
+
+namespace {
+
 // Batch normalization with oneDNN's primitive; the running statistics are ours to update (PyTorch's
-// rule, unbiased variance), since oneDNN only computes the batch statistics.
+// rule, unbiased variance), since oneDNN only computes the batch statistics. With `relu` active it
+// also applies the relu after it (its output is the relu's; the backward reads the relu's output
+// gradient and the workspace that records where the relu passed).
 class BatchNorm final : public Op {
  public:
-  BatchNorm(Net& net, const NodeView& n) : Op(n), net_(net) {
+  BatchNorm(Net& net, const NodeView& n, const Fusion& relu) : Op(n), net_(net) {
     const int32_t x = n.in(0), y = n.out();
     const sdk::Attrs attrs(*n.node);
     const auto eps = float(attrs.number("eps", 1e-5));
@@ -530,18 +552,28 @@ class BatchNorm final : public Op {
     if (count_ < 2) invalid(n, "needs at least two values per channel");
     const memory::desc desc = xv.mem.get_desc();
     using dnnl::normalization_flags;
-    const auto flags = normalization_flags::use_scale | normalization_flags::use_shift;
+    auto flags = normalization_flags::use_scale | normalization_flags::use_shift;
+    if (relu.active) flags |= normalization_flags::fuse_norm_relu;
     using Fwd = dnnl::batch_normalization_forward;
     const Fwd::primitive_desc train({prop_kind::forward_training, desc, eps, flags}, net.attr(), net.engine);
     const Fwd::primitive_desc infer({prop_kind::forward_inference, desc, eps, flags | normalization_flags::use_global_stats},
                                     net.attr(), net.engine);
-    net.define(y, train.dst_desc());
+    if (relu.active) {  // as for a conv's fused activation: one output memory, one gradient memory
+      net.define(relu.activation_output, train.dst_desc());
+      net.at(y).grad = net.at(relu.activation_output).grad;
+      net.define(y, train.dst_desc(), net.at(relu.activation_output).mem);
+    } else {
+      net.define(y, train.dst_desc());
+    }
+    std::unordered_map<int, memory> workspace;
+    if (relu.active) workspace[DNNL_ARG_WORKSPACE] = memory(train.workspace_desc(), net.engine);
     mean_ = memory(train.mean_desc(), net.engine);
     variance_ = memory(train.variance_desc(), net.engine);
     const memory scale = net.at(n.in(1)).mem, shift = net.at(n.in(2)).mem;
     running_mean_ = net.at(n.in(3)).mem, running_var_ = net.at(n.in(4)).mem;
     train_ = net.step<Fwd>(train, {{DNNL_ARG_SRC, xv.mem}, {DNNL_ARG_SCALE, scale}, {DNNL_ARG_SHIFT, shift},
                                    {DNNL_ARG_MEAN, mean_}, {DNNL_ARG_VARIANCE, variance_}, {DNNL_ARG_DST, net.at(y).mem}});
+    train_.args.insert(workspace.begin(), workspace.end());
     infer_ = net.step<Fwd>(infer, {{DNNL_ARG_SRC, xv.mem}, {DNNL_ARG_SCALE, scale}, {DNNL_ARG_SHIFT, shift},
                                    {DNNL_ARG_MEAN, running_mean_}, {DNNL_ARG_VARIANCE, running_var_},
                                    {DNNL_ARG_DST, net.at(y).mem}});
@@ -558,6 +590,7 @@ class BatchNorm final : public Op {
         bwd, {{DNNL_ARG_SRC, xv.mem}, {DNNL_ARG_MEAN, mean_}, {DNNL_ARG_VARIANCE, variance_},
               {DNNL_ARG_SCALE, scale}, {DNNL_ARG_SHIFT, shift}, {DNNL_ARG_DIFF_DST, net.at(y).grad},
               {DNNL_ARG_DIFF_SCALE, dscale}, {DNNL_ARG_DIFF_SHIFT, dshift}});
+    backward_->args.insert(workspace.begin(), workspace.end());
   }
 
   void forward(const RunArgs& args) override {
@@ -663,7 +696,7 @@ class Concat final : public Op {
 
 }  // namespace
 
-std::unique_ptr<Op> make_batch_norm(Net& net, const NodeView& n) {
+std::unique_ptr<Op> make_batch_norm(Net& net, const NodeView& n, const Fusion& relu) {
   const Value& x = net.at(n.in(0));
   if (x.shape.size() < 2) invalid(n, "input must be [N, ..., C]");
   for (size_t i = 1; i < 5; ++i) {
@@ -673,7 +706,7 @@ std::unique_ptr<Op> make_batch_norm(Net& net, const NodeView& n) {
   if (net.needs_grad(n.in(3)) || net.needs_grad(n.in(4)))
     invalid(n, "the running statistics must not be trainable parameters");
   expect_shape(net, n, n.out(), x.shape);
-  return std::make_unique<BatchNorm>(net, n);
+  return std::make_unique<BatchNorm>(net, n, relu);
 }
 
 std::unique_ptr<Op> make_add(Net& net, const NodeView& n) {

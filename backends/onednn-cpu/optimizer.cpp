@@ -5,6 +5,7 @@
 
 #include "mlph/sdk/error.hpp"
 #include "mlph/sdk/graph.hpp"
+#include "net.hpp"  // parallel_for
 
 namespace mlph::onednn {
 
@@ -34,9 +35,25 @@ OptimizerConfig read_optimizer(const MLPH_Optimizer& opt) {
 
 namespace {
 
+// Every loop runs on the OpenMP threads, vectorized (DeepCAM's 56M parameters took 0.4 s a step
+// on one core). Sums of squares add 8 interleaved lanes per fixed slice of [0, n), in a fixed
+// order: the same result on every run, whatever the thread count.
 double squares(int64_t n, const float* x) {
+  constexpr int64_t kLanes = 8;
+  const int64_t slices = n < (1 << 14) ? 1 : 64;
+  std::vector<double> partial(size_t(slices), 0.0);
+#pragma omp parallel for schedule(static) if (slices > 1)
+  for (int64_t slice = 0; slice < slices; ++slice) {
+    double lanes[kLanes] = {};
+    int64_t i = n * slice / slices;
+    const int64_t end = n * (slice + 1) / slices;
+    for (; i + kLanes <= end; i += kLanes)
+      for (int64_t k = 0; k < kLanes; ++k) lanes[k] += double(x[i + k]) * x[i + k];
+    for (; i < end; ++i) lanes[0] += double(x[i]) * x[i];
+    for (double lane : lanes) partial[size_t(slice)] += lane;
+  }
   double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += double(x[i]) * x[i];
+  for (double p : partial) sum += p;
   return sum;
 }
 double norm(int64_t n, const float* x) { return std::sqrt(squares(n, x)); }
@@ -46,47 +63,77 @@ double bias_correction(double beta, uint64_t t) { return float(1.0 - std::pow(be
 
 void sgd_keras(OptimizerSlot& s, double lr, double momentum) {
   const auto rate = float(lr), m = float(momentum);
-  for (int64_t i = 0; i < s.n; ++i) {
-    s.m[size_t(i)] = m * s.m[size_t(i)] - rate * s.g[i];
-    s.w[i] += s.m[size_t(i)];
+  float *w = s.w, *velocity = s.m.data();
+  const float* g = s.g;
+  parallel_for(s.n, [=](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      velocity[i] = m * velocity[i] - rate * g[i];
+      w[i] += velocity[i];
+    }
+  });
+}
+
+// Adam's step over [begin, end), as a function of its own so that it vectorizes (see lamb_update).
+struct AdamConstants {
+  float shrink, coupled, b1, b2, step_size, bc2_sqrt, eps;
+};
+void adam_update(int64_t begin, int64_t end, const AdamConstants k, const float* __restrict grad, float* __restrict w,
+                 float* __restrict m, float* __restrict v) {
+  for (int64_t i = begin; i < end; ++i) {
+    w[i] *= k.shrink;
+    const float g = grad[i] + k.coupled * w[i];
+    m[i] = k.b1 * m[i] + (1.0f - k.b1) * g;
+    v[i] = k.b2 * v[i] + (1.0f - k.b2) * g * g;
+    w[i] -= k.step_size * m[i] / (std::sqrt(v[i]) / k.bc2_sqrt + k.eps);
   }
 }
 
 void adam(OptimizerSlot& s, const OptimizerConfig& c, double lr, uint64_t t, bool decoupled) {
   const double decay = c.weight_decay * s.decay_multiplier;
-  const auto b1 = float(c.beta1), b2 = float(c.beta2), eps = float(c.eps);
-  const auto step_size = float(lr / bias_correction(c.beta1, t));
-  const auto bc2_sqrt = float(std::sqrt(bias_correction(c.beta2, t)));
-  const auto coupled = float(decoupled ? 0.0 : decay), shrink = float(decoupled ? 1.0 - lr * decay : 1.0);
-  float *m = s.m.data(), *v = s.v.data();
-  for (int64_t i = 0; i < s.n; ++i) {
-    s.w[i] *= shrink;
-    const float g = s.g[i] + coupled * s.w[i];
-    m[i] = b1 * m[i] + (1.0f - b1) * g;
-    v[i] = b2 * v[i] + (1.0f - b2) * g * g;
-    s.w[i] -= step_size * m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps);
+  const AdamConstants k{float(decoupled ? 1.0 - lr * decay : 1.0),
+                        float(decoupled ? 0.0 : decay),
+                        float(c.beta1),
+                        float(c.beta2),
+                        float(lr / bias_correction(c.beta1, t)),
+                        float(std::sqrt(bias_correction(c.beta2, t))),
+                        float(c.eps)};
+  float *w = s.w, *m = s.m.data(), *v = s.v.data();
+  const float* grad = s.g;
+  parallel_for(s.n, [=](int64_t begin, int64_t end) { adam_update(begin, end, k, grad, w, m, v); });
+}
+
+// LAMB's moments and update direction over [begin, end): a function of its own so that the
+// loop vectorizes (no aliasing between the arrays, the constants in registers).
+struct LambConstants {
+  float clip, b1, b2, bc1, bc2, eps, wd;
+};
+void lamb_update(int64_t begin, int64_t end, const LambConstants k, const float* __restrict grad,
+                 const float* __restrict w, float* __restrict m, float* __restrict v, float* __restrict update) {
+  for (int64_t i = begin; i < end; ++i) {
+    const float g = grad[i] / k.clip;
+    m[i] = k.b1 * m[i] + (1.0f - k.b1) * g;
+    v[i] = k.b2 * v[i] + (1.0f - k.b2) * g * g;
+    update[i] = (m[i] / k.bc1) / (std::sqrt(v[i] / k.bc2) + k.eps) + k.wd * w[i];
   }
 }
 
 void lamb(OptimizerSlot& s, const OptimizerConfig& c, double lr, uint64_t t, float clip, std::vector<float>& u) {
   const double decay = c.weight_decay * s.decay_multiplier;
-  const auto b1 = float(c.beta1), b2 = float(c.beta2), eps = float(c.eps), wd = float(decay);
-  const auto bc1 = float(bias_correction(c.beta1, t)), bc2 = float(bias_correction(c.beta2, t));
+  const LambConstants k{clip, float(c.beta1), float(c.beta2), float(bias_correction(c.beta1, t)),
+                        float(bias_correction(c.beta2, t)), float(c.eps), float(decay)};
   u.resize(size_t(s.n));
-  float *m = s.m.data(), *v = s.v.data();
-  for (int64_t i = 0; i < s.n; ++i) {
-    const float g = s.g[i] / clip;
-    m[i] = b1 * m[i] + (1.0f - b1) * g;
-    v[i] = b2 * v[i] + (1.0f - b2) * g * g;
-    u[size_t(i)] = (m[i] / bc1) / (std::sqrt(v[i] / bc2) + eps) + wd * s.w[i];
-  }
+  float *w = s.w, *m = s.m.data(), *v = s.v.data(), *update = u.data();
+  const float* grad = s.g;
+  parallel_for(s.n, [=](int64_t begin, int64_t end) { lamb_update(begin, end, k, grad, w, m, v, update); });
   float ratio = 1.0f;
   if (decay != 0.0) {
     const auto p_norm = float(norm(s.n, s.w)), u_norm = float(norm(s.n, u.data()));
     if (p_norm != 0.0f && u_norm != 0.0f) ratio = p_norm / u_norm;
   }
   const float step = float(lr) * ratio;
-  for (int64_t i = 0; i < s.n; ++i) s.w[i] -= step * u[size_t(i)];
+  parallel_for(s.n, [=](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) w[i] -= step * update[i];
+  });
 }
 
 }  // namespace

@@ -101,6 +101,23 @@ TEST(OnednnDeepcamOps, BatchNormTrainsAndEvaluatesLikeTheReference) {
   expect_same_training(s.g.graph(), 3, 0.05, 2e-3);
 }
 
+// batch_norm then relu runs as one primitive (fuse_norm_relu): outputs, every gradient, the running
+// statistics and evaluation as unfused. The second pair's relu output is also the eval output.
+TEST(OnednnDeepcamOps, BatchNormWithFusedReluMatchesTheReference) {
+  Small s;
+  const int32_t input = s.param("x", {2, 3, 5, 16}, 2.0f), w = s.param("w", {1, 1, 16, 16});
+  int32_t h = s.op("conv", {input, w}, {2, 3, 5, 16});
+  for (int i = 0; i < 2; ++i) {
+    const int32_t gamma = s.param("gamma" + std::to_string(i), {16}, 1.0f);
+    const int32_t beta = s.param("beta" + std::to_string(i), {16}, 0.5f);
+    const int32_t mean = s.param("mean" + std::to_string(i), {16}, 0.2f, 0.0, 0);
+    const int32_t var = s.constant("var" + std::to_string(i), std::vector<float>(16, 1.5f));
+    h = s.op("relu", {s.op("batch_norm", {h, gamma, beta, mean, var}, {2, 3, 5, 16}, {{"momentum", 0.3}})},
+             {2, 3, 5, 16});
+  }
+  expect_same_training(s.finish(h), 3, 0.05, 2e-3);
+}
+
 // concat, add (x feeding two ops: gradients add up), global_avg_pool, broadcast, channel_affine.
 TEST(OnednnDeepcamOps, ConcatAddPoolBroadcastAffineMatchTheReference) {
   Small s;
