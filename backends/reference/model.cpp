@@ -84,9 +84,10 @@ void ReferenceModel::join_batch_norm_group(const CompiledNode& node) {
              where + ": split");
   BatchNormGroup group{{raw, comms_->api->destroy}, {}};
   const MLPH_CommsApi* api = comms_->api;
-  group.sum = [this, api, comm = raw, where](std::vector<double>& sums) {
+  // Every batch norm of this group size shares the communicator: errors name the group, not this node.
+  group.sum = [this, api, comm = raw, size](std::vector<double>& sums) {
     sdk::check(host_, api->allreduce(comm, sums.data(), sums.size(), MLPH_DTYPE_F64, MLPH_REDUCE_SUM),
-               where + ": statistics allreduce");
+               "reference backend: batch-norm statistics allreduce over a group of " + std::to_string(size) + " ranks");
   };
   batch_norm_groups_.emplace(size, std::move(group));
 }

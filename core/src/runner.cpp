@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <functional>
 #include <mutex>
+#include <numeric>
 #include <thread>
 #include <future>
 #include <memory>
@@ -300,11 +301,18 @@ class Prefetcher {
   std::future<void> pending_;
 };
 
-// This rank's share of `order`: elements index, index+count, ..., cut to whole batches of all `count` readers.
-std::vector<uint64_t> shard(const std::vector<uint64_t>& order, const DataShard& s, uint32_t batch) {
-  const uint64_t steps = order.size() / (static_cast<uint64_t>(batch) * s.count);
+// This rank's share of `order`: elements index, index+count, ...
+std::vector<uint64_t> deal(const std::vector<uint64_t>& order, const DataShard& s) {
   std::vector<uint64_t> mine;
-  for (uint64_t i = static_cast<uint64_t>(s.index); mine.size() < steps * batch; i += s.count) mine.push_back(order[i]);
+  for (auto i = static_cast<uint64_t>(s.index); i < order.size(); i += static_cast<uint64_t>(s.count))
+    mine.push_back(order[i]);
+  return mine;
+}
+
+// The same, cut to whole batches of all `count` readers.
+std::vector<uint64_t> shard(const std::vector<uint64_t>& order, const DataShard& s, uint32_t batch) {
+  std::vector<uint64_t> mine = deal(order, s);
+  mine.resize(order.size() / (static_cast<uint64_t>(batch) * static_cast<uint64_t>(s.count)) * batch);
   return mine;
 }
 
@@ -374,14 +382,9 @@ uint64_t Run::eval_samples() const {
 
 double Run::evaluate() {
   Stopwatch watch(eval_s_);
-  std::vector<uint64_t> mine;  // this rank's samples: every count-th from its index
-  if (eval_outputs_per_sample()) {
-    for (uint64_t i = static_cast<uint64_t>(data_shard_.index); i < eval_size_; i += data_shard_.count) mine.push_back(i);
-  } else {
-    std::vector<uint64_t> order(eval_size_);
-    for (uint64_t i = 0; i < eval_size_; ++i) order[i] = i;
-    mine = shard(order, data_shard_, batch_);
-  }
+  std::vector<uint64_t> order(eval_size_);
+  std::iota(order.begin(), order.end(), uint64_t{0});
+  std::vector<uint64_t> mine = eval_outputs_per_sample() ? deal(order, data_shard_) : shard(order, data_shard_, batch_);
   const uint64_t real = mine.size();
   while (mine.size() % batch_ != 0) mine.push_back(mine.back());  // padding, left out of the sums
   Prefetcher reader(workload(), eval_set_.get(), *graph_, std::move(mine), batch_);
