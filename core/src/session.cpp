@@ -6,6 +6,7 @@
 #include <random>
 
 #include "mlph/core/host.hpp"
+#include "mlph/sdk/options.hpp"
 #include "mlph/sdk/tensor.hpp"
 
 namespace mlph::core {
@@ -31,21 +32,7 @@ std::vector<MLPH_ParamSpec> core_schema() {
   };
 }
 
-// Owns the strings an MLPH_KeyValue array points to.
-class KeyValues {
- public:
-  void add(std::string key, std::string value) { store_.emplace_back(std::move(key), std::move(value)); }
-  const MLPH_KeyValue* data() {
-    view_.clear();
-    for (const auto& [k, v] : store_) view_.push_back({k.c_str(), v.c_str()});
-    return view_.data();
-  }
-  size_t size() const { return store_.size(); }
-
- private:
-  std::vector<std::pair<std::string, std::string>> store_;
-  std::vector<MLPH_KeyValue> view_;
-};
+using sdk::KeyValues;
 
 KeyValues passthrough_options(const Config& config, const std::string& prefix) {
   KeyValues kv;

@@ -4,7 +4,6 @@
 // ignores gradient accumulation, updating on every micro-batch (`fault=accumulation`).
 // Other options (threads) go to the reference backend.
 #include <algorithm>
-#include <string_view>
 
 #include "backend.hpp"
 #include "mlph/sdk/backend.hpp"
@@ -48,17 +47,10 @@ class FaultyModel final : public sdk::Model {
   bool forward_, gradient_, accumulation_;
 };
 
-sdk::Options without(const sdk::Options& options, std::initializer_list<std::string_view> keys) {
-  std::vector<MLPH_KeyValue> kept;
-  for (const auto& [key, value] : options.all())
-    if (std::find(keys.begin(), keys.end(), key) == keys.end()) kept.push_back({key.c_str(), value.c_str()});
-  return sdk::Options(kept.data(), kept.size());
-}
-
 class FaultyBackend final : public sdk::Backend {
  public:
   FaultyBackend(const MLPH_HostApi* host, const sdk::Options& options)
-      : reference_(host, without(options, {"fault", "fault_op"})),
+      : reference_(host, options.without({"fault", "fault_op"})),
         fault_(options.get("fault", "forward")),
         fault_op_(options.get("fault_op")) {
     if (fault_op_.empty()) sdk::fail(MLPH_INVALID_ARGUMENT, "faulty backend: option 'fault_op' (an op name) is required");

@@ -36,17 +36,10 @@ class TracingModel final : public sdk::Model {
   std::string trace_;
 };
 
-sdk::Options without_trace(const sdk::Options& options) {
-  std::vector<MLPH_KeyValue> kept;
-  for (const auto& [key, value] : options.all())
-    if (key != "trace") kept.push_back({key.c_str(), value.c_str()});
-  return sdk::Options(kept.data(), kept.size());
-}
-
 class TracingBackend final : public sdk::Backend {
  public:
   TracingBackend(const MLPH_HostApi* host, const sdk::Options& options)
-      : reference_(host, without_trace(options)), trace_(options.get("trace")) {
+      : reference_(host, options.without({"trace"})), trace_(options.get("trace")) {
     if (trace_.empty()) sdk::fail(MLPH_INVALID_ARGUMENT, "tracing backend: option 'trace' (a file) is required");
   }
   std::unique_ptr<sdk::Model> compile(const MLPH_Graph& graph, const MLPH_CommsHandle* comms) override {

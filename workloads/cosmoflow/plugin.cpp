@@ -16,15 +16,12 @@ class CosmoFlow final : public sdk::Workload {
  public:
   static const MLPH_ParamSpec* params(size_t* n) { return param_specs(n); }
 
-  CosmoFlow(const MLPH_HostApi* host, const sdk::Options& config) : host_(host), settings_(parse_settings(config)) {
-    for (auto& [key, value] : hyperparameter_log(settings_)) log_strings_.emplace_back(key, value);
-    for (auto& [key, value] : log_strings_) log_entries_.push_back({key.c_str(), value.c_str()});
-  }
+  CosmoFlow(const MLPH_HostApi* host, const sdk::Options& config)
+      : host_(host), settings_(parse_settings(config)), log_(hyperparameter_log(settings_)) {}
 
   MLPH_WorkloadInfo describe() override {
-    return {sizeof(MLPH_WorkloadInfo), nullptr, "cosmoflow",     "eval_error",        settings_.target_mae,
-            1,                         settings_.epochs, settings_.batch_size, log_entries_.data(), log_entries_.size(),
-            1};
+    return {sizeof(MLPH_WorkloadInfo), nullptr,     "cosmoflow", "eval_error", settings_.target_mae, 1,
+            settings_.epochs,          settings_.batch_size, log_.data(), log_.size(), 1};
   }
 
   const MLPH_Graph* build_graph(uint32_t batch, uint64_t seed) override {
@@ -54,8 +51,7 @@ class CosmoFlow final : public sdk::Workload {
   const MLPH_HostApi* host_;
   Settings settings_;
   std::unique_ptr<sdk::GraphBuilder> builder_;
-  std::vector<std::pair<std::string, std::string>> log_strings_;
-  std::vector<MLPH_KeyValue> log_entries_;
+  sdk::KeyValues log_;  // the hyperparameters logged after run_start
 };
 
 }  // namespace

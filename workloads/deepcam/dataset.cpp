@@ -8,19 +8,12 @@
 #include "mlph/sdk/tensor.hpp"
 
 namespace mlph::deepcam {
-namespace {
 using sdk::fail;
-
-const char* split_dir(MLPH_Split split) { return split == MLPH_SPLIT_TRAIN ? "train" : "validation"; }
-
-}  // namespace
 
 DeepCamDataset::DeepCamDataset(const MLPH_HostApi* host, const DataSettings& settings, MLPH_Split split,
                                const MLPH_StorageHandle& storage)
     : host_(host), settings_(settings), storage_(storage) {
-  if (settings_.dir.empty())
-    fail(MLPH_INVALID_ARGUMENT, "no dataset: set data.dir (or --data DIR), or write one with --generate-data DIR");
-  const std::string dir = settings_.dir + "/" + split_dir(split);
+  const std::string dir = sdk::split_directory(settings_.dir, split);
   std::vector<std::string> sorted = sdk::list_files(host_, storage_, dir, ".h5", "DeepCAM data");
   if (sorted.empty()) fail(MLPH_NOT_FOUND, dir + ": no *.h5 files");
   if (split == MLPH_SPLIT_TRAIN) {

@@ -40,15 +40,13 @@ class DeepCam final : public sdk::Workload {
  public:
   static const MLPH_ParamSpec* params(size_t* n) { return param_specs(n); }
 
-  DeepCam(const MLPH_HostApi* host, const sdk::Options& config) : host_(host), settings_(parse_settings(config)) {
-    for (auto& [key, value] : hyperparameter_log(settings_)) log_strings_.emplace_back(key, value);
-    for (auto& [key, value] : log_strings_) log_entries_.push_back({key.c_str(), value.c_str()});
-  }
+  DeepCam(const MLPH_HostApi* host, const sdk::Options& config)
+      : host_(host), settings_(parse_settings(config)), log_(hyperparameter_log(settings_)) {}
 
   MLPH_WorkloadInfo describe() override {
-    return {sizeof(MLPH_WorkloadInfo), nullptr,          "deepcam",           "eval_accuracy",
-            settings_.target_iou,      0,                settings_.epochs,    settings_.batch_size,
-            log_entries_.data(),       log_entries_.size(), settings_.training.gradient_accumulation_frequency};
+    return {sizeof(MLPH_WorkloadInfo), nullptr,     "deepcam",   "eval_accuracy", settings_.target_iou, 0,
+            settings_.epochs,          settings_.batch_size, log_.data(), log_.size(),
+            settings_.training.gradient_accumulation_frequency};
   }
 
   const MLPH_Graph* build_graph(uint32_t batch, uint64_t seed) override {
@@ -90,8 +88,7 @@ class DeepCam final : public sdk::Workload {
   const MLPH_HostApi* host_;
   Settings settings_;
   std::unique_ptr<sdk::GraphBuilder> builder_;
-  std::vector<std::pair<std::string, std::string>> log_strings_;
-  std::vector<MLPH_KeyValue> log_entries_;
+  sdk::KeyValues log_;  // the hyperparameters logged after run_start
 };
 
 }  // namespace

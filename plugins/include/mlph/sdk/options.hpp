@@ -1,9 +1,12 @@
 // Key/value options as a C++ map, with the "unknown option is an error" rule built in.
 #pragma once
 
+#include <deque>
+#include <initializer_list>
 #include <map>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mlph/common.h"
@@ -59,9 +62,43 @@ class Options {
     }
   }
   const std::map<std::string, std::string>& all() const { return values_; }
+  // These options less `keys`: what a plug-in that wraps another passes on to it.
+  Options without(std::initializer_list<std::string_view> keys) const {
+    Options rest = *this;
+    for (std::string_view key : keys) rest.values_.erase(std::string(key));
+    return rest;
+  }
 
  private:
   std::map<std::string, std::string> values_;
+};
+
+// Owned key/value strings and the MLPH_KeyValue array that points into them: options to pass to a
+// plug-in, or the hyperparameters a workload logs. The array stays valid as entries are added and
+// when the list is moved (a deque never relocates its elements); copies are refused, since a copied
+// array would point into the original.
+class KeyValues {
+ public:
+  KeyValues() = default;
+  explicit KeyValues(const std::vector<std::pair<std::string, std::string>>& pairs) {
+    for (const auto& [key, value] : pairs) add(key, value);
+  }
+  KeyValues(KeyValues&&) = default;
+  KeyValues& operator=(KeyValues&&) = default;
+  KeyValues(const KeyValues&) = delete;
+  KeyValues& operator=(const KeyValues&) = delete;
+
+  void add(std::string key, std::string value) {
+    const std::string& k = strings_.emplace_back(std::move(key));
+    const std::string& v = strings_.emplace_back(std::move(value));
+    view_.push_back({k.c_str(), v.c_str()});
+  }
+  const MLPH_KeyValue* data() const { return view_.data(); }
+  size_t size() const { return view_.size(); }
+
+ private:
+  std::deque<std::string> strings_;
+  std::vector<MLPH_KeyValue> view_;
 };
 
 }  // namespace mlph::sdk

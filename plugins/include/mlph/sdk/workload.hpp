@@ -19,6 +19,14 @@
 
 namespace mlph::sdk {
 
+// The directory of a split under a dataset root, as the references lay data out: <root>/train and
+// <root>/validation. An empty root is an error saying how to give one.
+inline std::string split_directory(const std::string& root, MLPH_Split split) {
+  if (root.empty())
+    fail(MLPH_INVALID_ARGUMENT, "no dataset: set data.dir (or --data DIR), or write one with --generate-data DIR");
+  return root + (split == MLPH_SPLIT_TRAIN ? "/train" : "/validation");
+}
+
 class Dataset {
  public:
   virtual ~Dataset() = default;
