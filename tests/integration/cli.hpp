@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <sys/wait.h>
 #include <vector>
@@ -44,6 +45,38 @@ inline std::string mllog_key(const std::string& line) {
   if (at == std::string::npos) return "";
   const size_t start = at + tag.size();
   return line.substr(start, line.find('"', start) - start);
+}
+
+// The value of an MLLOG line as JSON text up to the next comma ("" when absent): numbers, null, short strings.
+inline std::string mllog_value(const std::string& line) {
+  const std::string tag = "\"value\": ";
+  const size_t at = line.find(tag);
+  if (at == std::string::npos) return "";
+  const size_t start = at + tag.size();
+  return line.substr(start, line.find(',', start) - start);
+}
+
+// Key -> value (as mllog_value) of every line of an MLLOG file; a repeated key keeps its last value.
+inline std::map<std::string, std::string> mllog_values(const std::filesystem::path& log) {
+  std::map<std::string, std::string> values;
+  for (const std::string& line : read_lines(log))
+    if (line.find("\"value\": ") != std::string::npos) values[mllog_key(line)] = mllog_value(line);
+  return values;
+}
+
+// A copy of `log` beside it (patched.txt) whose eval_error is 0.1, under CosmoFlow's target: the
+// official checker then judges everything else of a run too short to converge.
+inline std::filesystem::path with_eval_error_under_target(const std::filesystem::path& log) {
+  const std::filesystem::path patched = log.parent_path() / "patched.txt";
+  std::ofstream to(patched);
+  for (std::string line : read_lines(log)) {
+    if (mllog_key(line) == "eval_error") {
+      const size_t start = line.find("\"value\": ") + 9;
+      line.replace(start, line.find(',', start) - start, "0.1");
+    }
+    to << line << "\n";
+  }
+  return patched;
 }
 
 inline std::filesystem::path fresh_dir(const std::string& name) {

@@ -127,28 +127,40 @@ int check_accumulation(Session& session, const std::vector<Shape>& shapes,
   return ok ? 0 : 1;
 }
 
+// Ends a graph whose input is `x` with h -> batch_norm (over `group` ranks; running statistics 0 and 1,
+// state) -> mse against a second input, `target`, shaped like h; SGD without momentum. The batch
+// norm's parameters follow those added before: gamma, beta, running mean, running var.
+void batch_norm_mse(sdk::GraphBuilder& g, int32_t x, int32_t h, std::vector<float> gamma, std::vector<float> beta,
+                    int64_t group = 1) {
+  const MLPH_Value& info = g.value_info(h);
+  const std::vector<int64_t> shape(info.shape, info.shape + info.ndim);
+  const int64_t c = shape.back();
+  const int32_t target = g.value("target", MLPH_DTYPE_F32, shape);
+  const int32_t gamma_v = g.value("gamma", MLPH_DTYPE_F32, {c}), beta_v = g.value("beta", MLPH_DTYPE_F32, {c});
+  const int32_t mean = g.value("running_mean", MLPH_DTYPE_F32, {c}), var = g.value("running_var", MLPH_DTYPE_F32, {c});
+  const int32_t y = g.value("y", MLPH_DTYPE_F32, shape), loss = g.value("loss", MLPH_DTYPE_F32, {});
+  std::vector<sdk::AttrInit> attrs = {{"eps", 1e-5}, {"momentum", 0.1}};
+  if (group > 1) attrs.push_back({"group_size", static_cast<double>(group)});
+  g.node("batch_norm", "bn", {h, gamma_v, beta_v, mean, var}, {y}, std::move(attrs));
+  g.node("mse", "mse", {y, target}, {loss});
+  g.parameter(gamma_v, std::move(gamma));
+  g.parameter(beta_v, std::move(beta));
+  g.parameter(mean, std::vector<float>(static_cast<size_t>(c), 0.0f), 0.0, 1.0, 0);
+  g.parameter(var, std::vector<float>(static_cast<size_t>(c), 1.0f), 0.0, 1.0, 0);
+  g.inputs({x, target});
+  g.loss(loss);
+  g.optimizer("sgd_keras", {{"momentum", 0.0}});
+}
+
 // dense -> batch_norm -> mse on rows [first, first + rows) of a fixed [8, 3] input, the batch norm over
 // `group` ranks; returns w's gradient, then the running mean and var, after one step.
 std::vector<float> dense_batch_norm_step(Session& session, int64_t rows, int64_t first, int64_t group, bool alone) {
   sdk::GraphBuilder g;
-  const int32_t x = g.value("x", MLPH_DTYPE_F32, {rows, 3}), target = g.value("target", MLPH_DTYPE_F32, {rows, 3});
+  const int32_t x = g.value("x", MLPH_DTYPE_F32, {rows, 3});
   const int32_t w = g.value("w", MLPH_DTYPE_F32, {3, 3}), h = g.value("h", MLPH_DTYPE_F32, {rows, 3});
-  const int32_t gamma = g.value("gamma", MLPH_DTYPE_F32, {3}), beta = g.value("beta", MLPH_DTYPE_F32, {3});
-  const int32_t mean = g.value("running_mean", MLPH_DTYPE_F32, {3}), var = g.value("running_var", MLPH_DTYPE_F32, {3});
-  const int32_t y = g.value("y", MLPH_DTYPE_F32, {rows, 3}), loss = g.value("loss", MLPH_DTYPE_F32, {});
   g.node("dense", "dense", {x, w}, {h});
-  std::vector<sdk::AttrInit> attrs = {{"eps", 1e-5}, {"momentum", 0.1}};
-  if (group > 1) attrs.push_back({"group_size", static_cast<double>(group)});
-  g.node("batch_norm", "bn", {h, gamma, beta, mean, var}, {y}, std::move(attrs));
-  g.node("mse", "mse", {y, target}, {loss});
   g.parameter(w, {0.5f, -0.2f, 0.1f, 0.3f, 0.8f, -0.4f, -0.6f, 0.2f, 0.9f});
-  g.parameter(gamma, {1.0f, 1.5f, 0.5f});
-  g.parameter(beta, {0.0f, 0.1f, -0.1f});
-  g.parameter(mean, {0, 0, 0}, 0.0, 1.0, 0);
-  g.parameter(var, {1, 1, 1}, 0.0, 1.0, 0);
-  g.inputs({x, target});
-  g.loss(loss);
-  g.optimizer("sgd_keras", {{"momentum", 0.0}});
+  batch_norm_mse(g, x, h, {1.0f, 1.5f, 0.5f}, {0.0f, 0.1f, -0.1f}, group);
   const MLPH_Graph& graph = *g.graph();
   MLPH_Model* raw = nullptr;
   if (alone) check(session.backend_api()->compile(session.backend(), &graph, nullptr, &raw), "compile");
@@ -202,19 +214,8 @@ int check_group_batch_norm(Session& session) {
 int check_running_statistics_average(Session& session) {
   const float rank = static_cast<float>(session.topology().rank);
   sdk::GraphBuilder g;
-  const int32_t x = g.value("x", MLPH_DTYPE_F32, {2, 4, 3}), target = g.value("target", MLPH_DTYPE_F32, {2, 4, 3});
-  const int32_t gamma = g.value("gamma", MLPH_DTYPE_F32, {3}), beta = g.value("beta", MLPH_DTYPE_F32, {3});
-  const int32_t mean = g.value("running_mean", MLPH_DTYPE_F32, {3}), var = g.value("running_var", MLPH_DTYPE_F32, {3});
-  const int32_t y = g.value("y", MLPH_DTYPE_F32, {2, 4, 3}), loss = g.value("loss", MLPH_DTYPE_F32, {});
-  g.node("batch_norm", "bn", {x, gamma, beta, mean, var}, {y}, {{"eps", 1e-5}, {"momentum", 0.1}});
-  g.node("mse", "mse", {y, target}, {loss});
-  g.parameter(gamma, {1, 1, 1});
-  g.parameter(beta, {0, 0, 0});
-  g.parameter(mean, {0, 0, 0}, 0.0, 1.0, 0);
-  g.parameter(var, {1, 1, 1}, 0.0, 1.0, 0);
-  g.inputs({x, target});
-  g.loss(loss);
-  g.optimizer("sgd_keras", {{"momentum", 0.0}});
+  const int32_t x = g.value("x", MLPH_DTYPE_F32, {2, 4, 3});
+  batch_norm_mse(g, x, x, {1, 1, 1}, {0, 0, 0});
   const MLPH_Graph& graph = *g.graph();
   auto model = session.compile(graph);
   std::vector<float> xs(24), targets(24, 0.5f);

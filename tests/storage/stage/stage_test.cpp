@@ -308,19 +308,6 @@ class StageRun : public Stage {
                    "--seed 5 --set storage.target=" + dir("run-target").string() + " --data " + data().string() +
                    " --output " + out.string() + " " + extra);
   }
-  // The log with eval_error replaced by a value under the target (one epoch cannot converge).
-  static fs::path patched(const fs::path& log) {
-    const fs::path file = log.parent_path() / "patched.txt";
-    std::ofstream to(file);
-    for (std::string line : read_lines(log)) {
-      if (mllog_key(line) == "eval_error") {
-        const size_t at = line.find("\"value\": ") + 9;
-        line.replace(at, line.find(',', at) - at, "0.1");
-      }
-      to << line << "\n";
-    }
-    return file;
-  }
   static std::vector<std::string> keys(const fs::path& log) {
     std::vector<std::string> out;
     for (const std::string& line : read_lines(log)) out.push_back(mllog_key(line));
@@ -350,8 +337,9 @@ TEST_F(StageRun, TimedAndUntimedStagingPassTheOfficialChecker) {
         EXPECT_NE(line.find("\"value\": 16,"), std::string::npos) << line;
       }
     if (checker.empty()) continue;  // ../shared is not beside a fresh clone: the checker assertions are skipped
+    const fs::path patched = with_eval_error_under_target(out / "result_0.txt");
     const auto check = [&](const std::string& ruleset) {
-      return run_command("PATH=/usr/bin:$PATH " + checker + " " + patched(out / "result_0.txt").string() + " " + ruleset);
+      return run_command("PATH=/usr/bin:$PATH " + checker + " " + patched.string() + " " + ruleset);
     };
     EXPECT_EQ(check("3.0.0").exit_code, 0) << mode;
     const CliResult v2 = check("2.0.0");  // 2.0.0 requires staging inside the timed region

@@ -15,21 +15,19 @@ using namespace mlph::deepcam;
 
 namespace {
 
-DataSettings mini_data() {
+DataSettings data_of(int height, int width) {
   DataSettings d;
-  d.height = 96, d.width = 144;
+  d.height = height, d.width = width;
   return d;
 }
+DataSettings mini_data() { return data_of(96, 144); }
+DataSettings tiny_data() { return data_of(16, 16); }  // the smallest input: the weights do not depend on it
 
 // One graph per shape for the whole suite: building initializes 56 M weights.
 const MLPH_Graph& graph_at(int height, int width) {
   static std::map<std::pair<int, int>, sdk::GraphBuilder> built;
   auto [it, fresh] = built.try_emplace({height, width});
-  if (fresh) {
-    DataSettings d;
-    d.height = height, d.width = width;
-    build_model(it->second, d, Normalization::identity(16), OptimizerSettings{}, 2, 7);
-  }
+  if (fresh) build_model(it->second, data_of(height, width), Normalization::identity(16), OptimizerSettings{}, 2, 7);
   return *it->second.graph();
 }
 
@@ -224,8 +222,7 @@ TEST(DeepCamModel, MixedInitialization) {
 }
 
 TEST(DeepCamModel, SameSeedSameWeightsOtherSeedOther) {
-  DataSettings tiny;  // the weights do not depend on the input size
-  tiny.height = 16, tiny.width = 16;
+  const DataSettings tiny = tiny_data();
   const MLPH_Graph& seven = graph_at(96, 144);
   sdk::GraphBuilder again, other;
   build_model(again, tiny, Normalization::identity(16), OptimizerSettings{}, 1, 7);
@@ -248,8 +245,7 @@ TEST(DeepCamModel, OptimizerInTheGraph) {
   sdk::GraphBuilder b;
   OptimizerSettings adamw;
   adamw.name = "AdamW";
-  DataSettings tiny;
-  tiny.height = 16, tiny.width = 16;
+  const DataSettings tiny = tiny_data();
   build_model(b, tiny, Normalization::identity(16), adamw, 1, 1);
   EXPECT_STREQ(b.graph()->optimizer.name, "adamw");
   EXPECT_FALSE(sdk::Attrs(b.graph()->optimizer.attrs, b.graph()->optimizer.n_attrs, "adamw").has("max_grad_norm"));
@@ -258,8 +254,7 @@ TEST(DeepCamModel, OptimizerInTheGraph) {
 // Gradient accumulation: the reference divides the loss by the frequency, so the window's gradients
 // sum to its mean; the graph's loss is then a scale node after the cross-entropy.
 TEST(DeepCamModel, AccumulationDividesTheLoss) {
-  DataSettings tiny;
-  tiny.height = 16, tiny.width = 16;
+  const DataSettings tiny = tiny_data();
   TrainingSettings every4;
   every4.gradient_accumulation_frequency = 4;
   sdk::GraphBuilder b;
@@ -282,8 +277,7 @@ TEST(DeepCamModel, AccumulationDividesTheLoss) {
 // batchnorm_group_size > 1 puts every batch norm over that many ranks (the reference's GBN); 1 leaves
 // the attribute out, so backends without group support still run the usual model.
 TEST(DeepCamModel, BatchNormGroupsReachEveryBatchNorm) {
-  DataSettings tiny;
-  tiny.height = 16, tiny.width = 16;
+  const DataSettings tiny = tiny_data();
   TrainingSettings pairs;
   pairs.batchnorm_group_size = 2;
   sdk::GraphBuilder b;

@@ -58,10 +58,7 @@ TEST(DeepCamRun, AccumulationDefersUpdatesAcrossEpochs) {
   }
   EXPECT_EQ(steps[0][3], steps[1][3]) << "one learning rate per window";
   EXPECT_LT(steps[1][3], steps[2][3]) << "warm-up: the next update's rate is higher";
-  bool logged = false;
-  for (const std::string& line : read_lines(dir / "out" / "result_0.txt"))
-    if (mllog_key(line) == "gradient_accumulation_frequency") logged = line.find("\"value\": 2") != std::string::npos;
-  EXPECT_TRUE(logged);
+  EXPECT_EQ(mllog_values(dir / "out" / "result_0.txt")["gradient_accumulation_frequency"], "2");
 }
 
 // The reference evaluates every validation sample (eval_samples is checked against the real set's
@@ -93,12 +90,9 @@ TEST(DeepCamRun, EveryValidationSampleCountsOnceWhateverTheBatch) {
                                 " --set train.epochs=1 --set train.batch_size=2 --set backend.threads=1 --seed 9"
                                 " --output " + (data / "out").string());
     EXPECT_EQ(r.exit_code, 1) << r.output;  // not converged: a finished run
-    for (const std::string& line : read_lines(data / "out" / "result_0.txt")) {
-      const size_t at = line.find("\"value\": ") + 9;
-      const std::string value = line.substr(at, line.find(',', at) - at);
-      if (mllog_key(line) == "eval_samples") counts.push_back(value);
-      if (mllog_key(line) == "eval_accuracy") accuracies.push_back(value);
-    }
+    std::map<std::string, std::string> values = mllog_values(data / "out" / "result_0.txt");
+    counts.push_back(values["eval_samples"]);
+    accuracies.push_back(values["eval_accuracy"]);
   }
   EXPECT_EQ(counts, (std::vector<std::string>{"3", "3"}));
   ASSERT_EQ(accuracies.size(), 2u);
