@@ -627,10 +627,26 @@ class BatchNorm final : public Op {
   GradSink dx_, dgamma_, dbeta_;
 };
 
-// y = a + b (binary primitive, in a's layout); both gradients are dy.
-class Add final : public Op {
+// An op whose backward only hands dy (or a slice of it) to each input that needs a gradient:
+// one forward step, then one sink per such input.
+class RoutingOp : public Op {
  public:
-  Add(Net& net, const NodeView& n) : Op(n), net_(net) {
+  void forward(const RunArgs&) override { forward_(net_.stream); }
+  void backward() override {
+    for (GradSink& s : sinks_) s.commit();
+  }
+
+ protected:
+  RoutingOp(Net& net, const NodeView& n) : Op(n), net_(net) {}
+  Net& net_;
+  Step forward_;
+  std::vector<GradSink> sinks_;
+};
+
+// y = a + b (binary primitive, in a's layout); both gradients are dy.
+class Add final : public RoutingOp {
+ public:
+  Add(Net& net, const NodeView& n) : RoutingOp(net, n) {
     const int32_t a = n.in(0), b = n.in(1), y = n.out();
     const memory::desc desc = net.at(a).mem.get_desc();
     const dnnl::binary::primitive_desc pd({algorithm::binary_add, desc, net.at(b).mem.get_desc(), desc}, net.attr(),
@@ -641,23 +657,14 @@ class Add final : public Op {
     for (int32_t v : {a, b})
       if (net.needs_grad(y) && net.needs_grad(v)) sinks_.emplace_back(net, v, desc, net.at(y).grad);
   }
-  void forward(const RunArgs&) override { forward_(net_.stream); }
-  void backward() override {
-    for (GradSink& s : sinks_) s.commit();
-  }
-
- private:
-  Net& net_;
-  Step forward_;
-  std::vector<GradSink> sinks_;
 };
 
 // Along channels, into the graph layout (so that backward can take each input's slice). Channels
 // are oneDNN's logical dim 1 for [N, S, S(, S), C] (plain_desc's channels-last view), and the last
 // dim of any other rank, which plain_desc keeps row-major over its own shape.
-class Concat final : public Op {
+class Concat final : public RoutingOp {
  public:
-  Concat(Net& net, const NodeView& n) : Op(n), net_(net) {
+  Concat(Net& net, const NodeView& n) : RoutingOp(net, n) {
     const int32_t y = n.out();
     const size_t rank = net.at(y).shape.size();
     const int axis = rank == 4 || rank == 5 ? 1 : int(rank) - 1;
@@ -683,15 +690,6 @@ class Concat final : public Op {
       sinks_.emplace_back(net, n.in(i), slice, net.view(net.at(y).grad, slice));
     }
   }
-  void forward(const RunArgs&) override { forward_(net_.stream); }
-  void backward() override {
-    for (GradSink& s : sinks_) s.commit();
-  }
-
- private:
-  Net& net_;
-  Step forward_;
-  std::vector<GradSink> sinks_;
 };
 
 }  // namespace
