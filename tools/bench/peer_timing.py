@@ -1,5 +1,6 @@
 """Timing shared by the PyTorch peers (pytorch_cosmoflow.py, pytorch_deepcam.py): the same
 warm-up/step loop and per-layer method as mlperf-bench, so the two sides are measured alike."""
+import json
 import time
 
 import torch
@@ -42,3 +43,24 @@ def time_layer(module, shape, needs_grad, args):
             module(x)
 
     return timed(train, args.steps, args.warmup), timed(evaluate, args.steps, args.warmup)
+
+
+def report(args, workload, fmt, forward, train_s, eval_s, layers, name_width):
+    """Prints the whole model's figures, then (--layers) each layer timed alone, and (--json) writes
+    them all in mlperf-bench's JSON layout. `layers`: (name, module, input shape, forward flops,
+    whether the input needs a gradient) for each layer, as the models' layers() give them."""
+    print(f"train step: {train_s:.3f} s  {args.batch / train_s:.3f} samples/s  {3 * forward / train_s / 1e9:.1f} GFLOP/s")
+    print(f"eval step:  {eval_s:.3f} s  {args.batch / eval_s:.3f} samples/s  {forward / eval_s / 1e9:.1f} GFLOP/s",
+          flush=True)
+    timings = []
+    if args.layers:
+        for name, module, shape, flops, needs_grad in layers:
+            lt, le = time_layer(module, shape, needs_grad, args)
+            train_flops = flops * (3 if needs_grad else 2)
+            timings.append(dict(name=name, forward_flops=flops, train_flops=train_flops, eval_s=le, train_s=lt))
+            print(f"{name:<{name_width}} fwd {le * 1e3:9.1f} ms {flops / le / 1e9 if le else 0:7.1f} GF/s   "
+                  f"train {lt * 1e3:9.1f} ms {train_flops / lt / 1e9 if lt else 0:7.1f} GF/s", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(workload=workload, backend=f"pytorch-{torch.__version__}-{fmt}", batch=args.batch,
+                           forward_flops=forward, model=dict(train_s=train_s, eval_s=eval_s), layers=timings), f)

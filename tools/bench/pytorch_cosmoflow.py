@@ -7,13 +7,12 @@ JSON so tools/bench/compare.py can print them side by side.
   /usr/bin/python3 tools/bench/pytorch_cosmoflow.py --edge 128 --batch 4 --threads 2 --layers --json torch.json
 """
 import argparse
-import json
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from peer_timing import time_layer, timed, to_format
+from peer_timing import report, timed, to_format
 
 
 def conv_block(cin, cout):
@@ -98,21 +97,7 @@ def main():
     train_s, eval_s = time_model(model, args)
     fmt = "channels_last_3d" if args.channels_last else "contiguous"
     print(f"PyTorch {torch.__version__} ({fmt}, {torch.get_num_threads()} threads)  batch {args.batch}  edge {args.edge}")
-    print(f"train step: {train_s:.3f} s  {args.batch / train_s:.3f} samples/s  {3 * forward / train_s / 1e9:.1f} GFLOP/s")
-    print(f"eval step:  {eval_s:.3f} s  {args.batch / eval_s:.3f} samples/s  {forward / eval_s / 1e9:.1f} GFLOP/s")
-    layers = []
-    if args.layers:
-        for name, module, shape, flops, needs_grad in model.layers(args.batch, args.edge):
-            lt, le = time_layer(module, shape, needs_grad, args)
-            train_flops = flops * (3 if needs_grad else 2)
-            layers.append(dict(name=name, forward_flops=flops, train_flops=train_flops, eval_s=le, train_s=lt))
-            print(f"{name:<14} fwd {le * 1e3:9.1f} ms {flops / le / 1e9 if le else 0:7.1f} GF/s   "
-                  f"train {lt * 1e3:9.1f} ms {train_flops / lt / 1e9 if lt else 0:7.1f} GF/s", flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(workload="cosmoflow", backend=f"pytorch-{torch.__version__}-{fmt}", batch=args.batch,
-                           forward_flops=forward, model=dict(train_s=train_s, eval_s=eval_s), layers=layers), f)
-
+    report(args, "cosmoflow", fmt, forward, train_s, eval_s, model.layers(args.batch, args.edge), 14)
 
 if __name__ == "__main__":
     main()

@@ -11,13 +11,12 @@ The reference trains with apex FusedLAMB, which is not part of PyTorch; this use
   /usr/bin/python3 tools/bench/pytorch_deepcam.py --height 96 --width 144 --batch 2 --threads 2 --layers --json torch.json
 """
 import argparse
-import json
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from peer_timing import time_layer, timed, to_format
+from peer_timing import report, timed, to_format
 
 PARAMETERS = 56_454_720  # REFERENCE.md §2.10
 CLASS_WEIGHTS = [1.00172996521, 2.61461114883, 1.71641969681]  # f^-0.125 as float32 (§2.10)
@@ -229,22 +228,7 @@ def main():
     print(f"PyTorch {torch.__version__} ({fmt}, {torch.get_num_threads()} threads)  batch {args.batch}  "
           f"input 16x{args.height}x{args.width}  forward {forward / args.batch / 1e9:.2f} GFLOP/sample", flush=True)
     train_s, eval_s = time_model(model, x, args)
-    print(f"train step: {train_s:.3f} s  {args.batch / train_s:.3f} samples/s  {3 * forward / train_s / 1e9:.1f} GFLOP/s")
-    print(f"eval step:  {eval_s:.3f} s  {args.batch / eval_s:.3f} samples/s  {forward / eval_s / 1e9:.1f} GFLOP/s",
-          flush=True)
-    layers = []
-    if args.layers:
-        for name, module, shape, flops, needs_grad in layers_found:
-            lt, le = time_layer(module, shape, needs_grad, args)
-            train_flops = flops * (3 if needs_grad else 2)
-            layers.append(dict(name=name, forward_flops=flops, train_flops=train_flops, eval_s=le, train_s=lt))
-            print(f"{name:<32} fwd {le * 1e3:9.1f} ms {flops / le / 1e9 if le else 0:7.1f} GF/s   "
-                  f"train {lt * 1e3:9.1f} ms {train_flops / lt / 1e9 if lt else 0:7.1f} GF/s", flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(workload="deepcam", backend=f"pytorch-{torch.__version__}-{fmt}", batch=args.batch,
-                           forward_flops=forward, model=dict(train_s=train_s, eval_s=eval_s), layers=layers), f)
-
+    report(args, "deepcam", fmt, forward, train_s, eval_s, layers_found, 32)
 
 if __name__ == "__main__":
     main()
