@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Proves the README's set-up as a new user meets it: a bare Debian 12 (debootstrap minbase), root,
+# a clean clone of this checkout's HEAD, nothing else; then `tools/setup.sh MODE` inside it.
+#   tools/ci/fresh-debian.sh [run|test]      (as root; FRESH_ROOT=/tmp/mlph-fresh by default)
+# Slow (a whole Debian install and build): run by hand before a release, not in CI, which runs
+# tools/ci/check-setup-packages.py instead. ../shared, when present, is copied beside the clone.
+set -euo pipefail
+mode=${1:-test}
+root=${FRESH_ROOT:-/tmp/mlph-fresh}
+src=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
+
+command -v debootstrap >/dev/null || apt-get install -y -qq debootstrap >/dev/null
+if [ ! -x "$root/usr/bin/apt-get" ]; then
+  echo "== debootstrap minbase bookworm into $root"
+  debootstrap --variant=minbase bookworm "$root" http://deb.debian.org/debian >"$root.debootstrap.log" 2>&1 \
+    || { tail -n 20 "$root.debootstrap.log"; exit 1; }
+fi
+
+mounts=(proc sys dev dev/shm)
+cleanup() { for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do umount "$root/${mounts[i]}" 2>/dev/null || true; done; }
+trap cleanup EXIT
+mount -t proc proc "$root/proc"
+mount --rbind /sys "$root/sys"
+mount --rbind /dev "$root/dev"
+mount -t tmpfs shm "$root/dev/shm"
+
+rm -rf "$root/work" && mkdir -p "$root/work"
+git clone --quiet "$src" "$root/work/main"
+[ -d "$src/../shared" ] && cp -r "$src/../shared" "$root/work/shared"
+echo "== tools/setup.sh $mode in the fresh Debian ($(git -C "$root/work/main" log --oneline -1))"
+chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+  /bin/bash -c "cd /work/main && tools/setup.sh $mode"
