@@ -22,7 +22,7 @@ mlph_note_dependency("CUDA (nvcc)" CMAKE_CUDA_COMPILER "backend cuda, comms nccl
 function(mlph_print_summary)
   get_property(built GLOBAL PROPERTY MLPH_PLUGINS)
   message(STATUS "")
-  message(STATUS "mlperf-hpc ${PROJECT_VERSION} (plug-in ABI ${MLPH_ABI_MAJOR}): plug-ins built")
+  message(STATUS "mlperf-hpc ${PROJECT_VERSION} (plug-in ABI ${MLPH_ABI_MAJOR}.${MLPH_ABI_MINOR}): plug-ins built")
   foreach(p IN LISTS built)
     message(STATUS "  + ${p}")
   endforeach()

@@ -3,6 +3,7 @@
 // and bad usage exits 2 with one line.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -138,6 +139,54 @@ TEST(Conformance, AFaultInOneOpsGradientFailsThatOpOnly) {
     EXPECT_EQ(row.forward, "0");
     EXPECT_NEAR(number(row.gradient), 1e-3, 1e-5);
   }
+}
+
+// A backend implementing a subset of the catalogue: what it refuses at compile is NOT IMPLEMENTED,
+// and it conforms for the rest. A whole model it refuses costs no reference run.
+TEST(Conformance, WhatABackendRefusesAtCompileIsNotImplementedAndTheRestConforms) {
+  const Outcome o = conformance(faulty() + "--set backend.fault_op=conv --set backend.fault=unimplemented "
+                                           "--ops conv,relu,l2,cosmoflow");
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  ASSERT_EQ(o.rows.size(), 19u) << o.output;
+  std::map<std::string, int> refused;
+  for (const Row& row : o.rows) {
+    const bool has_conv = row.op == "conv" || row.op == "cosmoflow" || row.description.find("conv") != std::string::npos;
+    if (!has_conv) {
+      EXPECT_EQ(row.result, "PASS") << row.op << " " << row.description;
+      continue;
+    }
+    EXPECT_EQ(row.result, "NOT IMPLEMENTED (faulty: compile: faulty backend: op 'conv' is not implemented "
+                          "(fault=unimplemented))")
+        << row.op << " " << row.description;
+    EXPECT_EQ(row.forward, "-");
+    ++refused[row.op];
+  }
+  EXPECT_EQ(refused, (std::map<std::string, int>{{"conv", 6}, {"l2", 3}, {"cosmoflow", 1}})) << o.output;
+  EXPECT_NE(o.output.find("19 checks: 9 PASS, 0 FAIL, 10 NOT IMPLEMENTED in "), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find(": CONFORMS\nnot implemented: conv, l2 (3 of 6 cases), cosmoflow\n"), std::string::npos)
+      << o.output;
+}
+
+TEST(Conformance, ABackendThatImplementsNoneOfTheChecksDoesNotConform) {
+  const Outcome o = conformance(faulty() + "--set backend.fault_op=conv --set backend.fault=unimplemented --ops conv");
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  ASSERT_EQ(o.rows.size(), 6u) << o.output;
+  EXPECT_NE(o.output.find("6 checks: 0 PASS, 0 FAIL, 6 NOT IMPLEMENTED in "), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("DOES NOT CONFORM"), std::string::npos) << o.output;
+}
+
+// docs/ops.md: a backend refuses what it does not implement at compile. Once compiled, a graph is
+// checked in full: MLPH_UNIMPLEMENTED from a step is a failure.
+TEST(Conformance, NotImplementedAfterCompileFails) {
+  const Outcome o = conformance(faulty() + "--set backend.fault_op=relu --set backend.fault=unimplemented_step "
+                                           "--ops relu,tanh");
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  ASSERT_EQ(o.rows.size(), 12u) << o.output;
+  for (const Row& row : o.rows)
+    EXPECT_EQ(row.result, row.op == "tanh" ? "PASS"
+                                           : "FAIL (faulty: train_step 0: faulty backend: train_step is not "
+                                             "implemented (fault=unimplemented_step))")
+        << row.op << " " << row.description;
 }
 
 TEST(Conformance, UnknownBackendExits2WithOneLine) {

@@ -1,7 +1,9 @@
 // libmlph-backend-faulty.so: the reference backend with one deliberate, small error, for the
 // conformance tests: in graphs that contain op `fault_op`, it scales either every evaluation output
 // (`fault=forward`, the default) or every gradient it reports (`fault=gradient`) by 1 + 1e-3, or
-// ignores gradient accumulation, updating on every micro-batch (`fault=accumulation`).
+// ignores gradient accumulation, updating on every micro-batch (`fault=accumulation`); or it does
+// not implement `fault_op`: compile refuses such graphs (`fault=unimplemented`, as docs/ops.md asks),
+// or compiles them and then refuses every train_step (`fault=unimplemented_step`, as it must not).
 // Other options (threads) go to the reference backend.
 #include <algorithm>
 
@@ -23,10 +25,16 @@ void perturb(MLPH_Tensor& t) {
 
 class FaultyModel final : public sdk::Model {
  public:
-  FaultyModel(std::unique_ptr<sdk::Model> inner, bool forward, bool gradient, bool accumulation)
-      : inner_(std::move(inner)), forward_(forward), gradient_(gradient), accumulation_(accumulation) {}
+  FaultyModel(std::unique_ptr<sdk::Model> inner, bool forward, bool gradient, bool accumulation, bool refuse_steps)
+      : inner_(std::move(inner)),
+        forward_(forward),
+        gradient_(gradient),
+        accumulation_(accumulation),
+        refuse_steps_(refuse_steps) {}
 
   void train_step(const MLPH_Tensor* inputs, size_t n, const MLPH_StepArgs& args, MLPH_StepResult& out) override {
+    if (refuse_steps_)
+      sdk::fail(MLPH_UNIMPLEMENTED, "faulty backend: train_step is not implemented (fault=unimplemented_step)");
     MLPH_StepArgs every = args;
     every.apply_update = 1;
     inner_->train_step(inputs, n, accumulation_ ? every : args, out);
@@ -44,7 +52,7 @@ class FaultyModel final : public sdk::Model {
 
  private:
   std::unique_ptr<sdk::Model> inner_;
-  bool forward_, gradient_, accumulation_;
+  bool forward_, gradient_, accumulation_, refuse_steps_;
 };
 
 class FaultyBackend final : public sdk::Backend {
@@ -54,15 +62,20 @@ class FaultyBackend final : public sdk::Backend {
         fault_(options.get("fault", "forward")),
         fault_op_(options.get("fault_op")) {
     if (fault_op_.empty()) sdk::fail(MLPH_INVALID_ARGUMENT, "faulty backend: option 'fault_op' (an op name) is required");
-    if (fault_ != "forward" && fault_ != "gradient" && fault_ != "accumulation")
-      sdk::fail(MLPH_INVALID_ARGUMENT, "faulty backend: option 'fault' must be forward, gradient or accumulation");
+    if (fault_ != "forward" && fault_ != "gradient" && fault_ != "accumulation" && fault_ != "unimplemented" &&
+        fault_ != "unimplemented_step")
+      sdk::fail(MLPH_INVALID_ARGUMENT, "faulty backend: option 'fault' must be forward, gradient, accumulation, "
+                                       "unimplemented or unimplemented_step");
   }
 
   std::unique_ptr<sdk::Model> compile(const MLPH_Graph& graph, const MLPH_CommsHandle* comms) override {
     bool has_op = false;
     for (size_t i = 0; i < graph.n_nodes; ++i) has_op = has_op || fault_op_ == graph.nodes[i].op;
+    if (has_op && fault_ == "unimplemented")
+      sdk::fail(MLPH_UNIMPLEMENTED, "faulty backend: op '" + fault_op_ + "' is not implemented (fault=unimplemented)");
     return std::make_unique<FaultyModel>(reference_.compile(graph, comms), has_op && fault_ == "forward",
-                                         has_op && fault_ == "gradient", has_op && fault_ == "accumulation");
+                                         has_op && fault_ == "gradient", has_op && fault_ == "accumulation",
+                                         has_op && fault_ == "unimplemented_step");
   }
 
  private:

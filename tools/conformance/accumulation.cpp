@@ -57,11 +57,8 @@ std::unique_ptr<sdk::GraphBuilder> make_graph(int64_t batch, int window, const W
 // A compiled model with its inputs.
 class Trainer {
  public:
-  Trainer(const LoadedBackend& backend, const MLPH_Graph& graph) : backend_(backend), graph_(graph) {
-    MLPH_Model* raw = nullptr;
-    core::check(backend.api()->compile(backend.backend.get(), &graph, nullptr, &raw), "compile");
-    model_ = core::Owned<MLPH_Model>(raw, backend.api()->model_destroy);
-  }
+  Trainer(const LoadedBackend& backend, const MLPH_Graph& graph)
+      : backend_(backend), graph_(graph), model_(compile_model(backend, graph)) {}
   double step(std::vector<HostTensor>& inputs, const MLPH_StepArgs& args) {
     std::vector<MLPH_Tensor> in;
     for (HostTensor& t : inputs) in.push_back(t.view());
@@ -85,7 +82,7 @@ class Trainer {
  private:
   const LoadedBackend& backend_;
   const MLPH_Graph& graph_;
-  core::Owned<MLPH_Model> model_{nullptr, nullptr};
+  core::Owned<MLPH_Model> model_;
 };
 
 // Rows [first, first + count) of a [kBatch, cols] tensor.
@@ -157,8 +154,7 @@ Row check_accumulation(const LoadedBackend& backend, double tolerance, uint64_t 
     row.gradient = worst_error(actual_grad, expected_grad);
     row.update = worst_error(changes(split.read(false), initial), changes(one.read(false), initial));
   } catch (const core::PluginError& e) {
-    row.verdict = e.code() == MLPH_UNIMPLEMENTED ? Verdict::unsupported : Verdict::fail;
-    row.reason = backend.name + ": " + e.what();
+    record_error(backend.name, e, row);
     return row;
   }
   for (const auto& [what, error] : {std::pair{"loss", row.forward}, {"gradient", row.gradient}, {"parameter", row.update}}) {

@@ -88,12 +88,36 @@ const std::vector<std::string>& precisions() {
   return names;
 }
 
+core::Owned<MLPH_Model> compile_model(const LoadedBackend& backend, const MLPH_Graph& graph) {
+  MLPH_Model* raw = nullptr;
+  try {
+    core::check(backend.api()->compile(backend.backend.get(), &graph, nullptr, &raw), "compile");
+  } catch (const core::PluginError& e) {
+    if (e.code() == MLPH_UNIMPLEMENTED) throw NotImplemented(e.code(), e.what());
+    throw;
+  }
+  return core::Owned<MLPH_Model>(raw, backend.api()->model_destroy);
+}
+
+void record_error(const std::string& backend, const core::PluginError& error, Row& row) {
+  row.verdict = dynamic_cast<const NotImplemented*>(&error) ? Verdict::not_implemented : Verdict::fail;
+  row.reason = backend + ": " + error.what();
+}
+
+bool compiles(const LoadedBackend& backend, const MLPH_Graph& graph, Row& row) {
+  try {
+    compile_model(backend, graph);
+    return true;
+  } catch (const core::PluginError& e) {
+    record_error(backend.name, e, row);
+    return false;
+  }
+}
+
 Observed observe(const LoadedBackend& backend, const MLPH_Graph& graph, std::vector<HostTensor>& inputs,
                  const std::vector<double>& learning_rates, uint64_t first_step) {
   const MLPH_BackendApi* api = backend.api();
-  MLPH_Model* raw = nullptr;
-  core::check(api->compile(backend.backend.get(), &graph, nullptr, &raw), "compile");
-  const core::Owned<MLPH_Model> model(raw, api->model_destroy);
+  const core::Owned<MLPH_Model> model = compile_model(backend, graph);
   std::vector<MLPH_Tensor> in = views(inputs);
 
   Observed seen;
@@ -137,8 +161,7 @@ void compare(const LoadedBackend& reference, const LoadedBackend& candidate, con
     try {
       seen[b] = observe(*backends[b], graph, inputs, learning_rates, first_step);
     } catch (const core::PluginError& e) {
-      row.verdict = e.code() == MLPH_UNIMPLEMENTED ? Verdict::unsupported : Verdict::fail;
-      row.reason = backends[b]->name + ": " + e.what();
+      record_error(backends[b]->name, e, row);
       return;
     }
   }

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "mlph/core/host.hpp"
 #include "mlph/core/plugin_loader.hpp"
 #include "mlph/core/session.hpp"
 #include "tensor.hpp"
@@ -36,11 +37,14 @@ struct Observed {
 };
 
 // Compiles `graph`, evaluates, then trains one step per learning rate (steps first_step, first_step+1, ...).
-// Throws core::PluginError naming the call that failed.
+// Throws core::PluginError naming the call that failed (NotImplemented: compile refused the graph).
 Observed observe(const LoadedBackend& backend, const MLPH_Graph& graph, std::vector<HostTensor>& inputs,
                  const std::vector<double>& learning_rates, uint64_t first_step);
 
-enum class Verdict { pass, fail, unsupported };
+// NOT IMPLEMENTED: the backend refused the graph at compile with MLPH_UNIMPLEMENTED, as docs/ops.md
+// asks of an op, attribute or optimizer it does not implement. A backend that implements a subset
+// of the catalogue conforms for what it implements (see conforms()).
+enum class Verdict { pass, fail, not_implemented };
 
 // One compared tensor's error, for --verbose.
 struct TensorError {
@@ -58,12 +62,28 @@ struct Row {
   std::optional<double> forward, gradient, update;  // worst relative_error of each kind; empty: not compared
   double tolerance = 0;
   Verdict verdict = Verdict::pass;
-  std::string reason;  // for FAIL and UNSUPPORTED
+  std::string reason;  // for FAIL and NOT IMPLEMENTED
   std::vector<TensorError> tensors;  // every compared tensor, in graph order
 };
 
+// compile_model's error when the backend refuses the graph with MLPH_UNIMPLEMENTED.
+struct NotImplemented : core::PluginError {
+  using core::PluginError::PluginError;
+};
+
+// Compiles `graph` for one rank. Throws NotImplemented, or core::PluginError for any other error.
+core::Owned<MLPH_Model> compile_model(const LoadedBackend& backend, const MLPH_Graph& graph);
+
+// Sets the row's verdict and reason for an error from `backend`: NOT IMPLEMENTED for a
+// NotImplemented, else FAIL.
+void record_error(const std::string& backend, const core::PluginError& error, Row& row);
+
+// Whether `backend` compiles `graph`; if not, the row says why (see record_error).
+bool compiles(const LoadedBackend& backend, const MLPH_Graph& graph, Row& row);
+
 // Runs `graph` on both backends and fills in the row's errors and verdict. An MLPH_UNIMPLEMENTED
-// error from either backend is UNSUPPORTED with its message; any other error is a FAIL.
+// error from either backend's compile is NOT IMPLEMENTED with its message; any other error, that
+// code from a later call included, is a FAIL: once a backend compiles a graph, all of it is checked.
 // `noise`, when given, is what the reference computed from inputs perturbed by a few units of
 // roundoff: each tensor may then be off by kNoiseFactor times that perturbation's effect, when
 // this is above the row's tolerance (see check_model).

@@ -16,9 +16,12 @@ struct Report {
 
 std::string text_table(const Report& report);
 std::string markdown_table(const Report& report);
-// "N checks: P PASS, F FAIL, U UNSUPPORTED in T s", then PASSED or FAILED.
+// "N checks: P PASS, F FAIL, U NOT IMPLEMENTED in T s: CONFORMS" (or DOES NOT CONFORM), then the
+// checks not implemented, if any.
 std::string summary(const Report& report, double seconds);
-bool all_passed(const Report& report);
+// No row failed and at least one passed: a backend that implements a subset of the catalogue
+// conforms for what it implements, and refuses the rest at compile (NOT IMPLEMENTED rows).
+bool conforms(const Report& report);
 // --verbose: every compared tensor's error and bound, one line each, for each row that failed or
 // whose bounds were raised by measured noise (whole models).
 std::string failed_tensors(const Report& report);

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <boost/dll/runtime_symbol_info.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -158,7 +159,9 @@ int write_report(const std::vector<std::string>& paths, const fs::path& out, con
      << "![Quality metric per epoch, every run](metric_per_epoch.png)\n";
   runs.close(), epochs.close(), md.close();
 
-  const fs::path script = fs::path(MLPH_SUBMISSION_TOOLS_DIR) / "plot_report.py";
+  // share/mlperf-hpc/ beside the program's bin/: in the build tree as in an installation.
+  const fs::path script =
+      fs::path(boost::dll::program_location().parent_path().string()) / ".." / "share/mlperf-hpc/plot_report.py";
   const auto [code, output] = shell(fmt::format("{} {} {}", quoted(python_interpreter()), quoted(script.string()),
                                                 quoted(fs::absolute(out).string())));
   std::fputs(output.c_str(), stdout);
