@@ -90,8 +90,8 @@ class Checker {
 
   // The shapes docs/ops.md gives each op: what the loops in ops.hpp rely on.
   void shapes(const std::string& where, const Node& n) {
-    const auto in = [&](size_t i) { return shape(n.inputs[i]); };
-    const std::vector<int64_t> out = shape(n.output);
+    const auto in = [&](size_t i) -> const std::vector<int64_t>& { return shape(n.inputs[i]); };
+    const std::vector<int64_t>& out = shape(n.output);
     bool ok = false;
     switch (n.op) {
       case Op::dense:
