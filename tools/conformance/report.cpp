@@ -44,18 +44,21 @@ Cells cells(const Row& row) {
 
 // "conv, l2 (3 of 6 cases), cosmoflow": each check with NOT IMPLEMENTED rows, in table order.
 std::string not_implemented_checks(const Report& report) {
-  std::vector<std::string> names;
-  for (const Row& row : report.rows)
-    if (row.verdict == Verdict::not_implemented && std::find(names.begin(), names.end(), row.op) == names.end())
-      names.push_back(row.op);
-  std::vector<std::string> parts;
-  for (const std::string& name : names) {
-    const auto count = [&](auto predicate) { return std::count_if(report.rows.begin(), report.rows.end(), predicate); };
-    const auto of_check = count([&](const Row& r) { return r.op == name; });
-    const auto refused =
-        count([&](const Row& r) { return r.op == name && r.verdict == Verdict::not_implemented; });
-    parts.push_back(refused == of_check ? name : fmt::format("{} ({} of {} cases)", name, refused, of_check));
+  struct Tally {
+    std::string check;
+    int refused = 0, cases = 0;
+  };
+  std::vector<Tally> tallies;
+  for (const Row& row : report.rows) {
+    auto t = std::find_if(tallies.begin(), tallies.end(), [&](const Tally& t) { return t.check == row.op; });
+    if (t == tallies.end()) t = tallies.insert(tallies.end(), Tally{row.op});
+    ++t->cases;
+    t->refused += row.verdict == Verdict::not_implemented ? 1 : 0;
   }
+  std::vector<std::string> parts;
+  for (const Tally& t : tallies)
+    if (t.refused > 0)
+      parts.push_back(t.refused == t.cases ? t.check : fmt::format("{} ({} of {} cases)", t.check, t.refused, t.cases));
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
