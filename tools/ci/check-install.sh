@@ -6,7 +6,7 @@
 #   tools/ci/check-install.sh [BUILD_DIR]     (default: build)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-build=$(cd "${1:-$root/build}" && pwd)
+build=$(cd "${1:-$root/build}" 2>/dev/null && pwd) || { echo "check-install: no build tree at ${1:-$root/build}" >&2; exit 2; }
 work=$(mktemp -d "${TMPDIR:-/tmp}/mlph-check-install.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 prefix=$work/prefix example=$work/mlp-backend example_build=$work/mlp-backend-build
