@@ -9,7 +9,6 @@
 #include <map>
 
 #include "onednn_backend.hpp"
-#include "mlph/sdk/graph.hpp"
 #include "mlph/sdk/tensor.hpp"
 #include "ops.hpp"
 #include "optimizer.hpp"
@@ -21,39 +20,44 @@ using sdk::fail;
 const std::string kName = "onednn-cpu backend";
 
 using Builder = std::function<std::unique_ptr<Op>(Net&, const NodeView&)>;
-struct OpRule {
-  size_t min_inputs, max_inputs;
-  std::vector<std::string> attrs;
-  bool gradient;  // passes gradients to its inputs
-  Builder build;
-};
 
-const std::map<std::string, OpRule, std::less<>>& op_rules() {
-  static const std::map<std::string, OpRule, std::less<>> rules = {
-      {"log1p", {1, 1, {}, false, make_log1p}},
-      {"conv", {2, 3, {"stride", "dilation", "padding", "groups"}, true, nullptr}},  // built with its fusion
-      {"conv_transpose", {2, 3, {"stride", "dilation", "padding", "output_padding"}, true, make_conv_transpose}},
-      {"leaky_relu", {1, 1, {"alpha"}, true, make_eltwise}},
-      {"relu", {1, 1, {}, true, make_eltwise}},
-      {"tanh", {1, 1, {}, true, make_eltwise}},
-      {"scale", {1, 1, {"factor"}, true, make_eltwise}},
-      {"max_pool", {1, 1, {"kernel", "stride"}, true, make_max_pool}},
-      {"global_avg_pool", {1, 1, {}, true, make_global_avg_pool}},
-      {"reshape", {1, 1, {"shape"}, true, make_reshape}},
-      {"dense", {2, 3, {}, true, make_dense}},
-      {"dropout", {1, 1, {"rate"}, true, make_dropout}},
-      {"batch_norm", {5, 5, {"eps", "momentum", "group_size"}, true, nullptr}},  // built with its fusion
-      {"add", {2, 2, {}, true, make_add}},
-      {"concat", {1, 64, {}, true, make_concat}},
-      {"broadcast", {1, 1, {"shape"}, true, make_broadcast}},
-      {"channel_affine", {3, 3, {}, true, make_channel_affine}},
-      {"shift_scale", {3, 3, {}, false, make_shift_scale}},
-      {"mse", {2, 2, {}, true, make_mse}},
-      {"abs_error_sum", {2, 2, {}, false, make_abs_error_sum}},
-      {"softmax_cross_entropy", {2, 2, {"class_weights"}, true, make_softmax_cross_entropy}},
-      {"iou", {2, 2, {}, false, make_iou}},
+// The ops this backend implements, and how each is built (conv and batch_norm: with their fusion).
+const std::map<std::string, Builder, std::less<>>& builders() {
+  static const std::map<std::string, Builder, std::less<>> table = {
+      {"log1p", make_log1p},
+      {"conv", nullptr},
+      {"conv_transpose", make_conv_transpose},
+      {"leaky_relu", make_eltwise},
+      {"relu", make_eltwise},
+      {"tanh", make_eltwise},
+      {"scale", make_eltwise},
+      {"max_pool", make_max_pool},
+      {"global_avg_pool", make_global_avg_pool},
+      {"reshape", make_reshape},
+      {"dense", make_dense},
+      {"dropout", make_dropout},
+      {"batch_norm", nullptr},
+      {"add", make_add},
+      {"concat", make_concat},
+      {"broadcast", make_broadcast},
+      {"channel_affine", make_channel_affine},
+      {"shift_scale", make_shift_scale},
+      {"mse", make_mse},
+      {"abs_error_sum", make_abs_error_sum},
+      {"softmax_cross_entropy", make_softmax_cross_entropy},
+      {"iou", make_iou},
   };
-  return rules;
+  return table;
+}
+
+const sdk::Implements& implemented() {
+  static const sdk::Implements names = [] {
+    sdk::Implements i;
+    for (const auto& entry : builders()) i.ops.push_back(entry.first);
+    i.optimizers = optimizer_names();
+    return i;
+  }();
+  return names;
 }
 
 struct ParamInfo {
@@ -67,20 +71,16 @@ class OnednnModel final : public sdk::Model {
  public:
   OnednnModel(const MLPH_HostApi* host, const BackendOptions& options, const MLPH_Graph& graph,
               const MLPH_CommsHandle* comms)
-      : host_(host), options_(options) {
+      : host_(host), options_(options), graph_(sdk::validate_graph(graph, implemented())) {
     net_.bf16_convolutions = options.bf16;
-    if (graph.struct_size < MLPH_STRUCT_SIZE(MLPH_Graph, seed))
-      fail(MLPH_INVALID_ARGUMENT, kName + ": MLPH_Graph is too small (an older ABI?)");
     use_threads();
-    seed_ = graph.seed;
-    optimizer_ = read_optimizer(graph.optimizer);
+    optimizer_ = optimizer_config(graph_.optimizer);
     setup_comms(comms);
-    copy_values(graph);
-    const std::vector<const OpRule*> rules = check_nodes(graph);
-    plan_gradients(graph, rules);
-    define_inputs_and_params(graph);
-    build_ops(graph, rules);
-    define_outputs(graph);
+    copy_values();
+    plan_gradients();
+    define_inputs_and_params();
+    build_ops();
+    define_outputs();
     net_.scratchpad.allocate(net_.engine);
   }
 
@@ -89,12 +89,12 @@ class OnednnModel final : public sdk::Model {
     const sdk::StepPlan plan = sdk::read_step_args(args, kName);
     use_threads();
     load_inputs(inputs, n_inputs);
-    forward({true, plan.micro_step, seed_});
+    forward({true, plan.micro_step, graph_.seed});
     backward();
     net_.stream.wait();
     // The parameters' gradients add up over an accumulation window: zeroed only at its start.
     accumulating_ = !plan.apply_update;
-    const double loss = double(static_cast<float*>(net_.at(loss_).mem.get_data_handle())[0]);
+    const double loss = double(static_cast<float*>(net_.at(graph_.loss).mem.get_data_handle())[0]);
     if (!plan.apply_update) {
       out.loss = loss;
       return;
@@ -108,13 +108,13 @@ class OnednnModel final : public sdk::Model {
   }
 
   void eval_step(const MLPH_Tensor* inputs, size_t n_inputs, MLPH_Tensor* outputs, size_t n_outputs) override {
-    if (n_outputs != eval_outputs_.size())
-      fail(MLPH_INVALID_ARGUMENT, kName + ": expected " + std::to_string(eval_outputs_.size()) +
+    if (n_outputs != graph_.eval_outputs.size())
+      fail(MLPH_INVALID_ARGUMENT, kName + ": expected " + std::to_string(graph_.eval_outputs.size()) +
                                       " eval outputs, got " + std::to_string(n_outputs));
-    for (size_t i = 0; i < n_outputs; ++i) sdk::check_matches(outputs[i], info(eval_outputs_[i]), kName + ": eval output");
+    for (size_t i = 0; i < n_outputs; ++i) sdk::check_matches(outputs[i], info(graph_.eval_outputs[i]), kName + ": eval output");
     use_threads();
     load_inputs(inputs, n_inputs);
-    forward({false, 0, seed_});
+    forward({false, 0, graph_.seed});
     net_.run(eval_pre_);
     net_.stream.wait();
     for (size_t i = 0; i < n_outputs; ++i)
@@ -155,115 +155,52 @@ class OnednnModel final : public sdk::Model {
     if (topology.size > 1) comms_ = comms;  // one rank: nothing to average
   }
 
-  void copy_values(const MLPH_Graph& graph) {
-    std::vector<bool> is_param(graph.n_values, false);
-    for (size_t i = 0; i < graph.n_params; ++i) {
-      const int32_t v = graph.params[i].value;
-      if (v < 0 || size_t(v) >= graph.n_values) fail(MLPH_INVALID_ARGUMENT, kName + ": parameter " + std::to_string(i) + " refers to no value");
-      is_param[size_t(v)] = true;
-    }
-    for (size_t i = 0; i < graph.n_values; ++i) {
-      const MLPH_Value& gv = graph.values[i];
-      if (gv.ndim < 0 || gv.ndim > MLPH_MAX_DIMS || std::any_of(gv.shape, gv.shape + gv.ndim, [](int64_t d) { return d < 1; }))
-        fail(MLPH_INVALID_ARGUMENT, kName + ": value " + std::to_string(i) + " has an invalid shape");
+  void copy_values() {
+    for (const sdk::GraphValue& gv : graph_.values) {
       Value v;
-      v.name = gv.name ? gv.name : "value " + std::to_string(i);
+      v.name = gv.name;
       v.dtype = gv.dtype;
-      v.shape.assign(gv.shape, gv.shape + gv.ndim);
-      v.is_param = is_param[i];
+      v.shape = gv.shape;
       v.plain = plain_desc(v.shape, v.dtype);
       net_.values.push_back(std::move(v));
     }
-  }
-
-  // Known ops and attributes, value indices in range, topological order.
-  std::vector<const OpRule*> check_nodes(const MLPH_Graph& graph) {
-    std::vector<bool> defined(graph.n_values, false);
-    auto index_ok = [&](int32_t v) { return v >= 0 && size_t(v) < graph.n_values; };
-    for (size_t i = 0; i < graph.n_inputs; ++i) {
-      if (!index_ok(graph.inputs[i])) fail(MLPH_INVALID_ARGUMENT, kName + ": graph input " + std::to_string(i) + " refers to no value");
-      defined[size_t(graph.inputs[i])] = true;
-    }
-    for (size_t i = 0; i < graph.n_params; ++i) defined[size_t(graph.params[i].value)] = true;
-    std::vector<const OpRule*> rules;
-    for (size_t i = 0; i < graph.n_nodes; ++i) {
-      const MLPH_Node& node = graph.nodes[i];
-      if (!node.op || !node.name || (node.n_inputs && !node.inputs) || (node.n_outputs && !node.outputs) ||
-          (node.n_attrs && !node.attrs))
-        fail(MLPH_INVALID_ARGUMENT, kName + ": node " + std::to_string(i) + " is incomplete (null op, name or array)");
-      const NodeView n{&node, i};
-      const auto rule = op_rules().find(std::string_view(node.op));
-      if (rule == op_rules().end()) unimplemented(n, "op '" + std::string(node.op) + "' is not implemented");
-      const OpRule& r = rule->second;
-      for (size_t a = 0; a < node.n_attrs; ++a)
-        if (std::find(r.attrs.begin(), r.attrs.end(), node.attrs[a].key) == r.attrs.end())
-          unimplemented(n, std::string("attribute '") + node.attrs[a].key + "' is not implemented");
-      if (node.n_outputs != 1) invalid(n, "expects exactly one output");
-      if (node.n_inputs < r.min_inputs || node.n_inputs > r.max_inputs) invalid(n, "wrong number of inputs");
-      for (size_t k = 0; k < node.n_inputs; ++k)
-        if (!index_ok(node.inputs[k]) || !defined[size_t(node.inputs[k])])
-          invalid(n, "uses a value that is not defined before it (nodes must be in topological order)");
-      if (!index_ok(node.outputs[0]) || defined[size_t(node.outputs[0])]) invalid(n, "redefines its output value");
-      defined[size_t(node.outputs[0])] = true;
-      rules.push_back(&r);
-    }
-    if (!index_ok(graph.loss) || !defined[size_t(graph.loss)] || !net_.at(graph.loss).shape.empty())
-      fail(MLPH_INVALID_ARGUMENT, kName + ": the loss must be a defined float32 scalar");
-    for (size_t i = 0; i < graph.n_eval_outputs; ++i)
-      if (!index_ok(graph.eval_outputs[i]) || !defined[size_t(graph.eval_outputs[i])] ||
-          net_.at(graph.eval_outputs[i]).dtype != MLPH_DTYPE_F32)
-        fail(MLPH_INVALID_ARGUMENT, kName + ": eval output " + std::to_string(i) + " must be a defined float32 value");
-    for (const Value& v : net_.values)
-      if (v.dtype != MLPH_DTYPE_F32 && v.dtype != MLPH_DTYPE_I16 && v.dtype != MLPH_DTYPE_I32)
-        fail(MLPH_UNIMPLEMENTED, kName + ": value '" + v.name + "' is neither float32, int16 nor int32");
-    return rules;
+    for (const sdk::ValidParam& p : graph_.params) net_.at(p.value).is_param = true;
   }
 
   // Values a gradient flows into (from a trainable parameter, towards the loss), and how many ops
   // contribute to each.
-  void plan_gradients(const MLPH_Graph& graph, const std::vector<const OpRule*>& rules) {
-    const size_t n = graph.n_values;
+  void plan_gradients() {
+    const size_t n = graph_.values.size();
     std::vector<bool> from_param(n, false), to_loss(n, false), needed(n);
-    for (size_t i = 0; i < graph.n_params; ++i)
-      from_param[size_t(graph.params[i].value)] = (graph.params[i].flags & MLPH_PARAM_TRAINABLE) != 0;
-    for (size_t i = 0; i < graph.n_nodes; ++i)
-      for (size_t k = 0; k < graph.nodes[i].n_inputs; ++k)
-        if (rules[i]->gradient && from_param[size_t(graph.nodes[i].inputs[k])])
-          from_param[size_t(graph.nodes[i].outputs[0])] = true;
-    to_loss[size_t(graph.loss)] = true;
-    for (size_t i = graph.n_nodes; i-- > 0;)
-      if (rules[i]->gradient && to_loss[size_t(graph.nodes[i].outputs[0])])
-        for (size_t k = 0; k < graph.nodes[i].n_inputs; ++k) to_loss[size_t(graph.nodes[i].inputs[k])] = true;
+    for (const sdk::ValidParam& p : graph_.params) from_param[size_t(p.value)] = p.trainable;
+    for (const sdk::ValidNode& node : graph_.nodes)
+      for (int32_t in : node.inputs)
+        if (node.gradient() && from_param[size_t(in)]) from_param[size_t(node.output)] = true;
+    to_loss[size_t(graph_.loss)] = true;
+    for (auto node = graph_.nodes.rbegin(); node != graph_.nodes.rend(); ++node)
+      if (node->gradient() && to_loss[size_t(node->output)])
+        for (int32_t in : node->inputs) to_loss[size_t(in)] = true;
     for (size_t v = 0; v < n; ++v) needed[v] = from_param[v] && to_loss[v];
     std::vector<int> contributors(n, 0);
-    for (size_t i = 0; i < graph.n_nodes; ++i)
-      if (rules[i]->gradient && needed[size_t(graph.nodes[i].outputs[0])])
-        for (size_t k = 0; k < graph.nodes[i].n_inputs; ++k) ++contributors[size_t(graph.nodes[i].inputs[k])];
+    for (const sdk::ValidNode& node : graph_.nodes)
+      if (node.gradient() && needed[size_t(node.output)])
+        for (int32_t in : node.inputs) ++contributors[size_t(in)];
     net_.set_gradient_flow(std::move(needed), std::move(contributors));
   }
 
-  void define_inputs_and_params(const MLPH_Graph& graph) {
-    for (size_t i = 0; i < graph.n_inputs; ++i) {
-      inputs_.push_back(graph.inputs[i]);
-      net_.define(graph.inputs[i], net_.at(graph.inputs[i]).plain);
-    }
+  void define_inputs_and_params() {
+    for (int32_t v : graph_.inputs) net_.define(v, net_.at(v).plain);
     size_t total = 0;
-    for (size_t i = 0; i < graph.n_params; ++i) {
-      const MLPH_Parameter& p = graph.params[i];
-      const Value& v = net_.at(p.value);
-      if (v.dtype != MLPH_DTYPE_F32 || !p.init)
-        fail(MLPH_INVALID_ARGUMENT, kName + ": parameter '" + v.name + "' must be float32 with initial contents");
-      if (!(p.l2 >= 0.0)) fail(MLPH_INVALID_ARGUMENT, kName + ": parameter '" + v.name + "' has l2 < 0");
-      const bool trainable = (p.flags & MLPH_PARAM_TRAINABLE) != 0;
-      params_.push_back({p.value, p.l2, p.weight_decay, trainable, total});
-      if (trainable) total += size_t(v.numel());
+    for (const sdk::ValidParam& p : graph_.params) {
+      params_.push_back({p.value, p.l2, p.weight_decay, p.trainable, total});
+      if (p.trainable) total += size_t(net_.at(p.value).numel());
     }
     grads_.assign(total, 0.0f);  // never reallocated: the gradient memories point into it
-    for (size_t i = 0; i < graph.n_params; ++i) {
+    for (size_t i = 0; i < params_.size(); ++i) {
       const ParamInfo& p = params_[i];
       Value& v = net_.at(p.value);
       v.mem = memory(v.plain, net_.engine);
-      std::memcpy(v.mem.get_data_handle(), graph.params[i].init, size_t(v.numel()) * sizeof(float));
+      std::memcpy(v.mem.get_data_handle(), graph_.params[i].init, size_t(v.numel()) * sizeof(float));
       if (!p.trainable) continue;
       if (net_.needs_grad(p.value)) v.grad = memory(v.plain, net_.engine, grads_.data() + p.grad_offset);
       slots_.push_back({static_cast<float*>(v.mem.get_data_handle()), grads_.data() + p.grad_offset, v.numel(),
@@ -274,57 +211,56 @@ class OnednnModel final : public sdk::Model {
   // A conv whose only consumer is a relu or leaky_relu with alpha >= 0 takes it as a post-op; a
   // batch norm whose only consumer is a relu runs it too (oneDNN's fuse_norm_relu: one pass less
   // over the tensor each way, DeepCAM's 50-odd BN + ReLU pairs).
-  std::map<size_t, size_t> find_fusions(const MLPH_Graph& graph) {
-    std::vector<std::vector<size_t>> consumers(graph.n_values);
-    for (size_t i = 0; i < graph.n_nodes; ++i)
-      for (size_t k = 0; k < graph.nodes[i].n_inputs; ++k) consumers[size_t(graph.nodes[i].inputs[k])].push_back(i);
-    std::vector<bool> exposed(graph.n_values, false);
-    exposed[size_t(graph.loss)] = true;
-    for (size_t i = 0; i < graph.n_eval_outputs; ++i) exposed[size_t(graph.eval_outputs[i])] = true;
+  std::map<size_t, size_t> find_fusions() {
+    const std::vector<sdk::ValidNode>& nodes = graph_.nodes;
+    std::vector<std::vector<size_t>> consumers(graph_.values.size());
+    for (size_t i = 0; i < nodes.size(); ++i)
+      for (int32_t in : nodes[i].inputs) consumers[size_t(in)].push_back(i);
+    std::vector<bool> exposed(graph_.values.size(), false);
+    exposed[size_t(graph_.loss)] = true;
+    for (int32_t v : graph_.eval_outputs) exposed[size_t(v)] = true;
     std::map<size_t, size_t> fused;  // conv or batch_norm node -> activation node
-    for (size_t i = 0; i < graph.n_nodes; ++i) {
-      const int32_t y = graph.nodes[i].outputs[0];
-      const std::string_view producer = graph.nodes[i].op;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const int32_t y = nodes[i].output;
+      const std::string& producer = nodes[i].op;
       if ((producer != "conv" && producer != "batch_norm") || exposed[size_t(y)] || consumers[size_t(y)].size() != 1)
         continue;
       const size_t j = consumers[size_t(y)][0];
-      const std::string_view op = graph.nodes[j].op;
-      if (op != "relu" && op != "leaky_relu") continue;
-      const float alpha = activation_alpha(graph.nodes[j]);
-      if ((producer == "conv" ? alpha >= 0.0f : alpha == 0.0f) &&
-          net_.needs_grad(y) == net_.needs_grad(graph.nodes[j].outputs[0]))
+      if (nodes[j].op != "relu" && nodes[j].op != "leaky_relu") continue;
+      const float alpha = activation_alpha(nodes[j]);
+      if ((producer == "conv" ? alpha >= 0.0f : alpha == 0.0f) && net_.needs_grad(y) == net_.needs_grad(nodes[j].output))
         fused[i] = j;
     }
     return fused;
   }
-  static float activation_alpha(const MLPH_Node& node) {
-    return std::string_view(node.op) == "relu" ? 0.0f : float(sdk::Attrs(node).number("alpha"));
+  static float activation_alpha(const sdk::ValidNode& node) {
+    return node.op == "relu" ? 0.0f : float(node.attrs.number("alpha"));
   }
 
-  void build_ops(const MLPH_Graph& graph, const std::vector<const OpRule*>& rules) {
-    const std::map<size_t, size_t> fused = find_fusions(graph);
+  void build_ops() {
+    const std::vector<sdk::ValidNode>& nodes = graph_.nodes;
+    const std::map<size_t, size_t> fused = find_fusions();
     std::map<size_t, size_t> fused_activations;  // activation node -> the node it is fused into
     for (auto [producer, act] : fused) fused_activations[act] = producer;
-    for (size_t i = 0; i < graph.n_nodes; ++i) {
-      const NodeView n{&graph.nodes[i], i};
-      const std::string_view op = n.node->op;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const NodeView n{&nodes[i]};
+      const std::string& op = nodes[i].op;
       try {
         if (auto f = fused.find(i); f != fused.end()) {
-          const MLPH_Node& act = graph.nodes[f->second];
-          const Fusion fusion{true, activation_alpha(act), act.outputs[0]};
+          const sdk::ValidNode& act = nodes[f->second];
+          const Fusion fusion{true, activation_alpha(act), act.output};
           ops_.push_back(op == "conv" ? make_conv(net_, n, fusion) : make_batch_norm(net_, n, fusion));
         } else if (auto a = fused_activations.find(i); a != fused_activations.end()) {
-          expect_shape(net_, n, n.out(), net_.at(n.in(0)).shape);
-          const MLPH_Node& producer = graph.nodes[a->second];
-          ops_.push_back(std::string_view(producer.op) == "conv"
-                             ? make_fused_activation(net_, n, producer.outputs[0], activation_alpha(graph.nodes[i]))
-                             : make_norm_fused_relu(net_, n, producer.outputs[0]));
+          const sdk::ValidNode& producer = nodes[a->second];
+          ops_.push_back(producer.op == "conv"
+                             ? make_fused_activation(net_, n, producer.output, activation_alpha(nodes[i]))
+                             : make_norm_fused_relu(net_, n, producer.output));
         } else if (op == "conv") {
           ops_.push_back(make_conv(net_, n, {}));
         } else if (op == "batch_norm") {
           ops_.push_back(make_batch_norm(net_, n, {}));
         } else {
-          ops_.push_back(rules[i]->build(net_, n));
+          ops_.push_back(builders().find(op)->second(net_, n));
         }
       } catch (const dnnl::error& e) {
         unimplemented(n, std::string("oneDNN cannot build it: ") + e.what());
@@ -332,22 +268,19 @@ class OnednnModel final : public sdk::Model {
     }
   }
 
-  void define_outputs(const MLPH_Graph& graph) {
-    loss_ = graph.loss;
-    for (size_t i = 0; i < graph.n_eval_outputs; ++i) {
-      eval_outputs_.push_back(graph.eval_outputs[i]);
-      eval_plain_.push_back(net_.plain(graph.eval_outputs[i], eval_pre_));
-    }
+  // Eval outputs in the graph layout, float32 or int32 (an int32 graph input, returned as fed).
+  void define_outputs() {
+    for (int32_t v : graph_.eval_outputs) eval_plain_.push_back(net_.plain(v, eval_pre_));
   }
 
   void load_inputs(const MLPH_Tensor* inputs, size_t n) {
-    if (n != inputs_.size())
-      fail(MLPH_INVALID_ARGUMENT, kName + ": expected " + std::to_string(inputs_.size()) + " inputs, got " + std::to_string(n));
+    if (n != graph_.inputs.size())
+      fail(MLPH_INVALID_ARGUMENT, kName + ": expected " + std::to_string(graph_.inputs.size()) + " inputs, got " + std::to_string(n));
     for (size_t i = 0; i < n; ++i) {
-      const Value& v = net_.at(inputs_[i]);
+      const Value& v = net_.at(graph_.inputs[i]);
       if (inputs[i].struct_size < MLPH_STRUCT_SIZE(MLPH_Tensor, data) || !inputs[i].data)
         fail(MLPH_INVALID_ARGUMENT, kName + ": input '" + v.name + "' is not a valid tensor");
-      sdk::check_matches(inputs[i], info(inputs_[i]), kName + ": input");
+      sdk::check_matches(inputs[i], info(graph_.inputs[i]), kName + ": input");
       if (v.dtype == MLPH_DTYPE_I16) {  // held as float32 (oneDNN has no int16)
         const auto* src = static_cast<const int16_t*>(inputs[i].data);
         std::transform(src, src + v.numel(), static_cast<float*>(v.mem.get_data_handle()),
@@ -365,7 +298,7 @@ class OnednnModel final : public sdk::Model {
   void backward() {
     for (Value& v : net_.values) v.grad_written = v.is_param;  // parameters accumulate into zeroed buffers
     if (!accumulating_) std::fill(grads_.begin(), grads_.end(), 0.0f);
-    Value& loss = net_.at(loss_);
+    Value& loss = net_.at(graph_.loss);
     if (!loss.grad) return;  // no trainable parameter reaches the loss
     static_cast<float*>(loss.grad.get_data_handle())[0] = 1.0f;
     loss.grad_written = true;
@@ -422,13 +355,11 @@ class OnednnModel final : public sdk::Model {
 
   const MLPH_HostApi* host_;
   BackendOptions options_;
+  const sdk::ValidGraph graph_;  // the validator's checked copy: ops and nodes point into it
   const MLPH_CommsHandle* comms_ = nullptr;
-  uint64_t seed_ = 0;
   OptimizerConfig optimizer_;
   Net net_;
   std::vector<std::unique_ptr<Op>> ops_;
-  std::vector<int32_t> inputs_, eval_outputs_;
-  int32_t loss_ = -1;
   std::vector<memory> eval_plain_;
   std::vector<Step> eval_pre_;
   std::vector<ParamInfo> params_;

@@ -115,6 +115,4 @@ void GradSink::commit() {
   value.grad_written = true;
 }
 
-std::string NodeView::where() const { return std::string("node '") + node->name + "' (" + node->op + ")"; }
-
 }  // namespace mlph::onednn

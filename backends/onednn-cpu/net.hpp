@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "mlph/graph.h"
+#include "mlph/sdk/validate.hpp"
 
 namespace mlph::onednn {
 
@@ -117,14 +118,15 @@ class GradSink {
   std::optional<Step> overwrite_, accumulate_;
 };
 
-// What ops see of a node during compile.
+// What ops see of a node during compile: the validator's checked node (attributes typed, defaults
+// filled in, shapes consistent).
 struct NodeView {
-  const MLPH_Node* node;
-  size_t index;  // position in graph.nodes: the dropout stream
-  std::string where() const;  // "node 'name' (op)"
+  const sdk::ValidNode* node;
+  std::string where() const { return node->where(); }  // "node 'name' (op)"
   int32_t in(size_t i) const { return node->inputs[i]; }
-  int32_t out() const { return node->outputs[0]; }
-  size_t n_in() const { return node->n_inputs; }
+  int32_t out() const { return node->output; }
+  size_t n_in() const { return node->inputs.size(); }
+  const sdk::AttrValues& attrs() const { return node->attrs; }
 };
 
 struct RunArgs {

@@ -1,5 +1,5 @@
-// The op builders: each validates its node against docs/ops.md, chooses layouts, creates its
-// primitives and memory, and returns an Op that runs them (forward and backward).
+// The op builders: each gets a node the SDK's validator checked against docs/ops.md, chooses
+// layouts, creates its primitives and memory, and returns an Op that runs them (forward and backward).
 #pragma once
 
 #include <memory>
@@ -18,10 +18,9 @@ struct Fusion {
   int32_t activation_output = -1;
 };
 
-// Node-level checks shared by the builders; all throw sdk::Error naming the node.
-[[noreturn]] void invalid(const NodeView& n, const std::string& what);
+// What this backend refuses beyond the validator's rules: MLPH_UNIMPLEMENTED naming the node.
 [[noreturn]] void unimplemented(const NodeView& n, const std::string& what);
-void expect_shape(Net& net, const NodeView& n, int32_t v, const std::vector<int64_t>& expected);
+// Weights, biases and batch-norm vectors must be parameters (they stay in the graph layout).
 void require_param(Net& net, const NodeView& n, size_t input);
 
 std::unique_ptr<Op> make_conv(Net& net, const NodeView& n, const Fusion& fusion);

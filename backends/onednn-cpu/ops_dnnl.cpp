@@ -4,7 +4,6 @@
 #include <numeric>
 
 #include "mlph/sdk/error.hpp"
-#include "mlph/sdk/graph.hpp"
 #include "mlph/sdk/tensor.hpp"
 #include "ops.hpp"
 
@@ -14,17 +13,8 @@ using dnnl::algorithm;
 using dnnl::prop_kind;
 using dt = memory::data_type;
 
-void invalid(const NodeView& n, const std::string& what) {
-  sdk::fail(MLPH_INVALID_ARGUMENT, "onednn-cpu backend: " + n.where() + ": " + what);
-}
 void unimplemented(const NodeView& n, const std::string& what) {
   sdk::fail(MLPH_UNIMPLEMENTED, "onednn-cpu backend: " + n.where() + ": " + what);
-}
-void expect_shape(Net& net, const NodeView& n, int32_t v, const std::vector<int64_t>& expected) {
-  const Value& value = net.at(v);
-  if (value.shape != expected)
-    invalid(n, "'" + value.name + "' is " + sdk::shape_string(value.shape.data(), int32_t(value.shape.size())) +
-                   ", expected " + sdk::shape_string(expected.data(), int32_t(expected.size())));
 }
 void require_param(Net& net, const NodeView& n, size_t input) {
   if (!net.at(n.in(input)).is_param)
@@ -35,44 +25,21 @@ namespace {
 
 // Spatial geometry of a conv, conv_transpose or pooling node, in oneDNN's terms.
 struct Window {
-  size_t spatial = 0;
   Dims kernel, stride, dilate, pad_l, pad_r;  // dilate: oneDNN counts from 0 (d - 1)
 };
 
-std::vector<int64_t> ints(const NodeView& n, const char* key, size_t count, int64_t fallback, int64_t min,
-                          size_t alt_count = 0) {
-  const sdk::Attrs attrs(*n.node);
-  if (!attrs.has(key)) return std::vector<int64_t>(count, fallback);
-  std::vector<int64_t> out;
-  for (double v : attrs.numbers(key)) {
-    if (v != std::floor(v) || v < double(min) || v > 1e15)
-      invalid(n, std::string("attribute '") + key + "' must hold integers >= " + std::to_string(min));
-    out.push_back(int64_t(v));
+// The validator's window for oneDNN. A deconvolution's output size has no output_padding term: it
+// is taken off the padding after (0 for conv and pooling).
+Window onednn_window(const sdk::Window& w) {
+  Window g;
+  for (size_t d = 0; d < w.in.size(); ++d) {
+    g.kernel.push_back(w.kernel[d]);
+    g.stride.push_back(w.stride[d]);
+    g.dilate.push_back(w.dilation[d] - 1);
+    g.pad_l.push_back(w.pad_before[d]);
+    g.pad_r.push_back(w.pad_after[d] - w.output_padding[d]);
   }
-  if (out.size() != count && (alt_count == 0 || out.size() != alt_count))
-    invalid(n, std::string("attribute '") + key + "' needs " + std::to_string(count) + " entries");
-  return out;
-}
-
-size_t spatial_rank(Net& net, const NodeView& n) {
-  const size_t rank = net.at(n.in(0)).shape.size();
-  if (rank != 4 && rank != 5) invalid(n, "input must be [N, spatial..., C] with 2 or 3 spatial dims");
-  return rank - 2;
-}
-
-Window conv_window(const NodeView& n, size_t spatial, const std::vector<int64_t>& kernel) {
-  Window w;
-  w.spatial = spatial;
-  w.kernel.assign(kernel.begin(), kernel.end());
-  const auto stride = ints(n, "stride", spatial, 1, 1), dilation = ints(n, "dilation", spatial, 1, 1);
-  const auto padding = ints(n, "padding", spatial, 0, 0, 2 * spatial);
-  for (size_t d = 0; d < spatial; ++d) {
-    w.stride.push_back(stride[d]);
-    w.dilate.push_back(dilation[d] - 1);
-    w.pad_l.push_back(padding[d]);
-    w.pad_r.push_back(padding[padding.size() == spatial ? d : spatial + d]);
-  }
-  return w;
+  return g;
 }
 
 // [N, C, spatial...] for oneDNN from channels-last sizes.
@@ -80,12 +47,6 @@ Dims ncs(int64_t batch, int64_t channels, const std::vector<int64_t>& spatial) {
   Dims d{batch, channels};
   d.insert(d.end(), spatial.begin(), spatial.end());
   return d;
-}
-std::vector<int64_t> nsc(int64_t batch, const std::vector<int64_t>& spatial, int64_t channels) {
-  std::vector<int64_t> s{batch};
-  s.insert(s.end(), spatial.begin(), spatial.end());
-  s.push_back(channels);
-  return s;
 }
 std::vector<int64_t> spatial_of(const Value& v) { return {v.shape.begin() + 1, v.shape.end() - 1}; }
 
@@ -212,24 +173,14 @@ memory::desc conv_weights_plain(const Dims& kernel, int64_t ci_per_group, int64_
 }  // namespace
 
 std::unique_ptr<Op> make_conv(Net& net, const NodeView& n, const Fusion& fusion) {
-  const size_t spatial = spatial_rank(net, n);
   const Value &x = net.at(n.in(0)), &w = net.at(n.in(1));
   require_param(net, n, 1);
   if (n.n_in() > 2) require_param(net, n, 2);
-  const int64_t groups = ints(n, "groups", 1, 1, 1)[0], ci = x.shape.back(), co = w.shape.back();
-  if (w.shape.size() != x.shape.size() || ci % groups || co % groups || w.shape[spatial] != ci / groups)
-    invalid(n, "weights '" + w.name + "' do not fit the input in " + std::to_string(groups) + " groups");
-  const Dims kernel(w.shape.begin(), w.shape.begin() + long(spatial));
-  const Window g = conv_window(n, spatial, {kernel.begin(), kernel.end()});
-  std::vector<int64_t> out_spatial;
-  for (size_t d = 0; d < spatial; ++d) {
-    const int64_t span = x.shape[1 + d] + g.pad_l[d] + g.pad_r[d] - (g.dilate[d] + 1) * (kernel[d] - 1) - 1;
-    if (span < 0) invalid(n, "the window is larger than the padded input");
-    out_spatial.push_back(span / g.stride[d] + 1);
-  }
-  const int64_t batch = x.shape[0];
-  expect_shape(net, n, n.out(), nsc(batch, out_spatial, co));
-  if (n.n_in() > 2) expect_shape(net, n, n.in(2), {co});
+  const sdk::Window& window = n.node->window;
+  const int64_t groups = window.groups, ci = x.shape.back(), co = w.shape.back(), batch = x.shape[0];
+  const Window g = onednn_window(window);
+  const Dims& kernel = g.kernel;
+  const std::vector<int64_t>& out_spatial = window.out;
 
   const memory::desc weights_plain = conv_weights_plain(kernel, ci / groups, co, groups);
   const Dims wdims = weights_plain.dims();
@@ -280,24 +231,14 @@ std::unique_ptr<Op> make_conv(Net& net, const NodeView& n, const Fusion& fusion)
 }
 
 std::unique_ptr<Op> make_conv_transpose(Net& net, const NodeView& n) {
-  const size_t spatial = spatial_rank(net, n);
   const Value &x = net.at(n.in(0)), &w = net.at(n.in(1));
   require_param(net, n, 1);
   if (n.n_in() > 2) require_param(net, n, 2);
-  if (w.shape.size() != x.shape.size() || w.shape.back() != x.shape.back())
-    invalid(n, "weights '" + w.name + "' must be [kernel..., Co, Ci] with Ci = the input's channels");
-  const int64_t ci = x.shape.back(), co = w.shape[spatial], batch = x.shape[0];
-  const Dims kernel(w.shape.begin(), w.shape.begin() + long(spatial));
-  Window g = conv_window(n, spatial, {kernel.begin(), kernel.end()});
-  const auto output_padding = ints(n, "output_padding", spatial, 0, 0);
-  std::vector<int64_t> out_spatial;
-  for (size_t d = 0; d < spatial; ++d) {
-    out_spatial.push_back((x.shape[1 + d] - 1) * g.stride[d] - g.pad_l[d] - g.pad_r[d] +
-                          (g.dilate[d] + 1) * (kernel[d] - 1) + output_padding[d] + 1);
-    g.pad_r[d] -= output_padding[d];  // oneDNN's output size has no output_padding term
-  }
-  expect_shape(net, n, n.out(), nsc(batch, out_spatial, co));
-  if (n.n_in() > 2) expect_shape(net, n, n.in(2), {co});
+  const sdk::Window& window = n.node->window;
+  const int64_t ci = x.shape.back(), co = w.shape[window.in.size()], batch = x.shape[0];
+  const Window g = onednn_window(window);
+  const Dims& kernel = g.kernel;
+  const std::vector<int64_t>& out_spatial = window.out;
   // [K..., Co, Ci] as oneDNN's deconvolution weights [OC = Co, IC = Ci, K...].
   Dims wdims{co, ci}, wstrides{ci, 1};
   for (int64_t k : kernel) wdims.push_back(k);
@@ -341,11 +282,7 @@ std::unique_ptr<Op> make_dense(Net& net, const NodeView& n) {
   const Value &x = net.at(n.in(0)), &w = net.at(n.in(1));
   require_param(net, n, 1);
   if (n.n_in() > 2) require_param(net, n, 2);
-  if (x.shape.size() != 2 || w.shape.size() != 2 || w.shape[0] != x.shape[1])
-    invalid(n, "input and weights must be [N, in] and [in, out]");
   const int64_t batch = x.shape[0], in = x.shape[1], out = w.shape[1];
-  expect_shape(net, n, n.out(), {batch, out});
-  if (n.n_in() > 2) expect_shape(net, n, n.in(2), {out});
   const memory::desc weights_plain({out, in}, dt::f32, Dims{1, out});  // [in, out] row-major
   const memory::desc bias = n.n_in() > 2 ? vec(out) : memory::desc();
   using dnnl::inner_product_forward;
@@ -415,26 +352,15 @@ class Pool final : public SingleInputOp {
 }  // namespace
 
 std::unique_ptr<Op> make_max_pool(Net& net, const NodeView& n) {
-  const size_t spatial = spatial_rank(net, n);
   const Value& x = net.at(n.in(0));
-  if (!sdk::Attrs(*n.node).has("kernel")) invalid(n, "missing attribute 'kernel'");
-  const auto kernel = ints(n, "kernel", spatial, 1, 1);
-  const auto stride = sdk::Attrs(*n.node).has("stride") ? ints(n, "stride", spatial, 1, 1) : kernel;  // Keras default
-  std::vector<int64_t> out_spatial;
-  for (size_t d = 0; d < spatial; ++d) {
-    if (x.shape[1 + d] < kernel[d]) invalid(n, "the window is larger than the input");
-    out_spatial.push_back((x.shape[1 + d] - kernel[d]) / stride[d] + 1);
-  }
-  expect_shape(net, n, n.out(), nsc(x.shape[0], out_spatial, x.shape.back()));
-  return std::make_unique<Pool>(net, n, algorithm::pooling_max, ncs(x.shape[0], x.shape.back(), out_spatial),
-                                Dims(kernel.begin(), kernel.end()), Dims(stride.begin(), stride.end()));
+  const Window g = onednn_window(n.node->window);
+  return std::make_unique<Pool>(net, n, algorithm::pooling_max, ncs(x.shape[0], x.shape.back(), n.node->window.out),
+                                g.kernel, g.stride);
 }
 
 std::unique_ptr<Op> make_global_avg_pool(Net& net, const NodeView& n) {
-  const size_t spatial = spatial_rank(net, n);
   const Value& x = net.at(n.in(0));
-  const std::vector<int64_t> ones(spatial, 1), kernel = spatial_of(x);
-  expect_shape(net, n, n.out(), nsc(x.shape[0], ones, x.shape.back()));
+  const std::vector<int64_t> ones(x.shape.size() - 2, 1), kernel = spatial_of(x);
   return std::make_unique<Pool>(net, n, algorithm::pooling_avg_include_padding, ncs(x.shape[0], x.shape.back(), ones),
                                 Dims(kernel.begin(), kernel.end()), Dims(kernel.begin(), kernel.end()));
 }
@@ -494,14 +420,12 @@ class FusedActivation final : public Op {
 }  // namespace
 
 std::unique_ptr<Op> make_eltwise(Net& net, const NodeView& n) {
-  expect_shape(net, n, n.out(), net.at(n.in(0)).shape);
-  const std::string op = n.node->op;
-  const sdk::Attrs attrs(*n.node);
+  const std::string& op = n.node->op;
   if (op == "relu") return std::make_unique<Eltwise>(net, n, algorithm::eltwise_relu, 0.0f, false);
   if (op == "leaky_relu")
-    return std::make_unique<Eltwise>(net, n, algorithm::eltwise_relu, float(attrs.number("alpha")), false);
+    return std::make_unique<Eltwise>(net, n, algorithm::eltwise_relu, float(n.attrs().number("alpha")), false);
   if (op == "tanh") return std::make_unique<Eltwise>(net, n, algorithm::eltwise_tanh_use_dst_for_bwd, 0.0f, true);
-  return std::make_unique<Eltwise>(net, n, algorithm::eltwise_linear, float(attrs.number("factor")), false);  // scale
+  return std::make_unique<Eltwise>(net, n, algorithm::eltwise_linear, float(n.attrs().number("factor")), false);  // scale
 }
 
 std::unique_ptr<Op> make_fused_activation(Net& net, const NodeView& n, int32_t conv_output, float alpha) {
@@ -539,17 +463,11 @@ class BatchNorm final : public Op {
  public:
   BatchNorm(Net& net, const NodeView& n, const Fusion& relu) : Op(n), net_(net) {
     const int32_t x = n.in(0), y = n.out();
-    const sdk::Attrs attrs(*n.node);
-    const auto eps = float(attrs.number("eps", 1e-5));
-    momentum_ = attrs.number("momentum", 0.1);
-    if (const double group = attrs.number("group_size", 1); group != 1)
-      unimplemented(n, "group_size " + std::to_string(int64_t(group)) +
-                           " (batch norm over several ranks, SyncBatchNorm) is not supported yet; the reference "
-                           "backend runs it");
+    const auto eps = float(n.attrs().number("eps"));
+    momentum_ = n.attrs().number("momentum");
     const Value& xv = net.at(x);
     channels_ = xv.shape.back();
-    count_ = xv.numel() / channels_;
-    if (count_ < 2) invalid(n, "needs at least two values per channel");
+    count_ = xv.numel() / channels_;  // > 1 (the validator checks)
     const memory::desc desc = xv.mem.get_desc();
     using dnnl::normalization_flags;
     auto flags = normalization_flags::use_scale | normalization_flags::use_shift;
@@ -695,36 +613,16 @@ class Concat final : public RoutingOp {
 }  // namespace
 
 std::unique_ptr<Op> make_batch_norm(Net& net, const NodeView& n, const Fusion& relu) {
-  const Value& x = net.at(n.in(0));
-  if (x.shape.size() < 2) invalid(n, "input must be [N, ..., C]");
-  for (size_t i = 1; i < 5; ++i) {
-    require_param(net, n, i);
-    expect_shape(net, n, n.in(i), {x.shape.back()});
-  }
-  if (net.needs_grad(n.in(3)) || net.needs_grad(n.in(4)))
-    invalid(n, "the running statistics must not be trainable parameters");
-  expect_shape(net, n, n.out(), x.shape);
+  if (const int64_t group = n.attrs().integer("group_size"); group != 1)
+    unimplemented(n, "group_size " + std::to_string(group) +
+                         " (batch norm over several ranks, SyncBatchNorm) is not supported yet; the reference "
+                         "backend runs it");
+  for (size_t i = 1; i < 5; ++i) require_param(net, n, i);
   return std::make_unique<BatchNorm>(net, n, relu);
 }
 
-std::unique_ptr<Op> make_add(Net& net, const NodeView& n) {
-  if (net.at(n.in(0)).shape != net.at(n.in(1)).shape) invalid(n, "inputs differ in shape");
-  expect_shape(net, n, n.out(), net.at(n.in(0)).shape);
-  return std::make_unique<Add>(net, n);
-}
+std::unique_ptr<Op> make_add(Net& net, const NodeView& n) { return std::make_unique<Add>(net, n); }
 
-std::unique_ptr<Op> make_concat(Net& net, const NodeView& n) {
-  std::vector<int64_t> shape = net.at(n.in(0)).shape;
-  if (shape.size() < 2) invalid(n, "inputs must be [N, spatial..., C]");
-  shape.back() = 0;
-  for (size_t i = 0; i < n.n_in(); ++i) {
-    const std::vector<int64_t>& s = net.at(n.in(i)).shape;
-    if (s.size() != shape.size() || !std::equal(s.begin(), s.end() - 1, shape.begin()))
-      invalid(n, "input '" + net.at(n.in(i)).name + "' differs from the first in N or spatial size");
-    shape.back() += s.back();
-  }
-  expect_shape(net, n, n.out(), shape);
-  return std::make_unique<Concat>(net, n);
-}
+std::unique_ptr<Op> make_concat(Net& net, const NodeView& n) { return std::make_unique<Concat>(net, n); }
 
 }  // namespace mlph::onednn

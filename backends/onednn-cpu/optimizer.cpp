@@ -2,34 +2,40 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
-#include "mlph/sdk/error.hpp"
-#include "mlph/sdk/graph.hpp"
 #include "net.hpp"  // parallel_for
 
 namespace mlph::onednn {
 
-OptimizerConfig read_optimizer(const MLPH_Optimizer& opt) {
-  const std::string name = opt.name ? opt.name : "";
+namespace {
+using Kind = OptimizerConfig::Kind;
+const std::map<std::string, Kind>& kinds() {
+  static const std::map<std::string, Kind> table = {
+      {"sgd_keras", Kind::sgd_keras}, {"adam", Kind::adam}, {"adamw", Kind::adamw}, {"lamb", Kind::lamb}};
+  return table;
+}
+}  // namespace
+
+const std::vector<std::string>& optimizer_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto& entry : kinds()) out.push_back(entry.first);
+    return out;
+  }();
+  return names;
+}
+
+OptimizerConfig optimizer_config(const sdk::ValidOptimizer& opt) {
   OptimizerConfig c;
-  std::vector<std::string> known;
-  if (name == "sgd_keras") c.kind = OptimizerConfig::Kind::sgd_keras, known = {"momentum"};
-  else if (name == "adam") c.kind = OptimizerConfig::Kind::adam;
-  else if (name == "adamw") c.kind = OptimizerConfig::Kind::adamw;
-  else if (name == "lamb") c.kind = OptimizerConfig::Kind::lamb;
-  else sdk::fail(MLPH_UNIMPLEMENTED, "onednn-cpu backend: optimizer '" + name + "' is not implemented");
-  if (known.empty()) known = {"beta1", "beta2", "eps", "weight_decay"};
-  if (c.kind == OptimizerConfig::Kind::lamb) known.push_back("max_grad_norm");
-  for (size_t a = 0; a < opt.n_attrs; ++a)
-    if (std::find(known.begin(), known.end(), opt.attrs[a].key) == known.end())
-      sdk::fail(MLPH_UNIMPLEMENTED, "onednn-cpu backend: optimizer " + name + ": attribute '" + opt.attrs[a].key +
-                                        "' is not implemented");
-  const sdk::Attrs attrs(opt.attrs, opt.n_attrs, "optimizer " + name);
-  c.momentum = attrs.number("momentum", 0.0);
-  c.beta1 = attrs.number("beta1", c.beta1), c.beta2 = attrs.number("beta2", c.beta2);
-  c.eps = attrs.number("eps", c.eps), c.weight_decay = attrs.number("weight_decay", 0.0);
-  c.max_grad_norm = attrs.number("max_grad_norm", c.max_grad_norm);
-  if (!(c.momentum >= 0.0)) sdk::fail(MLPH_INVALID_ARGUMENT, "onednn-cpu backend: sgd_keras momentum must be >= 0");
+  c.kind = kinds().at(opt.name);
+  if (c.kind == Kind::sgd_keras) {
+    c.momentum = opt.attrs.number("momentum");
+    return c;
+  }
+  c.beta1 = opt.attrs.number("beta1"), c.beta2 = opt.attrs.number("beta2");
+  c.eps = opt.attrs.number("eps"), c.weight_decay = opt.attrs.number("weight_decay");
+  if (c.kind == Kind::lamb) c.max_grad_norm = opt.attrs.number("max_grad_norm");
   return c;
 }
 
@@ -140,7 +146,6 @@ void lamb(OptimizerSlot& s, const OptimizerConfig& c, double lr, uint64_t t, flo
 
 void apply_optimizer(const OptimizerConfig& c, std::vector<OptimizerSlot>& slots, double lr, uint64_t step,
                      std::vector<float>& scratch) {
-  using Kind = OptimizerConfig::Kind;
   float clip = 1.0f;
   if (c.kind == Kind::lamb) {  // the global norm of all gradients together
     double sum = 0;

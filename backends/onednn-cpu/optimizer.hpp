@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "mlph/graph.h"
+#include "mlph/sdk/validate.hpp"
 
 namespace mlph::onednn {
 
@@ -13,8 +14,10 @@ struct OptimizerConfig {
   enum class Kind { sgd_keras, adam, adamw, lamb } kind = Kind::sgd_keras;
   double momentum = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0, max_grad_norm = 1;
 };
-// Throws MLPH_UNIMPLEMENTED for an unknown optimizer or attribute.
-OptimizerConfig read_optimizer(const MLPH_Optimizer& opt);
+// The optimizers implemented here, by name.
+const std::vector<std::string>& optimizer_names();
+// The validator's optimizer (one of optimizer_names(), its hyperparameters checked).
+OptimizerConfig optimizer_config(const sdk::ValidOptimizer& opt);
 
 // One trainable parameter as the optimizer sees it.
 struct OptimizerSlot {

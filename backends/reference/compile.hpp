@@ -1,5 +1,5 @@
-// Compiling an MLPH_Graph for the reference executor: validate everything once (ops, attributes,
-// shapes, dtypes, definition order) and copy what the model needs, so the executor can trust it.
+// Compiling an MLPH_Graph for the reference executor: the SDK's validator checks it (ops, attributes,
+// shapes, dtypes, definition order), then its checked copy is lowered to what the executor runs.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "mlph/graph.h"
+#include "mlph/sdk/validate.hpp"
 #include "ops.hpp"
 
 namespace mlph::reference {
@@ -36,21 +37,12 @@ enum class OpKind {
   iou
 };
 
-// True for ops that pass gradients to their inputs (log1p and shift_scale are preprocessing, abs_error_sum and
-// iou metrics).
-bool has_gradient(OpKind kind);
-
-struct ValueInfo {
-  std::string name;
-  MLPH_DType dtype = MLPH_DTYPE_F32;
-  std::vector<int64_t> shape;
-
-  int64_t numel() const;
-  MLPH_Value as_value() const;  // its name points into this ValueInfo
-};
+// A value's name, dtype and shape (the validator's copy).
+using ValueInfo = sdk::GraphValue;
 
 struct CompiledNode {
   OpKind kind = OpKind::relu;
+  bool gradient = true;  // passes gradients to its inputs (not preprocessing or metrics)
   std::string name;
   uint64_t index = 0;  // position in graph.nodes: the dropout stream
   std::vector<int32_t> inputs;
@@ -95,9 +87,7 @@ struct Program {
   uint64_t seed = 0;
 };
 
-// Throws sdk::Error: MLPH_UNIMPLEMENTED for an op, attribute, dtype or optimizer this backend does not
-// implement (naming the node), MLPH_INVALID_ARGUMENT for a graph that breaks docs/ops.md's rules
-// (naming the node and the shapes involved).
+// Throws sdk::Error: the validator's errors (sdk/validate.hpp), unchanged.
 Program compile_graph(const MLPH_Graph& graph);
 
 }  // namespace mlph::reference

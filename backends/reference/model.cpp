@@ -17,11 +17,11 @@ std::vector<bool> values_needing_gradients(const Program& p) {
   for (const CompiledParam& param : p.params) from_param[static_cast<size_t>(param.value)] = param.trainable;
   for (const CompiledNode& node : p.nodes)
     for (int32_t in : node.inputs)
-      if (has_gradient(node.kind) && from_param[static_cast<size_t>(in)])
+      if (node.gradient && from_param[static_cast<size_t>(in)])
         from_param[static_cast<size_t>(node.output)] = true;
   to_loss[static_cast<size_t>(p.loss)] = true;
   for (auto node = p.nodes.rbegin(); node != p.nodes.rend(); ++node)
-    if (has_gradient(node->kind) && to_loss[static_cast<size_t>(node->output)])
+    if (node->gradient && to_loss[static_cast<size_t>(node->output)])
       for (int32_t in : node->inputs) to_loss[static_cast<size_t>(in)] = true;
   std::vector<bool> needed(p.values.size());
   for (size_t v = 0; v < needed.size(); ++v) needed[v] = from_param[v] && to_loss[v];
@@ -148,7 +148,7 @@ void ReferenceModel::load_inputs(const MLPH_Tensor* inputs, size_t n) {
     float* dst = data(id);
     if (info.dtype == MLPH_DTYPE_F32) {
       std::memcpy(dst, inputs[i].data, static_cast<size_t>(numel(id)) * sizeof(float));
-    } else {  // int16, as compile_graph guarantees
+    } else {  // int16, as the validator guarantees
       const auto* src = static_cast<const int16_t*>(inputs[i].data);
       std::transform(src, src + numel(id), dst, [](int16_t v) { return static_cast<float>(v); });
     }

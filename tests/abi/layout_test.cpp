@@ -21,7 +21,7 @@ MLPH_LAST_MEMBER(MLPH_CommsApi, split);  // 1.1 appended `halo_exchange` after 1
 MLPH_LAST_MEMBER(MLPH_HaloSpec, periodic);
 MLPH_LAST_MEMBER(MLPH_StorageApi, stage);  // 1.1 appended `stage` after 1.0's `stats`
 MLPH_LAST_MEMBER(MLPH_StageStats, shard_count);
-MLPH_LAST_MEMBER(MLPH_Graph, seed);
+MLPH_LAST_MEMBER(MLPH_Graph, opset);  // 1.3 appended `opset` after 1.0's `seed`
 MLPH_LAST_MEMBER(MLPH_StepArgs, apply_update);               // 1.2 appended micro_step, apply_update after `step`
 MLPH_LAST_MEMBER(MLPH_WorkloadInfo, gradient_accumulation);  // 1.2 appended after `n_log_entries`
 MLPH_LAST_MEMBER(MLPH_Tensor, data);
@@ -39,6 +39,7 @@ static_assert(offsetof(MLPH_HostApi, error_free) / sizeof(void*) == 8, "MLPH_Hos
 static_assert(offsetof(MLPH_StepArgs, step) == 24 && offsetof(MLPH_StepArgs, micro_step) == 32 &&
                   offsetof(MLPH_StepArgs, apply_update) == 40,
               "MLPH_StepArgs 1.2 layout changed");
+static_assert(offsetof(MLPH_Graph, seed) == 128 && offsetof(MLPH_Graph, opset) == 136, "MLPH_Graph 1.3 layout changed");
 static_assert(offsetof(MLPH_WorkloadInfo, n_log_entries) == 64 && offsetof(MLPH_WorkloadInfo, gradient_accumulation) == 72,
               "MLPH_WorkloadInfo 1.2 layout changed");
 

@@ -10,8 +10,9 @@
  *  - activations are channels-last: [N, spatial..., C];
  *  - conv weights are [spatial..., C_in/groups, C_out] (Keras "DHWIO"), dense weights [in, out];
  *  - shapes include the batch dimension; a graph is compiled for one batch size.
- * The op catalogue (names, inputs, attributes, exact semantics) is docs/ops.md; an op a backend
- * does not know is an MLPH_UNIMPLEMENTED error from compile naming the op, never a silent skip.
+ * The op catalogue (names, inputs, attributes, exact semantics) is docs/ops.md, and as data
+ * mlph/sdk/op_schema.hpp; an op a backend does not know is an MLPH_UNIMPLEMENTED error from compile
+ * naming the op, never a silent skip. Backends check graphs with mlph/sdk/validate.hpp.
  */
 #ifndef MLPH_GRAPH_H
 #define MLPH_GRAPH_H
@@ -50,6 +51,11 @@ typedef struct MLPH_Node {
 
 enum { MLPH_PARAM_TRAINABLE = 1u };
 
+/* The op-set: which catalogue (ops, attributes, optimizers) a graph is written against. Op-set 1 is
+ * the catalogue of ABI 1.2; each later op-set only adds to it (docs/ops.md lists what each added).
+ * A graph whose struct_size does not reach `opset` (a workload older than ABI 1.3) is op-set 1. */
+#define MLPH_OPSET 1
+
 typedef struct MLPH_Parameter {
   int32_t value;       /* the value this parameter defines; float32 */
   const float* init;   /* initial contents, dense row-major, numel(value) floats */
@@ -58,8 +64,8 @@ typedef struct MLPH_Parameter {
   uint32_t flags;      /* MLPH_PARAM_* */
 } MLPH_Parameter;
 
-/* Optimizers: "sgd_keras" (attrs: momentum; v = m*v - lr*g; w += v),
- * later "adam", "adamw", "lamb" (attrs: beta1, beta2, eps, weight_decay, max_grad_norm). */
+/* Optimizers: "sgd_keras" (attrs: momentum; v = m*v - lr*g; w += v), "adam", "adamw", "lamb"
+ * (attrs: beta1, beta2, eps, weight_decay, max_grad_norm); see docs/ops.md. */
 typedef struct MLPH_Optimizer {
   const char* name;
   const MLPH_Attr* attrs;
@@ -82,6 +88,8 @@ typedef struct MLPH_Graph {
   size_t n_eval_outputs;
   MLPH_Optimizer optimizer;
   uint64_t seed;          /* for in-graph randomness (dropout), see mlph_uniform */
+  /* ABI 1.3 */
+  uint32_t opset;         /* MLPH_OPSET of the workload's headers (>= 1); see above */
 } MLPH_Graph;
 
 #ifdef __cplusplus

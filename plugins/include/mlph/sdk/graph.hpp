@@ -139,6 +139,7 @@ class GraphBuilder {
     graph_.n_eval_outputs = eval_outputs_.size();
     graph_.optimizer = {opt_name_.c_str(), opt_attrs_.data(), opt_attrs_.size()};
     graph_.seed = seed_;
+    graph_.opset = MLPH_OPSET;
     return &graph_;
   }
 
