@@ -1,8 +1,10 @@
 // mlperf-conformance as a vendor runs it: the reference passes against itself with errors of
-// exactly 0, a backend with a 1e-3 error in one op fails on that op's rows only, onednn-cpu passes,
-// and bad usage exits 2 with one line.
+// exactly 0, a backend with a 1e-3 error in one op fails on that op's rows only, a backend that
+// words graph errors its own way fails the graph rules, onednn-cpu passes, and bad usage exits 2
+// with one line.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <sstream>
@@ -58,14 +60,17 @@ std::string faulty() { return std::string("--backend-file " MLPH_TEST_PLUGIN_DIR
 double number(const std::string& cell) { return std::stod(cell); }
 
 // Every op of docs/ops.md, regularization and the optimizers (mlperf-conformance --list, less the
-// one-row checks: gradient accumulation and the models).
+// graph rules, gradient accumulation and the models).
 std::set<std::string> op_checks() {
   std::istringstream list(run_command(MLPH_BINARY_DIR "/bin/mlperf-conformance --list").output);
   std::set<std::string> names;
   for (std::string name; std::getline(list, name);)
-    if (name != "cosmoflow" && name != "deepcam" && name != "accumulation") names.insert(name);
+    if (name != "cosmoflow" && name != "deepcam" && name != "accumulation" && name != "validation") names.insert(name);
   return names;
 }
+
+// The graph rules of the SDK's validator: one row each (tools/conformance/bad_graphs.cpp).
+constexpr size_t kValidationRules = 61;
 
 // The whole-model checks that will run: CosmoFlow, and DeepCAM where its plug-in was built (HDF5).
 std::set<std::string> model_checks() {
@@ -95,9 +100,26 @@ TEST(Conformance, ReferenceAgainstItselfIsExact) {
   std::set<std::string> expected = op_checks();
   expected.merge(model_checks());
   expected.insert("accumulation");
+  expected.insert("validation");
   EXPECT_EQ(seen, expected);
-  EXPECT_EQ(o.rows.size(), 6 * op_checks().size() + 1 + model_checks().size())
-      << "6 cases per op by default, accumulation, and the models";
+  EXPECT_EQ(o.rows.size(), 6 * op_checks().size() + kValidationRules + 1 + model_checks().size())
+      << "6 cases per op by default, the graph rules, accumulation, and the models";
+}
+
+TEST(Conformance, ABackendWithChecksOfItsOwnFailsTheGraphRules) {
+  const Outcome o = conformance(faulty() + "--set backend.fault_op=conv --set backend.fault=validation --ops validation");
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  ASSERT_EQ(o.rows.size(), kValidationRules) << o.output;
+  for (const Row& row : o.rows) {
+    EXPECT_EQ(row.op, "validation");
+    EXPECT_EQ(row.result.rfind("FAIL (faulty says ", 0), 0u) << row.result;
+  }
+  const auto unknown_op = std::find_if(o.rows.begin(), o.rows.end(), [](const Row& r) { return r.description == "unknown op"; });
+  ASSERT_NE(unknown_op, o.rows.end());
+  EXPECT_EQ(unknown_op->result,
+            "FAIL (faulty says UNIMPLEMENTED 'faulty backend: node 'probe' (frobnicate): op 'frobnicate' is not in "
+            "op-set 1 (docs/ops.md)', the SDK's validator UNIMPLEMENTED 'node 'probe' (frobnicate): op 'frobnicate' is "
+            "not in op-set 1 (docs/ops.md)')");
 }
 
 TEST(Conformance, ABackendThatUpdatesOnEveryMicroBatchFails) {
@@ -220,6 +242,6 @@ TEST(Conformance, OnednnCpuConformsToTheReference) {
   const Outcome o = conformance("--backend onednn-cpu");
   EXPECT_EQ(o.exit_code, 0) << o.output;
   for (const Row& row : o.rows) EXPECT_EQ(row.result, "PASS") << row.op << " " << row.description;
-  EXPECT_EQ(o.rows.size(), 6 * op_checks().size() + 1 + model_checks().size()) << o.output;
+  EXPECT_EQ(o.rows.size(), 6 * op_checks().size() + kValidationRules + 1 + model_checks().size()) << o.output;
 }
 #endif

@@ -1,9 +1,14 @@
 // libmlph-backend-faulty.so: the reference backend with one deliberate, small error, for the
 // conformance tests: in graphs that contain op `fault_op`, it scales either every evaluation output
 // (`fault=forward`, the default) or every gradient it reports (`fault=gradient`) by 1 + 1e-3, or
+<<<<<<< HEAD
 // ignores gradient accumulation, updating on every micro-batch (`fault=accumulation`); or it does
 // not implement `fault_op`: compile refuses such graphs (`fault=unimplemented`, as docs/ops.md asks),
 // or compiles them and then refuses every train_step (`fault=unimplemented_step`, as it must not).
+=======
+// ignores gradient accumulation, updating on every micro-batch (`fault=accumulation`), or words the
+// compile errors of every graph its own way (`fault=validation`, a backend with its own checks).
+>>>>>>> d962817 (Conformance: a row per rule of the graph validator (tools/conformance/bad_graphs.cpp, validation.cpp): the candidate must give the validator's own code and line; tests/sdk pins each line and checks defaults, windows, op-sets and the real CosmoFlow and DeepCAM graphs)
 // Other options (threads) go to the reference backend.
 #include <algorithm>
 
@@ -63,12 +68,19 @@ class FaultyBackend final : public sdk::Backend {
         fault_op_(options.get("fault_op")) {
     if (fault_op_.empty()) sdk::fail(MLPH_INVALID_ARGUMENT, "faulty backend: option 'fault_op' (an op name) is required");
     if (fault_ != "forward" && fault_ != "gradient" && fault_ != "accumulation" && fault_ != "unimplemented" &&
-        fault_ != "unimplemented_step")
+        fault_ != "unimplemented_step" && fault_ != "validation")
       sdk::fail(MLPH_INVALID_ARGUMENT, "faulty backend: option 'fault' must be forward, gradient, accumulation, "
-                                       "unimplemented or unimplemented_step");
+                                       "unimplemented, unimplemented_step or validation");
   }
 
   std::unique_ptr<sdk::Model> compile(const MLPH_Graph& graph, const MLPH_CommsHandle* comms) override {
+    if (fault_ == "validation") {
+      try {
+        return reference_.compile(graph, comms);
+      } catch (const sdk::Error& e) {
+        sdk::fail(e.code(), std::string("faulty backend: ") + e.what());
+      }
+    }
     bool has_op = false;
     for (size_t i = 0; i < graph.n_nodes; ++i) has_op = has_op || fault_op_ == graph.nodes[i].op;
     if (has_op && fault_ == "unimplemented")

@@ -18,6 +18,7 @@
 #include "mlph/core/host.hpp"
 #include "models.hpp"
 #include "report.hpp"
+#include "validation.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -50,9 +51,10 @@ std::vector<std::string> split(const std::string& list) {
   return out;
 }
 
-// The op checks, gradient accumulation, then the model checks: every name --ops accepts.
+// The op checks, the graph rules, gradient accumulation, then the model checks: every name --ops accepts.
 std::vector<std::string> all_check_names() {
   std::vector<std::string> names = op_check_names();
+  names.push_back("validation");
   names.push_back("accumulation");
   for (const ModelCheck& m : model_checks()) names.push_back(m.workload);
   return names;
@@ -174,6 +176,8 @@ Report run_checks(const Settings& s, const std::vector<std::string>& checks, con
       report.rows.push_back(std::move(row));
     }
   }
+  if (std::find(checks.begin(), checks.end(), "validation") != checks.end())
+    for (Row& row : check_validation(candidate)) report.rows.push_back(std::move(row));
   if (std::find(checks.begin(), checks.end(), "accumulation") != checks.end())
     report.rows.push_back(check_accumulation(candidate, tolerance.op, s.seed));
   ModelSettings model{{s.plugin_dirs.begin(), s.plugin_dirs.end()}, s.model_steps, s.seed, tolerance.model};

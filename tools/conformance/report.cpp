@@ -38,7 +38,7 @@ Cells cells(const Row& row) {
           error_text(row.forward),
           error_text(row.gradient),
           error_text(row.update),
-          fmt::format("{:.0e}{}", row.tolerance, noise_bounded(row) ? " or 10x noise" : ""),
+          row.tolerance > 0 ? fmt::format("{:.0e}{}", row.tolerance, noise_bounded(row) ? " or 10x noise" : "") : "-",
           verdict_text(row)};
 }
 

@@ -216,11 +216,10 @@ class AttributeReader {
     const bool integers = s.type == schema::AttrType::integer || s.type == schema::AttrType::integers;
     for (size_t i = 0; i < a.n_values; ++i) {
       const double v = a.values[i];
-      const std::string entry = scalar ? name : name + " entries";
+      const std::string entry = scalar ? name + " must be " : name + " entries must be ";
       if (integers && (v != std::floor(v) || std::fabs(v) > 9007199254740992.0))  // exact in a double: 2^53
-        invalid(entry + " must be integers, got " + schema::number_text(v));
-      if (!s.range.contains(v))
-        invalid(entry + " must be " + s.range.text() + ", got " + schema::number_text(v));
+        invalid(entry + (scalar ? "an integer" : "integers") + ", got " + schema::number_text(v));
+      if (!s.range.contains(v)) invalid(entry + s.range.text() + ", got " + schema::number_text(v));
     }
     return {a.values, a.values + a.n_values};
   }
@@ -249,10 +248,7 @@ class GraphValidator {
     if (g_.struct_size < MLPH_STRUCT_SIZE(MLPH_Graph, seed))
       fail(MLPH_INVALID_ARGUMENT, "graph: MLPH_Graph is too small (an older ABI?)");
     check_opset();
-    if ((g_.n_values && !g_.values) || (g_.n_nodes && !g_.nodes) || (g_.n_params && !g_.params) ||
-        (g_.n_inputs && !g_.inputs) || (g_.n_eval_outputs && !g_.eval_outputs) ||
-        (g_.optimizer.n_attrs && !g_.optimizer.attrs))
-      fail(MLPH_INVALID_ARGUMENT, "graph: an array is null but its count is not 0");
+    check_arrays();
     out_.seed = g_.seed;
     copy_values();
     defined_.assign(out_.values.size(), false);
@@ -270,11 +266,22 @@ class GraphValidator {
   void check_opset() {
     out_.opset = graph_opset(g_);
     if (out_.opset == 0)
-      fail(MLPH_INVALID_ARGUMENT, "graph: op-set 0 is none (set MLPH_Graph.opset to MLPH_OPSET; "
-                                  "sdk::GraphBuilder does)");
+      fail(MLPH_INVALID_ARGUMENT,
+           "graph: op-set 0 does not exist (set MLPH_Graph.opset to MLPH_OPSET, as sdk::GraphBuilder does)");
     if (out_.opset > MLPH_OPSET)
       fail(MLPH_UNIMPLEMENTED, "graph: op-set " + std::to_string(out_.opset) + " is newer than this backend's SDK (op-set " +
                                    std::to_string(MLPH_OPSET) + "); rebuild the backend against a newer SDK");
+  }
+
+  void check_arrays() const {
+    const std::pair<const char*, std::pair<const void*, size_t>> arrays[] = {
+        {"values", {g_.values, g_.n_values}},          {"nodes", {g_.nodes, g_.n_nodes}},
+        {"params", {g_.params, g_.n_params}},          {"inputs", {g_.inputs, g_.n_inputs}},
+        {"eval_outputs", {g_.eval_outputs, g_.n_eval_outputs}}, {"optimizer.attrs", {g_.optimizer.attrs, g_.optimizer.n_attrs}}};
+    for (const auto& [name, array] : arrays)
+      if (!array.first && array.second)
+        fail(MLPH_INVALID_ARGUMENT, "graph: " + std::string(name) + " is null but holds " + std::to_string(array.second) +
+                                        (array.second == 1 ? " entry" : " entries"));
   }
 
   void copy_values() {
@@ -328,9 +335,10 @@ class GraphValidator {
       const std::string where = "graph: parameter '" + value(p.value).name + "'";
       if (value(p.value).dtype != MLPH_DTYPE_F32 || !p.init)
         fail(MLPH_INVALID_ARGUMENT, where + " must be float32 with initial contents");
-      if (!(p.l2 >= 0.0)) fail(MLPH_INVALID_ARGUMENT, where + " has l2 " + schema::number_text(p.l2) + ", not >= 0");
+      if (!(p.l2 >= 0.0)) fail(MLPH_INVALID_ARGUMENT, where + ": l2 must be >= 0, got " + schema::number_text(p.l2));
       if (!(p.weight_decay >= 0.0))
-        fail(MLPH_INVALID_ARGUMENT, where + " has weight_decay " + schema::number_text(p.weight_decay) + ", not >= 0");
+        fail(MLPH_INVALID_ARGUMENT,
+             where + ": weight_decay must be >= 0, got " + schema::number_text(p.weight_decay));
       out_.params.push_back({p.value, p.init, p.l2, p.weight_decay, (p.flags & MLPH_PARAM_TRAINABLE) != 0});
     }
   }
@@ -569,7 +577,9 @@ class GraphValidator {
       std::vector<int64_t> shape{x.shape.front()};
       for (size_t d = 0; d < spatial; ++d) {
         const int64_t span = g.in[d] + g.pad_before[d] + g.pad_after[d] - g.dilation[d] * (g.kernel[d] - 1) - 1;
-        if (span < 0) invalid("the window along spatial dim " + std::to_string(d) + " is larger than the padded input");
+        if (span < 0)
+          invalid("input " + shape_string(x.shape) + " with weights " + shape_string(w.shape) +
+                  ": the window along spatial dim " + std::to_string(d) + " is larger than the padded input");
         shape.push_back(g.out.emplace_back(span / g.stride[d] + 1));
       }
       shape.push_back(co);
@@ -590,7 +600,9 @@ class GraphValidator {
       for (size_t d = 0; d < spatial; ++d) {
         const int64_t o = (g.in[d] - 1) * g.stride[d] - g.pad_before[d] - g.pad_after[d] +
                           g.dilation[d] * (g.kernel[d] - 1) + g.output_padding[d] + 1;
-        if (o < 1) invalid("the output along spatial dim " + std::to_string(d) + " would be empty");
+        if (o < 1)
+          invalid("input " + shape_string(x.shape) + " with weights " + shape_string(w.shape) +
+                  ": the output along spatial dim " + std::to_string(d) + " would be empty");
         shape.push_back(g.out.emplace_back(o));
       }
       shape.push_back(co);
@@ -604,7 +616,9 @@ class GraphValidator {
       fill_window(g, n_.attrs.ints("kernel"));
       std::vector<int64_t> shape{x.shape.front()};
       for (size_t d = 0; d < g.in.size(); ++d) {
-        if (g.in[d] < g.kernel[d]) invalid("the window along spatial dim " + std::to_string(d) + " is larger than the input");
+        if (g.in[d] < g.kernel[d])
+          invalid("input " + shape_string(x.shape) + ": the window along spatial dim " + std::to_string(d) +
+                  " (kernel " + std::to_string(g.kernel[d]) + ") is larger than the input");
         shape.push_back(g.out.emplace_back((g.in[d] - g.kernel[d]) / g.stride[d] + 1));
       }
       shape.push_back(x.shape.back());
