@@ -1,14 +1,10 @@
 // libmlph-backend-faulty.so: the reference backend with one deliberate, small error, for the
 // conformance tests: in graphs that contain op `fault_op`, it scales either every evaluation output
 // (`fault=forward`, the default) or every gradient it reports (`fault=gradient`) by 1 + 1e-3, or
-<<<<<<< HEAD
 // ignores gradient accumulation, updating on every micro-batch (`fault=accumulation`); or it does
 // not implement `fault_op`: compile refuses such graphs (`fault=unimplemented`, as docs/ops.md asks),
-// or compiles them and then refuses every train_step (`fault=unimplemented_step`, as it must not).
-=======
-// ignores gradient accumulation, updating on every micro-batch (`fault=accumulation`), or words the
-// compile errors of every graph its own way (`fault=validation`, a backend with its own checks).
->>>>>>> d962817 (Conformance: a row per rule of the graph validator (tools/conformance/bad_graphs.cpp, validation.cpp): the candidate must give the validator's own code and line; tests/sdk pins each line and checks defaults, windows, op-sets and the real CosmoFlow and DeepCAM graphs)
+// or compiles them and then refuses every train_step (`fault=unimplemented_step`, as it must not); or
+// it words the compile errors of every graph its own way (`fault=validation`, a backend with its own checks).
 // Other options (threads) go to the reference backend.
 #include <algorithm>
 

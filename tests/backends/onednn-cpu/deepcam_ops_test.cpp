@@ -169,6 +169,35 @@ TEST(OnednnDeepcamOps, WeightedSoftmaxCrossEntropyAndIouMatchTheReference) {
   EXPECT_NEAR(ours.train(in.tensors, 0.0, 0), expected / 40, 1e-5);
 }
 
+// docs/ops.md allows int32 eval outputs (a graph input, returned as fed) beside float32 ones.
+TEST(OnednnDeepcamOps, Int32EvalOutputsAreReturnedAsFed) {
+  Small s;
+  sdk::GraphBuilder& g = s.g;
+  const int32_t labels = g.value("labels", MLPH_DTYPE_I32, {2, 4, 5});
+  const int32_t logits = s.param("logits", {2, 4, 5, 3}, 2.0f);
+  const int32_t loss = g.value("loss", MLPH_DTYPE_F32, {}), iou = g.value("iou", MLPH_DTYPE_F32, {2});
+  g.node("softmax_cross_entropy", "loss", {logits, labels}, {loss});
+  g.node("iou", "iou", {logits, labels}, {iou});
+  g.inputs({labels});
+  g.loss(loss);
+  g.eval_outputs({iou, labels});
+  g.optimizer("sgd_keras", {{"momentum", 0.0}});
+  const MLPH_Graph* graph = g.graph();
+  Inputs in(*graph, 11);
+  const auto* fed = static_cast<const int32_t*>(in.tensors[0].data);
+  const MLPH_Value &iou_info = graph->values[iou], &labels_info = graph->values[labels];
+  auto evaluate = [&](const MLPH_BackendApi* api, std::vector<float>& ious) {
+    std::vector<int32_t> echoed(40, -1);
+    Compiled(api, graph).eval_into(in.tensors, {sdk::host_tensor(MLPH_DTYPE_F32, iou_info.shape, 1, ious.data()),
+                                                sdk::host_tensor(MLPH_DTYPE_I32, labels_info.shape, 3, echoed.data())});
+    EXPECT_EQ(echoed, std::vector<int32_t>(fed, fed + 40));
+  };
+  std::vector<float> ours(2), theirs(2);
+  evaluate(onednn(), ours);
+  evaluate(reference(), theirs);
+  EXPECT_LT(worst_relative(ours, theirs, 1e-3), 1e-6);
+}
+
 class OnednnOptimizers : public ::testing::TestWithParam<const char*> {};
 
 // Three steps of each, decay masked off the bias (multiplier 0); lamb's clipping engaged.

@@ -53,6 +53,10 @@ class Compiled {
     core::check(api_->eval_step(model_, inputs.data(), inputs.size(), &t, 1));
     return data;
   }
+  // eval_step into `outputs`, whatever their dtypes.
+  void eval_into(std::vector<MLPH_Tensor> inputs, std::vector<MLPH_Tensor> outputs) {
+    core::check(api_->eval_step(model_, inputs.data(), inputs.size(), outputs.data(), outputs.size()));
+  }
   std::vector<float> read(size_t index, const MLPH_Value& v, bool gradient = false) {
     std::vector<float> out(size_t(sdk::numel(v)));
     MLPH_Tensor t = sdk::host_tensor(MLPH_DTYPE_F32, v.shape, v.ndim, out.data());

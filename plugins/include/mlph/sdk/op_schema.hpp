@@ -66,7 +66,7 @@ struct Input {
 
 // ---- attributes -----------------------------------------------------------------------------------
 
-enum class AttrType { integer, integers, number, numbers, text };
+enum class AttrType { integer, integers, number, numbers };  // every attribute of op-set 1 is numeric
 
 // How many values a list attribute holds, following the node's shapes.
 enum class Count {
@@ -231,7 +231,7 @@ inline const std::vector<Op>& ops() {
        "same as x",
        {number("eps", above(0), fill(1e-5)), number("momentum", closed(0, 1), fill(0.1)),
         {"group_size", AttrType::integer, Count::one, at_least(1), fill(1),
-         "ranks whose batches share the statistics (ABI 1.2)"}},
+         "ranks whose batches share the statistics; ABI 1.2"}},
        ShapeRule::batch_norm, true,
        "training: `mean`, biased `var` over N and all spatial positions (M > 1 values per channel); `y = "
        "gamma*(x-mean)/sqrt(var+eps) + beta`; after the forward, `running_mean = (1-momentum)*running_mean + "

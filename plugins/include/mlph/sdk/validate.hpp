@@ -174,9 +174,8 @@ class AttributeReader {
   template <class CountOf>
   AttrValues resolve(const CountOf& count_of, const std::vector<int64_t>& output_shape) const {
     AttrValues out;
-    std::map<std::string, std::vector<double>, std::less<>> resolved;
     for (const schema::Attribute& s : specs_) {
-      if (s.since > opset_ || s.type == schema::AttrType::text) continue;
+      if (s.since > opset_) continue;
       const size_t count = count_of(s.count);
       std::vector<double> values;
       if (const auto given = given_.find(s.name); given != given_.end()) {
@@ -186,11 +185,10 @@ class AttributeReader {
       } else if (s.absent.kind == schema::Default::Kind::value) {
         values.assign(count, s.absent.value);
       } else if (s.absent.kind == schema::Default::Kind::attribute) {
-        values = resolved.at(s.absent.attribute);
+        values = out.numbers(s.absent.attribute);  // an earlier attribute of the entry
       } else {  // output_shape
         values.assign(output_shape.begin(), output_shape.end());
       }
-      resolved[s.name] = values;
       out.set(s.name, std::move(values));
     }
     return out;
@@ -205,10 +203,8 @@ class AttributeReader {
 
   std::vector<double> check_values(const schema::Attribute& s, const MLPH_Attr& a) const {
     const std::string name = "attribute '" + std::string(s.name) + "'";
-    const bool text = s.type == schema::AttrType::text, given_text = !a.values && a.text;
-    if (text != given_text)
-      invalid(name + " must be " + (text ? "text" : "numeric") + ", got " + (given_text ? "text" : "numbers"));
-    if (text) return {};
+    if (!a.values && a.text) invalid(name + " must be numeric, got text");
+    if (!a.values && a.n_values) invalid(name + " holds " + std::to_string(a.n_values) + " values at a null pointer");
     const bool scalar = s.count == schema::Count::one;
     if (scalar && a.n_values != 1)
       invalid(name + " must be a single " + (s.type == schema::AttrType::integer ? "integer" : "number") + ", got " +
