@@ -48,7 +48,7 @@ struct Program {
   double momentum = 0;  // sgd_keras
 };
 
-// The one place this backend checks a graph, then copies what the model needs. Throws
+// Validates the graph with the SDK (sdk::validate_graph), then copies what the model needs. Throws
 // mlph::sdk::Error: MLPH_UNIMPLEMENTED naming the op, attribute, dtype or optimizer this backend
 // does not implement (docs/ops.md: refuse, never skip), MLPH_INVALID_ARGUMENT for a graph that
 // breaks the ABI's rules.
