@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
       ("help,h", "show this help")
       ("version", "print the version and plug-in ABI")
       ("list-plugins", "list the plug-ins found on the search path, with kind, name, version, ABI and file")
-      ("workload,w", po::value(&options.workload), "workload plug-in (cosmoflow, ...); or `workload:` in the config")
+      ("workload,w", po::value(&options.workload), "workload plug-in (see --list-plugins); or `workload:` in the config")
       ("backend,b", po::value(&options.backend), "compute backend plug-in (default: reference)")
       ("comms", po::value(&options.comms), "comms plug-in (default: local)")
       ("storage", po::value(&options.storage), "storage plug-in (default: posix)")
@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
        "the closed rules, overridden by --set")
       ("runs", po::value(&campaign.runs),
        "a submission: N runs with distinct seeds into the MLCommons tree under --output "
-       "(0: the count the rules require, 10 CosmoFlow, 5 DeepCAM)")
+       "(0: the count the benchmark's rules require, as its workload says)")
       ("weak", "with --runs: throughput (weak scaling), all N model instances at once, each with its own log")
       ("org", po::value(&campaign.org), "submitting organization (same as --set mlperf.org=ORG)")
       ("system", po::value(&campaign.system), "system name (same as --set mlperf.platform=NAME; default: the host name)")

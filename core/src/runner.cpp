@@ -1,26 +1,28 @@
 #include "mlph/core/runner.hpp"
 
+// The timed run: init, run_start, the epochs (train, evaluate), run_stop, exactly as the MLPerf HPC
+// rules time them. Its rooms: signals.cpp (interrupts), data_pipeline.cpp (order, shards, reading
+// ahead), run_report.cpp (where the time went), progress.cpp (the terminal).
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
-#include <functional>
-#include <mutex>
-#include <numeric>
-#include <thread>
-#include <future>
 #include <memory>
+#include <numeric>
 
 #include "mlph/core/config.hpp"
+#include "mlph/core/data_pipeline.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/core/mllog.hpp"
 #include "mlph/core/plugin_loader.hpp"
 #include "mlph/core/progress.hpp"
+#include "mlph/core/run_report.hpp"
 #include "mlph/core/session.hpp"
+#include "mlph/core/signals.hpp"
+#include "mlph/core/system_probe.hpp"
 #include "mlph/sdk/backend.hpp"
 #include "mlph/sdk/tensor.hpp"
 
@@ -33,115 +35,6 @@ class RunFailure : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-std::atomic<bool> g_interrupted{false};
-extern "C" void on_interrupt(int) { g_interrupted = true; }
-
-// SIGINT/SIGTERM stop the loops at the next step ("interrupted"). A rank blocked in a collective
-// never gets there: when one rank dies, mpirun sends SIGTERM to the others and SIGKILL a second
-// later. So a thread takes the signals, and if the run has not ended half a second after one, it
-// has the last words said (run_stop "aborted" in the log) and exits.
-class SignalWatcher {
- public:
-  SignalWatcher() {
-    sigemptyset(&signals_);
-    sigaddset(&signals_, SIGINT);
-    sigaddset(&signals_, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &signals_, nullptr);  // every thread started later inherits the mask
-    thread_ = std::thread([this] { watch(); });
-  }
-  ~SignalWatcher() {
-    done_ = true;
-    thread_.join();
-    std::signal(SIGINT, on_interrupt);
-    std::signal(SIGTERM, on_interrupt);
-    pthread_sigmask(SIG_UNBLOCK, &signals_, nullptr);
-  }
-  SignalWatcher(const SignalWatcher&) = delete;
-  SignalWatcher& operator=(const SignalWatcher&) = delete;
-
-  void set_last_words(std::function<void(int signal)> last_words) {
-    std::lock_guard lock(mutex_);
-    last_words_ = std::move(last_words);
-  }
-
- private:
-  void watch() {
-    const timespec tick{0, 100'000'000};
-    while (!done_) {
-      const int signal = sigtimedwait(&signals_, nullptr, &tick);
-      if (signal < 0) continue;
-      g_interrupted = true;
-      for (int i = 0; i < 25 && !done_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      if (done_) return;
-      std::lock_guard lock(mutex_);
-      if (last_words_) last_words_(signal);
-      std::fflush(nullptr);
-      std::_Exit(1);
-    }
-  }
-
-  sigset_t signals_{};
-  std::atomic<bool> done_{false};
-  std::mutex mutex_;
-  std::function<void(int)> last_words_;
-  std::thread thread_;
-};
-
-// Deterministic Fisher-Yates with SplitMix64, identical on every rank and platform.
-std::vector<uint64_t> shuffled(uint64_t n, uint64_t seed) {
-  std::vector<uint64_t> order(n);
-  for (uint64_t i = 0; i < n; ++i) order[i] = i;
-  uint64_t state = seed;
-  for (uint64_t i = n; i > 1; --i) {
-    state += 0x9e3779b97f4a7c15ULL;
-    const uint64_t j = mlph_mix64(state) % i;
-    std::swap(order[i - 1], order[j]);
-  }
-  return order;
-}
-
-// Host buffers shaped like the graph inputs, filled by the workload's reader.
-struct Batch {
-  std::vector<std::vector<std::byte>> buffers;
-  std::vector<MLPH_Tensor> tensors;
-};
-
-Batch make_batch(const MLPH_Graph& graph) {
-  Batch batch;
-  for (size_t i = 0; i < graph.n_inputs; ++i) {
-    const MLPH_Value& v = graph.values[graph.inputs[i]];
-    batch.buffers.emplace_back(static_cast<size_t>(sdk::numel(v)) * mlph_dtype_size(v.dtype));
-  }
-  for (size_t i = 0; i < graph.n_inputs; ++i) {
-    const MLPH_Value& v = graph.values[graph.inputs[i]];
-    batch.tensors.push_back(sdk::host_tensor(v.dtype, v.shape, v.ndim, batch.buffers[i].data()));
-  }
-  return batch;
-}
-
-std::string host_name() {
-  char name[256] = {};
-  return gethostname(name, sizeof name - 1) == 0 ? name : "unknown";
-}
-
-// Which readers share one listing of the dataset, and which of them this rank is.
-struct DataShard {
-  int32_t index = 0, count = 1;
-};
-
-// Adds the seconds of its scope to `total`.
-class Stopwatch {
- public:
-  explicit Stopwatch(double& total) : total_(total), start_(host_api()->now_seconds()) {}
-  ~Stopwatch() { total_ += host_api()->now_seconds() - start_; }
-  Stopwatch(const Stopwatch&) = delete;
-  Stopwatch& operator=(const Stopwatch&) = delete;
-
- private:
-  double& total_;
-  double start_;
-};
-
 class Run {
  public:
   Run(const RunOptions& options, SignalWatcher& signals) : options_(options), signals_(signals) {}
@@ -152,14 +45,12 @@ class Run {
   int timed_run();
   void initialize(MlLogger& log);
   bool train_and_evaluate(MlLogger& log);
-  std::vector<uint64_t> epoch_order(uint32_t epoch) const;
+  void check_eval_outputs() const;
   void train_epoch(uint32_t epoch, Progress& progress);
   double evaluate();
-  bool eval_outputs_per_sample() const;
   uint64_t eval_samples() const;
   void open_datasets();
   void stage_data(MlLogger& log);
-  void report_breakdown(MlLogger& log, double started);
   void end_log(MlLogger& log, bool converged, const std::string& failure);
   void log_plugin(MlLogger& log, const LoadedPlugin& plugin);
 
@@ -180,8 +71,8 @@ class Run {
   DataShard data_shard_{};
   uint64_t train_total_ = 0, eval_total_ = 0;  // over all ranks: the node-local sizes summed when staged
   std::optional<MLPH_StageStats> staged_;
-  double staging_s_ = 0, train_s_ = 0, eval_s_ = 0;  // the time breakdown (the paper's Fig. 1)
-  std::atomic<bool> run_stopped_{false};             // run_stop written (here or by the signal watcher)
+  TimeBreakdown time_;
+  std::atomic<bool> run_stopped_{false};  // run_stop written (here or by the signal watcher)
 };
 
 int Run::generate_data() {
@@ -219,6 +110,7 @@ void Run::initialize(MlLogger& log) {
 
   batch_ = session_->info().local_batch_size;
   check(workload()->build_graph(session_->workload(), batch_, session_->seed(), &graph_), "building the model");
+  check_eval_outputs();
   model_ = session_->compile(*graph_);
   check(comms()->barrier(session_->comm()), "comms");
   log.end("init_stop");
@@ -256,7 +148,7 @@ void Run::stage_data(MlLogger& log) {
   const std::string& dir = session_->config().get("data.dir");
   data_shard_ = {session_->topology().rank, session_->topology().size};
   if (storage.api->struct_size < MLPH_STRUCT_SIZE(MLPH_StorageApi, stage) || !storage.api->stage || dir.empty()) return;
-  Stopwatch watch(staging_s_);
+  Stopwatch watch(time_.staging_s);
   log.start("staging_start");
   MLPH_StageStats stats{};
   stats.struct_size = sizeof stats;
@@ -266,84 +158,17 @@ void Run::stage_data(MlLogger& log) {
   data_shard_ = {stats.shard_index, stats.shard_count};
 }
 
-// Reads batches one ahead on a second thread, so decoding overlaps the backend's step.
-class Prefetcher {
- public:
-  Prefetcher(const MLPH_WorkloadApi* api, MLPH_Dataset* dataset, const MLPH_Graph& graph, std::vector<uint64_t> order,
-             uint32_t batch)
-      : api_(api), dataset_(dataset), order_(std::move(order)), batch_(batch) {
-    slots_[0] = make_batch(graph);
-    slots_[1] = make_batch(graph);
-    if (steps() > 0) pending_ = std::async(std::launch::async, [this] { fill(0); });
-  }
-  ~Prefetcher() {
-    if (pending_.valid()) pending_.wait();
-  }
-  uint64_t steps() const { return order_.size() / batch_; }
-  // The batch of step `i` (called with i = 0, 1, 2, ... in order).
-  Batch& get(uint64_t i) {
-    pending_.get();  // rethrows the reader's error
-    if (i + 1 < steps()) pending_ = std::async(std::launch::async, [this, i] { fill(i + 1); });
-    return slots_[i % 2];
-  }
-
- private:
-  void fill(uint64_t i) {
-    Batch& b = slots_[i % 2];
-    check(api_->dataset_read(dataset_, order_.data() + i * batch_, batch_, b.tensors.data(), b.tensors.size()),
-          "reading data");
-  }
-  const MLPH_WorkloadApi* api_;
-  MLPH_Dataset* dataset_;
-  std::vector<uint64_t> order_;
-  uint32_t batch_;
-  Batch slots_[2];
-  std::future<void> pending_;
-};
-
-// This rank's share of `order`: elements index, index+count, ...
-std::vector<uint64_t> deal(const std::vector<uint64_t>& order, const DataShard& s) {
-  std::vector<uint64_t> mine;
-  for (auto i = static_cast<uint64_t>(s.index); i < order.size(); i += static_cast<uint64_t>(s.count))
-    mine.push_back(order[i]);
-  return mine;
-}
-
-// The same, cut to whole batches of all `count` readers.
-std::vector<uint64_t> shard(const std::vector<uint64_t>& order, const DataShard& s, uint32_t batch) {
-  std::vector<uint64_t> mine = deal(order, s);
-  mine.resize(order.size() / (static_cast<uint64_t>(batch) * static_cast<uint64_t>(s.count)) * batch);
-  return mine;
-}
-
-// The epoch's sample order, the same on every rank: the workload's (DeepCAM reproduces the
-// reference's sampler) or our shuffle of the shared seed.
-std::vector<uint64_t> Run::epoch_order(uint32_t epoch) const {
-  const MLPH_WorkloadApi* api = workload();
-  if (api->struct_size < MLPH_STRUCT_SIZE(MLPH_WorkloadApi, sample_order) || !api->sample_order)
-    return shuffled(train_size_, session_->seed() + epoch);
-  std::vector<uint64_t> order(train_size_);
-  check(api->sample_order(session_->workload(), epoch, train_size_, order.data()), "sample order");
-  std::vector<bool> seen(train_size_, false);
-  for (uint64_t i : order) {
-    if (i >= train_size_ || seen[i])
-      throw RunFailure(fmt::format("the workload's sample order for epoch {} is not a permutation of {} samples",
-                                   epoch + 1, train_size_));
-    seen[i] = true;
-  }
-  return order;
-}
-
 void Run::train_epoch(uint32_t epoch, Progress& progress) {
-  Stopwatch watch(train_s_);
-  // Each rank takes its shard of the shared order: the reference's order.
-  Prefetcher reader(workload(), train_set_.get(), *graph_, shard(epoch_order(epoch), data_shard_, batch_), batch_);
+  Stopwatch watch(time_.train_s);
+  // Each rank takes its shard of the shared order: the reference's shuffle-then-shard.
+  const std::vector<uint64_t> order = epoch_order(workload(), session_->workload(), epoch, train_size_, session_->seed());
+  Prefetcher reader(workload(), train_set_.get(), *graph_, shard(order, data_shard_, batch_), batch_);
   for (uint64_t step = 0; step < reader.steps(); ++step) {
-    if (g_interrupted) throw RunFailure("interrupted");
+    if (interrupted()) throw RunFailure("interrupted");
     Batch& batch = reader.get(step);
-    // Gradient accumulation: the window counts micro-batches globally, across epochs, as the DeepCAM
-    // reference does; the schedule advances once per update (DeepCAM's is step-based, CosmoFlow's
-    // ignores the step).
+    // Gradient accumulation: the window counts micro-batches globally, across epochs (as the
+    // references do); the workload's schedule is asked once per update, whether it goes by epoch or
+    // by step.
     const uint32_t window = session_->gradient_accumulation();
     const uint64_t update = micro_batches_ / window;
     double lr = 0;
@@ -363,28 +188,32 @@ void Run::train_epoch(uint32_t epoch, Progress& progress) {
   }
 }
 
-// Whether every evaluation output has one row per sample: then a partial last batch can be padded and
-// the padding left out, so that every validation sample counts, as in DeepCAM's reference. A scalar
-// output (CosmoFlow's summed error) cannot be split: such runs evaluate whole global batches.
-bool Run::eval_outputs_per_sample() const {
+// A workload whose eval outputs are per sample (MLPH_WorkloadInfo.eval_per_sample) must give each
+// one a row per sample of the batch: the runner leaves the padding's rows out of the sums.
+void Run::check_eval_outputs() const {
+  if (!session_->eval_per_sample()) return;
   for (size_t i = 0; i < graph_->n_eval_outputs; ++i) {
     const MLPH_Value& v = graph_->values[graph_->eval_outputs[i]];
-    if (v.ndim < 1 || v.shape[0] != static_cast<int64_t>(batch_)) return false;
+    if (v.ndim < 1 || v.shape[0] != static_cast<int64_t>(batch_))
+      throw RunFailure(fmt::format("the workload says its eval outputs have one row per sample, but eval output {} "
+                                   "('{}') has no leading dimension of the batch size {}",
+                                   i, v.name ? v.name : "", batch_));
   }
-  return graph_->n_eval_outputs > 0;
 }
 
 // The validation samples one evaluation covers, over all ranks.
 uint64_t Run::eval_samples() const {
   const uint64_t global_batch = static_cast<uint64_t>(batch_) * static_cast<uint64_t>(data_shard_.count);
-  return eval_outputs_per_sample() ? eval_total_ : eval_total_ / global_batch * global_batch;
+  return session_->eval_per_sample() ? eval_total_ : eval_total_ / global_batch * global_batch;
 }
 
+// Per-sample outputs: every validation sample, a partial last batch padded and the padding left
+// out of the sums. Outputs summed over the batch cannot be split: whole global batches only.
 double Run::evaluate() {
-  Stopwatch watch(eval_s_);
+  Stopwatch watch(time_.eval_s);
   std::vector<uint64_t> order(eval_size_);
   std::iota(order.begin(), order.end(), uint64_t{0});
-  std::vector<uint64_t> mine = eval_outputs_per_sample() ? deal(order, data_shard_) : shard(order, data_shard_, batch_);
+  std::vector<uint64_t> mine = session_->eval_per_sample() ? deal(order, data_shard_) : shard(order, data_shard_, batch_);
   const uint64_t real = mine.size();
   while (mine.size() % batch_ != 0) mine.push_back(mine.back());  // padding, left out of the sums
   Prefetcher reader(workload(), eval_set_.get(), *graph_, std::move(mine), batch_);
@@ -397,7 +226,7 @@ double Run::evaluate() {
   }
   std::vector<double> sums(graph_->n_eval_outputs, 0.0);
   for (uint64_t step = 0; step < reader.steps(); ++step) {
-    if (g_interrupted) throw RunFailure("interrupted");
+    if (interrupted()) throw RunFailure("interrupted");
     Batch& batch = reader.get(step);
     check(backend()->eval_step(model_.get(), batch.tensors.data(), batch.tensors.size(), output_tensors.data(),
                                output_tensors.size()),
@@ -451,43 +280,6 @@ bool Run::train_and_evaluate(MlLogger& log) {
   return false;
 }
 
-// Where the time went (staging, training, evaluation, the rest) and the I/O bandwidth of staging
-// and of reading: log keys the checker ignores, and the terminal. This rank's figures.
-void Run::report_breakdown(MlLogger& log, double started) {
-  const double total = std::max(host_api()->now_seconds() - started, 1e-9);
-  const double other = std::max(total - staging_s_ - train_s_ - eval_s_, 0.0);
-  const auto share = [&](double s) { return json(std::round(1000.0 * s / total) / 1000.0).text; };
-  log.event("mlph_time_breakdown",
-            json_raw(fmt::format("{{\"total_s\": {}, \"staging_s\": {}, \"train_s\": {}, \"eval_s\": {}, \"other_s\": {}, "
-                                 "\"staging_share\": {}, \"train_share\": {}, \"eval_share\": {}, \"other_share\": {}}}",
-                                 json(total).text, json(staging_s_).text, json(train_s_).text, json(eval_s_).text,
-                                 json(other).text, share(staging_s_), share(train_s_), share(eval_s_), share(other))));
-  const MLPH_StorageHandle& storage = *session_->storage_handle();
-  MLPH_IoStats io{sizeof(MLPH_IoStats), nullptr, 0, 0, 0.0};
-  MLPH_Error* error = storage.api->stats(storage.storage, &io);
-  if (error) host_api()->error_free(error);
-  const MLPH_StageStats staged = staged_.value_or(MLPH_StageStats{});
-  const auto rate = [](double bytes, double s) { return s > 0 ? bytes / s : 0.0; };
-  log.event("mlph_io", json_raw(fmt::format(
-                           "{{\"staged_bytes\": {}, \"staged_files\": {}, \"staging_read_bytes\": {}, \"staging_s\": {}, "
-                           "\"staging_bytes_per_s\": {}, \"read_bytes\": {}, \"read_files\": {}, \"read_s\": {}, "
-                           "\"read_bytes_per_s\": {}}}",
-                           staged.bytes_written, staged.files, staged.bytes_read, json(staged.seconds).text,
-                           json(rate(staged.bytes_written, staged.seconds)).text, io.bytes_read, io.files_read,
-                           json(io.read_seconds).text, json(rate(io.bytes_read, io.read_seconds)).text)));
-  if (session_->topology().rank != 0) return;
-  const auto pct = [&](double s) { return 100.0 * s / total; };
-  std::fprintf(stderr, "time: %.1f s: staging %.1f s (%.1f%%), training %.1f s (%.1f%%), evaluation %.1f s (%.1f%%), other %.1f s (%.1f%%)\n",
-               total, staging_s_, pct(staging_s_), train_s_, pct(train_s_), eval_s_, pct(eval_s_), other, pct(other));
-  if (staged_)
-    std::fprintf(stderr, "staging (rank 0): %llu files, %.1f MiB written (%.1f MiB read) in %.2f s: %.1f MiB/s\n",
-                 static_cast<unsigned long long>(staged.files), staged.bytes_written / 1048576.0, staged.bytes_read / 1048576.0,
-                 staged.seconds, rate(staged.bytes_written, staged.seconds) / 1048576.0);
-  std::fprintf(stderr, "reading (rank 0): %llu files, %.1f MiB in %.2f s of reads: %.1f MiB/s\n",
-               static_cast<unsigned long long>(io.files_read), io.bytes_read / 1048576.0, io.read_seconds,
-               rate(io.bytes_read, io.read_seconds) / 1048576.0);
-}
-
 // Writes run_stop once: here at the end of the run, or from the signal watcher.
 void Run::end_log(MlLogger& log, bool converged, const std::string& failure) {
   if (run_stopped_.exchange(true)) return;
@@ -527,7 +319,8 @@ int Run::timed_run() {
   } catch (const std::exception& e) {
     failure = e.what();
   }
-  if (started > 0) report_breakdown(log, started);
+  if (started > 0)
+    report_breakdown(log, started, time_, *session_->storage_handle(), staged_, rank0);
   end_log(log, converged, failure);
   // Every rank says why it failed (the ranks may fail differently); rank 0 names the log.
   if (!failure.empty()) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <random>
 
+#include "mlph/core/benchmark.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/sdk/options.hpp"
 #include "mlph/sdk/tensor.hpp"
@@ -57,13 +58,10 @@ uint64_t fresh_seed() {
 }  // namespace
 
 Session::Session(const RunOptions& options_) {
-  std::string workload_name = options_.workload;
-  if (workload_name.empty()) workload_name = Config::peek_workload(options_.config_file).value_or("");
-  if (workload_name.empty())
-    throw ConfigError("no workload: give --workload NAME or a `workload:` key in the config file");
+  const std::string workload = workload_name(options_);
 
   PluginLoader loader(default_search_path(options_.plugin_dirs));
-  workload_lib_ = loader.load(MLPH_KIND_WORKLOAD, workload_name);
+  workload_lib_ = loader.load(MLPH_KIND_WORKLOAD, workload);
 
   schema_ = core_schema();
   size_t n = 0;
@@ -112,11 +110,14 @@ Session::Session(const RunOptions& options_) {
   for (const auto& [key, value] : config_.values()) workload_config.add(key, value.text);
   workload_config.add("run.world_size", std::to_string(topology_.size));
   workload_config.add("run.seed_value", std::to_string(seed_));
-  workload_ = create<MLPH_Workload>(workload_api(), std::move(workload_config), workload_name);
+  workload_ = create<MLPH_Workload>(workload_api(), std::move(workload_config), workload);
   info_.struct_size = sizeof info_;
-  check(workload_api()->describe(workload_.get(), &info_), workload_name);
+  check(workload_api()->describe(workload_.get(), &info_), workload);
   if (info_.struct_size >= MLPH_STRUCT_SIZE(MLPH_WorkloadInfo, gradient_accumulation))
     gradient_accumulation_ = std::max<uint32_t>(info_.gradient_accumulation, 1);
+  // eval_per_sample lies in 1.2's trailing padding: only a 1.3 workload's struct_size vouches for it.
+  if (workload_lib_.descriptor->abi_minor >= 3 && info_.struct_size >= MLPH_STRUCT_SIZE(MLPH_WorkloadInfo, eval_per_sample))
+    eval_per_sample_ = info_.eval_per_sample != 0;
   const MLPH_Plugin& backend = *backend_lib_.descriptor;
   if (gradient_accumulation_ > 1 && backend.abi_minor < 2)
     throw PluginError(MLPH_FAILED_PRECONDITION,

@@ -1,5 +1,5 @@
-// Pins ABI 1.0: every table's last member and its offset. A change here is an ABI change: append
-// members (and bump MLPH_ABI_MINOR), never move or remove them.
+// Pins the ABI (1.0 and what 1.1-1.3 appended): every table's last member and its offset. A change
+// here is an ABI change: append members (and bump MLPH_ABI_MINOR), never move or remove them.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -16,20 +16,27 @@ extern "C" int mlph_c_compile_check(void);
 MLPH_LAST_MEMBER(MLPH_Plugin, api);
 MLPH_LAST_MEMBER(MLPH_HostApi, error_free);
 MLPH_LAST_MEMBER(MLPH_BackendApi, read_gradient);
-MLPH_LAST_MEMBER(MLPH_WorkloadApi, sample_order);  // 1.2 appended `sample_order` after 1.0's `generate_data`
+MLPH_LAST_MEMBER(MLPH_WorkloadApi, borrow_hparams);  // 1.2 appended `sample_order`, 1.3 `benchmark_info`, `borrow_hparams`
+MLPH_LAST_MEMBER(MLPH_BenchmarkInfo, n_hparam_log_keys);
 MLPH_LAST_MEMBER(MLPH_CommsApi, split);  // 1.1 appended `halo_exchange` after 1.0's `barrier`, 1.2 `split`
 MLPH_LAST_MEMBER(MLPH_HaloSpec, periodic);
 MLPH_LAST_MEMBER(MLPH_StorageApi, stage);  // 1.1 appended `stage` after 1.0's `stats`
 MLPH_LAST_MEMBER(MLPH_StageStats, shard_count);
 MLPH_LAST_MEMBER(MLPH_Graph, opset);  // 1.3 appended `opset` after 1.0's `seed`
 MLPH_LAST_MEMBER(MLPH_StepArgs, apply_update);               // 1.2 appended micro_step, apply_update after `step`
-MLPH_LAST_MEMBER(MLPH_WorkloadInfo, gradient_accumulation);  // 1.2 appended after `n_log_entries`
+MLPH_LAST_MEMBER(MLPH_WorkloadInfo, eval_per_sample);  // 1.2 appended gradient_accumulation, 1.3 eval_per_sample
 MLPH_LAST_MEMBER(MLPH_Tensor, data);
 
 // Frozen offsets of ABI 1.0 (LP64): function tables are struct_size, ext, then pointers in order.
 static_assert(offsetof(MLPH_BackendApi, read_gradient) / sizeof(void*) == 10, "MLPH_BackendApi 1.0 layout changed");
 static_assert(offsetof(MLPH_WorkloadApi, generate_data) / sizeof(void*) == 13, "MLPH_WorkloadApi 1.0 layout changed");
 static_assert(offsetof(MLPH_WorkloadApi, sample_order) / sizeof(void*) == 14, "MLPH_WorkloadApi 1.2 layout changed");
+static_assert(offsetof(MLPH_WorkloadApi, benchmark_info) / sizeof(void*) == 15 &&
+                  offsetof(MLPH_WorkloadApi, borrow_hparams) / sizeof(void*) == 16,
+              "MLPH_WorkloadApi 1.3 layout changed");
+static_assert(offsetof(MLPH_BenchmarkInfo, benchmark) == 16 && offsetof(MLPH_BenchmarkInfo, submission_runs) == 24 &&
+                  offsetof(MLPH_BenchmarkInfo, hparam_log_keys) == 32 && offsetof(MLPH_BenchmarkInfo, n_hparam_log_keys) == 40,
+              "MLPH_BenchmarkInfo 1.3 layout changed");
 static_assert(offsetof(MLPH_CommsApi, barrier) / sizeof(void*) == 8, "MLPH_CommsApi 1.0 layout changed");
 static_assert(offsetof(MLPH_CommsApi, halo_exchange) / sizeof(void*) == 9, "MLPH_CommsApi 1.1 layout changed");
 static_assert(offsetof(MLPH_CommsApi, split) / sizeof(void*) == 10, "MLPH_CommsApi 1.2 layout changed");
@@ -42,6 +49,10 @@ static_assert(offsetof(MLPH_StepArgs, step) == 24 && offsetof(MLPH_StepArgs, mic
 static_assert(offsetof(MLPH_Graph, seed) == 128 && offsetof(MLPH_Graph, opset) == 136, "MLPH_Graph 1.3 layout changed");
 static_assert(offsetof(MLPH_WorkloadInfo, n_log_entries) == 64 && offsetof(MLPH_WorkloadInfo, gradient_accumulation) == 72,
               "MLPH_WorkloadInfo 1.2 layout changed");
+// 1.3's eval_per_sample fills 1.2's trailing padding (sizeof stays 80): a 1.2 workload's struct_size
+// covers it, so the core reads it only from workloads of ABI 1.3 or later.
+static_assert(offsetof(MLPH_WorkloadInfo, eval_per_sample) == 76 && sizeof(MLPH_WorkloadInfo) == 80,
+              "MLPH_WorkloadInfo 1.3 layout changed");
 
 // A caller of ABI 1.0/1.1 sends a StepArgs without the accumulation members: it means "update now".
 TEST(Abi, OlderStepArgsMeanOneUpdatePerStep) {

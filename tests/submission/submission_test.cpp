@@ -230,37 +230,35 @@ TEST(Official, ResultSummarizerCsvIsIdentical) {
 }
 
 namespace {
-std::vector<MLPH_ParamSpec> workload_schema(core::LoadedPlugin& plugin, const std::string& workload = "cosmoflow") {
-  plugin = core::PluginLoader({MLPH_PLUGIN_DIR}).load(MLPH_KIND_WORKLOAD, workload);
-  size_t n = 0;
-  const MLPH_ParamSpec* specs = plugin.api<MLPH_WorkloadApi>()->params(&n);
-  return {specs, specs + n};
+core::LoadedPlugin load_workload(const std::string& workload = "cosmoflow") {
+  return core::PluginLoader({MLPH_PLUGIN_DIR}).load(MLPH_KIND_WORKLOAD, workload);
+}
+// The overrides `source` gives a closed run of `ranks` ranks.
+std::vector<std::string> borrowed(const fs::path& source, const core::LoadedPlugin& workload, long long ranks) {
+  return core::map_hparams(core::read_hparams(source, workload), workload, true, ranks, source.string());
 }
 }  // namespace
 
 TEST(Borrow, FromTheNvidiaV3CosmoflowLog) {
   const fs::path log = kShared / "fixtures" / "mllog" / "nvidia_v3.0_cosmoflow_strong_result_0.txt";
   if (!fs::exists(log)) GTEST_SKIP() << log << " is not beside this checkout";
-  core::LoadedPlugin plugin;
-  const auto schema = workload_schema(plugin);
-  const auto sets = core::map_hparams(core::read_hparams(log, "cosmoflow"), "cosmoflow", schema, true, 4, log.string());
+  const core::LoadedPlugin plugin = load_workload();
+  const auto sets = borrowed(log, plugin, 4);
   // GBS 512 over 4 ranks; peak 0.024 with warm-up factor 4: base 0.006 over a base batch of 512/4
   const std::vector<std::string> expected = {
       "train.batch_size=128", "optimizer.base_lr=0.006", "optimizer.base_batch_size=128", "optimizer.scaling=linear",
       "optimizer.warmup_epochs=6", "optimizer.decay_boundaries=[20, 22, 23, 24]",
       "optimizer.decay_factors=[0.5, 0.25, 0.125, 0.0625]", "model.dropout=0.0", "optimizer.weight_decay=0.02"};
   EXPECT_EQ(sets, expected);
-  EXPECT_THROW(core::map_hparams(core::read_hparams(log, "cosmoflow"), "cosmoflow", schema, true, 3, log.string()),
-               core::BorrowError);  // 512 does not split over 3 ranks
+  EXPECT_THROW(borrowed(log, plugin, 3), core::BorrowError);  // 512 does not split over 3 ranks
 }
 
 TEST(Borrow, FromTheNvidiaV3DeepcamLog) {
   const fs::path log = kShared / "fixtures" / "mllog" / "nvidia_v3.0_deepcam_strong_result_0.txt";
   if (!fs::exists(log)) GTEST_SKIP() << log << " is not beside this checkout";
   if (!fs::exists(fs::path(MLPH_PLUGIN_DIR) / "libmlph-workload-deepcam.so")) GTEST_SKIP() << "deepcam not built (HDF5)";
-  core::LoadedPlugin plugin;
-  const auto schema = workload_schema(plugin, "deepcam");
-  const auto sets = core::map_hparams(core::read_hparams(log, "deepcam"), "deepcam", schema, true, 512, log.string());
+  const core::LoadedPlugin plugin = load_workload("deepcam");
+  const auto sets = borrowed(log, plugin, 512);
   // GBS 2048 over 512 ranks; LAMB, lr 0.0055 as float32 printed in double; multistep [800] after 400 warm-up steps.
   const std::vector<std::string> expected = {
       "train.batch_size=4", "train.batchnorm_group_size=2", "train.gradient_accumulation_frequency=1",
@@ -273,7 +271,7 @@ TEST(Borrow, FromTheNvidiaV3DeepcamLog) {
   const auto error_of = [&](const std::string& yaml) {
     std::ofstream(dir / "h.yaml") << yaml;
     try {
-      core::map_hparams(core::read_hparams(dir / "h.yaml", "deepcam"), "deepcam", schema, true, 1, "h.yaml");
+      core::map_hparams(core::read_hparams(dir / "h.yaml", plugin), plugin, true, 1, "h.yaml");
     } catch (const core::BorrowError& e) {
       return std::string(e.what());
     }
@@ -285,13 +283,11 @@ TEST(Borrow, FromTheNvidiaV3DeepcamLog) {
 }
 
 TEST(Borrow, FromYamlAndClosedRuleViolationsNameTheKey) {
-  core::LoadedPlugin plugin;
-  const auto schema = workload_schema(plugin);
+  const core::LoadedPlugin plugin = load_workload();
   const fs::path dir = test::fresh_tree("borrow");
   const auto borrow = [&](const std::string& yaml) {
     std::ofstream(dir / "h.yaml") << yaml;
-    return core::map_hparams(core::read_hparams(dir / "h.yaml", "cosmoflow"), "cosmoflow", schema, true, 1,
-                             (dir / "h.yaml").string());
+    return borrowed(dir / "h.yaml", plugin, 1);
   };
   const auto sets = borrow("global_batch_size: 8\nopt_base_learning_rate: 0.008\nopt_learning_rate_warmup_factor: 2\n"
                            "opt_learning_rate_decay_boundary_epochs: [3]\nopt_learning_rate_decay_factor: 0.5\ndropout: 0.1\n");

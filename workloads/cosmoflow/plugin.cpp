@@ -1,6 +1,7 @@
 // workload/cosmoflow: the MLPerf HPC CosmoFlow benchmark as a plug-in.
 #include <memory>
 
+#include "borrow.hpp"
 #include "data/synthetic.hpp"
 #include "dataset.hpp"
 #include "mlph/sdk/workload.hpp"
@@ -12,16 +13,21 @@
 namespace mlph::cosmoflow {
 namespace {
 
+constexpr const char* kBenchmark = "cosmoflow";
+
 class CosmoFlow final : public sdk::Workload {
  public:
   static const MLPH_ParamSpec* params(size_t* n) { return param_specs(n); }
+  // A time-to-solution submission has 10 runs (MLPerf HPC rules).
+  static sdk::Benchmark benchmark() { return {kBenchmark, 10, hparam_rules()}; }
 
   CosmoFlow(const MLPH_HostApi* host, const sdk::Options& config)
       : host_(host), settings_(parse_settings(config)), log_(hyperparameter_log(settings_)) {}
 
+  // The eval output is a sum over the batch (eval_per_sample 0): whole global batches are evaluated.
   MLPH_WorkloadInfo describe() override {
-    return {sizeof(MLPH_WorkloadInfo), nullptr,     "cosmoflow", "eval_error", settings_.target_mae, 1,
-            settings_.epochs,          settings_.batch_size, log_.data(), log_.size(), 1};
+    return {sizeof(MLPH_WorkloadInfo), nullptr,     kBenchmark,  "eval_error", settings_.target_mae, 1,
+            settings_.epochs,          settings_.batch_size, log_.data(), log_.size(), 1, 0};
   }
 
   const MLPH_Graph* build_graph(uint32_t batch, uint64_t seed) override {

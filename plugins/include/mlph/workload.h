@@ -65,7 +65,31 @@ typedef struct MLPH_WorkloadInfo {
   /* ABI 1.2: micro-batches per optimizer step (gradient accumulation); 0 or 1: none. The workload
    * scales its loss by 1/gradient_accumulation in the graph, the runner defers the update. */
   uint32_t gradient_accumulation;
+  /* ABI 1.3: 1 when every eval output has one row per sample (shape [batch, ...]): the runner then
+   * pads a partial last validation batch and leaves the padding's rows out of the sums, so every
+   * validation sample counts. 0: the outputs are already summed over the batch, and the runner
+   * evaluates whole global batches only. Read only from workloads of ABI 1.3 or later: this member
+   * lies in 1.2's trailing padding, so a 1.2 workload's struct_size covers it. */
+  uint32_t eval_per_sample;
 } MLPH_WorkloadInfo;
+
+/* ABI 1.3: what a workload says about its benchmark before any instance exists (a submission
+ * campaign and hyperparameter borrowing start before `create`). Static data. */
+typedef struct MLPH_BenchmarkInfo {
+  size_t struct_size;
+  const MLPH_Extension* ext;
+  const char* benchmark;    /* submission_benchmark, e.g. "cosmoflow": also the results directory's name */
+  uint32_t submission_runs; /* result files a time-to-solution submission needs (the MLPerf HPC rules:
+                             * 10 for CosmoFlow, 5 for DeepCAM); the fewest model instances of a
+                             * throughput one */
+  /* The MLPerf log keys borrow_hparams reads: the hyperparameters another run logs. */
+  const char* const* hparam_log_keys;
+  size_t n_hparam_log_keys;
+} MLPH_BenchmarkInfo;
+
+/* Receives one configuration assignment from borrow_hparams: `config_key` = `value` (YAML text),
+ * derived from the logged `log_key`. The strings live only for the call. */
+typedef void (*MLPH_AssignFn)(void* ctx, const char* log_key, const char* config_key, const char* value);
 
 typedef enum MLPH_Split { MLPH_SPLIT_TRAIN = 0, MLPH_SPLIT_VALIDATION = 1 } MLPH_Split;
 
@@ -119,6 +143,21 @@ typedef struct MLPH_WorkloadApi {
    * runner then deals out rank by rank (order[rank], order[rank + ranks], ...). NULL: the runner's
    * own shuffle, seeded by the run's seed and the epoch. */
   MLPH_Error* (*sample_order)(MLPH_Workload* workload, uint32_t epoch, uint64_t n, uint64_t* order);
+
+  /* ABI 1.3, optional (callers check struct_size and NULL). Static, never fails; the result is
+   * static data. NULL: the benchmark is the plug-in's name, and the rest is unknown. */
+  const MLPH_BenchmarkInfo* (*benchmark_info)(void);
+
+  /* ABI 1.3, optional: hyperparameter borrowing (the MLPerf HPC rules let a closed submission use
+   * another submission's hyperparameters). `logged` holds another run's values by MLPerf log key
+   * (keys among benchmark_info's hparam_log_keys, each once; values as JSON text: "0.5",
+   * "[16, 32]", "\"sgd\""); `world_size` is the rank count of the run that borrows. Calls `assign`
+   * for every config key the values set, in order; a value that cannot be used (wrong type, against
+   * the rules, not convertible) is an error whose message starts with "<log key> = <value>: ". The
+   * caller then checks every assignment against the schema and the closed rules. Static: needs no
+   * workload instance. NULL: the workload cannot borrow. */
+  MLPH_Error* (*borrow_hparams)(const MLPH_HostApi* host, const MLPH_KeyValue* logged, size_t n_logged,
+                                int64_t world_size, MLPH_AssignFn assign, void* ctx);
 } MLPH_WorkloadApi;
 
 #ifdef __cplusplus

@@ -1,24 +1,19 @@
 // A submission campaign: N runs of one benchmark with distinct seeds, each a fresh mlperf-run
 // process (caches and plug-in state start clean, as separate jobs do), written as the MLCommons
-// submission tree
-//   <output>/<org>/results/<system>/{strong|weak}/<benchmark>/result_<i>.txt
-//   <output>/<org>/systems/<system>.json                       (filled from this machine and the logs)
-//   <output>/<org>/benchmarks/<benchmark>/implementations/mlperf-hpc/   (code reference, config)
+// submission tree (results_tree.hpp). N defaults to the count the workload says its rules require.
 // Strong scaling (time to solution) runs them one after another; weak scaling (throughput) runs
 // M model instances at once, each with its own log.
 #pragma once
 
 #include <filesystem>
-#include <map>
 #include <string>
-#include <vector>
 
 #include "mlph/core/runner.hpp"
 
 namespace mlph::core {
 
 struct CampaignOptions {
-  int runs = 0;  // 0: the count the rules require for the benchmark
+  int runs = 0;  // 0: the count the workload's rules require (MLPH_BenchmarkInfo.submission_runs)
   bool weak = false;
   std::string org;     // empty: the config's mlperf.org
   std::string system;  // empty: the host name
@@ -29,15 +24,8 @@ struct CampaignOptions {
   std::string version;                // mlperf-hpc version, for the system description
 };
 
-// The number of runs (strong) or the minimum number of models (weak) the rules require.
-int required_runs(const std::string& benchmark);
-
 // Runs the campaign. Exit code: 0 every run converged; 1 some run failed or did not converge
 // (the tree is still written; the scorer judges it); 2 bad usage or configuration.
 int run_campaign(const RunOptions& run, const CampaignOptions& campaign);
-
-// What the machine tells about itself, as system-description fields (host_processor_model_name,
-// host_processor_core_count, host_memory_capacity, accelerator_model_name, operating_system, ...).
-std::map<std::string, std::string> detect_system();
 
 }  // namespace mlph::core

@@ -32,6 +32,9 @@ class Session {
   // Micro-batches per optimizer step: the workload's (ABI 1.2), 1 for older workloads. Checked in the
   // constructor: a backend older than ABI 1.2 cannot defer its update and is refused.
   uint32_t gradient_accumulation() const { return gradient_accumulation_; }
+  // Whether the eval outputs have one row per sample (ABI 1.3 workloads that say so); older
+  // workloads sum over the batch.
+  bool eval_per_sample() const { return eval_per_sample_; }
   std::vector<const LoadedPlugin*> plugins() const { return {&workload_lib_, &backend_lib_, &comms_lib_, &storage_lib_}; }
 
   const MLPH_WorkloadApi* workload_api() const { return workload_lib_.api<MLPH_WorkloadApi>(); }
@@ -50,7 +53,7 @@ class Session {
   Owned<MLPH_Model> compile(const MLPH_Graph& graph);
   // Averages the non-trainable parameters (BatchNorm running statistics) over the ranks: each
   // replica's statistics saw only its own shard. The runner calls it after every training epoch,
-  // before evaluation (DeepCAM's BatchNormStatsSynchronize). No-op on one rank.
+  // before evaluation (as the references synchronize batch-norm statistics). No-op on one rank.
   void average_non_trainable(MLPH_Model* model, const MLPH_Graph& graph);
 
  private:
@@ -68,6 +71,7 @@ class Session {
   MLPH_Topology topology_{};
   MLPH_WorkloadInfo info_{};
   uint32_t gradient_accumulation_ = 1;
+  bool eval_per_sample_ = false;
   uint64_t seed_ = 0;
 };
 

@@ -1,18 +1,21 @@
 // Write a workload as C++ classes; `workload_api<Impl>()` generates the C table. Impl provides
 //   static const MLPH_ParamSpec* params(size_t* n);
 //   Impl(const MLPH_HostApi* host, const mlph::sdk::Options& config);
-// and overrides the virtual members of Workload. Optionally (ABI 1.2) it also has
-//   std::vector<uint64_t> sample_order(uint32_t epoch, uint64_t n);   // see MLPH_WorkloadApi.sample_order
+// and overrides the virtual members of Workload. Optionally it also has
+//   std::vector<uint64_t> sample_order(uint32_t epoch, uint64_t n);   // ABI 1.2, MLPH_WorkloadApi.sample_order
+//   static sdk::Benchmark benchmark();  // ABI 1.3: MLPH_WorkloadApi.benchmark_info and borrow_hparams
 #pragma once
 
 #include <algorithm>
 #include <concepts>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "mlph/sdk/error.hpp"
+#include "mlph/sdk/hparams.hpp"
 #include "mlph/sdk/options.hpp"
 #include "mlph/sdk/plugin.hpp"
 #include "mlph/workload.h"
@@ -81,6 +84,55 @@ constexpr auto sample_order_entry() -> MLPH_Error* (*)(MLPH_Workload*, uint32_t,
   }
 }
 
+// What a workload says about its benchmark before any instance exists (MLPH_BenchmarkInfo).
+struct Benchmark {
+  const char* name;                     // submission_benchmark
+  uint32_t submission_runs;             // result files a submission needs (the rules)
+  std::span<const HparamRule> hparams;  // the borrowing table (sdk/hparams.hpp); empty: none
+};
+
+template <class Impl>
+concept DescribesBenchmark = requires {
+  { Impl::benchmark() } -> std::same_as<Benchmark>;
+};
+
+// The table's benchmark_info: the Impl's facts as static C data, else NULL.
+template <class Impl>
+constexpr auto benchmark_info_entry() -> const MLPH_BenchmarkInfo* (*)(void) {
+  if constexpr (DescribesBenchmark<Impl>) {
+    return [] {
+      static const Benchmark b = Impl::benchmark();
+      static const std::vector<const char*> keys = log_keys(b.hparams);
+      static const MLPH_BenchmarkInfo info = {sizeof(MLPH_BenchmarkInfo), nullptr, b.name, b.submission_runs,
+                                              keys.data(), keys.size()};
+      return &info;
+    };
+  } else {
+    return nullptr;
+  }
+}
+
+// The table's borrow_hparams: the Impl's borrowing table applied by sdk::borrow, else NULL.
+template <class Impl>
+auto borrow_entry() -> MLPH_Error* (*)(const MLPH_HostApi*, const MLPH_KeyValue*, size_t, int64_t, MLPH_AssignFn,
+                                       void*) {
+  if constexpr (DescribesBenchmark<Impl>) {
+    if (Impl::benchmark().hparams.empty()) return nullptr;
+    return [](const MLPH_HostApi* host, const MLPH_KeyValue* logged, size_t n, int64_t world_size,
+              MLPH_AssignFn assign, void* ctx) {
+      return guard(host, [&] {
+        if (world_size < 1) fail(MLPH_INVALID_ARGUMENT, "borrow_hparams: world_size must be >= 1");
+        borrow(Impl::benchmark().hparams, LoggedHparams(logged, n, world_size),
+               [&](const char* log_key, const char* config_key, const std::string& value) {
+                 assign(ctx, log_key, config_key, value.c_str());
+               });
+      });
+    };
+  } else {
+    return nullptr;
+  }
+}
+
 template <class Impl>
 const MLPH_WorkloadApi* workload_api() {
   using namespace detail;
@@ -122,6 +174,8 @@ const MLPH_WorkloadApi* workload_api() {
         return guard(unbox(w)->host, [&] { unbox(w)->impl->generate_data(dir); });
       },
       sample_order_entry<Impl>(),
+      benchmark_info_entry<Impl>(),
+      borrow_entry<Impl>(),
   };
   return &api;
 }

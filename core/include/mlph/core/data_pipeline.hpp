@@ -1,0 +1,62 @@
+// The data side of a run: the epoch's sample order (the same on every rank), each rank's share of
+// it, and batches decoded one ahead on a second thread so reading overlaps the backend's step.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <future>
+#include <vector>
+
+#include "mlph/workload.h"
+
+namespace mlph::core {
+
+// Which readers share one listing of the dataset, and which of them this rank is.
+struct DataShard {
+  int32_t index = 0, count = 1;
+};
+
+// 0..n-1 in a deterministic Fisher-Yates order (SplitMix64), identical on every rank and platform.
+std::vector<uint64_t> shuffled(uint64_t n, uint64_t seed);
+
+// The order of the `n` training samples in `epoch`, the same on every rank: the workload's own
+// (sample_order, ABI 1.2; checked to be a permutation) or shuffled(n, seed + epoch).
+std::vector<uint64_t> epoch_order(const MLPH_WorkloadApi* api, MLPH_Workload* workload, uint32_t epoch, uint64_t n,
+                                  uint64_t seed);
+
+// This reader's share of `order`: elements index, index + count, ...
+std::vector<uint64_t> deal(const std::vector<uint64_t>& order, const DataShard& reader);
+// The same, cut to whole batches of all `count` readers.
+std::vector<uint64_t> shard(const std::vector<uint64_t>& order, const DataShard& reader, uint32_t batch);
+
+// Host buffers shaped like the graph inputs, filled by the workload's reader.
+struct Batch {
+  std::vector<std::vector<std::byte>> buffers;
+  std::vector<MLPH_Tensor> tensors;
+};
+
+// Reads the batches of `order` (whole batches; a remainder is not read) one ahead on a second thread.
+class Prefetcher {
+ public:
+  Prefetcher(const MLPH_WorkloadApi* api, MLPH_Dataset* dataset, const MLPH_Graph& graph, std::vector<uint64_t> order,
+             uint32_t batch);
+  ~Prefetcher();
+  Prefetcher(const Prefetcher&) = delete;
+  Prefetcher& operator=(const Prefetcher&) = delete;
+
+  uint64_t steps() const { return order_.size() / batch_; }
+  // The batch of step `i` (called with i = 0, 1, 2, ... in order); rethrows the reader's error.
+  Batch& get(uint64_t i);
+
+ private:
+  void fill(uint64_t i);
+
+  const MLPH_WorkloadApi* api_;
+  MLPH_Dataset* dataset_;
+  std::vector<uint64_t> order_;
+  uint32_t batch_;
+  Batch slots_[2];
+  std::future<void> pending_;
+};
+
+}  // namespace mlph::core
