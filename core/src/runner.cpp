@@ -1,8 +1,8 @@
+// The timed run: init, run_start, the epochs (train, evaluate), run_stop, exactly as the MLPerf HPC
+// rules time them. Its helpers: signals.cpp (interrupts), data_pipeline.cpp (order, shards, reading
+// ahead), run_report.cpp (where the time went), progress.cpp (the terminal).
 #include "mlph/core/runner.hpp"
 
-// The timed run: init, run_start, the epochs (train, evaluate), run_stop, exactly as the MLPerf HPC
-// rules time them. Its rooms: signals.cpp (interrupts), data_pipeline.cpp (order, shards, reading
-// ahead), run_report.cpp (where the time went), progress.cpp (the terminal).
 #include <fmt/format.h>
 
 #include <algorithm>
