@@ -27,6 +27,7 @@ BenchmarkFacts benchmark_facts(const LoadedPlugin& workload) {
           ? api->benchmark_info()
           : nullptr;
   if (!info || info->struct_size < MLPH_STRUCT_SIZE(MLPH_BenchmarkInfo, n_hparam_log_keys)) return facts;
+  facts.stated = true;
   if (info->benchmark && *info->benchmark) facts.name = info->benchmark;
   // The name becomes a directory of the submission tree.
   if (facts.name == "." || facts.name == ".." || facts.name.find('/') != std::string::npos)

@@ -113,6 +113,12 @@ Session::Session(const RunOptions& options_) {
   workload_ = create<MLPH_Workload>(workload_api(), std::move(workload_config), workload);
   info_.struct_size = sizeof info_;
   check(workload_api()->describe(workload_.get(), &info_), workload);
+  // The results tree is named after benchmark_info, the logs after describe: they must agree.
+  if (const BenchmarkFacts facts = benchmark_facts(workload_lib_);
+      facts.stated && facts.name != (info_.benchmark ? info_.benchmark : ""))
+    throw PluginError(MLPH_INTERNAL, fmt::format("workload {}: its benchmark_info names the benchmark '{}', its "
+                                                 "describe '{}'", workload, facts.name,
+                                                 info_.benchmark ? info_.benchmark : ""));
   if (info_.struct_size >= MLPH_STRUCT_SIZE(MLPH_WorkloadInfo, gradient_accumulation))
     gradient_accumulation_ = std::max<uint32_t>(info_.gradient_accumulation, 1);
   // eval_per_sample lies in 1.2's trailing padding: only a 1.3 workload's struct_size vouches for it.

@@ -18,6 +18,7 @@ std::string workload_name(const RunOptions& options, const std::string& context 
 LoadedPlugin load_workload(const RunOptions& options, const std::string& context = "");
 
 struct BenchmarkFacts {
+  bool stated = false;       // by the workload (benchmark_info); else what follows are defaults
   std::string name;          // submission_benchmark; the plug-in's name for workloads older than 1.3
   int submission_runs = 0;   // result files a submission needs; 0: the workload does not say
   std::vector<std::string> hparam_log_keys;  // what borrow reads
