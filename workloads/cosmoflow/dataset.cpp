@@ -25,8 +25,8 @@ CosmoDataset::CosmoDataset(const MLPH_HostApi* host, const DataSettings& setting
   if (limit > 0 && limit < samples_) samples_ = limit;  // the reference takes sorted(files)[:n]
 }
 
-std::vector<std::byte> CosmoDataset::read_file(const std::string& path) const {
-  return sdk::read_file(host_, storage_, path, "CosmoFlow data");
+std::vector<std::byte> CosmoDataset::read_file(const std::string& path, size_t max_bytes) const {
+  return sdk::read_file(host_, storage_, path, "CosmoFlow data", max_bytes);
 }
 
 std::vector<CosmoDataset::Decoded> CosmoDataset::decode_file(size_t file_index) const {
@@ -34,11 +34,14 @@ std::vector<CosmoDataset::Decoded> CosmoDataset::decode_file(size_t file_index) 
   std::vector<Decoded> out;
   try {
     if (settings_.format == "npy") {
-      const std::vector<std::byte> data = read_file(path), label = read_file(npy_label_path(path));
+      const std::vector<std::byte> data = read_file(path, max_npy_bytes(volume_bytes(settings_.edge)));
+      const std::vector<std::byte> label = read_file(npy_label_path(path), max_npy_bytes(kTargets * sizeof(float)));
       Sample s = read_npy_sample(data, label, path, settings_.edge);
       out.push_back({std::move(s.x), s.y});
     } else {
-      for (Sample& s : read_tfrecord_samples(read_file(path), path, settings_.edge))
+      const std::vector<std::byte> file =
+          read_file(path, max_tfrecord_file_bytes(settings_.edge, settings_.records_per_file));
+      for (Sample& s : read_tfrecord_samples(file, path, settings_.edge, settings_.records_per_file))
         out.push_back({std::move(s.x), s.y});
       if (out.size() != static_cast<size_t>(settings_.records_per_file))
         fail(MLPH_INVALID_ARGUMENT, path + ": holds " + std::to_string(out.size()) + " records, but data.records_per_file is " +

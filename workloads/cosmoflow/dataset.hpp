@@ -26,7 +26,7 @@ class CosmoDataset final : public sdk::Dataset {
     std::vector<int16_t> x;
     std::array<float, 4> y;
   };
-  std::vector<std::byte> read_file(const std::string& path) const;
+  std::vector<std::byte> read_file(const std::string& path, size_t max_bytes) const;
   std::vector<Decoded> decode_file(size_t file_index) const;
   const Decoded& sample(uint64_t index);
 

@@ -176,13 +176,8 @@ class StageStorage final : public mlph::sdk::Storage {
 
   size_t read(const char* path, MLPH_AllocFn alloc, void* ctx) override {
     const double start = host_->now_seconds();
-    std::ifstream in(path, std::ios::binary | std::ios::ate);
-    if (!in) fail(MLPH_NOT_FOUND, std::string(path) + ": cannot open: " + errno_text());
-    const auto size = static_cast<size_t>(in.tellg());
-    in.seekg(0);
-    char* buffer = static_cast<char*>(alloc(ctx, size));
-    if (!buffer && size) fail(MLPH_RESOURCE_EXHAUSTED, std::string(path) + ": no buffer for " + std::to_string(size) + " bytes");
-    if (size && !in.read(buffer, static_cast<std::streamsize>(size))) fail(MLPH_DATA_LOSS, std::string(path) + ": short read");
+    const size_t size = mlph::sdk::read_regular_file(path, std::numeric_limits<uint64_t>::max(),
+                                                     [&](size_t bytes) { return alloc(ctx, bytes); });
     std::lock_guard lock(mutex_);
     io_.bytes_read += size;
     io_.files_read += 1;

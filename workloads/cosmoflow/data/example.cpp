@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "bytes.hpp"
+#include "mlph/sdk/text.hpp"
 
 namespace mlph::cosmoflow {
 namespace {
@@ -220,7 +221,7 @@ std::vector<std::byte> list_feature_prefix(FeatureKind kind, size_t payload) {
 std::string present_keys(const Features& features) {
   if (features.empty()) return "the Example has no features";
   std::string keys = "features present:";
-  for (const auto& entry : features) keys += " '" + entry.first + "'";
+  for (const auto& entry : features) keys += " " + sdk::quoted(entry.first);
   return keys;
 }
 
@@ -319,8 +320,7 @@ Sample decode_sample(std::span<const std::byte> record, int edge, const std::str
       throw DataError(where, "feature 'y' value " + std::to_string(i) + " is " + std::to_string(y.floats[i]));
     sample.y[i] = y.floats[i];
   }
-  sample.x.resize(elements);
-  from_le_bytes(x.bytes[0], sample.x.data());
+  sample.x = decode_counts(x.bytes[0], edge, where);
   return sample;
 }
 

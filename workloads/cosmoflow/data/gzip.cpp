@@ -41,13 +41,14 @@ class ZStream {
 Bytef* in_ptr(const std::byte* p) { return reinterpret_cast<Bytef*>(const_cast<std::byte*>(p)); }
 
 // The gzip trailer ends with the input size mod 2^32: a good first guess for the output size,
-// capped by the deflate ratio so a corrupt trailer cannot demand a huge allocation.
-size_t expected_size(std::span<const std::byte> data) {
-  if (data.size() < 18) return 4 * data.size();
+// capped by the deflate ratio and the caller's limit so a corrupt trailer cannot demand a huge
+// allocation.
+size_t expected_size(std::span<const std::byte> data, size_t max_bytes) {
+  if (data.size() < 18) return std::min(4 * data.size(), max_bytes);
   const std::byte* t = data.data() + data.size() - 4;
   const size_t isize = std::to_integer<size_t>(t[0]) | std::to_integer<size_t>(t[1]) << 8 |
                        std::to_integer<size_t>(t[2]) << 16 | std::to_integer<size_t>(t[3]) << 24;
-  return std::min(std::max(isize, data.size()), data.size() * kDeflateMaxRatio);
+  return std::min({std::max(isize, data.size()), data.size() * kDeflateMaxRatio, max_bytes});
 }
 
 std::string bytes_left(size_t n) { return std::to_string(n) + (n == 1 ? " byte" : " bytes"); }
@@ -60,9 +61,10 @@ size_t offer(ZStream& z, std::span<const std::byte> data, size_t pos) {
   return chunk;
 }
 
-// Gives zlib the unused tail of out, doubling out when it is full; returns the room offered.
-uInt make_room(ZStream& z, std::vector<std::byte>& out, size_t produced) {
-  if (produced == out.size()) out.resize(out.size() * 2);
+// Gives zlib the unused tail of out, doubling out (up to `limit` bytes) when it is full; returns
+// the room offered.
+uInt make_room(ZStream& z, std::vector<std::byte>& out, size_t produced, size_t limit) {
+  if (produced == out.size()) out.resize(std::min(out.size() * 2, limit));
   z->next_out = reinterpret_cast<Bytef*>(out.data() + produced);
   z->avail_out = static_cast<uInt>(std::min(out.size() - produced, kMaxChunk));
   return z->avail_out;
@@ -74,18 +76,23 @@ bool is_gzip(std::span<const std::byte> data) {
   return data.size() >= 2 && data[0] == std::byte{0x1f} && data[1] == std::byte{0x8b};
 }
 
-std::vector<std::byte> gunzip(std::span<const std::byte> data, const std::string& name) {
+std::vector<std::byte> gunzip(std::span<const std::byte> data, const std::string& name, size_t max_bytes) {
   std::vector<std::byte> out;
+  // One byte past the limit tells a stream that reaches it exactly from one that goes on.
+  const size_t limit = max_bytes == std::numeric_limits<size_t>::max() ? max_bytes : max_bytes + 1;
   try {
     ZStream z(ZStream::Mode::inflate, 0);
-    out.resize(expected_size(data) + 64);  // slack: an exact guess then never doubles for the trailer
+    out.resize(std::min(expected_size(data, limit) + 64, limit));  // slack: an exact guess never doubles for the trailer
     size_t pos = 0, produced = 0;
     while (true) {
       const size_t offered = offer(z, data, pos);
-      const uInt room = make_room(z, out, produced);
+      const uInt room = make_room(z, out, produced, limit);
       const int rc = inflate(z.get(), Z_NO_FLUSH);
       pos += offered - z->avail_in;
       produced += room - z->avail_out;
+      if (produced > max_bytes)
+        throw DataError(name, "the gzip stream inflates to more than " + std::to_string(max_bytes) +
+                                  " bytes, the most this data can hold");
       if (rc == Z_STREAM_END) {
         if (pos == data.size()) break;
         if (!is_gzip(data.subspan(pos)))
@@ -116,7 +123,7 @@ std::vector<std::byte> gzip(std::span<const std::byte> data, int level) {
   while (true) {
     const size_t offered = offer(z, data, pos);
     const bool last = pos + offered == data.size();
-    const uInt room = make_room(z, out, produced);
+    const uInt room = make_room(z, out, produced, std::numeric_limits<size_t>::max());
     const int rc = deflate(z.get(), last ? Z_FINISH : Z_NO_FLUSH);
     pos += offered - z->avail_in;
     produced += room - z->avail_out;

@@ -8,6 +8,7 @@
 
 #include "bytes.hpp"
 #include "file_io.hpp"
+#include "mlph/sdk/text.hpp"
 
 namespace mlph::cosmoflow {
 namespace {
@@ -41,7 +42,7 @@ class HeaderParser {
       else if (key == "shape")
         array.shape = tuple(), seen_shape = true;
       else
-        fail("unexpected key '" + key + "'");
+        fail("unexpected key " + sdk::quoted(key));
       if (!consume(',')) {
         expect('}');
         break;
@@ -104,8 +105,8 @@ class HeaderParser {
     return dims;
   }
   [[noreturn]] void fail(const std::string& problem) const {
-    throw DataError(name_, "malformed .npy header: " + problem + " at offset " + std::to_string(pos_) + " of \"" +
-                               std::string(text_.substr(0, text_.find('\n'))) + "\"");
+    throw DataError(name_, "malformed .npy header: " + problem + " at offset " + std::to_string(pos_) + " of " +
+                               sdk::quoted(text_));
   }
 
   std::string_view text_;
@@ -145,7 +146,7 @@ uint64_t read_le(std::span<const std::byte> bytes) {
 
 void check_array(const NpyArray& a, std::string_view descr, const char* dtype_name, const std::string& name) {
   if (a.descr != descr)
-    throw DataError(name, "dtype '" + a.descr + "', expected '" + std::string(descr) + "' (" + dtype_name + ")");
+    throw DataError(name, "dtype " + sdk::quoted(a.descr) + ", expected '" + std::string(descr) + "' (" + dtype_name + ")");
   if (a.fortran_order) throw DataError(name, "fortran_order is True; CosmoFlow arrays are stored in C order");
 }
 
@@ -163,6 +164,9 @@ NpyArray parse_npy(std::span<const std::byte> file, const std::string& name) {
   if (file.size() < preamble + length_bytes) throw DataError(name, "truncated .npy header");
   const uint64_t header_length = read_le(file.subspan(preamble, length_bytes));
   const size_t header_start = preamble + length_bytes;
+  if (header_length > kMaxNpyHeaderBytes)
+    throw DataError(name, ".npy header of " + std::to_string(header_length) + " bytes, more than the " +
+                              std::to_string(kMaxNpyHeaderBytes) + " this reader accepts");
   if (header_length > file.size() - header_start)
     throw DataError(name, "truncated .npy header: it claims " + std::to_string(header_length) + " bytes, " +
                               std::to_string(file.size() - header_start) + " remain");
@@ -170,13 +174,13 @@ NpyArray parse_npy(std::span<const std::byte> file, const std::string& name) {
   NpyArray array = HeaderParser(text, name).parse();
 
   const auto item = item_size(array.descr);
-  if (!item) throw DataError(name, "unsupported dtype '" + array.descr + "'");
+  if (!item) throw DataError(name, "unsupported dtype " + sdk::quoted(array.descr));
   const size_t data_start = header_start + header_length;
   const uint64_t available = file.size() - data_start;
   const auto needed = array_bytes(array.shape, *item);
   if (needed != available)
     throw DataError(name, "holds " + std::to_string(available) + " data bytes, but shape " + shape_text(array.shape) +
-                              " of '" + array.descr + "' needs " +
+                              " of " + sdk::quoted(array.descr) + " needs " +
                               (needed ? std::to_string(*needed) : "more than 2^64"));
   array.data = file.subspan(data_start);
   return array;
@@ -210,7 +214,6 @@ std::vector<std::byte> encode_npy(std::string_view descr, std::span<const uint64
 
 Sample read_npy_sample(std::span<const std::byte> data_npy, std::span<const std::byte> label_npy,
                        const std::string& name, int edge) {
-  const size_t elements = volume_elements(edge);
   const NpyArray x = parse_npy(data_npy, name);
   check_array(x, "<i2", "little-endian int16", name);
   const auto e = static_cast<uint64_t>(edge);
@@ -230,8 +233,7 @@ Sample read_npy_sample(std::span<const std::byte> data_npy, std::span<const std:
   for (int i = 0; i < kTargets; ++i)
     if (!std::isfinite(sample.y[i]))
       throw DataError(label_name, "value " + std::to_string(i) + " is " + std::to_string(sample.y[i]));
-  sample.x.resize(elements);
-  from_le_bytes(x.data, sample.x.data());
+  sample.x = decode_counts(x.data, edge, name);
   return sample;
 }
 

@@ -20,6 +20,11 @@ struct NpyArray {
   std::span<const std::byte> data;  // a view into the file the array was parsed from
 };
 
+// The longest header parse_npy accepts (numpy writes about 128 bytes; its reader refuses more than
+// 10,000 by default), and the most a .npy file of data_bytes of data can then take.
+inline constexpr size_t kMaxNpyHeaderBytes = 64 << 10;
+inline constexpr size_t max_npy_bytes(size_t data_bytes) { return 12 + kMaxNpyHeaderBytes + data_bytes; }
+
 // Parses the header and checks that the data holds exactly prod(shape) items of the dtype's size.
 // Throws DataError naming `name`.
 NpyArray parse_npy(std::span<const std::byte> file, const std::string& name);

@@ -1,5 +1,9 @@
 #include "sample.hpp"
 
+#include <algorithm>
+
+#include "bytes.hpp"
+
 namespace mlph::cosmoflow {
 
 size_t volume_elements(int edge) {
@@ -11,5 +15,18 @@ size_t volume_elements(int edge) {
 }
 
 std::string volume_name(int edge) { return std::to_string(edge) + "^3x" + std::to_string(kChannels); }
+
+std::vector<int16_t> decode_counts(std::span<const std::byte> bytes, int edge, const std::string& where) {
+  std::vector<int16_t> x(volume_elements(edge));
+  from_le_bytes(bytes, x.data());
+  int16_t any_sign = 0;  // OR of every value: negative when one is, in a loop the compiler vectorizes
+  for (const int16_t v : x) any_sign |= v;
+  if (any_sign >= 0) return x;
+  const size_t at = static_cast<size_t>(std::find_if(x.begin(), x.end(), [](int16_t v) { return v < 0; }) - x.begin());
+  const size_t voxel = at / kChannels, e = static_cast<size_t>(edge);
+  throw DataError(where, "voxel (" + std::to_string(voxel / (e * e)) + ", " + std::to_string(voxel / e % e) + ", " +
+                             std::to_string(voxel % e) + ") channel " + std::to_string(at % kChannels) + " holds " +
+                             std::to_string(x[at]) + ": particle counts cannot be negative (log(1 + x) needs x > -1)");
+}
 
 }  // namespace mlph::cosmoflow

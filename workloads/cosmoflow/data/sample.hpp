@@ -4,6 +4,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -32,5 +33,13 @@ size_t volume_elements(int edge);
 
 // The readable form of a shape in messages: "32^3x4".
 std::string volume_name(int edge);
+
+// The bytes one sample's int16 volume takes.
+inline size_t volume_bytes(int edge) { return volume_elements(edge) * sizeof(int16_t); }
+
+// The counts of a volume stored as edge^3 x 4 int16 little-endian (bytes holds exactly that), checked
+// on the way: particle counts are never negative (the model's log(1 + x) of -1 is -inf), and a
+// negative one is refused naming `where` (the file, and the record) and the voxel.
+std::vector<int16_t> decode_counts(std::span<const std::byte> bytes, int edge, const std::string& where);
 
 }  // namespace mlph::cosmoflow

@@ -1,6 +1,7 @@
 #include "tfrecord.hpp"
 
 #include <cstdio>
+#include <stdexcept>
 
 #include "bytes.hpp"
 #include "crc32c.hpp"
@@ -69,11 +70,27 @@ void put_u32(std::vector<std::byte>& out, uint32_t v) {
 
 }  // namespace
 
-void for_each_tfrecord(std::span<const std::byte> file, const std::string& name, const RecordVisitor& visit) {
+size_t max_record_bytes(int edge) {
+  constexpr size_t kExampleRoom = 64 << 10;
+  return kHeaderBytes + volume_bytes(edge) + kTargets * sizeof(float) + kExampleRoom + kCrcBytes;
+}
+
+size_t max_tfrecord_bytes(int edge, int records) {
+  if (records < 1) throw std::invalid_argument("a TFRecord file holds at least 1 record, not " + std::to_string(records));
+  return static_cast<size_t>(records) * max_record_bytes(edge);
+}
+
+size_t max_tfrecord_file_bytes(int edge, int records) {
+  const size_t inflated = max_tfrecord_bytes(edge, records);
+  return inflated + inflated / 1024 + 1024;  // stored deflate blocks: 5 bytes per 64 KiB, plus the gzip header
+}
+
+void for_each_tfrecord(std::span<const std::byte> file, const std::string& name, const RecordVisitor& visit,
+                       size_t max_bytes) {
   if (file.empty()) throw DataError(name, "empty file: no TFRecord records");
   size_t records = 0;
   if (is_gzip(file)) {
-    const std::vector<std::byte> inflated = gunzip(file, name);
+    const std::vector<std::byte> inflated = gunzip(file, name, max_bytes);
     records = walk_records(inflated, name, visit);
   } else {
     records = walk_records(file, name, visit);
@@ -89,11 +106,20 @@ std::vector<std::vector<std::byte>> read_tfrecords(std::span<const std::byte> fi
   return records;
 }
 
-std::vector<Sample> read_tfrecord_samples(std::span<const std::byte> file, const std::string& name, int edge) {
+std::vector<Sample> read_tfrecord_samples(std::span<const std::byte> file, const std::string& name, int edge,
+                                          int max_records) {
+  const size_t max_bytes = max_tfrecord_bytes(edge, max_records);
+  if (!is_gzip(file) && file.size() > max_bytes)
+    throw DataError(name, std::to_string(file.size()) + " bytes, more than the " + std::to_string(max_bytes) +
+                              " that " + std::to_string(max_records) + " record(s) of a " + volume_name(edge) +
+                              " sample can take");
   std::vector<Sample> samples;
-  for_each_tfrecord(file, name, [&](size_t index, std::span<const std::byte> record) {
-    samples.push_back(decode_sample(record, edge, record_where(name, index)));
-  });
+  for_each_tfrecord(
+      file, name,
+      [&](size_t index, std::span<const std::byte> record) {
+        samples.push_back(decode_sample(record, edge, record_where(name, index)));
+      },
+      max_bytes);
   return samples;
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -15,16 +16,29 @@ namespace mlph::cosmoflow {
 
 using RecordVisitor = std::function<void(size_t index, std::span<const std::byte> record)>;
 
+// The most one record holding a CosmoFlow sample of `edge` can take: the int16 volume, the 4
+// targets, the Example's keys and framing, and room (64 KiB) for a few small extra features.
+size_t max_record_bytes(int edge);
+
+// The most a TFRecord stream of `records` such records can take (inflated), and the most its file
+// can take (a gzip stream of incompressible data is slightly larger than the data).
+size_t max_tfrecord_bytes(int edge, int records);
+size_t max_tfrecord_file_bytes(int edge, int records);
+
 // Calls visit for every record of a TFRecord file held in memory (plain or gzip), in order; the
 // span lives only during the call. Both CRCs of every record are verified. Throws DataError naming
-// `name` (and the record) for a corrupt or truncated file, and for a file holding no record at all.
-void for_each_tfrecord(std::span<const std::byte> file, const std::string& name, const RecordVisitor& visit);
+// `name` (and the record) for a corrupt or truncated file, for a file holding no record at all, and
+// for a gzip stream inflating to more than max_bytes (checked as it inflates).
+void for_each_tfrecord(std::span<const std::byte> file, const std::string& name, const RecordVisitor& visit,
+                       size_t max_bytes = std::numeric_limits<size_t>::max());
 
 // Copies of all records; for_each_tfrecord avoids the copies.
 std::vector<std::vector<std::byte>> read_tfrecords(std::span<const std::byte> file, const std::string& name);
 
-// Every record decoded as a CosmoFlow sample of the given edge (see decode_sample).
-std::vector<Sample> read_tfrecord_samples(std::span<const std::byte> file, const std::string& name, int edge);
+// Every record decoded as a CosmoFlow sample of the given edge (see decode_sample); a file that
+// holds (or inflates to) more than max_records records' worth of bytes is refused.
+std::vector<Sample> read_tfrecord_samples(std::span<const std::byte> file, const std::string& name, int edge,
+                                          int max_records);
 
 struct TfRecordWriteOptions {
   bool gzip = false;

@@ -1,10 +1,19 @@
 // Write a storage plug-in as a C++ class; `storage_api<Impl>()` generates the C table.
 #pragma once
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <concepts>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
+#include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,18 +36,123 @@ inline std::vector<std::string> list_files(const MLPH_HostApi* host, const MLPH_
   return files;
 }
 
-// The whole file.
+// The whole file, refused with one line naming it when it is larger than `max_bytes` (what the
+// caller's format allows: a read never asks for an absurd buffer) or memory for it cannot be had.
 inline std::vector<std::byte> read_file(const MLPH_HostApi* host, const MLPH_StorageHandle& storage,
-                                        const std::string& path, const std::string& context) {
-  std::vector<std::byte> bytes;
-  auto alloc = [](void* ctx, size_t size) -> void* {
-    auto* buffer = static_cast<std::vector<std::byte>*>(ctx);
-    buffer->resize(size);
-    return buffer->data();
+                                        const std::string& path, const std::string& context,
+                                        uint64_t max_bytes = std::numeric_limits<uint64_t>::max()) {
+  struct Target {
+    std::vector<std::byte> bytes;
+    uint64_t max_bytes;
+    std::optional<size_t> refused;  // the size asked for, when the buffer was refused
+    bool out_of_memory = false;
+  } target{{}, max_bytes, std::nullopt};
+  auto alloc = [](void* ctx, size_t size) noexcept -> void* {
+    auto* t = static_cast<Target*>(ctx);
+    try {
+      if (size <= t->max_bytes) {
+        t->bytes.resize(size);
+        return t->bytes.data();
+      }
+    } catch (const std::bad_alloc&) {
+      t->out_of_memory = true;
+    }
+    t->refused = size;
+    return nullptr;
   };
   size_t size = 0;
-  check(host, storage.api->read(storage.storage, path.c_str(), alloc, &bytes, &size), context);
-  bytes.resize(size);
+  MLPH_Error* error = storage.api->read(storage.storage, path.c_str(), alloc, &target, &size);
+  if (target.refused) {
+    if (error) host->error_free(error);
+    const std::string bytes = std::to_string(*target.refused) + " bytes";
+    if (target.out_of_memory) fail(MLPH_RESOURCE_EXHAUSTED, context + ": " + path + ": out of memory for its " + bytes);
+    fail(MLPH_OUT_OF_RANGE, context + ": " + path + ": " + bytes + ", more than the " + std::to_string(max_bytes) +
+                                " bytes a file of this data can hold");
+  }
+  check(host, error, context);
+  target.bytes.resize(size);
+  return std::move(target.bytes);
+}
+
+// ---- reading a file safely (storage plug-ins; workloads reading a file directly) --------------
+
+// The machine's memory: no file larger than this can be read whole.
+inline uint64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page)
+                               : std::numeric_limits<uint64_t>::max();
+}
+
+namespace detail {
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+inline const char* file_kind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+}  // namespace detail
+
+// Reads the whole regular file at `path` into the buffer `alloc(size)` returns (NULL refuses it)
+// and returns the size. Refused with one line naming the path, before anything blocks or is
+// allocated: what is not a regular file (a FIFO blocks the reader, a directory or a device such as
+// /dev/zero has no size) and a file larger than max_bytes or than the machine's memory. The file
+// is opened non-blocking, so a FIFO swapped in after a check cannot hang the open either.
+template <class Alloc>
+size_t read_regular_file(const std::string& path, uint64_t max_bytes, Alloc&& alloc) {
+  const detail::Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+  if (fd.get() < 0) {
+    const int e = errno;
+    fail(e == ENOENT ? MLPH_NOT_FOUND : e == EACCES ? MLPH_PERMISSION_DENIED : MLPH_UNAVAILABLE,
+         path + ": cannot open: " + std::strerror(e));
+  }
+  struct stat info {};
+  if (::fstat(fd.get(), &info) != 0) fail(MLPH_UNAVAILABLE, path + ": cannot stat: " + std::strerror(errno));
+  if (!S_ISREG(info.st_mode))
+    fail(MLPH_INVALID_ARGUMENT, path + ": is " + detail::file_kind(info.st_mode) + ", not a regular file");
+  const auto size = static_cast<uint64_t>(info.st_size);
+  const uint64_t limit = std::min(max_bytes, physical_memory_bytes());
+  if (size > limit)
+    fail(MLPH_OUT_OF_RANGE, path + ": " + std::to_string(size) + " bytes, more than the " + std::to_string(limit) +
+                                (limit == max_bytes ? " bytes allowed" : " bytes of this machine's memory"));
+  ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
+  auto* buffer = static_cast<char*>(static_cast<void*>(alloc(static_cast<size_t>(size))));
+  if (!buffer && size) fail(MLPH_RESOURCE_EXHAUSTED, path + ": no buffer for " + std::to_string(size) + " bytes");
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::read(fd.get(), buffer + done, static_cast<size_t>(size) - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(MLPH_DATA_LOSS, path + ": cannot read: " + std::strerror(errno));
+    if (n == 0)
+      fail(MLPH_DATA_LOSS, path + ": short read: " + std::to_string(done) + " of " + std::to_string(size) +
+                               " bytes (the file shrank while read?)");
+    done += static_cast<size_t>(n);
+  }
+  return done;
+}
+
+// The same into a vector.
+inline std::vector<std::byte> read_regular_file(const std::string& path, uint64_t max_bytes) {
+  std::vector<std::byte> bytes;
+  read_regular_file(path, max_bytes, [&](size_t size) {
+    bytes.resize(size);
+    return bytes.data();
+  });
   return bytes;
 }
 

@@ -78,9 +78,9 @@ TEST(CosmoFlowDataExample, SampleRoundTrip) {
 TEST(CosmoFlowDataExample, MissingFeatureNamesWhatIsThere) {
   const auto record = ExampleBuilder().floats("y", kY).finish();
   expect_data_error([&] { decode_sample(record, 4, "train/u.tfrecord: record 0"); },
-                    {"train/u.tfrecord: record 0: no feature 'x' (features present: 'y')"});
+                    {"train/u.tfrecord: record 0: no feature 'x' (features present: \"y\")"});
   const auto no_y = ExampleBuilder().bytes("x", x_bytes(4)).finish();
-  expect_data_error([&] { decode_sample(no_y, 4, "f"); }, {"f: no feature 'y' (features present: 'x')"});
+  expect_data_error([&] { decode_sample(no_y, 4, "f"); }, {"f: no feature 'y' (features present: \"x\")"});
   expect_data_error([&] { decode_sample({}, 4, "f"); }, {"f: no feature 'x' (the Example has no features)"});
 }
 

@@ -92,7 +92,7 @@ TEST(CosmoFlowDataNpy, BadDataFilesAreNamed) {
       [&] {
         read(data_npy(s, {4, 4, 4, 4}, "<u2"), 4);
       },
-      {"train/u_data.npy: dtype '<u2', expected '<i2' (little-endian int16)"});
+      {"train/u_data.npy: dtype \"<u2\", expected '<i2' (little-endian int16)"});
   expect_data_error([&] { read(good, 8); },
                     {"train/u_data.npy: shape (4, 4, 4, 4), expected (8, 8, 8, 4) (D, H, W, channels last)"});
   const Sample small = pattern_sample(2, 1);
@@ -103,13 +103,13 @@ TEST(CosmoFlowDataNpy, BadDataFilesAreNamed) {
       {"train/u_data.npy: shape (4, 2, 2, 2), expected (2, 2, 2, 4)"});
   const std::vector<std::byte> cut(good.begin(), good.end() - 2);
   expect_data_error([&] { read(cut, 4); },
-                    {"train/u_data.npy: holds 510 data bytes, but shape (4, 4, 4, 4) of '<i2' needs 512"});
+                    {"train/u_data.npy: holds 510 data bytes, but shape (4, 4, 4, 4) of \"<i2\" needs 512"});
   expect_data_error([&] { read(std::vector<std::byte>(good.begin(), good.begin() + 20), 4); },
                     {"train/u_data.npy: truncated .npy header"});
   expect_data_error([&] { read(patched(good, "NUMPY", "NUMPX"), 4); }, {"train/u_data.npy: not a .npy file"});
   expect_data_error([&] { read(patched(good, "False", "True "), 4); }, {"train/u_data.npy: fortran_order is True"});
   expect_data_error([&] { read(patched(good, "'shape'", "'shapx'"), 4); },
-                    {"train/u_data.npy: malformed .npy header: unexpected key 'shapx'"});
+                    {"train/u_data.npy: malformed .npy header: unexpected key \"shapx\""});
   expect_data_error([&] { read(patched(good, "'<i2'", "'<i2 "), 4); }, {"train/u_data.npy: malformed .npy header"});
   expect_data_error([&] { read({}, 4); }, {"train/u_data.npy: not a .npy file"});
 }
@@ -123,15 +123,53 @@ TEST(CosmoFlowDataNpy, BadLabelFilesAreNamedByTheirOwnName) {
   const uint64_t shape[] = {4};
   const auto doubles = encode_npy("<f8", shape, std::vector<std::byte>(32));
   expect_data_error([&] { read_npy_sample(data, doubles, "v/a_data.npy", 2); },
-                    {"v/a_label.npy: dtype '<f8', expected '<f4' (little-endian float32)"});
+                    {"v/a_label.npy: dtype \"<f8\", expected '<f4' (little-endian float32)"});
 }
 
 TEST(CosmoFlowDataNpy, HugeShapesDoNotOverflow) {
   const uint64_t shape[] = {1ull << 40, 1ull << 40, 1ull << 40};
   const auto file = encode_npy("<i2", shape, std::vector<std::byte>(8));
   expect_data_error([&] { parse_npy(file, "huge.npy"); },
-                    {"huge.npy: holds 8 data bytes, but shape (1099511627776, 1099511627776, 1099511627776) of '<i2' "
+                    {"huge.npy: holds 8 data bytes, but shape (1099511627776, 1099511627776, 1099511627776) of \"<i2\" "
                      "needs more than 2^64"});
+}
+
+// Issue 16 #20: bytes of the file reach the message quoted, never raw (a terminal escape in a
+// header would otherwise act on the user's terminal).
+TEST(CosmoFlowDataNpy, HeaderBytesAreQuotedInMessages) {
+  const Sample s = pattern_sample(2, 1);
+  const float y[4] = {0, 0, 0, 0};
+  const auto good = data_npy(s, {2, 2, 2, 4});
+  const auto escaped = patched(good, "'descr'", "'\x1b[2J\n'");
+  expect_data_error([&] { read_npy_sample(escaped, label_npy(y), "e_data.npy", 2); },
+                    {"e_data.npy: malformed .npy header: unexpected key \"\\x1b[2J\\n\""});
+  const auto bad_dtype = patched(good, "'<i2'", "'\x07\x9b!'");
+  try {
+    read_npy_sample(bad_dtype, label_npy(y), "d_data.npy", 2);
+    ADD_FAILURE() << "no error";
+  } catch (const DataError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("\"\\x07\\x9b!\""), std::string::npos) << message;
+    for (const char c : message) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "raw byte " << int(static_cast<unsigned char>(c));
+  }
+}
+
+// Issue 16 #19: a negative count (log1p(-1) = -inf) is refused where it is decoded, naming the
+// file and the voxel.
+TEST(CosmoFlowDataNpy, NegativeCountsAreRefusedNamingFileAndVoxel) {
+  Sample s = pattern_sample(2, 1);
+  s.x[(1 * 4 + 0 * 2 + 1) * 4 + 3] = -1;  // voxel (1, 0, 1), channel 3
+  const float y[4] = {0, 0, 0, 0};
+  expect_data_error([&] { read_npy_sample(data_npy(s, {2, 2, 2, 4}), label_npy(y), "t/n_data.npy", 2); },
+                    {"t/n_data.npy: voxel (1, 0, 1) channel 3 holds -1: particle counts cannot be negative"});
+}
+
+TEST(CosmoFlowDataNpy, AnAbsurdHeaderLengthIsRefused) {
+  std::vector<std::byte> file;
+  for (const char c : std::string("\x93NUMPY\x02\x00\x00\x00\x10\x00", 12)) file.push_back(static_cast<std::byte>(c));
+  file.resize(file.size() + (1 << 20) + 100, std::byte{' '});
+  expect_data_error([&] { parse_npy(file, "h.npy"); },
+                    {"h.npy: .npy header of 1048576 bytes, more than the 65536 this reader accepts"});
 }
 
 }  // namespace

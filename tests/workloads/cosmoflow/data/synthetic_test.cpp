@@ -104,7 +104,7 @@ TEST(CosmoFlowDataSynthetic, WritesEveryFormatInTheReferenceLayout) {
       } else {
         const auto file = read_file(stem + ".tfrecord");
         EXPECT_EQ(file[0] == std::byte{0x1f}, format == Format::tfrecord_gzip);
-        const auto samples = read_tfrecord_samples(file, stem, 8);
+        const auto samples = read_tfrecord_samples(file, stem, 8, 1);
         ASSERT_EQ(samples.size(), 1u);
         expect_same(samples[0], expected);
       }

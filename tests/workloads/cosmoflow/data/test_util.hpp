@@ -66,11 +66,11 @@ class TempDir {
   std::filesystem::path path_;
 };
 
-// A small sample with recognizable values.
+// A small sample with recognizable values (counts: never negative).
 inline Sample pattern_sample(int edge, int salt) {
   Sample s;
   s.x.resize(volume_elements(edge));
-  for (size_t i = 0; i < s.x.size(); ++i) s.x[i] = static_cast<int16_t>((static_cast<int>(i) * 31 + salt) % 2000 - 300);
+  for (size_t i = 0; i < s.x.size(); ++i) s.x[i] = static_cast<int16_t>((static_cast<int>(i) * 31 + salt) % 2000);
   s.y = {0.5f * static_cast<float>(salt % 3) - 0.5f, 0.25f, -0.75f, 1.0f};
   return s;
 }

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -37,7 +39,7 @@ TEST(CosmoFlowDataTfRecord, ReadsTheGzipFixtureOfTheIndependentWriter) {
   const std::string path = (*dir / "full_gzip_000.tfrecord").string();
   const std::vector<std::byte> file = read_file(path);
   ASSERT_TRUE(is_gzip(file));
-  const std::vector<Sample> samples = read_tfrecord_samples(file, path, 128);
+  const std::vector<Sample> samples = read_tfrecord_samples(file, path, 128, 1);
   ASSERT_EQ(samples.size(), 1u);
   expect_fixture_sample(samples[0], 128, 0);
 }
@@ -47,12 +49,12 @@ TEST(CosmoFlowDataTfRecord, ReadsThePlainMultiRecordFixtureOfTheIndependentWrite
   const std::string path = (*dir / "mini_plain_010.tfrecord").string();
   const std::vector<std::byte> file = read_file(path);
   ASSERT_FALSE(is_gzip(file));
-  const std::vector<Sample> samples = read_tfrecord_samples(file, path, 32);
+  const std::vector<Sample> samples = read_tfrecord_samples(file, path, 32, 2);
   ASSERT_EQ(samples.size(), 2u);
   expect_fixture_sample(samples[0], 32, 10);
   expect_fixture_sample(samples[1], 32, 11);
   // Read at the wrong edge, the message says what the file holds.
-  expect_data_error([&] { read_tfrecord_samples(file, path, 128); },
+  expect_data_error([&] { read_tfrecord_samples(file, path, 128, 2); },
                     {"mini_plain_010.tfrecord: record 0: feature 'x' holds 262144 bytes, expected 16777216 for a "
                      "128^3x4 int16 volume"});
 }
@@ -65,7 +67,7 @@ TEST(CosmoFlowDataTfRecord, RoundTripsPlainAndGzip) {
     write_tfrecord_file(path, samples, 8, {compressed, 9});
     const std::vector<std::byte> file = read_file(path);
     EXPECT_EQ(is_gzip(file), compressed);
-    const std::vector<Sample> back = read_tfrecord_samples(file, path, 8);
+    const std::vector<Sample> back = read_tfrecord_samples(file, path, 8, 3);
     ASSERT_EQ(back.size(), samples.size());
     for (size_t i = 0; i < samples.size(); ++i) {
       EXPECT_EQ(back[i].x, samples[i].x);
@@ -81,7 +83,7 @@ TEST(CosmoFlowDataTfRecord, ReadsConcatenatedGzipMembers) {
   std::vector<std::byte> file = encode_tfrecords(first, {true, 1});
   const std::vector<std::byte> more = encode_tfrecords(second, {true, 1});
   file.insert(file.end(), more.begin(), more.end());
-  const auto samples = read_tfrecord_samples(file, "two_members.tfrecord", 4);
+  const auto samples = read_tfrecord_samples(file, "two_members.tfrecord", 4, 2);
   ASSERT_EQ(samples.size(), 2u);
   EXPECT_EQ(samples[1].x, pattern_sample(4, 2).x);
 }
@@ -182,6 +184,51 @@ TEST(CosmoFlowDataTfRecord, VisitorSeesRecordsInOrderWithoutCopies) {
     sizes.push_back(record.size());
   });
   EXPECT_EQ(sizes.size(), 2u);
+}
+
+long peak_rss_mib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss / 1024;
+}
+
+// Issue 16 #5: 3.2 MB of gzip (200 concatenated members of 16 MiB of zeros each) inflated to 3.2 GB
+// before any check. The inflated size is capped at what the expected records can take, and the
+// reader stops there.
+TEST(CosmoFlowDataTfRecord, AGzipBombStopsAtWhatTheSamplesCanTake) {
+  const std::vector<std::byte> member = gzip(std::vector<std::byte>(16 << 20), 9);
+  std::vector<std::byte> bomb;
+  for (int i = 0; i < 200; ++i) bomb.insert(bomb.end(), member.begin(), member.end());
+  ASSERT_LT(bomb.size(), 4u << 20);
+  const long before = peak_rss_mib();
+  const size_t cap = max_tfrecord_bytes(128, 1);
+  expect_data_error([&] { read_tfrecord_samples(bomb, "train/bomb.tfrecord", 128, 1); },
+                    {"train/bomb.tfrecord: the gzip stream inflates to more than " + std::to_string(cap) +
+                     " bytes, the most this data can hold"});
+  EXPECT_LT(peak_rss_mib() - before, 256) << "MiB more at the peak: the stream was inflated past the cap";
+  EXPECT_LT(cap, (16u << 20) + (128u << 10));  // one 128^3x4 int16 sample and its framing
+  expect_data_error([&] { gunzip(bomb, "b", 1000); }, {"b: the gzip stream inflates to more than 1000 bytes"});
+  EXPECT_EQ(gunzip(member, "m", 16 << 20).size(), 16u << 20);  // exactly at the cap is fine
+}
+
+TEST(CosmoFlowDataTfRecord, APlainFileLargerThanItsRecordsCanBeIsRefused) {
+  TwoRecords t;  // two 8^3 records
+  expect_data_error([&] { read_tfrecord_samples(t.file, "p.tfrecord", 8, 2); }, {"p.tfrecord: record 0: "});
+  std::vector<std::byte> padded = t.file;
+  padded.resize(max_tfrecord_bytes(8, 1) + 1);
+  expect_data_error([&] { read_tfrecord_samples(padded, "p.tfrecord", 8, 1); },
+                    {"p.tfrecord: " + std::to_string(padded.size()) + " bytes, more than the " +
+                     std::to_string(max_tfrecord_bytes(8, 1)) + " that 1 record(s) of a 8^3x4 sample can take"});
+}
+
+// Issue 16 #19: a -1 count (log1p gives -inf, the loss NaN later, naming nothing) is refused where
+// the record is decoded, naming the file, the record and the voxel.
+TEST(CosmoFlowDataTfRecord, NegativeCountsAreRefusedNamingFileRecordAndVoxel) {
+  Sample bad = pattern_sample(4, 2);
+  bad.x[((2 * 4 + 3) * 4 + 1) * 4 + 0] = -1;  // voxel (2, 3, 1), channel 0
+  const auto file = encode_tfrecords(std::vector{encode_sample(pattern_sample(4, 1), 4), encode_sample(bad, 4)});
+  expect_data_error([&] { read_tfrecord_samples(file, "train/n.tfrecord", 4, 2); },
+                    {"train/n.tfrecord: record 1: voxel (2, 3, 1) channel 0 holds -1: particle counts cannot be negative"});
 }
 
 }  // namespace
