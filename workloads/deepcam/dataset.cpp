@@ -37,7 +37,8 @@ void DeepCamDataset::read(const uint64_t* indices, size_t n, MLPH_Tensor* inputs
     if (indices[i] >= files_.size())
       fail(MLPH_OUT_OF_RANGE, "sample " + std::to_string(indices[i]) + " of a dataset of " + std::to_string(files_.size()));
     const std::string& path = files_[indices[i]];
-    const std::vector<std::byte> bytes = sdk::read_file(host_, storage_, path, "DeepCAM data");
+    const std::vector<std::byte> bytes = sdk::read_file(
+        host_, storage_, path, "DeepCAM data", max_sample_file_bytes(settings_.height, settings_.width, settings_.channels));
     try {
       const Sample s = decode_sample(bytes, path, settings_.height, settings_.width, settings_.channels);
       std::memcpy(x + i * values, s.data.data(), values * sizeof(float));

@@ -1,7 +1,5 @@
 // workload/deepcam: the MLPerf HPC DeepCAM benchmark (climate segmentation) as a plug-in.
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <memory>
 
 #include "borrow.hpp"
@@ -9,6 +7,7 @@
 #include "data/hdf5_io.hpp"
 #include "data/synthetic.hpp"
 #include "dataset.hpp"
+#include "mlph/sdk/storage.hpp"
 #include "mlph/sdk/workload.hpp"
 #include "model.hpp"
 #include "schedule.hpp"
@@ -24,11 +23,7 @@ namespace {
 Normalization load_normalization(const DataSettings& data) {
   if (data.dir.empty()) return Normalization::identity(data.channels);
   const std::string path = data.dir + "/stats.h5";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) sdk::fail(MLPH_NOT_FOUND, path + ": cannot open the normalization statistics");
-  std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<std::byte> bytes(chars.size());
-  std::memcpy(bytes.data(), chars.data(), chars.size());
+  const std::vector<std::byte> bytes = sdk::read_regular_file(path, kMaxStatsFileBytes);  // not a FIFO, not huge
   try {
     const Stats stats = decode_stats(bytes, path, data.channels);
     return {stats.shift, stats.scale};

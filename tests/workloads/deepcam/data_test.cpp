@@ -2,11 +2,20 @@
 // through the plug-in's sample_order), HDF5 samples and stats decoded
 // from memory with one clear error per kind of bad file, the synthetic generator, and a split read
 // end to end through the posix storage plug-in.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <hdf5.h>
+#include <malloc.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <iterator>
 
 #include "data/file_order.hpp"
@@ -297,4 +306,190 @@ TEST(DeepCamSynthetic, WrittenDatasetReadsBackThroughThePosixStoragePlugin) {
   } catch (const DataError& e) {
     EXPECT_NE(std::string(e.what()).find("holds 'notes.txt'"), std::string::npos) << e.what();
   }
+}
+
+// ---- Issue 16: HDF5 files that reach outside themselves, ask for absurd memory, or hold NaN ----
+
+namespace {
+
+// One HDF5 identifier, closed with its function.
+struct H5Id {
+  hid_t id;
+  herr_t (*close)(hid_t);
+  ~H5Id() {
+    if (id >= 0) close(id);
+  }
+};
+
+const std::vector<int32_t> kNoLabels(4 * 6, 0);
+
+// A 4 x 6 sample file whose climate/data is created with `dcpl` (and `maxdims`, when given) by
+// `make_data`, which writes its values; climate/labels_0 is written normally.
+fs::path write_crafted(const fs::path& file, hid_t dcpl, const std::function<void(hid_t set)>& write_data,
+                       const std::vector<hsize_t>& maxdims = {}) {
+  const H5Id f{H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose};
+  const H5Id group{H5Gcreate2(f.id, "climate", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose};
+  const hsize_t dims[3] = {4, 6, 16};
+  const H5Id space{H5Screate_simple(3, dims, maxdims.empty() ? nullptr : maxdims.data()), H5Sclose};
+  const H5Id set{H5Dcreate2(f.id, "climate/data", H5T_IEEE_F32LE, space.id, H5P_DEFAULT, dcpl, H5P_DEFAULT), H5Dclose};
+  EXPECT_GE(set.id, 0);
+  if (write_data) write_data(set.id);
+  const hsize_t label_dims[2] = {4, 6};
+  const H5Id label_space{H5Screate_simple(2, label_dims, nullptr), H5Sclose};
+  const H5Id labels{H5Dcreate2(f.id, "climate/labels_0", H5T_STD_I32LE, label_space.id, H5P_DEFAULT, H5P_DEFAULT,
+                               H5P_DEFAULT),
+                    H5Dclose};
+  H5Dwrite(labels.id, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, kNoLabels.data());
+  return file;
+}
+
+std::vector<float> ramp(size_t n) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(i % 97) * 0.5f;
+  return v;
+}
+
+void write_ramp(hid_t set) {
+  const std::vector<float> values = ramp(4 * 6 * 16);
+  H5Dwrite(set, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data());
+}
+
+// sample_error, bounded in time: a decode that hangs (on a FIFO) fails the test instead.
+std::string bounded_sample_error(const fs::path& file, const fs::path& fifo = {}) {
+  auto attempt = std::async(std::launch::async, [&] { return sample_error(file, 4, 6); });
+  if (attempt.wait_for(std::chrono::seconds(10)) == std::future_status::timeout) {
+    ADD_FAILURE() << file << ": decoding still hangs after 10 s";
+    if (!fifo.empty()) ::close(::open(fifo.c_str(), O_WRONLY));  // let the blocked reader go
+  }
+  return attempt.get();
+}
+
+}  // namespace
+
+TEST(DeepCamHdf5, ExternalLinksAreRefusedAndNeverFollowed) {
+  const fs::path dir = fresh_dir("external-link");
+  const fs::path other = write_sample(dir / "other.h5", 4, 6, kNoLabels);
+  const fs::path fifo = dir / "fifo.h5";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const fs::path& target : {other, fifo}) {
+    const fs::path file = dir / "data-link.h5";
+    {
+      const H5Id f{H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose};
+      const H5Id group{H5Gcreate2(f.id, "climate", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose};
+      ASSERT_GE(H5Lcreate_external(target.c_str(), "/climate/data", f.id, "climate/data", H5P_DEFAULT, H5P_DEFAULT), 0);
+    }
+    EXPECT_EQ(bounded_sample_error(file, fifo),
+              file.string() + ": 'climate/data' is an external link: only data inside the file is read");
+  }
+  // The group itself may be the link.
+  const fs::path group_link = dir / "data-group-link.h5";
+  {
+    const H5Id f{H5Fcreate(group_link.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose};
+    ASSERT_GE(H5Lcreate_external(other.c_str(), "/climate", f.id, "climate", H5P_DEFAULT, H5P_DEFAULT), 0);
+  }
+  EXPECT_EQ(bounded_sample_error(group_link),
+            group_link.string() + ": 'climate' is an external link: only data inside the file is read");
+}
+
+TEST(DeepCamHdf5, ExternalStorageIsRefusedAndNeverOpened) {
+  const fs::path dir = fresh_dir("external-storage");
+  const fs::path raw = dir / "raw.bin";
+  const H5Id dcpl{H5Pcreate(H5P_DATASET_CREATE), H5Pclose};
+  ASSERT_GE(H5Pset_external(dcpl.id, raw.c_str(), 0, 4 * 6 * 16 * 4), 0);
+  const fs::path file = write_crafted(dir / "data-external.h5", dcpl.id, write_ramp);
+  const std::string refused = file.string() + ": 'climate/data' is stored in 1 external file: only data inside the file is read";
+  EXPECT_EQ(bounded_sample_error(file), refused);
+  fs::remove(raw);  // the raw data now a FIFO: reading it would block forever
+  ASSERT_EQ(::mkfifo(raw.c_str(), 0600), 0);
+  EXPECT_EQ(bounded_sample_error(file, raw), refused);
+}
+
+TEST(DeepCamHdf5, VirtualDatasetsAreRefused) {
+  const fs::path dir = fresh_dir("virtual");
+  const fs::path source = write_sample(dir / "source.h5", 4, 6, kNoLabels);
+  const H5Id dcpl{H5Pcreate(H5P_DATASET_CREATE), H5Pclose};
+  const hsize_t dims[3] = {4, 6, 16};
+  const H5Id space{H5Screate_simple(3, dims, nullptr), H5Sclose};
+  ASSERT_GE(H5Pset_virtual(dcpl.id, space.id, source.c_str(), "/climate/data", space.id), 0);
+  const fs::path file = write_crafted(dir / "data-virtual.h5", dcpl.id, nullptr);
+  EXPECT_EQ(bounded_sample_error(file),
+            file.string() + ": 'climate/data' is a virtual dataset: only data inside the file is read");
+}
+
+// Issue 16 #7: one 2 GiB chunk made a 16^3 sample cost 2.5 GB. Chunks are checked against the
+// sample before anything is read.
+TEST(DeepCamHdf5, ChunksLargerThanTheSampleAreRefused) {
+  const fs::path dir = fresh_dir("chunks");
+  const H5Id dcpl{H5Pcreate(H5P_DATASET_CREATE), H5Pclose};
+  const hsize_t chunk[3] = {1024, 1024, 16};  // 64 MiB for a 1.5 KiB sample
+  ASSERT_GE(H5Pset_chunk(dcpl.id, 3, chunk), 0);
+  const fs::path file = write_crafted(dir / "data-chunk.h5", dcpl.id, write_ramp, {H5S_UNLIMITED, H5S_UNLIMITED, 16});
+  EXPECT_EQ(bounded_sample_error(file),
+            file.string() + ": 'climate/data' is stored in chunks of (1024, 1024, 16), larger than its shape (4, 6, 16)");
+}
+
+TEST(DeepCamHdf5, CompressedSamplesReadAndACompressionBombIsStoppedAtTheChunkSize) {
+  const fs::path dir = fresh_dir("deflate");
+  const H5Id dcpl{H5Pcreate(H5P_DATASET_CREATE), H5Pclose};
+  const hsize_t chunk[3] = {2, 6, 16};
+  ASSERT_GE(H5Pset_chunk(dcpl.id, 3, chunk), 0);
+  ASSERT_GE(H5Pset_shuffle(dcpl.id), 0);
+  ASSERT_GE(H5Pset_deflate(dcpl.id, 6), 0);
+  const fs::path good = write_crafted(dir / "data-deflate.h5", dcpl.id, write_ramp);
+  EXPECT_EQ(decode_sample(slurp(good), good.string(), 4, 6, 16).data, ramp(4 * 6 * 16));
+
+  // A chunk of 768 bytes whose deflate stream inflates to 64 MiB, written as it is.
+  const H5Id bomb_dcpl{H5Pcreate(H5P_DATASET_CREATE), H5Pclose};
+  ASSERT_GE(H5Pset_chunk(bomb_dcpl.id, 3, chunk), 0);
+  ASSERT_GE(H5Pset_deflate(bomb_dcpl.id, 9), 0);
+  const std::vector<Bytef> zeros(64 << 20);
+  std::vector<Bytef> compressed(compressBound(zeros.size()));
+  uLongf compressed_size = compressed.size();
+  ASSERT_EQ(compress2(compressed.data(), &compressed_size, zeros.data(), zeros.size(), 9), Z_OK);
+  const fs::path bomb = write_crafted(dir / "data-bomb.h5", bomb_dcpl.id, [&](hid_t set) {
+    for (hsize_t row : {0, 2}) {
+      const hsize_t offset[3] = {row, 0, 0};
+      ASSERT_GE(H5Dwrite_chunk(set, H5P_DEFAULT, 0, offset, compressed_size, compressed.data()), 0);
+    }
+  });
+  EXPECT_EQ(bounded_sample_error(bomb),
+            bomb.string() + ": cannot read 'climate/data': a compressed chunk inflates past its 768 bytes");
+}
+
+TEST(DeepCamHdf5, UnknownFiltersAreRefusedBeforeAnyPluginIsLooked_for) {
+  const fs::path dir = fresh_dir("filters");
+  const H5Id dcpl{H5Pcreate(H5P_DATASET_CREATE), H5Pclose};
+  const hsize_t chunk[3] = {4, 6, 16};
+  ASSERT_GE(H5Pset_chunk(dcpl.id, 3, chunk), 0);
+  ASSERT_GE(H5Pset_filter(dcpl.id, 32004, H5Z_FLAG_OPTIONAL, 0, nullptr), 0);  // LZ4: no plug-in here
+  const fs::path file = write_crafted(dir / "data-lz4.h5", dcpl.id, write_ramp);
+  const std::string message = bounded_sample_error(file);
+  EXPECT_EQ(message.rfind(file.string() + ": 'climate/data' is compressed with filter 32004", 0), 0u) << message;
+  EXPECT_NE(message.find("only deflate, shuffle and fletcher32 are read"), std::string::npos) << message;
+}
+
+// Issue 16 #19: NaN or infinity in the data is refused naming the file, the pixel and the channel.
+TEST(DeepCamHdf5, NonFiniteDataIsRefusedNamingFilePixelAndChannel) {
+  const fs::path dir = fresh_dir("nan");
+  for (const float bad : {std::nanf(""), -INFINITY}) {
+    const fs::path file = write_crafted(dir / "data-nan.h5", H5P_DEFAULT, [&](hid_t set) {
+      std::vector<float> values = ramp(4 * 6 * 16);
+      values[(1 * 6 + 2) * 16 + 3] = bad;  // pixel (1, 2), channel 3
+      H5Dwrite(set, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data());
+    });
+    EXPECT_EQ(sample_error(file, 4, 6), file.string() + ": climate/data holds " + (std::isnan(bad) ? "nan" : "-inf") +
+                                            " at pixel (1, 2) channel 3: the data must be finite");
+  }
+}
+
+// Issue 16 #22: every sample read leaked 72 bytes inside libhdf5_hl (H5LTopen_file_image's
+// callback state). The heap in use must not grow with the number of samples decoded.
+TEST(DeepCamHdf5, DecodingSamplesDoesNotGrowTheHeap) {
+  const fs::path dir = fresh_dir("leak");
+  const std::vector<std::byte> file = slurp(write_sample(dir / "data-a.h5", 4, 6, kNoLabels));
+  for (int i = 0; i < 200; ++i) decode_sample(file, "a", 4, 6, 16);  // HDF5's free lists settle
+  const size_t before = mallinfo2().uordblks;
+  for (int i = 0; i < 2000; ++i) decode_sample(file, "a", 4, 6, 16);
+  const size_t after = mallinfo2().uordblks;
+  EXPECT_LT(after, before + 16 * 1024) << "the heap grew by " << (after - before) << " bytes over 2000 samples";
 }

@@ -1,10 +1,12 @@
 // The deepcam plug-in through mlperf-run: --generate-data, a one-epoch run on 16x16 weather with the
 // reference backend (every DeepCAM log key), and the closed division refusing a changed target.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <array>
 #include <fstream>
+#include <functional>
 #include <set>
 
 #include "../../integration/cli.hpp"
@@ -126,4 +128,31 @@ TEST(DeepCamRun, ClosedDivisionFixesTheTargetAndEps) {
   const CliResult eps = run_cli("--workload deepcam --set optimizer.eps=1e-8 --data /nonexistent");
   EXPECT_EQ(eps.exit_code, 2);
   EXPECT_NE(eps.output.find("opt_eps is fixed at 1e-6"), std::string::npos) << eps.output;
+}
+
+// Issue 16 #3 and #8: stats.h5 as a FIFO hung the run; as /dev/zero it read until memory ran out; as
+// a directory it failed with a library message naming nothing. Each is now one line naming it.
+TEST(DeepCamRun, AStatsFileThatIsNoRegularFileIsNamedWithoutHanging) {
+  namespace fs = std::filesystem;
+  const auto dir = fresh_dir("deepcam-bad-stats");
+  const std::string shape = " --set data.height=16 --set data.width=16";
+  ASSERT_EQ(run_cli("--workload deepcam --generate-data " + (dir / "data").string() + shape +
+                    " --set data.synthetic.train=2 --set data.synthetic.valid=1")
+                .exit_code,
+            0);
+  const fs::path stats = dir / "data" / "stats.h5";
+  const std::vector<std::pair<std::string, std::function<void()>>> cases = {
+      {"a FIFO", [&] { ASSERT_EQ(::mkfifo(stats.c_str(), 0600), 0); }},
+      {"a character device", [&] { fs::create_symlink("/dev/zero", stats); }},
+      {"a directory", [&] { fs::create_directory(stats); }}};
+  for (const auto& [kind, make] : cases) {
+    fs::remove_all(stats);
+    make();
+    const CliResult r = run_command("timeout 60 " MLPH_BINARY_DIR "/bin/mlperf-run --workload deepcam --data " +
+                                    (dir / "data").string() + shape + " --set train.epochs=1 --output " +
+                                    (dir / "out").string());
+    EXPECT_NE(r.exit_code, 124) << kind << ": still hangs after 60 s";
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(stats.string() + ": is " + kind + ", not a regular file"), std::string::npos) << r.output;
+  }
 }

@@ -13,9 +13,21 @@
 
 namespace mlph::deepcam {
 
+// The most a sample file of height x width x channels can take: the float32 data, labels of up to
+// 8 bytes, twice over for HDF5's own structures (chunk indexes, attributes), plus 16 MiB.
+inline constexpr size_t max_sample_file_bytes(int height, int width, int channels) {
+  const auto pixels = static_cast<size_t>(height) * static_cast<size_t>(width);
+  return 2 * (pixels * static_cast<size_t>(channels) * 4 + pixels * 8) + (16 << 20);
+}
+// The most stats.h5 can take: a few arrays of one value per channel, and room.
+inline constexpr size_t kMaxStatsFileBytes = 16 << 20;
+
 // Decodes a sample file of `height` x `width` x `channels`. `name` is the file, for messages.
 // Throws DataError for a file HDF5 cannot open (truncated, not HDF5), a missing dataset, a wrong
-// shape or dtype (data must be float32, labels any integer or float type holding 0, 1 or 2).
+// shape or dtype (data must be float32, labels any integer or float type holding 0, 1 or 2), data
+// that is not finite, and anything that would reach outside the file (external links, external
+// storage, virtual datasets, filter plug-ins) or inflate past the sample (chunks larger than the
+// shape, unknown filters, a deflate stream longer than its chunk): checked before reading.
 Sample decode_sample(std::span<const std::byte> file, const std::string& name, int height, int width, int channels);
 
 // Decodes stats.h5: climate/minval and climate/maxval of `channels` values (float32 or float64).

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# CI: fuzzes the data readers (tests/fuzz: TFRecord+gzip, npy, HDF5 sample and stats) with libFuzzer,
+# ASan and UBSan. Installs what it needs (Debian 12's clang 14 and its runtimes), builds the
+# harnesses in a build tree of their own, replays every committed corpus file once (a crash that was
+# fixed stays fixed), then fuzzes each harness for a bounded time. Fails on any crash, leak,
+# timeout or out-of-memory, printing the reproducer.
+#   tools/ci/fuzz.sh [SECONDS_PER_HARNESS]   default 30; 0 replays the corpus only
+# Environment: FUZZ_BUILD_DIR (default build-fuzz), JOBS (default: all cores).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+seconds=${1:-30}
+build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
+jobs=${JOBS:-$(nproc)}
+corpus=$root/tests/fuzz/corpus
+started=$SECONDS
+
+packages=(clang-14 libclang-rt-14-dev cmake ninja-build zlib1g-dev libhdf5-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "== installing: ${missing[*]}"
+  sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+echo "== building the harnesses ($build)"
+cmake -S "$root" -B "$build" -G Ninja -DMLPH_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 >"$build.configure.log" 2>&1 \
+  || { cat "$build.configure.log"; exit 1; }
+cmake --build "$build" -j "$jobs"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/mlph-fuzz.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+failed=()
+
+# Shows what libFuzzer left behind for a failure: the input, as a path, hex and base64.
+show_reproducer() {
+  local name=$1
+  for artifact in "$work/$name-"*; do
+    [ -e "$artifact" ] || continue
+    echo "-- reproducer $(basename "$artifact") ($(stat -c %s "$artifact") bytes): replay with"
+    echo "   $build/fuzz/$name $(cat "$build/fuzz/$name.options" | tr -d '\n') FILE"
+    echo "   and commit it to tests/fuzz/corpus/$name/ with the fix"
+    echo "   base64: $(base64 -w0 "$artifact" | head -c 4000)"
+    xxd "$artifact" | head -n 16
+  done
+}
+
+for options in "$build"/fuzz/*.options; do
+  name=$(basename "$options" .options)
+  harness=$build/fuzz/$name
+  read -r -a flags <"$options"
+  flags+=(-artifact_prefix="$work/$name-" -print_final_stats=0)
+
+  echo "== $name: the committed corpus, once ($(ls "$corpus/$name" | wc -l) files)"
+  if ! "$harness" "${flags[@]}" -runs=0 "$corpus/$name" >"$work/$name.replay.log" 2>&1; then
+    tail -n 60 "$work/$name.replay.log"
+    show_reproducer "$name"
+    failed+=("$name (corpus)")
+    continue
+  fi
+  [ "$seconds" -gt 0 ] || continue
+
+  echo "== $name: fuzzing for ${seconds}s"
+  mkdir -p "$work/$name.corpus"  # new inputs go here, not into the checkout
+  if ! "$harness" "${flags[@]}" -max_total_time="$seconds" "$work/$name.corpus" "$corpus/$name" \
+       >"$work/$name.log" 2>&1; then
+    tail -n 60 "$work/$name.log"
+    show_reproducer "$name"
+    failed+=("$name")
+    continue
+  fi
+  grep -E "^#[0-9]+ +DONE" "$work/$name.log" | tail -n 1 || true
+done
+
+echo "== fuzzing took $((SECONDS - started)) s"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "fuzz: FAILED: ${failed[*]}" >&2
+  exit 1
+fi
+echo "fuzz: every harness passed"
