@@ -1,18 +1,32 @@
 #include "hdf5_io.hpp"
 
 #include <hdf5.h>
-#include <hdf5_hl.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <mutex>
 #include <type_traits>
 
+#include "mlph/sdk/text.hpp"
+
 namespace mlph::deepcam {
 namespace {
 
 static_assert(std::is_same_v<hid_t, int64_t>, "Hdf5Writer keeps hid_t as int64_t");
+
+// ---- Nothing outside the file, nothing larger than the sample ----------------------------------
+// HDF5 can reach outside a file in four ways: external links, external raw storage, virtual
+// datasets and filter plug-ins loaded from disk. A sample read refuses the first three (checked per
+// link and dataset below) and never loads a plug-in. It reads no compressed data either: HDF5
+// inflates a deflate chunk to whatever size its stream has before it truncates it to the chunk (a
+// few KiB could ask for gigabytes), and its built-in filters cannot be replaced by a bounded one.
+void make_hdf5_self_contained() {
+  static const bool done = H5PLset_loading_state(0) >= 0;
+  (void)done;
+}
 
 // The high-level library (file images) is not thread-safe, and HDF5's error-printing switch is
 // per thread: every use of HDF5 here holds this lock and silences the library's own stderr report.
@@ -26,6 +40,7 @@ class Session {
   Session() : guard_(hdf5_lock()) {
     H5Eget_auto2(H5E_DEFAULT, &handler_, &data_);
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    make_hdf5_self_contained();
   }
   ~Session() { H5Eset_auto2(H5E_DEFAULT, handler_, data_); }
   Session(const Session&) = delete;
@@ -63,22 +78,46 @@ std::string dims_text(const std::vector<hsize_t>& dims) {
   return s + (dims.size() == 1 ? ",)" : ")");
 }
 
+// The file image callbacks of an image read in place: HDF5's core driver asks for buffers and
+// copies the image into them; these hand it the caller's bytes and never free them. (HDF5's own
+// H5LTopen_file_image does the same, but leaks 72 bytes of its callback state for every file.)
+struct InPlaceImage {
+  const void* data;
+  size_t size;
+};
+H5FD_file_image_callbacks_t in_place_callbacks(InPlaceImage* image) {
+  return {[](size_t size, H5FD_file_image_op_t, void* udata) -> void* {
+            const auto* in = static_cast<InPlaceImage*>(udata);
+            return size == in->size ? const_cast<void*>(in->data) : nullptr;
+          },
+          [](void* dest, const void* src, size_t size, H5FD_file_image_op_t, void*) -> void* {
+            if (dest != src) std::memcpy(dest, src, size);
+            return dest;
+          },
+          [](void*, size_t, H5FD_file_image_op_t, void*) -> void* { return nullptr; },  // read-only: never grows
+          [](void*, H5FD_file_image_op_t, void*) -> herr_t { return 0; },
+          [](void* udata) -> void* { return udata; },
+          [](void*) -> herr_t { return 0; },
+          image};
+}
+
 // A file image opened read-only in place; `file` must outlive it.
 class Image {
  public:
   Image(std::span<const std::byte> file, const std::string& name)
-      : name_(name), file_(open(file, name), H5Fclose) {}
+      : name_(name), image_{file.data(), file.size()}, file_(open(file, name, image_), H5Fclose) {}
 
-  // Opens `path`, checks its element class and shape, and returns it with its dtype.
+  // Opens `path`, checks its element class and shape, where its data lives (in the file only) and
+  // how it is stored (chunks no larger than the shape, known filters only), and returns it with
+  // its dtype.
   struct Dataset {
     std::unique_ptr<Id> id;
     H5T_class_t type_class;
     size_t type_size;
   };
   Dataset dataset(const std::string& path, const std::vector<hsize_t>& expected) const {
-    if (H5Lexists(file_.get(), "climate", H5P_DEFAULT) <= 0 || H5Lexists(file_.get(), path.c_str(), H5P_DEFAULT) <= 0)
-      throw DataError(name_, "no dataset '" + path + "'");
-    auto id = std::make_unique<Id>(H5Dopen2(file_.get(), path.c_str(), H5P_DEFAULT), H5Dclose);
+    check_links(path);
+    auto id = std::make_unique<Id>(H5Dopen2(file_.get(), path.c_str(), access_.get()), H5Dclose);
     if (!id->ok()) throw DataError(name_, "cannot open dataset '" + path + "'");
     const Id space(H5Dget_space(id->get()), H5Sclose);
     const Id type(H5Dget_type(id->get()), H5Tclose);
@@ -88,6 +127,7 @@ class Image {
     H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
     if (dims != expected)
       throw DataError(name_, "'" + path + "' has shape " + dims_text(dims) + ", expected " + dims_text(expected));
+    check_storage(id->get(), path, dims);
     return {std::move(id), H5Tget_class(type.get()), H5Tget_size(type.get())};
   }
 
@@ -100,16 +140,82 @@ class Image {
   }
 
  private:
-  static hid_t open(std::span<const std::byte> file, const std::string& name) {
+  static hid_t open(std::span<const std::byte> file, const std::string& name, InPlaceImage& image) {
     if (file.empty()) throw DataError(name, "empty file");
-    // Read-only, no copy, no release: HDF5 reads the caller's buffer in place.
-    const hid_t id = H5LTopen_file_image(const_cast<std::byte*>(file.data()), file.size(),
-                                         H5LT_FILE_IMAGE_DONT_COPY | H5LT_FILE_IMAGE_DONT_RELEASE);
+    const Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+    H5FD_file_image_callbacks_t callbacks = in_place_callbacks(&image);
+    // The core driver on the caller's bytes, no backing file: HDF5 reads the buffer in place.
+    if (!fapl.ok() || H5Pset_fapl_core(fapl.get(), 1 << 20, false) < 0 ||
+        H5Pset_file_image_callbacks(fapl.get(), &callbacks) < 0 ||
+        H5Pset_file_image(fapl.get(), const_cast<std::byte*>(file.data()), file.size()) < 0)
+      throw DataError(name, "cannot set up HDF5 to read the file from memory");
+    const hid_t id = H5Fopen("in-memory image", H5F_ACC_RDONLY, fapl.get());
     if (id < 0) throw DataError(name, "not a readable HDF5 file (truncated or corrupt?), " + std::to_string(file.size()) + " bytes");
     return id;
   }
+
+  // Every link on the way to `path` must be a hard link: an external link opens another file (a
+  // FIFO there hangs the reader), a soft link may lead to one.
+  void check_links(const std::string& path) const {
+    for (size_t end = path.find('/'); ; end = path.find('/', end + 1)) {
+      const std::string prefix = path.substr(0, end);
+      if (H5Lexists(file_.get(), prefix.c_str(), access_.get()) <= 0) throw DataError(name_, "no dataset '" + path + "'");
+      H5L_info_t info{};
+      if (H5Lget_info(file_.get(), prefix.c_str(), &info, access_.get()) < 0)
+        throw DataError(name_, "cannot read the link '" + prefix + "'");
+      if (info.type != H5L_TYPE_HARD)
+        throw DataError(name_, "'" + prefix + "' is " + (info.type == H5L_TYPE_SOFT ? "a soft link" : "an external link") +
+                                   ": only data inside the file is read");
+      if (end == std::string::npos) return;
+    }
+  }
+
+  // Where and how the dataset's values are stored: in this file, in chunks no larger than the shape,
+  // uncompressed (the shuffle and fletcher32 filters neither grow nor shrink the data).
+  void check_storage(hid_t set, const std::string& path, const std::vector<hsize_t>& dims) const {
+    const Id dcpl(H5Dget_create_plist(set), H5Pclose);
+    if (!dcpl.ok()) throw DataError(name_, "cannot read the storage of '" + path + "'");
+    const std::string outside = ": only data inside the file is read";
+    const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+    if (layout == H5D_VIRTUAL) throw DataError(name_, "'" + path + "' is a virtual dataset" + outside);
+    if (const int external = H5Pget_external_count(dcpl.get()); external != 0)
+      throw DataError(name_, "'" + path + "' is stored in " + std::to_string(external) + " external file" +
+                                 (external == 1 ? "" : "s") + outside);
+    if (layout != H5D_CHUNKED) return;
+    std::vector<hsize_t> chunk(dims.size());
+    if (H5Pget_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()) != static_cast<int>(chunk.size()))
+      throw DataError(name_, "cannot read the chunk shape of '" + path + "'");
+    for (size_t i = 0; i < dims.size(); ++i)
+      if (chunk[i] == 0 || chunk[i] > dims[i])
+        throw DataError(name_, "'" + path + "' is stored in chunks of " + dims_text(chunk) + ", larger than its shape " +
+                                   dims_text(dims));
+    for (int i = 0, n = H5Pget_nfilters(dcpl.get()); i < n; ++i) {
+      unsigned flags = 0, values[8];
+      size_t n_values = 8;
+      char filter_name[64] = "";
+      const H5Z_filter_t filter = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &n_values, values,
+                                                 sizeof filter_name, filter_name, nullptr);
+      if (filter != H5Z_FILTER_SHUFFLE && filter != H5Z_FILTER_FLETCHER32)
+        throw DataError(name_, "'" + path + "' is stored with filter " + std::to_string(filter) + " " +
+                                   sdk::quoted(filter_name) +
+                                   ": compressed data is not read, a chunk could inflate to any size (h5repack -f NONE "
+                                   "writes an uncompressed copy)");
+    }
+  }
+
+  // Link traversal that never follows an external link, even where a check above is bypassed.
+  static hid_t link_access() {
+    const hid_t access = H5Pcreate(H5P_DATASET_ACCESS);
+    H5Pset_elink_cb(
+        access, [](const char*, const char*, const char*, const char*, unsigned*, hid_t, void*) -> herr_t { return -1; },
+        nullptr);
+    return access;
+  }
+
   std::string name_;
+  InPlaceImage image_;
   Id file_;
+  Id access_{link_access(), H5Pclose};
 };
 
 std::string type_name(H5T_class_t type_class, size_t size) {
@@ -117,6 +223,19 @@ std::string type_name(H5T_class_t type_class, size_t size) {
   if (type_class == H5T_FLOAT) return "float" + bits;
   if (type_class == H5T_INTEGER) return "int" + bits;
   return "a non-numeric type";
+}
+
+// NaN or infinity would reach the loss as NaN, naming nothing: refused here, where the file is known.
+void check_finite(const std::vector<float>& data, const std::string& name, int width, int channels) {
+  bool finite = true;
+  for (const float v : data) finite &= std::isfinite(v);  // no early exit: the loop vectorizes
+  if (finite) return;
+  const size_t at = static_cast<size_t>(std::find_if(data.begin(), data.end(), [](float v) { return !std::isfinite(v); }) -
+                                        data.begin());
+  const auto c = static_cast<size_t>(channels), w = static_cast<size_t>(width);
+  throw DataError(name, "climate/data holds " + std::string(std::isnan(data[at]) ? "nan" : data[at] > 0 ? "inf" : "-inf") +
+                            " at pixel (" + std::to_string(at / c / w) + ", " + std::to_string(at / c % w) + ") channel " +
+                            std::to_string(at % c) + ": the data must be finite");
 }
 
 std::vector<int32_t> checked_labels(const std::vector<double>& values, const std::string& name, int width) {
@@ -143,6 +262,7 @@ Sample decode_sample(std::span<const std::byte> file, const std::string& name, i
     if (data.type_class != H5T_FLOAT || data.type_size != 4)
       throw DataError(name, "climate/data is " + type_name(data.type_class, data.type_size) + ", expected float32");
     s.data = image.read<float>(data, H5T_NATIVE_FLOAT, h * w * c, "climate/data");
+    check_finite(s.data, name, width, channels);
   }
   const Image::Dataset labels = image.dataset("climate/labels_0", {h, w});
   if (labels.type_class != H5T_INTEGER && labels.type_class != H5T_FLOAT)

@@ -27,7 +27,7 @@ inline constexpr size_t kMaxStatsFileBytes = 16 << 20;
 // shape or dtype (data must be float32, labels any integer or float type holding 0, 1 or 2), data
 // that is not finite, and anything that would reach outside the file (external links, external
 // storage, virtual datasets, filter plug-ins) or inflate past the sample (chunks larger than the
-// shape, unknown filters, a deflate stream longer than its chunk): checked before reading.
+// shape, compression): checked before reading.
 Sample decode_sample(std::span<const std::byte> file, const std::string& name, int height, int width, int channels);
 
 // Decodes stats.h5: climate/minval and climate/maxval of `channels` values (float32 or float64).

@@ -213,7 +213,7 @@ TEST(CosmoFlowDataTfRecord, AGzipBombStopsAtWhatTheSamplesCanTake) {
 
 TEST(CosmoFlowDataTfRecord, APlainFileLargerThanItsRecordsCanBeIsRefused) {
   TwoRecords t;  // two 8^3 records
-  expect_data_error([&] { read_tfrecord_samples(t.file, "p.tfrecord", 8, 2); }, {"p.tfrecord: record 0: "});
+  EXPECT_EQ(read_tfrecord_samples(t.file, "p.tfrecord", 8, 2).size(), 2u);
   std::vector<std::byte> padded = t.file;
   padded.resize(max_tfrecord_bytes(8, 1) + 1);
   expect_data_error([&] { read_tfrecord_samples(padded, "p.tfrecord", 8, 1); },
