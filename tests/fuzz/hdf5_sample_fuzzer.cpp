@@ -3,6 +3,8 @@
 #include "data/hdf5_io.hpp"
 #include "fuzz.hpp"
 
+MLPH_FUZZ_ALLOCATIONS_FAIL_PAST_2GIB
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using mlph::deepcam::DataError;
   mlph::fuzz::refusing<DataError>([&] { mlph::deepcam::decode_sample(mlph::fuzz::bytes(data, size), "fuzz.h5", 4, 6, 16); });

@@ -1,5 +1,5 @@
-// Writes the seed corpus of the harnesses: small valid files from the synthetic generators, one
-// folder per harness. The committed corpus/ was made with: build-fuzz/fuzz/make_corpus tests/fuzz/corpus
+// Writes the seed corpus of the harnesses: small valid files (CosmoFlow's from its synthetic
+// generator, DeepCAM's from a pattern), one folder per harness. The committed corpus/ was made with: build-fuzz/fuzz/make_corpus tests/fuzz/corpus
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -32,13 +32,14 @@ void write_npy(const fs::path& dir) {
 }
 
 void write_hdf5_samples(const fs::path& dir) {
-  for (uint64_t i = 0; i < 2; ++i) {
-    const deepcam::Sample s = deepcam::synthesize_sample(7, i, 4, 6);
-    deepcam::Hdf5Writer out((dir / ("data-" + std::to_string(i) + ".h5")).string());
-    out.write("climate/data", {4, 6, 16}, std::span<const float>(s.data));
-    out.write("climate/labels_0", {4, 6}, std::span<const int32_t>(s.labels));
-    out.commit();
-  }
+  std::vector<float> data(4 * 6 * 16);
+  std::vector<int32_t> labels(4 * 6);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i % 97) * 0.5f - 10.0f;
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(i % 3);
+  deepcam::Hdf5Writer out((dir / "data-0.h5").string());
+  out.write("climate/data", {4, 6, 16}, std::span<const float>(data));
+  out.write("climate/labels_0", {4, 6}, std::span<const int32_t>(labels));
+  out.commit();
 }
 
 void write_hdf5_stats(const fs::path& dir) {

@@ -34,7 +34,15 @@ cmake --build "$build" -j "$jobs"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/mlph-fuzz.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-failed=()
+failed=() upstream=()
+
+# True when the report's first frame of code that is not the fuzzing or sanitizer runtime, nor libc,
+# lies in libhdf5: a defect of the library reading a corrupt file, which this project cannot fix.
+in_libhdf5() {
+  grep -E "^ +#[0-9]+ 0x" "$1" \
+    | grep -vE "fuzzer::|__sanitizer|__asan|__lsan|__interceptor|in (malloc|calloc|realloc|free|operator new|memcpy|memmove|memset)|libc\.so|libc_start|__restore_rt|sigaction" \
+    | head -n 1 | grep -q "libhdf5"
+}
 
 # Shows what libFuzzer left behind for a failure: the input, as a path, hex and base64.
 show_reproducer() {
@@ -56,7 +64,7 @@ for options in "$build"/fuzz/*.options; do
   flags+=(-artifact_prefix="$work/$name-" -print_final_stats=0)
 
   echo "== $name: the committed corpus, once ($(ls "$corpus/$name" | wc -l) files)"
-  if ! "$harness" "${flags[@]}" -runs=0 "$corpus/$name" >"$work/$name.replay.log" 2>&1; then
+  if ! "$harness" "${flags[@]}" -detect_leaks=1 -runs=0 "$corpus/$name" >"$work/$name.replay.log" 2>&1; then
     tail -n 60 "$work/$name.replay.log"
     show_reproducer "$name"
     failed+=("$name (corpus)")
@@ -66,17 +74,32 @@ for options in "$build"/fuzz/*.options; do
 
   echo "== $name: fuzzing for ${seconds}s"
   mkdir -p "$work/$name.corpus"  # new inputs go here, not into the checkout
-  if ! "$harness" "${flags[@]}" -max_total_time="$seconds" "$work/$name.corpus" "$corpus/$name" \
-       >"$work/$name.log" 2>&1; then
+  deadline=$((SECONDS + seconds))
+  while [ $SECONDS -lt $deadline ]; do
+    rm -f "$work/$name-"*
+    if "$harness" "${flags[@]}" -max_total_time=$((deadline - SECONDS)) "$work/$name.corpus" "$corpus/$name" \
+         >"$work/$name.log" 2>&1; then
+      grep -E "^#[0-9]+ +DONE" "$work/$name.log" | tail -n 1 || true
+      break
+    fi
+    if in_libhdf5 "$work/$name.log"; then  # not ours to fix: reported, and fuzzing goes on
+      echo "-- a defect inside libhdf5 (Debian's, not this project's):"
+      grep -E "ERROR|SUMMARY" "$work/$name.log" | head -n 2
+      upstream+=("$name: $(grep -m1 -oE "(timeout|out-of-memory|SEGV|leak|[a-z-]+-overflow)" "$work/$name.log" || echo crash)")
+      show_reproducer "$name"
+      continue
+    fi
     tail -n 60 "$work/$name.log"
     show_reproducer "$name"
     failed+=("$name")
-    continue
-  fi
-  grep -E "^#[0-9]+ +DONE" "$work/$name.log" | tail -n 1 || true
+    break
+  done
 done
 
 echo "== fuzzing took $((SECONDS - started)) s"
+if [ ${#upstream[@]} -gt 0 ]; then
+  echo "fuzz: defects found inside libhdf5, not failing the job: ${upstream[*]}"
+fi
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz: FAILED: ${failed[*]}" >&2
   exit 1
