@@ -49,7 +49,9 @@ typedef struct MLPH_StorageApi {
   /* Calls `each` for every regular file in `dir` whose name ends in `suffix` ("" = all), sorted by
    * name. A missing or unreadable directory is MLPH_NOT_FOUND naming it. */
   MLPH_Error* (*list)(MLPH_Storage* storage, const char* dir, const char* suffix, MLPH_PathFn each, void* ctx);
-  /* Reads the whole file into memory obtained from `alloc`; *size receives its length. */
+  /* Reads the whole file into memory obtained from `alloc`; *size receives its length. Only a regular
+   * file is read: anything else (FIFO, directory, device) is an error naming it, returned without
+   * blocking. `alloc` returning NULL refuses the size (an error). */
   MLPH_Error* (*read)(MLPH_Storage* storage, const char* path, MLPH_AllocFn alloc, void* ctx, size_t* size);
   MLPH_Error* (*stats)(MLPH_Storage* storage, MLPH_IoStats* out);
   /* ABI 1.1, optional (NULL: the plug-in does not stage; callers check struct_size first).

@@ -2,20 +2,16 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <stdexcept>
 #include <system_error>
+
+#include "mlph/sdk/storage.hpp"
 
 namespace mlph::cosmoflow {
 
 std::vector<std::byte> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) throw std::runtime_error(path + ": cannot open for reading");
-  const std::streamoff size = in.tellg();
-  if (size < 0) throw std::runtime_error(path + ": cannot determine the size (not a regular file?)");
-  std::vector<std::byte> bytes(static_cast<size_t>(size));
-  in.seekg(0);
-  if (!in.read(reinterpret_cast<char*>(bytes.data()), size)) throw std::runtime_error(path + ": read failed");
-  return bytes;
+  return sdk::read_regular_file(path, std::numeric_limits<uint64_t>::max());  // the machine's memory caps it
 }
 
 void write_file_atomically(const std::string& path, std::span<const std::byte> bytes) {

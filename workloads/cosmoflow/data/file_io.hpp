@@ -9,7 +9,8 @@
 
 namespace mlph::cosmoflow {
 
-// The bytes of the file at path. Throws std::runtime_error naming the path.
+// The bytes of the regular file at path (sdk::read_regular_file). Throws std::runtime_error naming
+// the path, also for a FIFO, directory or device.
 std::vector<std::byte> read_file(const std::string& path);
 
 // Writes bytes to path.partial, then renames it to path, so that a reader never sees half a file.
