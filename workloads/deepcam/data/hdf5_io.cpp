@@ -28,8 +28,8 @@ void make_hdf5_self_contained() {
   (void)done;
 }
 
-// The high-level library (file images) is not thread-safe, and HDF5's error-printing switch is
-// per thread: every use of HDF5 here holds this lock and silences the library's own stderr report.
+// Debian's HDF5 is built without thread safety, and its error-printing switch is per thread: every
+// use of HDF5 here holds this lock and silences the library's own stderr report.
 std::mutex& hdf5_lock() {
   static std::mutex lock;
   return lock;
