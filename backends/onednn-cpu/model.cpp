@@ -4,6 +4,7 @@
 // layouts oneDNN picks and meet the graph layout only at the edges.
 #include <omp.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -137,6 +138,15 @@ class OnednnModel final : public sdk::Model {
       fail(MLPH_FAILED_PRECONDITION, kName + ": parameter '" + v.name + "' is not trainable and has no gradient");
     sdk::check_matches(dst, info(param(index).value), kName + ": gradient");
     std::memcpy(dst.data, grads_.data() + param(index).grad_offset, size_t(v.numel()) * sizeof(float));
+  }
+  void read_state(size_t index, const std::string& slot, MLPH_Tensor& dst) override {
+    const float* state = state_slot(index, slot, dst, true);
+    std::memcpy(dst.data, state, size_t(sdk::numel(dst)) * sizeof(float));
+  }
+  void write_state(size_t index, const std::string& slot, const MLPH_Tensor& src) override {
+    float* state = state_slot(index, slot, src, false);
+    std::memcpy(state, src.data, size_t(sdk::numel(src)) * sizeof(float));
+    if (slot == sdk::kPendingGradientSlot) accumulating_ = true;  // the next micro-batch adds to it
   }
 
  private:
@@ -352,6 +362,25 @@ class OnednnModel final : public sdk::Model {
     return params_[index];
   }
   Value& param_value(size_t index) { return net_.at(param(index).value); }
+
+  // The buffer behind state slot `slot` of parameter `index`, checked against `tensor` (docs/abi.md, ABI 1.4).
+  float* state_slot(size_t index, const std::string& slot, const MLPH_Tensor& tensor, bool reading) {
+    const ParamInfo& p = param(index);
+    const Value& v = param_value(index);
+    sdk::check_matches(tensor, info(p.value), kName + ": state '" + slot + "' of");
+    if (!p.trainable) fail(MLPH_NOT_FOUND, kName + ": parameter '" + v.name + "' is not trainable and has no state");
+    if (slot == sdk::kPendingGradientSlot) {
+      if (reading && !accumulating_)
+        fail(MLPH_FAILED_PRECONDITION, kName + ": no accumulation window is open: no pending gradient");
+      return grads_.data() + p.grad_offset;
+    }
+    const auto found = std::find(optimizer_.state.begin(), optimizer_.state.end(), slot);
+    if (found == optimizer_.state.end()) fail(MLPH_NOT_FOUND, kName + ": the optimizer has no state slot '" + slot + "'");
+    // slots_ holds the trainable parameters in graph order.
+    const auto trainable_before = std::count_if(params_.begin(), params_.begin() + long(index),
+                                                [](const ParamInfo& q) { return q.trainable; });
+    return slots_[size_t(trainable_before)].state(size_t(found - optimizer_.state.begin())).data();
+  }
 
   const MLPH_HostApi* host_;
   BackendOptions options_;

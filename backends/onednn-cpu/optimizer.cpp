@@ -29,6 +29,7 @@ const std::vector<std::string>& optimizer_names() {
 OptimizerConfig optimizer_config(const sdk::ValidOptimizer& opt) {
   OptimizerConfig c;
   c.kind = kinds().at(opt.name);
+  for (const char* slot : sdk::schema::find_optimizer(opt.name)->state) c.state.emplace_back(slot);
   if (c.kind == Kind::sgd_keras) {
     c.momentum = opt.attrs.number("momentum");
     return c;

@@ -72,6 +72,7 @@ enum class OptimizerKind { sgd_keras, adam, adamw, lamb };
 
 struct OptimizerSpec {
   OptimizerKind kind = OptimizerKind::sgd_keras;
+  std::vector<std::string> state;  // the catalogue's slot names, stored one after the other per parameter
   double momentum = 0;  // sgd_keras
   AdamAttrs adam;       // adam, adamw, lamb
 };

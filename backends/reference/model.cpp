@@ -484,4 +484,34 @@ void ReferenceModel::read_gradient(size_t index, MLPH_Tensor& dst) {
   std::memcpy(dst.data, grad(p.value), static_cast<size_t>(numel(p.value)) * sizeof(float));
 }
 
+// The buffer behind state slot `slot` of parameter `index`, checked against `tensor` (docs/abi.md, ABI 1.4).
+float* ReferenceModel::state_slot(size_t index, const std::string& slot, const MLPH_Tensor& tensor, bool reading) {
+  const CompiledParam& p = param(index);
+  const ValueInfo& value = program_.values[static_cast<size_t>(p.value)];
+  sdk::check_matches(tensor, value.as_value(), "reference backend: state '" + slot + "' of");
+  if (!p.trainable)
+    fail(MLPH_NOT_FOUND, "reference backend: parameter '" + value.name + "' is not trainable and has no state");
+  if (slot == sdk::kPendingGradientSlot) {
+    if (reading && !accumulating_)
+      fail(MLPH_FAILED_PRECONDITION, "reference backend: no accumulation window is open: no pending gradient");
+    return grad(p.value);
+  }
+  const std::vector<std::string>& slots = program_.optimizer.state;
+  const auto found = std::find(slots.begin(), slots.end(), slot);
+  if (found == slots.end())
+    fail(MLPH_NOT_FOUND, "reference backend: the optimizer has no state slot '" + slot + "'");
+  return optimizer_state_[index].data() + (found - slots.begin()) * numel(p.value);
+}
+
+void ReferenceModel::read_state(size_t index, const std::string& slot, MLPH_Tensor& dst) {
+  const float* state = state_slot(index, slot, dst, true);
+  std::memcpy(dst.data, state, static_cast<size_t>(sdk::numel(dst)) * sizeof(float));
+}
+
+void ReferenceModel::write_state(size_t index, const std::string& slot, const MLPH_Tensor& src) {
+  float* state = state_slot(index, slot, src, false);
+  std::memcpy(state, src.data, static_cast<size_t>(sdk::numel(src)) * sizeof(float));
+  if (slot == sdk::kPendingGradientSlot) accumulating_ = true;  // the next micro-batch adds to it
+}
+
 }  // namespace mlph::reference

@@ -24,6 +24,8 @@ class ReferenceModel final : public sdk::Model {
   void read_parameter(size_t index, MLPH_Tensor& dst) override;
   void write_parameter(size_t index, const MLPH_Tensor& src) override;
   void read_gradient(size_t index, MLPH_Tensor& dst) override;
+  void read_state(size_t index, const std::string& slot, MLPH_Tensor& dst) override;
+  void write_state(size_t index, const std::string& slot, const MLPH_Tensor& src) override;
 
  private:
   void allocate();
@@ -37,6 +39,7 @@ class ReferenceModel final : public sdk::Model {
   void apply_optimizer(double learning_rate, uint64_t step);
   const int32_t* checked_labels(const CompiledNode& node) const;
   const CompiledParam& param(size_t index) const;
+  float* state_slot(size_t index, const std::string& slot, const MLPH_Tensor& tensor, bool reading);
 
   const float* data(int32_t v) const { return values_[static_cast<size_t>(v)].data(); }
   float* data(int32_t v) { return values_[static_cast<size_t>(v)].data(); }
@@ -53,7 +56,7 @@ class ReferenceModel final : public sdk::Model {
   std::vector<float> param_grads_;                   // all trainable parameters' gradients: one buffer, one allreduce
   std::vector<std::vector<float>> other_grads_;      // gradients of the intermediate values that need one
   std::vector<float*> grads_;                        // per value: its gradient buffer, or null
-  std::vector<std::vector<float>> optimizer_state_;  // per parameter: sgd velocity or Adam m then v (empty if frozen)
+  std::vector<std::vector<float>> optimizer_state_;  // per parameter: its slots (sgd velocity; Adam m then v), empty if frozen
   std::vector<float> lamb_update_;                   // LAMB's per-tensor update, as large as the largest parameter
   // Per node: what its backward pass needs from the last training forward (dropout mask; batch-norm mean and
   // 1/std per channel).

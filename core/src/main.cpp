@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   RunOptions options;
   CampaignOptions campaign;
   std::vector<std::string> plugin_dirs;
-  std::string borrow, system_info;
+  std::string borrow, system_info, checkpoint_dir, resume, export_weights;
   uint64_t seed = 0;
   po::options_description cli(
       "mlperf-run: train an MLPerf HPC benchmark to its quality target with run-time plug-ins\n\n"
@@ -61,6 +61,16 @@ int main(int argc, char** argv) {
       ("plugin-dir", po::value(&plugin_dirs)->composing(), "search this directory for plug-ins first (repeatable)")
       ("generate-data", po::value(&options.generate_data_dir), "write the workload's synthetic dataset to DIR and exit")
       ("log-name", po::value(&options.log_name), "file name of the MLPerf log in --output (default result_0.txt)")
+      ("checkpoint-dir", po::value(&checkpoint_dir),
+       "save a checkpoint into DIR after every epoch (weights, optimizer state, counters); go on after a failure "
+       "with --resume DIR")
+      ("checkpoint-every", po::value(&options.checkpoint_every), "with --checkpoint-dir: epochs between checkpoints (default 1)")
+      ("checkpoint-keep", po::value(&options.checkpoint_keep), "with --checkpoint-dir: checkpoints kept, the newest (default 2)")
+      ("resume", po::value(&resume),
+       "go on from a checkpoint (DIR/epoch-NNNNNN, or DIR: its latest) with the next epoch; a resumed run is not a "
+       "timed MLPerf result")
+      ("export-weights", po::value(&export_weights),
+       "at the end, write the trained weights to FILE (.npz) in the reference implementation's PyTorch names and layouts")
       ("borrow-hparams", po::value(&borrow),
        "take the hyperparameters of another submission's result log, or of a YAML of log keys; checked against "
        "the closed rules, overridden by --set")
@@ -92,6 +102,12 @@ int main(int argc, char** argv) {
   if (vm.count("list-plugins")) return list_plugins(options.plugin_dirs);
   if (vm.count("seed")) options.seed = seed;
   options.output_dir = vm["output"].as<std::string>();
+  options.checkpoint_dir = checkpoint_dir, options.resume_from = resume, options.export_weights = export_weights;
+  if (vm.count("runs") && !(checkpoint_dir.empty() && resume.empty() && export_weights.empty())) {
+    std::fprintf(stderr, "mlperf-run: error: --runs makes timed submission runs: no --checkpoint-dir, --resume or "
+                         "--export-weights with it\n");
+    return 2;
+  }
   if (vm.count("runs")) {
     if (campaign.runs < 0) {
       std::fprintf(stderr, "mlperf-run: error: --runs must be >= 0\n");

@@ -7,10 +7,12 @@
 
 namespace mlph::core {
 
-Progress::Progress(bool enabled, uint32_t max_epochs, uint64_t steps_per_epoch, uint64_t samples_per_step)
+Progress::Progress(bool enabled, uint32_t max_epochs, uint64_t steps_per_epoch, uint64_t samples_per_step,
+                   uint32_t first_epoch)
     : enabled_(enabled),
       tty_(isatty(fileno(stderr)) != 0),
       max_epochs_(max_epochs),
+      first_epoch_(first_epoch),
       steps_per_epoch_(steps_per_epoch),
       samples_per_step_(samples_per_step) {}
 
@@ -32,7 +34,7 @@ void Progress::step(uint32_t epoch, uint64_t step, double loss) {
   if (!due) return;
   last_print_ = now;
   const double rate = elapsed > 0 ? static_cast<double>(steps_done_ * samples_per_step_) / elapsed : 0.0;
-  const uint64_t steps_left = static_cast<uint64_t>(max_epochs_) * steps_per_epoch_ - steps_done_;
+  const uint64_t steps_left = static_cast<uint64_t>(max_epochs_ - first_epoch_) * steps_per_epoch_ - steps_done_;
   const double eta = rate > 0 ? static_cast<double>(steps_left * samples_per_step_) / rate : 0.0;
   const std::string line = fmt::format("epoch {}/{}  step {}/{}  {:.2f} samples/s  loss {:.4f}  ETA<= {}", epoch + 1,
                                        max_epochs_, step + 1, steps_per_epoch_, rate, loss, duration(eta));

@@ -1,6 +1,7 @@
 // The timed run: init, run_start, the epochs (train, evaluate), run_stop, exactly as the MLPerf HPC
 // rules time them. Its helpers: signals.cpp (interrupts), data_pipeline.cpp (order, shards, reading
-// ahead), run_report.cpp (where the time went), progress.cpp (the terminal).
+// ahead), run_report.cpp (where the time went), progress.cpp (the terminal), checkpoint.cpp (saving
+// and resuming), export.cpp (the trained weights for PyTorch).
 #include "mlph/core/runner.hpp"
 
 #include <fmt/format.h>
@@ -13,8 +14,10 @@
 #include <memory>
 #include <numeric>
 
+#include "mlph/core/checkpoint.hpp"
 #include "mlph/core/config.hpp"
 #include "mlph/core/data_pipeline.hpp"
+#include "mlph/core/export.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/core/mllog.hpp"
 #include "mlph/core/plugin_loader.hpp"
@@ -43,7 +46,12 @@ class Run {
  private:
   int generate_data();
   int timed_run();
+  void open_resume();
+  void check_checkpoints_and_export();
   void initialize(MlLogger& log);
+  void resume_training(MlLogger& log);
+  void save_checkpoint_if_due(MlLogger& log, Progress& progress, uint32_t epochs_done);
+  void export_trained_weights();
   bool train_and_evaluate(MlLogger& log);
   void check_eval_outputs() const;
   void train_epoch(uint32_t epoch, Progress& progress);
@@ -58,15 +66,19 @@ class Run {
   const MLPH_BackendApi* backend() const { return session_->backend_api(); }
   const MLPH_CommsApi* comms() const { return session_->comms_api(); }
 
-  const RunOptions& options_;
+  RunOptions options_;  // a copy: a resumed run takes the checkpoint's seed
   SignalWatcher& signals_;
+  std::unique_ptr<CheckpointReader> resume_;  // --resume: opened and checked before anything starts
+  CheckpointOptions checkpoints_;
+  decltype(MLPH_WorkloadApi::reference_layout) export_layout_ = nullptr;  // --export-weights
   std::unique_ptr<Session> session_;
   // Declared after the session: destroyed before the plug-ins that made them.
   Owned<MLPH_Model> model_{nullptr, nullptr};
   Owned<MLPH_Dataset> train_set_{nullptr, nullptr}, eval_set_{nullptr, nullptr};
   const MLPH_Graph* graph_ = nullptr;
   uint64_t train_size_ = 0, eval_size_ = 0, micro_batches_ = 0;
-  uint32_t batch_ = 0;
+  uint32_t batch_ = 0, first_epoch_ = 0;  // first_epoch_: where a resumed run goes on
+  std::vector<double> metrics_;           // the quality metric after each epoch
   // Staged data is dealt out among the ranks of a node (see storage.h: MLPH_StageStats), else among all.
   DataShard data_shard_{};
   uint64_t train_total_ = 0, eval_total_ = 0;  // over all ranks: the node-local sizes summed when staged
@@ -109,11 +121,49 @@ void Run::initialize(MlLogger& log) {
   for (const LoadedPlugin* p : session_->plugins()) log_plugin(log, *p);
 
   batch_ = session_->info().local_batch_size;
-  check(workload()->build_graph(session_->workload(), batch_, session_->seed(), &graph_), "building the model");
+  if (!graph_)  // a resumed run built it already, to compare it with the checkpoint's
+    check(workload()->build_graph(session_->workload(), batch_, session_->seed(), &graph_), "building the model");
   check_eval_outputs();
   model_ = session_->compile(*graph_);
+  if (resume_) resume_training(log);
   check(comms()->barrier(session_->comm()), "comms");
   log.end("init_stop");
+}
+
+// --resume: the checkpoint was checked before the log began (check_checkpoints_and_export); here its
+// tensors go into the model and the runner takes up its counters. The log says the run is resumed: its
+// time to train covers only the epochs after the checkpoint, so it is no timed MLPerf result.
+void Run::resume_training(MlLogger& log) {
+  restore_checkpoint(*resume_, *session_, model_.get(), *graph_);
+  const RunnerState& state = resume_->manifest().state;
+  first_epoch_ = state.epochs_done;
+  micro_batches_ = state.micro_batches;
+  metrics_ = state.metrics;
+  const std::string note = fmt::format("resumed after epoch {} from {}: not a timed MLPerf result (its time to train "
+                                       "covers only epochs {} on)",
+                                       state.epochs_done, resume_->dir().string(), state.epochs_done + 1);
+  log.event("mlph_resumed_from",
+            json_raw(fmt::format("{{\"checkpoint\": {}, \"epochs_done\": {}, \"micro_batches\": {}, "
+                                 "\"metrics\": {}, \"note\": {}}}",
+                                 json(resume_->dir().string()).text, state.epochs_done, state.micro_batches,
+                                 json_list(state.metrics, false).text, json(note).text)));
+  if (session_->topology().rank == 0) std::fprintf(stderr, "note: %s\n", note.c_str());
+}
+
+// Rank 0 writes: after the gradient averaging and the per-epoch averaging of the running statistics
+// every rank holds the same weights and optimizer state. Other ranks go on to the next epoch.
+void Run::save_checkpoint_if_due(MlLogger& log, Progress& progress, uint32_t epochs_done) {
+  if (checkpoints_.dir.empty() || epochs_done % checkpoints_.every != 0 || session_->topology().rank != 0) return;
+  Stopwatch watch(time_.checkpoint_s);
+  const uint32_t window = session_->gradient_accumulation();
+  const RunnerState state{epochs_done, micro_batches_, micro_batches_ / window, metrics_};
+  const SavedCheckpoint saved =
+      save_checkpoint(checkpoints_, *session_, model_.get(), *graph_, state, micro_batches_ % window != 0);
+  log.event("mlph_checkpoint", json_raw(fmt::format("{{\"path\": {}, \"epochs_done\": {}, \"bytes\": {}, \"seconds\": {}}}",
+                                                   json(saved.path.string()).text, epochs_done, saved.bytes,
+                                                   json(saved.seconds).text)));
+  progress.message(fmt::format("checkpoint {} ({:.1f} MiB in {:.2f} s)", saved.path.string(),
+                               static_cast<double>(saved.bytes) / 1048576.0, saved.seconds));
 }
 
 void Run::open_datasets() {
@@ -255,11 +305,12 @@ bool Run::train_and_evaluate(MlLogger& log) {
   for (size_t i = 0; i < session_->info().n_log_entries; ++i)
     log.event(session_->info().log_entries[i].key, json_raw(session_->info().log_entries[i].value));
 
-  Progress progress(session_->topology().rank == 0, session_->info().max_epochs, train_total_ / global_batch, global_batch);
+  Progress progress(session_->topology().rank == 0, session_->info().max_epochs, train_total_ / global_batch, global_batch,
+                    first_epoch_);
   if (eval_used < eval_total_)
     progress.message(fmt::format("note: evaluating {} of {} validation samples (whole global batches of {})",
                                  eval_used, eval_total_, global_batch));
-  for (uint32_t epoch = 0; epoch < session_->info().max_epochs; ++epoch) {
+  for (uint32_t epoch = first_epoch_; epoch < session_->info().max_epochs; ++epoch) {
     const double started = host_api()->now_seconds();
     const Metadata epoch_num = {{"epoch_num", json(static_cast<int>(epoch + 1))}};
     log.start("epoch_start", {}, epoch_num);
@@ -273,6 +324,8 @@ bool Run::train_and_evaluate(MlLogger& log) {
     progress.epoch_done(epoch, session_->info().metric_key, metric, session_->info().target, host_api()->now_seconds() - started);
     if (!std::isfinite(metric))
       throw RunFailure(fmt::format("training diverged: {} is {} after epoch {}", session_->info().metric_key, metric, epoch + 1));
+    metrics_.push_back(metric);
+    save_checkpoint_if_due(log, progress, epoch + 1);
     if (session_->info().lower_is_better ? metric <= session_->info().target : metric >= session_->info().target) return true;
   }
   progress.message(fmt::format("stopped after {} epochs without reaching the target {} {}", session_->info().max_epochs,
@@ -322,6 +375,13 @@ int Run::timed_run() {
   if (started > 0)
     report_breakdown(log, started, time_, *session_->storage_handle(), staged_, rank0);
   end_log(log, converged, failure);
+  if (failure.empty() && !options_.export_weights.empty() && rank0) {  // after run_stop: not timed
+    try {
+      export_trained_weights();
+    } catch (const std::exception& e) {
+      failure = fmt::format("--export-weights {}: {}", options_.export_weights.string(), e.what());
+    }
+  }
   // Every rank says why it failed (the ranks may fail differently); rank 0 names the log.
   if (!failure.empty()) {
     if (session_->topology().size > 1)
@@ -338,12 +398,73 @@ int Run::timed_run() {
     std::fflush(nullptr);
     std::_Exit(1);
   }
-  return converged ? 0 : 1;
+  return converged && failure.empty() ? 0 : 1;
+}
+
+void Run::export_trained_weights() {
+  std::vector<ParameterValues> params;
+  for (size_t i = 0; i < graph_->n_params; ++i) {
+    const MLPH_Value& v = graph_->values[graph_->params[i].value];
+    ParameterValues p{v.name ? v.name : "", {v.shape, v.shape + v.ndim}, std::vector<float>(static_cast<size_t>(sdk::numel(v)))};
+    MLPH_Tensor view = sdk::host_tensor(MLPH_DTYPE_F32, v.shape, v.ndim, p.data.data());
+    check(backend()->read_parameter(model_.get(), i, &view), fmt::format("reading parameter '{}'", p.name));
+    params.push_back(std::move(p));
+  }
+  const size_t arrays = export_weights(export_layout_, params, micro_batches_, options_.export_weights);
+  std::fprintf(stderr, "exported %zu arrays in the reference's names to %s\n", arrays, options_.export_weights.c_str());
+}
+
+// --resume: the checkpoint is read and checked (sizes, CRCs) before anything else; the run takes its
+// seed (the initial weights it replaces came from it, and the data order and dropout follow it).
+void Run::open_resume() {
+  resume_ = std::make_unique<CheckpointReader>(options_.resume_from);
+  const uint64_t seed = resume_->manifest().identity.seed;
+  if (options_.seed && *options_.seed != seed)
+    throw CheckpointError(fmt::format("checkpoint {}: seed {} there, --seed {} given", resume_->dir().string(), seed,
+                                      *options_.seed));
+  options_.seed = seed;
+}
+
+// What --checkpoint-dir, --resume and --export-weights need, checked before the log begins: one line
+// and exit status 2 when something is missing or does not match.
+void Run::check_checkpoints_and_export() {
+  checkpoints_ = {options_.checkpoint_dir, std::max<uint32_t>(options_.checkpoint_every, 1), options_.checkpoint_keep};
+  if (!checkpoints_.dir.empty() || resume_) {
+    if (const std::string missing = missing_state_support(*session_); !missing.empty()) throw CheckpointError(missing);
+    if (session_->topology().size > 1 && session_->gradient_accumulation() > 1)
+      throw CheckpointError(fmt::format("checkpoints with gradient accumulation ({} micro-batches) on {} ranks: each rank's "
+                                        "pending sum would have to be saved, which is not done; use one rank or no "
+                                        "accumulation",
+                                        session_->gradient_accumulation(), session_->topology().size));
+  }
+  if (!checkpoints_.dir.empty()) {
+    const std::vector<std::filesystem::path> existing = list_checkpoints(checkpoints_.dir);
+    const bool continuing = resume_ && std::filesystem::equivalent(resume_->dir().parent_path(), checkpoints_.dir);
+    if (!existing.empty() && !continuing)
+      throw CheckpointError(fmt::format("{} already holds checkpoints (newest: {}): go on from them with --resume {}, "
+                                        "or choose another directory",
+                                        checkpoints_.dir.string(), existing.back().filename().string(),
+                                        checkpoints_.dir.string()));
+  }
+  if (!options_.export_weights.empty()) {
+    export_layout_ = reference_layout_of(session_->workload_plugin());
+    if (!export_layout_)
+      throw CheckpointError(fmt::format("--export-weights: workload {} does not say how the reference names its "
+                                        "parameters (ABI 1.4 reference_layout)",
+                                        session_->workload_plugin().descriptor->name));
+  }
+  if (resume_) {
+    check(workload()->build_graph(session_->workload(), session_->info().local_batch_size, session_->seed(), &graph_),
+          "building the model");
+    check_same_run(*resume_, run_identity(*session_, *graph_));
+  }
 }
 
 int Run::execute() {
   try {
+    if (!options_.resume_from.empty()) open_resume();
     session_ = std::make_unique<Session>(options_);
+    if (options_.generate_data_dir.empty()) check_checkpoints_and_export();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mlperf-run: error: %s\n", e.what());
     return 2;

@@ -1,4 +1,4 @@
-// Pins the ABI (1.0 and what 1.1-1.3 appended): every table's last member and its offset. A change
+// Pins the ABI (1.0 and what 1.1-1.4 appended): every table's last member and its offset. A change
 // here is an ABI change: append members (and bump MLPH_ABI_MINOR), never move or remove them.
 #include <gtest/gtest.h>
 
@@ -15,8 +15,10 @@ extern "C" int mlph_c_compile_check(void);
   static_assert(sizeof(T) - MLPH_STRUCT_SIZE(T, m) < alignof(T), #T ": " #m " is not the last member")
 MLPH_LAST_MEMBER(MLPH_Plugin, api);
 MLPH_LAST_MEMBER(MLPH_HostApi, error_free);
-MLPH_LAST_MEMBER(MLPH_BackendApi, read_gradient);
-MLPH_LAST_MEMBER(MLPH_WorkloadApi, borrow_hparams);  // 1.2 appended `sample_order`, 1.3 `benchmark_info`, `borrow_hparams`
+MLPH_LAST_MEMBER(MLPH_BackendApi, write_state);  // 1.4 appended `read_state`, `write_state` after 1.0's `read_gradient`
+// 1.2 appended `sample_order`, 1.3 `benchmark_info`, `borrow_hparams`, 1.4 `reference_layout`
+MLPH_LAST_MEMBER(MLPH_WorkloadApi, reference_layout);
+MLPH_LAST_MEMBER(MLPH_ExportEntry, perm);
 MLPH_LAST_MEMBER(MLPH_BenchmarkInfo, n_hparam_log_keys);
 MLPH_LAST_MEMBER(MLPH_CommsApi, split);  // 1.1 appended `halo_exchange` after 1.0's `barrier`, 1.2 `split`
 MLPH_LAST_MEMBER(MLPH_HaloSpec, periodic);
@@ -34,6 +36,14 @@ static_assert(offsetof(MLPH_WorkloadApi, sample_order) / sizeof(void*) == 14, "M
 static_assert(offsetof(MLPH_WorkloadApi, benchmark_info) / sizeof(void*) == 15 &&
                   offsetof(MLPH_WorkloadApi, borrow_hparams) / sizeof(void*) == 16,
               "MLPH_WorkloadApi 1.3 layout changed");
+static_assert(offsetof(MLPH_BackendApi, read_state) / sizeof(void*) == 11 &&
+                  offsetof(MLPH_BackendApi, write_state) / sizeof(void*) == 12,
+              "MLPH_BackendApi 1.4 layout changed");
+static_assert(offsetof(MLPH_WorkloadApi, reference_layout) / sizeof(void*) == 17, "MLPH_WorkloadApi 1.4 layout changed");
+static_assert(offsetof(MLPH_ExportEntry, key) == 16 && offsetof(MLPH_ExportEntry, kind) == 24 &&
+                  offsetof(MLPH_ExportEntry, ndim) == 28 && offsetof(MLPH_ExportEntry, shape) == 32 &&
+                  offsetof(MLPH_ExportEntry, perm) == 96 && sizeof(MLPH_ExportEntry) == 128,
+              "MLPH_ExportEntry 1.4 layout changed");
 static_assert(offsetof(MLPH_BenchmarkInfo, benchmark) == 16 && offsetof(MLPH_BenchmarkInfo, submission_runs) == 24 &&
                   offsetof(MLPH_BenchmarkInfo, hparam_log_keys) == 32 && offsetof(MLPH_BenchmarkInfo, n_hparam_log_keys) == 40,
               "MLPH_BenchmarkInfo 1.3 layout changed");

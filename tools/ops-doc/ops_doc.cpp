@@ -97,8 +97,12 @@ std::string ops_table() {
 }
 
 std::string optimizers_table() {
-  std::string out = "| optimizer | attributes |\n|---|---|\n";
-  for (const Optimizer& o : optimizers()) out += row({code(o.name), attributes_text(o.attrs)});
+  std::string out = "| optimizer | attributes | state (checkpoint slots) |\n|---|---|---|\n";
+  for (const Optimizer& o : optimizers()) {
+    std::string state;
+    for (const char* slot : o.state) state += (state.empty() ? "" : ", ") + code(slot);
+    out += row({code(o.name), attributes_text(o.attrs), state});
+  }
   return out;
 }
 

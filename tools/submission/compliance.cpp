@@ -270,6 +270,12 @@ class Checker {
     for (const std::string& e : log_.errors) general_.push_back(e);
     if (!log_.errors.empty()) general_.push_back(fmt::format("{}: log lines had parsing errors", name()));
     if (log_.lines.empty()) general_.push_back(fmt::format("{}: no log lines", name()));
+    // mlperf-run --resume: the clock ran only over the epochs after the checkpoint (MLPerf rules: a
+    // timed result is one uninterrupted run).
+    if (const LogLine* resumed = log_.find("mlph_resumed_from"))
+      general_.push_back(fmt::format("{}:{}: mlph_resumed_from: a run resumed from a checkpoint is not a timed MLPerf "
+                                     "result (its time to train covers only the epochs after it)",
+                                     name(), resumed->line));
     Queue queue = {fmt::format("hpc_{}/common.yaml", ruleset_)};
     while (!queue.empty()) {
       const std::string file = queue.front();

@@ -4,6 +4,7 @@
 #include "borrow.hpp"
 #include "data/synthetic.hpp"
 #include "dataset.hpp"
+#include "export.hpp"
 #include "mlph/sdk/workload.hpp"
 #include "model.hpp"
 #include "schedule.hpp"
@@ -20,6 +21,10 @@ class CosmoFlow final : public sdk::Workload {
   static const MLPH_ParamSpec* params(size_t* n) { return param_specs(n); }
   // A time-to-solution submission has 10 runs (MLPerf HPC rules).
   static sdk::Benchmark benchmark() { return {kBenchmark, 10, hparam_rules()}; }
+  // Trained weights in the reference's names and layouts (ABI 1.4; export.cpp).
+  static std::vector<sdk::ExportEntry> reference_layout(const MLPH_Value& param) {
+    return cosmoflow::reference_layout(param);
+  }
 
   CosmoFlow(const MLPH_HostApi* host, const sdk::Options& config)
       : host_(host), settings_(parse_settings(config)), log_(hyperparameter_log(settings_)) {}

@@ -7,6 +7,7 @@
 #include "data/hdf5_io.hpp"
 #include "data/synthetic.hpp"
 #include "dataset.hpp"
+#include "export.hpp"
 #include "mlph/sdk/storage.hpp"
 #include "mlph/sdk/workload.hpp"
 #include "model.hpp"
@@ -39,6 +40,10 @@ class DeepCam final : public sdk::Workload {
   static const MLPH_ParamSpec* params(size_t* n) { return param_specs(n); }
   // A time-to-solution submission has 5 runs (MLPerf HPC rules).
   static sdk::Benchmark benchmark() { return {kBenchmark, 5, hparam_rules()}; }
+  // Trained weights in the reference's names and layouts (ABI 1.4; export.cpp).
+  static std::vector<sdk::ExportEntry> reference_layout(const MLPH_Value& param) {
+    return deepcam::reference_layout(param);
+  }
 
   DeepCam(const MLPH_HostApi* host, const sdk::Options& config)
       : host_(host), settings_(parse_settings(config)), log_(hyperparameter_log(settings_)) {}

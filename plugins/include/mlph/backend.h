@@ -69,6 +69,20 @@ typedef struct MLPH_BackendApi {
    * (before the update, after averaging over ranks, regularization included), or after a micro-step
    * with apply_update 0 this rank's pending sum. For conformance checks. */
   MLPH_Error* (*read_gradient)(MLPH_Model* model, size_t index, MLPH_Tensor* dst);
+
+  /* ABI 1.4, optional (callers check struct_size and NULL): the training state beyond the
+   * parameters, for checkpoints. Slot `slot` of parameter `index` (graph.params order), copied into /
+   * from a caller-owned host float32 tensor of the parameter's shape. The slots (docs/ops.md,
+   * "Optimizers"; every backend uses these names, so a checkpoint means the same everywhere):
+   *  - the optimizer's, of trainable parameters: "velocity" (sgd_keras), "m" and "v" (adam, adamw,
+   *    lamb); zero before the first update;
+   *  - "pending_gradient": this rank's gradient sum of an accumulation window still open (the last
+   *    train_step had apply_update 0; reading it otherwise is MLPH_FAILED_PRECONDITION). Writing it
+   *    opens the window: the next train_step adds to it, as if the window's earlier micro-batches had
+   *    run on this model.
+   * A slot the parameter does not have (a frozen parameter, another optimizer's): MLPH_NOT_FOUND. */
+  MLPH_Error* (*read_state)(MLPH_Model* model, size_t index, const char* slot, MLPH_Tensor* dst);
+  MLPH_Error* (*write_state)(MLPH_Model* model, size_t index, const char* slot, const MLPH_Tensor* src);
 } MLPH_BackendApi;
 
 #ifdef __cplusplus

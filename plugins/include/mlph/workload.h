@@ -91,6 +91,32 @@ typedef struct MLPH_BenchmarkInfo {
  * derived from the logged `log_key`. The strings live only for the call. */
 typedef void (*MLPH_AssignFn)(void* ctx, const char* log_key, const char* config_key, const char* value);
 
+/* ABI 1.4: one tensor of the reference implementation's model, as a graph parameter becomes it when
+ * trained weights are exported (mlperf-run --export-weights, mlph-export): the reference's name
+ * for it (a PyTorch state_dict key) and its layout. */
+typedef enum MLPH_ExportKind {
+  /* float32: reshape(transpose(parameter, perm), shape) */
+  MLPH_EXPORT_TENSOR = 0,
+  /* int64 scalar (ndim 0): the training micro-batches the model has seen (PyTorch BatchNorm's
+   * num_batches_tracked, which the reference keeps beside the running statistics) */
+  MLPH_EXPORT_BATCH_COUNT = 1
+} MLPH_ExportKind;
+
+typedef struct MLPH_ExportEntry {
+  size_t struct_size;
+  const MLPH_Extension* ext;
+  const char* key;      /* the reference's name, e.g. "conv_seq.0.conv.weight" */
+  MLPH_ExportKind kind;
+  int32_t ndim;         /* the reference tensor's shape */
+  int64_t shape[MLPH_MAX_DIMS];
+  /* TENSOR: dim i of the transpose is the parameter's dim perm[i] (the parameter's ndim entries):
+   * a conv weight [k, k, Ci, Co] to PyTorch's [Co, Ci, k, k] is perm {3, 2, 0, 1}. */
+  int32_t perm[MLPH_MAX_DIMS];
+} MLPH_ExportEntry;
+
+/* Receives one entry from reference_layout; the entry and its strings live only for the call. */
+typedef void (*MLPH_ExportFn)(void* ctx, const MLPH_ExportEntry* entry);
+
 typedef enum MLPH_Split { MLPH_SPLIT_TRAIN = 0, MLPH_SPLIT_VALIDATION = 1 } MLPH_Split;
 
 typedef struct MLPH_WorkloadApi {
@@ -158,6 +184,15 @@ typedef struct MLPH_WorkloadApi {
    * workload instance. NULL: the workload cannot borrow. */
   MLPH_Error* (*borrow_hparams)(const MLPH_HostApi* host, const MLPH_KeyValue* logged, size_t n_logged,
                                 int64_t world_size, MLPH_AssignFn assign, void* ctx);
+
+  /* ABI 1.4, optional (callers check struct_size and NULL): what the graph parameter `param` (its
+   * value: name, dtype, shape) is in the reference implementation, for exporting trained weights in
+   * the reference's names and layouts. Calls `emit` for each reference tensor it gives, in order:
+   * none for a parameter the reference does not have (e.g. input normalization constants, which the
+   * reference applies in its data loader). A name the workload's graphs never use: MLPH_NOT_FOUND.
+   * Static: needs no workload instance (mlph-export converts a checkpoint with the library alone).
+   * NULL: the workload cannot export. */
+  MLPH_Error* (*reference_layout)(const MLPH_HostApi* host, const MLPH_Value* param, MLPH_ExportFn emit, void* ctx);
 } MLPH_WorkloadApi;
 
 #ifdef __cplusplus

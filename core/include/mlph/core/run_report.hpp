@@ -11,7 +11,7 @@
 namespace mlph::core {
 
 struct TimeBreakdown {
-  double staging_s = 0, train_s = 0, eval_s = 0;
+  double staging_s = 0, train_s = 0, eval_s = 0, checkpoint_s = 0;
 };
 
 // Adds the seconds of its scope to `total`.

@@ -22,6 +22,11 @@ struct RunOptions {
   std::string log_name = "result_0.txt";  // the MLPerf log in output_dir (result_<i>.txt in a submission)
   std::vector<std::filesystem::path> plugin_dirs;
   std::string generate_data_dir;  // non-empty: write the workload's synthetic dataset there and exit
+  // Checkpoints (checkpoint.hpp): saved into checkpoint_dir after every checkpoint_every-th epoch,
+  // the newest checkpoint_keep kept; resume_from: a checkpoint (or a directory's latest) to go on
+  // from; export_weights: an .npz of the trained weights in the reference's names, written at the end.
+  std::filesystem::path checkpoint_dir, resume_from, export_weights;
+  uint32_t checkpoint_every = 1, checkpoint_keep = 2;
 };
 
 // Returns the process exit code: 0 when the run reached its target (or data generation finished),

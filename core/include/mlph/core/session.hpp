@@ -36,6 +36,10 @@ class Session {
   // workloads sum over the batch.
   bool eval_per_sample() const { return eval_per_sample_; }
   std::vector<const LoadedPlugin*> plugins() const { return {&workload_lib_, &backend_lib_, &comms_lib_, &storage_lib_}; }
+  const LoadedPlugin& workload_plugin() const { return workload_lib_; }
+  const LoadedPlugin& backend_plugin() const { return backend_lib_; }
+  // Every configuration key: the core's, then the workload's.
+  const std::vector<MLPH_ParamSpec>& schema() const { return schema_; }
 
   const MLPH_WorkloadApi* workload_api() const { return workload_lib_.api<MLPH_WorkloadApi>(); }
   const MLPH_BackendApi* backend_api() const { return backend_lib_.api<MLPH_BackendApi>(); }

@@ -54,7 +54,22 @@ class Model {
   virtual void read_parameter(size_t index, MLPH_Tensor& dst) = 0;
   virtual void write_parameter(size_t index, const MLPH_Tensor& src) = 0;
   virtual void read_gradient(size_t index, MLPH_Tensor& dst) = 0;
+  // ABI 1.4, checkpoints: state slot `slot` of parameter `index` (MLPH_BackendApi.read_state: the
+  // optimizer's "velocity", "m", "v" and "pending_gradient"). A backend that keeps no state beyond
+  // its parameters leaves these alone; checkpoints then say in one line that it cannot save any.
+  virtual void read_state(size_t index, const std::string& slot, MLPH_Tensor& dst);
+  virtual void write_state(size_t index, const std::string& slot, const MLPH_Tensor& src);
 };
+
+inline void Model::read_state(size_t, const std::string& slot, MLPH_Tensor&) {
+  fail(MLPH_UNIMPLEMENTED, "this backend does not save its training state (state slot '" + slot + "')");
+}
+inline void Model::write_state(size_t, const std::string& slot, const MLPH_Tensor&) {
+  fail(MLPH_UNIMPLEMENTED, "this backend does not restore its training state (state slot '" + slot + "')");
+}
+
+// The state slots of a checkpoint (MLPH_BackendApi.read_state): this rank's open accumulation window.
+inline constexpr const char* kPendingGradientSlot = "pending_gradient";
 
 class Backend {
  public:
@@ -108,6 +123,12 @@ const MLPH_BackendApi* backend_api() {
       },
       [](MLPH_Model* m, size_t i, MLPH_Tensor* dst) {
         return guard(unbox(m)->host, [&] { unbox(m)->impl->read_gradient(i, *dst); });
+      },
+      [](MLPH_Model* m, size_t i, const char* slot, MLPH_Tensor* dst) {
+        return guard(unbox(m)->host, [&] { unbox(m)->impl->read_state(i, slot, *dst); });
+      },
+      [](MLPH_Model* m, size_t i, const char* slot, const MLPH_Tensor* src) {
+        return guard(unbox(m)->host, [&] { unbox(m)->impl->write_state(i, slot, *src); });
       },
   };
   return &api;

@@ -153,6 +153,9 @@ struct Op {
 struct Optimizer {
   const char* name;
   std::vector<Attribute> attrs;
+  // Its state per trainable parameter, each of the parameter's shape: the slot names of
+  // MLPH_BackendApi.read_state (ABI 1.4), the same in every backend, so checkpoints agree.
+  std::vector<const char*> state;
   uint32_t since = 1;
 };
 
@@ -283,10 +286,10 @@ inline const std::vector<Optimizer>& optimizers() {
     return attrs;
   };
   static const std::vector<Optimizer> table = {
-      {"sgd_keras", {number("momentum", at_least(0), fill(0))}},
-      {"adam", adam_family(false)},
-      {"adamw", adam_family(false)},
-      {"lamb", adam_family(true)},
+      {"sgd_keras", {number("momentum", at_least(0), fill(0))}, {"velocity"}},
+      {"adam", adam_family(false), {"m", "v"}},
+      {"adamw", adam_family(false), {"m", "v"}},
+      {"lamb", adam_family(true), {"m", "v"}},
   };
   return table;
 }

@@ -4,6 +4,7 @@
 // and overrides the virtual members of Workload. Optionally it also has
 //   std::vector<uint64_t> sample_order(uint32_t epoch, uint64_t n);   // ABI 1.2, MLPH_WorkloadApi.sample_order
 //   static sdk::Benchmark benchmark();  // ABI 1.3: MLPH_WorkloadApi.benchmark_info and borrow_hparams
+//   static std::vector<sdk::ExportEntry> reference_layout(const MLPH_Value& param);  // ABI 1.4 (sdk/export.hpp)
 #pragma once
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "mlph/sdk/error.hpp"
+#include "mlph/sdk/export.hpp"
 #include "mlph/sdk/hparams.hpp"
 #include "mlph/sdk/options.hpp"
 #include "mlph/sdk/plugin.hpp"
@@ -134,6 +136,29 @@ auto borrow_entry() -> MLPH_Error* (*)(const MLPH_HostApi*, const MLPH_KeyValue*
 }
 
 template <class Impl>
+concept HasReferenceLayout = requires(const MLPH_Value& param) {
+  { Impl::reference_layout(param) } -> std::same_as<std::vector<ExportEntry>>;
+};
+
+// The table's reference_layout: the Impl's entries handed to `emit` one by one, else NULL.
+template <class Impl>
+constexpr auto reference_layout_entry() -> MLPH_Error* (*)(const MLPH_HostApi*, const MLPH_Value*, MLPH_ExportFn,
+                                                           void*) {
+  if constexpr (HasReferenceLayout<Impl>) {
+    return [](const MLPH_HostApi* host, const MLPH_Value* param, MLPH_ExportFn emit, void* ctx) {
+      return guard(host, [&] {
+        for (const ExportEntry& e : Impl::reference_layout(*param)) {
+          const MLPH_ExportEntry c = e.to_c();
+          emit(ctx, &c);
+        }
+      });
+    };
+  } else {
+    return nullptr;
+  }
+}
+
+template <class Impl>
 const MLPH_WorkloadApi* workload_api() {
   using namespace detail;
   static const MLPH_WorkloadApi api = {
@@ -176,6 +201,7 @@ const MLPH_WorkloadApi* workload_api() {
       sample_order_entry<Impl>(),
       benchmark_info_entry<Impl>(),
       borrow_entry<Impl>(),
+      reference_layout_entry<Impl>(),
   };
   return &api;
 }

@@ -1,0 +1,48 @@
+// What a run saves and restores (--checkpoint-dir, --resume), through the backend: every graph
+// parameter (weights, batch-norm running statistics: read_parameter), the optimizer's state slots of
+// the trainable ones and, when an accumulation window is open across the epoch's end, the pending
+// gradient sum (ABI 1.4 read_state / write_state, slot names from the op catalogue). The runner's own
+// state is RunnerState (checkpoint_file.hpp); the format is checkpoint_file.hpp's.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "mlph/backend.h"
+#include "mlph/core/checkpoint_file.hpp"
+#include "mlph/core/session.hpp"
+
+namespace mlph::core {
+
+struct CheckpointOptions {
+  std::filesystem::path dir;  // empty: no checkpoints
+  uint32_t every = 1;         // epochs between checkpoints
+  uint32_t keep = 2;          // complete checkpoints kept (the newest)
+};
+
+// One line naming the backend when it cannot save or restore its training state (ABI older than
+// 1.4, or its table lacks read_state / write_state); "" when it can.
+std::string missing_state_support(const Session& session);
+
+// The identity of the run `session` makes with `graph`, as a checkpoint records it.
+CheckpointIdentity run_identity(const Session& session, const MLPH_Graph& graph);
+
+// Throws CheckpointError naming the checkpoint and the first thing that differs from `run`.
+void check_same_run(const CheckpointReader& checkpoint, const CheckpointIdentity& run);
+
+struct SavedCheckpoint {
+  std::filesystem::path path;
+  uint64_t bytes = 0;
+  double seconds = 0;
+};
+
+// Writes `model`'s state after `state.epochs_done` epochs into options.dir (checkpoint_file.hpp).
+// `pending`: an accumulation window is open, so the pending gradient sums are saved too.
+SavedCheckpoint save_checkpoint(const CheckpointOptions& options, const Session& session, MLPH_Model* model,
+                                const MLPH_Graph& graph, const RunnerState& state, bool pending);
+
+// Writes the checkpoint's parameters and state slots into `model` (compiled from `graph`).
+void restore_checkpoint(const CheckpointReader& checkpoint, const Session& session, MLPH_Model* model,
+                        const MLPH_Graph& graph);
+
+}  // namespace mlph::core

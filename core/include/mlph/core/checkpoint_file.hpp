@@ -1,0 +1,113 @@
+// The checkpoint on disk. A directory holds one subdirectory per checkpoint, `epoch-000012/`, with
+//   manifest.json   what the run was (benchmark, backend, graph, seed, hyperparameters) and where it
+//                   stood (RunnerState), and the index of the tensors with a CRC32 (zlib) each;
+//   tensors.bin     the tensors' bytes, each at a 64-byte aligned offset;
+// and `latest`, a one-line file naming the newest complete one. A checkpoint is written into a
+// hidden temporary directory, its files and the directory fsync'ed, renamed into place, the parent
+// fsync'ed, and only then is `latest` replaced (written aside, fsync'ed, renamed) and the oldest
+// pruned: a crash at any point leaves the last good checkpoint, and `latest` naming it, intact.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "mlph/common.h"
+
+namespace mlph::core {
+
+// A checkpoint that cannot be used: one line naming the file and what is wrong or differs.
+class CheckpointError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Where the run stood after an epoch (and its evaluation): with the tensors, all a run needs to go on
+// bitwise as if it had never stopped. The schedule position follows from these (the learning rate is
+// the workload's function of epoch and optimizer step), and so does the data order: the runner's
+// shuffle is keyed by seed + epoch, a workload's sample_order by the epoch alone. The counter of
+// in-graph randomness (dropout) is the micro-batch counter.
+struct RunnerState {
+  uint32_t epochs_done = 0;      // the run goes on with epoch index `epochs_done` (0-based)
+  uint64_t micro_batches = 0;    // micro-batches trained: the counter of dropout and of the accumulation window
+  uint64_t optimizer_steps = 0;  // updates applied (micro_batches / accumulation; Adam's t)
+  std::vector<double> metrics;   // the quality metric after each epoch so far
+};
+
+// What a run must share with a checkpoint to continue from it.
+struct CheckpointIdentity {
+  std::string benchmark, workload, backend;
+  std::string graph_fingerprint;  // FNV-1a 64 of every graph value's name, dtype and shape
+  uint64_t seed = 0;
+  int32_t ranks = 1;
+  uint32_t accumulation = 1;
+  std::map<std::string, std::string> hyperparameters;  // the configuration the closed rules govern
+  std::string config_hash;                             // FNV-1a 64 of those
+};
+
+struct TensorRecord {
+  std::string name;  // the graph value's name
+  std::string slot;  // "" for the parameter's values, else its state slot ("m", "pending_gradient", ...)
+  MLPH_DType dtype = MLPH_DTYPE_F32;
+  std::vector<int64_t> shape;
+  uint64_t offset = 0, bytes = 0;
+  uint32_t crc32 = 0;
+};
+
+struct Manifest {
+  CheckpointIdentity identity;
+  RunnerState state;
+  std::vector<TensorRecord> tensors;
+  uint64_t tensors_bytes = 0;
+};
+
+inline constexpr int kCheckpointVersion = 1;
+
+// The checkpoint directory's name for the state after `epochs_done` epochs: epoch-000012.
+std::string checkpoint_name(uint32_t epochs_done);
+// The complete checkpoints in `dir` (epoch-* with a manifest), oldest first.
+std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& dir);
+
+// One checkpoint being written; nothing is visible under its name until commit().
+class CheckpointWriter {
+ public:
+  CheckpointWriter(std::filesystem::path dir, uint32_t epochs_done);
+  ~CheckpointWriter();  // an uncommitted checkpoint is removed
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  void add(const std::string& name, const std::string& slot, MLPH_DType dtype, const std::vector<int64_t>& shape,
+           const void* data);
+  // Makes it durable and the newest (see above), then removes all but the `keep` newest. Returns its path.
+  std::filesystem::path commit(const CheckpointIdentity& identity, const RunnerState& state, uint32_t keep);
+  uint64_t bytes() const { return offset_; }
+
+ private:
+  std::filesystem::path dir_, temp_, final_;
+  int fd_ = -1;
+  uint64_t offset_ = 0;
+  std::vector<TensorRecord> tensors_;
+};
+
+// A checkpoint opened for reading: `path` is one checkpoint (holding manifest.json) or a checkpoint
+// directory (its `latest`). The manifest is parsed and every tensor's size and CRC32 checked before
+// the constructor returns; any fault is a CheckpointError naming the file.
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(const std::filesystem::path& path);
+  const std::filesystem::path& dir() const { return dir_; }
+  const Manifest& manifest() const { return manifest_; }
+  // The tensor's record, or null when the checkpoint has none of that name and slot.
+  const TensorRecord* find(const std::string& name, const std::string& slot) const;
+  // Its bytes (as checked at open).
+  std::vector<std::byte> read(const TensorRecord& record) const;
+
+ private:
+  std::filesystem::path dir_;
+  Manifest manifest_;
+};
+
+}  // namespace mlph::core

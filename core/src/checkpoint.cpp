@@ -1,0 +1,163 @@
+#include "mlph/core/checkpoint.hpp"
+
+#include <fmt/format.h>
+
+#include "mlph/core/host.hpp"
+#include "mlph/sdk/backend.hpp"
+#include "mlph/sdk/op_schema.hpp"
+#include "mlph/sdk/tensor.hpp"
+
+namespace mlph::core {
+namespace {
+
+struct Fnv1a {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  void add(const void* data, size_t n) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(data)[i]) * 0x100000001b3ULL;
+  }
+  void add(const std::string& s) { add(s.c_str(), s.size() + 1); }  // the NUL separates fields
+  std::string hex() const { return fmt::format("{:016x}", h); }
+};
+
+std::string graph_fingerprint(const MLPH_Graph& graph) {
+  Fnv1a f;
+  for (size_t i = 0; i < graph.n_values; ++i) {
+    const MLPH_Value& v = graph.values[i];
+    f.add(v.name ? v.name : "");
+    f.add(&v.dtype, sizeof v.dtype);
+    f.add(&v.ndim, sizeof v.ndim);
+    f.add(v.shape, sizeof(int64_t) * static_cast<size_t>(std::max(v.ndim, 0)));
+  }
+  return f.hex();
+}
+
+// The state slots of the graph's optimizer (the op catalogue's names).
+std::vector<std::string> optimizer_slots(const MLPH_Graph& graph) {
+  const sdk::schema::Optimizer* o = sdk::schema::find_optimizer(graph.optimizer.name ? graph.optimizer.name : "");
+  return o ? std::vector<std::string>(o->state.begin(), o->state.end()) : std::vector<std::string>{};
+}
+
+bool trainable(const MLPH_Parameter& p) { return (p.flags & MLPH_PARAM_TRAINABLE) != 0; }
+
+std::string slot_name(const std::string& name, const std::string& slot) { return slot.empty() ? name : name + "/" + slot; }
+
+}  // namespace
+
+std::string missing_state_support(const Session& session) {
+  const MLPH_Plugin& plugin = *session.backend_plugin().descriptor;
+  const MLPH_BackendApi* api = session.backend_api();
+  if (plugin.abi_minor >= 4 && api->struct_size >= MLPH_STRUCT_SIZE(MLPH_BackendApi, write_state) && api->read_state &&
+      api->write_state)
+    return "";
+  return fmt::format("backend {} (ABI {}.{}) cannot save or restore its optimizer state, which checkpoints need "
+                     "(ABI 1.4: read_state, write_state); rebuild it against a newer SDK",
+                     session.backend_name(), plugin.abi_major, plugin.abi_minor);
+}
+
+CheckpointIdentity run_identity(const Session& session, const MLPH_Graph& graph) {
+  CheckpointIdentity id;
+  id.benchmark = session.info().benchmark ? session.info().benchmark : "";
+  id.workload = session.workload_plugin().descriptor->name;
+  id.backend = session.backend_name();
+  id.graph_fingerprint = graph_fingerprint(graph);
+  id.seed = session.seed();
+  id.ranks = session.topology().size;
+  id.accumulation = session.gradient_accumulation();
+  Fnv1a hash;
+  for (const MLPH_ParamSpec& spec : session.schema()) {
+    if (spec.closed == MLPH_CLOSED_FREE) continue;  // paths, logging, run length: may change on resume
+    const std::string& value = session.config().get(spec.key);
+    id.hyperparameters[spec.key] = value;
+  }
+  for (const auto& [key, value] : id.hyperparameters) hash.add(key), hash.add(value);
+  id.config_hash = hash.hex();
+  return id;
+}
+
+void check_same_run(const CheckpointReader& checkpoint, const CheckpointIdentity& run) {
+  const CheckpointIdentity& saved = checkpoint.manifest().identity;
+  const std::string where = "checkpoint " + checkpoint.dir().string();
+  const auto differs = [&](const char* what, const std::string& there, const std::string& here) {
+    if (there != here) throw CheckpointError(fmt::format("{}: {} '{}' there, '{}' in this run", where, what, there, here));
+  };
+  differs("benchmark", saved.benchmark, run.benchmark);
+  differs("workload", saved.workload, run.workload);
+  differs("backend", saved.backend, run.backend);
+  differs("ranks", std::to_string(saved.ranks), std::to_string(run.ranks));
+  if (saved.config_hash != run.config_hash) {
+    for (const auto& [key, value] : run.hyperparameters) {
+      const auto found = saved.hyperparameters.find(key);
+      differs(("'" + key + "' =").c_str(), found == saved.hyperparameters.end() ? "(absent)" : found->second, value);
+    }
+    for (const auto& [key, value] : saved.hyperparameters)
+      if (!run.hyperparameters.count(key)) differs(("'" + key + "' =").c_str(), value, "(absent)");
+  }
+  if (saved.graph_fingerprint != run.graph_fingerprint)
+    throw CheckpointError(fmt::format("{}: its graph (fingerprint {}) is not this run's ({}): another model shape or "
+                                      "batch size",
+                                      where, saved.graph_fingerprint, run.graph_fingerprint));
+}
+
+SavedCheckpoint save_checkpoint(const CheckpointOptions& options, const Session& session, MLPH_Model* model,
+                                const MLPH_Graph& graph, const RunnerState& state, bool pending) {
+  const double started = host_api()->now_seconds();
+  const MLPH_BackendApi* api = session.backend_api();
+  std::vector<std::string> slots = optimizer_slots(graph);
+  if (pending) slots.emplace_back(sdk::kPendingGradientSlot);
+  CheckpointWriter writer(options.dir, state.epochs_done);
+  std::vector<float> buffer;
+  for (size_t i = 0; i < graph.n_params; ++i) {
+    const MLPH_Parameter& p = graph.params[i];
+    const MLPH_Value& v = graph.values[p.value];
+    const std::string name = v.name ? v.name : "";
+    buffer.resize(static_cast<size_t>(sdk::numel(v)));
+    MLPH_Tensor view = sdk::host_tensor(MLPH_DTYPE_F32, v.shape, v.ndim, buffer.data());
+    const std::vector<int64_t> shape(v.shape, v.shape + v.ndim);
+    check(api->read_parameter(model, i, &view), fmt::format("backend {}: reading parameter '{}'", session.backend_name(), name));
+    writer.add(name, "", MLPH_DTYPE_F32, shape, buffer.data());
+    if (!trainable(p)) continue;
+    for (const std::string& slot : slots) {
+      check(api->read_state(model, i, slot.c_str(), &view),
+            fmt::format("backend {}: saving state '{}'", session.backend_name(), slot_name(name, slot)));
+      writer.add(name, slot, MLPH_DTYPE_F32, shape, buffer.data());
+    }
+  }
+  SavedCheckpoint saved;
+  saved.bytes = writer.bytes();
+  saved.path = writer.commit(run_identity(session, graph), state, options.keep);
+  saved.seconds = host_api()->now_seconds() - started;
+  return saved;
+}
+
+void restore_checkpoint(const CheckpointReader& checkpoint, const Session& session, MLPH_Model* model,
+                        const MLPH_Graph& graph) {
+  const MLPH_BackendApi* api = session.backend_api();
+  const std::vector<std::string> slots = optimizer_slots(graph);
+  const auto load = [&](size_t i, const std::string& slot) {
+    const MLPH_Value& v = graph.values[graph.params[i].value];
+    const std::string name = v.name ? v.name : "";
+    const TensorRecord* record = checkpoint.find(name, slot);
+    if (!record) return false;
+    if (record->dtype != MLPH_DTYPE_F32 || record->shape != std::vector<int64_t>(v.shape, v.shape + v.ndim))
+      throw CheckpointError(fmt::format("checkpoint {}: '{}' has another dtype or shape than in this run's graph",
+                                        checkpoint.dir().string(), slot_name(name, slot)));
+    std::vector<std::byte> data = checkpoint.read(*record);
+    const MLPH_Tensor view = sdk::host_tensor(MLPH_DTYPE_F32, v.shape, v.ndim, data.data());
+    check(slot.empty() ? api->write_parameter(model, i, &view) : api->write_state(model, i, slot.c_str(), &view),
+          fmt::format("backend {}: restoring '{}'", session.backend_name(), slot_name(name, slot)));
+    return true;
+  };
+  for (size_t i = 0; i < graph.n_params; ++i) {
+    const std::string name = graph.values[graph.params[i].value].name;
+    const auto require = [&](const std::string& slot) {
+      if (!load(i, slot))
+        throw CheckpointError(fmt::format("checkpoint {}: has no '{}'", checkpoint.dir().string(), slot_name(name, slot)));
+    };
+    require("");
+    if (!trainable(graph.params[i])) continue;
+    for (const std::string& slot : slots) require(slot);
+    load(i, sdk::kPendingGradientSlot);  // present when a window was open at the epoch's end
+  }
+}
+
+}  // namespace mlph::core
