@@ -54,12 +54,25 @@ std::string missing_state_support(const Session& session) {
                      session.backend_name(), plugin.abi_major, plugin.abi_minor);
 }
 
-CheckpointIdentity run_identity(const Session& session, const MLPH_Graph& graph) {
+void check_state_readable(const Session& session, MLPH_Model* model, const MLPH_Graph& graph) {
+  const std::vector<std::string> slots = optimizer_slots(graph);
+  for (size_t i = 0; i < graph.n_params && !slots.empty(); ++i) {
+    if (!trainable(graph.params[i])) continue;
+    const MLPH_Value& v = graph.values[graph.params[i].value];
+    std::vector<float> buffer(static_cast<size_t>(sdk::numel(v)));
+    MLPH_Tensor view = sdk::host_tensor(MLPH_DTYPE_F32, v.shape, v.ndim, buffer.data());
+    check(session.backend_api()->read_state(model, i, slots[0].c_str(), &view),
+          fmt::format("backend {}: checkpoints need its optimizer state", session.backend_name()));
+    return;
+  }
+}
+
+CheckpointIdentity run_identity(const Session& session, const MLPH_Graph* graph) {
   CheckpointIdentity id;
   id.benchmark = session.info().benchmark ? session.info().benchmark : "";
   id.workload = session.workload_plugin().descriptor->name;
   id.backend = session.backend_name();
-  id.graph_fingerprint = graph_fingerprint(graph);
+  if (graph) id.graph_fingerprint = graph_fingerprint(*graph);
   id.seed = session.seed();
   id.ranks = session.topology().size;
   id.accumulation = session.gradient_accumulation();
@@ -92,7 +105,7 @@ void check_same_run(const CheckpointReader& checkpoint, const CheckpointIdentity
     for (const auto& [key, value] : saved.hyperparameters)
       if (!run.hyperparameters.count(key)) differs(("'" + key + "' =").c_str(), value, "(absent)");
   }
-  if (saved.graph_fingerprint != run.graph_fingerprint)
+  if (!run.graph_fingerprint.empty() && saved.graph_fingerprint != run.graph_fingerprint)
     throw CheckpointError(fmt::format("{}: its graph (fingerprint {}) is not this run's ({}): another model shape or "
                                       "batch size",
                                       where, saved.graph_fingerprint, run.graph_fingerprint));
@@ -124,7 +137,7 @@ SavedCheckpoint save_checkpoint(const CheckpointOptions& options, const Session&
   }
   SavedCheckpoint saved;
   saved.bytes = writer.bytes();
-  saved.path = writer.commit(run_identity(session, graph), state, options.keep);
+  saved.path = writer.commit(run_identity(session, &graph), state, options.keep);
   saved.seconds = host_api()->now_seconds() - started;
   return saved;
 }

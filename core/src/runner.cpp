@@ -126,6 +126,7 @@ void Run::initialize(MlLogger& log) {
   check_eval_outputs();
   model_ = session_->compile(*graph_);
   if (resume_) resume_training(log);
+  if (!checkpoints_.dir.empty()) check_state_readable(*session_, model_.get(), *graph_);
   check(comms()->barrier(session_->comm()), "comms");
   log.end("init_stop");
 }
@@ -454,9 +455,10 @@ void Run::check_checkpoints_and_export() {
                                         session_->workload_plugin().descriptor->name));
   }
   if (resume_) {
+    check_same_run(*resume_, run_identity(*session_, nullptr));
     check(workload()->build_graph(session_->workload(), session_->info().local_batch_size, session_->seed(), &graph_),
           "building the model");
-    check_same_run(*resume_, run_identity(*session_, *graph_));
+    check_same_run(*resume_, run_identity(*session_, graph_));
   }
 }
 

@@ -30,6 +30,10 @@ class TracingModel final : public sdk::Model {
   void read_parameter(size_t index, MLPH_Tensor& dst) override { inner_->read_parameter(index, dst); }
   void write_parameter(size_t index, const MLPH_Tensor& src) override { inner_->write_parameter(index, src); }
   void read_gradient(size_t index, MLPH_Tensor& dst) override { inner_->read_gradient(index, dst); }
+  void read_state(size_t index, const std::string& slot, MLPH_Tensor& dst) override { inner_->read_state(index, slot, dst); }
+  void write_state(size_t index, const std::string& slot, const MLPH_Tensor& src) override {
+    inner_->write_state(index, slot, src);
+  }
 
  private:
   std::unique_ptr<sdk::Model> inner_;
@@ -53,6 +57,25 @@ class TracingBackend final : public sdk::Backend {
 
 }  // namespace
 
+#ifdef TRACING_ABI13
+// Built a second time as libmlph-backend-tracing-abi13.so: the table as a 1.3 build has it, without the
+// checkpoint state members 1.4 appended (the core must refuse --checkpoint-dir with it, in one line).
+static const MLPH_BackendApi* abi13_table() {
+  static const MLPH_BackendApi api = [] {
+    MLPH_BackendApi a = *mlph::sdk::backend_api<TracingBackend>();
+    a.struct_size = MLPH_STRUCT_SIZE(MLPH_BackendApi, read_gradient);
+    return a;
+  }();
+  return &api;
+}
+extern "C" MLPH_EXPORT const MLPH_Plugin* mlph_plugin(void) {
+  static const MLPH_Plugin descriptor = {sizeof(MLPH_Plugin), nullptr, MLPH_ABI_MAJOR, 3, MLPH_KIND_BACKEND,
+                                         "tracing-abi13", "0.1.0", "test only: the tracing backend as an ABI 1.3 build",
+                                         abi13_table()};
+  return &descriptor;
+}
+#else
 MLPH_DEFINE_PLUGIN(MLPH_KIND_BACKEND, "tracing", "0.1.0",
                    "test only: the reference backend, tracing each train_step's arguments to a file",
                    mlph::sdk::backend_api<TracingBackend>())
+#endif

@@ -183,6 +183,20 @@ TEST(Check, StagingBeforeRunStartBreaksOnlyTheOlderRulesets) {
   EXPECT_TRUE(mentions(v2.errors, "staging_start: failed check: s['run_started']", "hpc_2.0.0/common.yaml"));
 }
 
+// mlperf-run --resume logs mlph_resumed_from: such a run's clock covers only part of the training.
+TEST(Check, AResumedRunIsNoTimedResult) {
+  const fs::path dir = test::fresh_tree("resumed");
+  test::write_log(dir / "result_0.txt", FakeRun{});
+  EXPECT_TRUE(check_log(core::read_mllog(dir / "result_0.txt"), "3.0.0").valid);
+  std::ofstream(dir / "result_0.txt", std::ios::app)
+      << ":::MLLOG {\"namespace\": \"\", \"time_ms\": 1, \"event_type\": \"POINT_IN_TIME\", \"key\": "
+         "\"mlph_resumed_from\", \"value\": {\"epochs_done\": 3}, \"metadata\": {\"file\": \"x\", \"lineno\": 1}}\n";
+  const Verdict v = check_log(core::read_mllog(dir / "result_0.txt"), "3.0.0");
+  EXPECT_FALSE(v.valid);
+  EXPECT_TRUE(mentions(v.errors, "mlph_resumed_from: a run resumed from a checkpoint is not a timed MLPerf result"));
+  EXPECT_EQ(v.errors.size(), 1u);
+}
+
 TEST(Weak, ThroughputIsFirstStartToLastStop) {
   const fs::path org = test::fresh_tree("weak");
   // instances start 0..9 h apart (3.6e6 ms each), run i takes 10+i minutes: last stop 9 h + 19 min

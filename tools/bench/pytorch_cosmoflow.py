@@ -15,44 +15,56 @@ import torch.nn.functional as F
 from peer_timing import report, timed, to_format
 
 
-def conv_block(cin, cout):
-    return nn.Sequential(nn.Conv3d(cin, cout, 3, padding=1), nn.LeakyReLU(0.3))
+class Conv3DActMP(nn.Module):
+    """One conv block of the PyTorch port: Conv3d (k3, Keras 'same' = padding 1), LeakyReLU(0.3), MaxPool3d(2)."""
+
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.conv = nn.Conv3d(cin, cout, 3, padding=1)
+        self.act = nn.LeakyReLU(0.3)
+        self.mp = nn.MaxPool3d(2)
+
+    def forward(self, x):
+        return self.mp(self.act(self.conv(x)))
 
 
 class CosmoFlow(nn.Module):
-    """Layer for layer the graph workloads/cosmoflow/model.cpp builds (Keras 'same' = padding 1)."""
+    """Layer for layer the graph workloads/cosmoflow/model.cpp builds, with the parameter names of the
+    PyTorch port (NVIDIA's model/cosmoflow.py, REFERENCE.md §1.8: conv_seq.<i>.conv, dense1, dense2,
+    output), which is what `mlperf-run --export-weights` writes. log1p is the first op, as in our graph
+    (the port applies it in its trainer)."""
 
     def __init__(self, edge, dropout=0.5):
         super().__init__()
-        self.convs = nn.ModuleList(conv_block(4 if i == 0 else 32 << (i - 1), 32 << i) for i in range(5))
+        self.conv_seq = nn.ModuleList(Conv3DActMP(4 if i == 0 else 32 << (i - 1), 32 << i) for i in range(5))
         flat = (32 << 4) * (edge // 32) ** 3
-        self.dense1 = nn.Sequential(nn.Linear(flat, 128), nn.LeakyReLU(0.3))
-        self.dense2 = nn.Sequential(nn.Linear(128, 64), nn.LeakyReLU(0.3))
+        self.dense1 = nn.Linear(flat, 128)
+        self.dense2 = nn.Linear(128, 64)
         self.output = nn.Linear(64, 4)
         self.dropout = dropout
 
     def forward(self, x):
         x = torch.log1p(x)
-        for conv in self.convs:
-            x = F.max_pool3d(conv(x), 2)
+        for block in self.conv_seq:
+            x = block(x)
         x = torch.flatten(x.permute(0, 2, 3, 4, 1), 1)  # channels-last flatten, as Keras
-        x = F.dropout(self.dense1(x), self.dropout, self.training)
-        x = F.dropout(self.dense2(x), self.dropout, self.training)
+        x = F.dropout(F.leaky_relu(self.dense1(x), 0.3), self.dropout, self.training)
+        x = F.dropout(F.leaky_relu(self.dense2(x), 0.3), self.dropout, self.training)
         return 1.2 * torch.tanh(self.output(x))
 
     def layers(self, batch, edge):
         """(name, module, input shape, forward flops, needs input gradient), as mlperf-bench --layers."""
         out = []
         channels, e = 4, edge
-        for i, conv in enumerate(self.convs):
+        for i, block in enumerate(self.conv_seq):
             cout = 32 << i
             flops = 2.0 * batch * e ** 3 * 27 * channels * cout
-            out.append((f"conv{i + 1}", conv, (batch, channels, e, e, e), flops, i > 0))
-            out.append((f"conv{i + 1}.pool", nn.MaxPool3d(2), (batch, cout, e, e, e), 0.0, True))
+            out.append((f"conv{i + 1}", nn.Sequential(block.conv, block.act), (batch, channels, e, e, e), flops, i > 0))
+            out.append((f"conv{i + 1}.pool", block.mp, (batch, cout, e, e, e), 0.0, True))
             channels, e = cout, e // 2
         flat = channels * e ** 3
-        out.append(("dense1", self.dense1, (batch, flat), 2.0 * batch * flat * 128, True))
-        out.append(("dense2", self.dense2, (batch, 128), 2.0 * batch * 128 * 64, True))
+        out.append(("dense1", nn.Sequential(self.dense1, nn.LeakyReLU(0.3)), (batch, flat), 2.0 * batch * flat * 128, True))
+        out.append(("dense2", nn.Sequential(self.dense2, nn.LeakyReLU(0.3)), (batch, 128), 2.0 * batch * 128 * 64, True))
         head = nn.Sequential(self.output, nn.Tanh())
         out.append(("output", head, (batch, 64), 2.0 * batch * 64 * 4, True))
         return out

@@ -22,51 +22,59 @@ PARAMETERS = 56_454_720  # REFERENCE.md §2.10
 CLASS_WEIGHTS = [1.00172996521, 2.61461114883, 1.71641969681]  # f^-0.125 as float32 (§2.10)
 
 
-class Unit(nn.Sequential):
-    """One layer as `mlperf-bench --layers` cuts the graph: a conv (or transposed conv) with the BN and
-    ReLU that follow it, or a pooling op. `layer_name` is the node name workloads/deepcam/model.cpp gives."""
+class GBN(nn.Module):
+    """The reference's batch-norm wrapper: its parameters are named `….bn.weight`, `….bn.running_mean`, ..."""
 
-    def __init__(self, name, op, bn=False, relu=False):
-        mods = [op] + ([nn.BatchNorm2d(op.out_channels)] if bn else []) + ([nn.ReLU(inplace=True)] if relu else [])
-        super().__init__(*mods)
-        self.layer_name = name
+    def __init__(self, channels):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(channels)
 
-
-def conv(name, cin, cout, k, stride=1, dilation=1, padding=0, groups=1, bias=False, bn=False, relu=False):
-    return Unit(name, nn.Conv2d(cin, cout, k, stride, padding, dilation, groups, bias), bn, relu)
+    def forward(self, x):
+        return self.bn(x)
 
 
-def separable(name, cin, cout, stride=1, dilation=1, bn=False, relu=False):
-    """SeparableConv2d_same: depthwise 3x3 (padding = dilation) then pointwise 1x1; the BN and ReLU that
-    follow it in the network belong to the pointwise layer (no BN inside)."""
-    return nn.Sequential(conv(name + ".conv1", cin, cin, 3, stride, dilation, dilation, groups=cin),
-                         conv(name + ".pointwise", cin, cout, 1, bn=bn, relu=relu))
+class SeparableConv2dSame(nn.Module):
+    """SeparableConv2d_same: depthwise 3x3 (padding = dilation), then pointwise 1x1; no BN or ReLU inside."""
+
+    def __init__(self, cin, cout, stride=1, dilation=1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cin, 3, stride, dilation, dilation, groups=cin, bias=False)
+        self.pointwise = nn.Conv2d(cin, cout, 1, bias=False)
+
+    def forward(self, x):
+        return self.pointwise(self.conv1(x))
 
 
 class Block(nn.Module):
-    """Xception block: rep = [Sep, BN, ReLU] x reps without the last ReLU, then a stride-2 (or is_last)
-    separable conv without BN; plus the skip (1x1 conv + BN when the shape changes, else identity)."""
+    """Xception block: rep = [Sep, BN, ReLU] x reps without the last ReLU (nn.Sequential indices count the
+    ReLUs, as the reference's state_dict keys do), then a stride-2 (or is_last) separable conv without BN;
+    plus the skip (1x1 conv + BN when the shape changes, else identity)."""
 
-    def __init__(self, name, cin, cout, reps, stride=1, dilation=1, end_with_relu=True, grow_first=True,
-                 is_last=False):
+    def __init__(self, cin, cout, reps, stride=1, dilation=1, end_with_relu=True, grow_first=True, is_last=False):
         super().__init__()
-        self.skip = conv(name + ".skip", cin, cout, 1, stride, bn=True) if cout != cin or stride != 1 else nn.Identity()
+        if cout != cin or stride != 1:
+            self.skip = nn.Conv2d(cin, cout, 1, stride=stride, bias=False)
+            self.skipbn = GBN(cout)
+        else:
+            self.skip = None
+        self.relu = nn.ReLU(inplace=True)
         rep, c = [], cin
         for i in range(reps):
             grows = i == 0 if grow_first else i == reps - 1
-            rep.append(separable(f"{name}.rep{i}", c, cout if grows else c, 1, dilation, bn=True, relu=i + 1 < reps))
+            rep += [SeparableConv2dSame(c, cout if grows else c, 1, dilation), GBN(cout if grows else c), self.relu]
             c = cout if grows else c
+        rep = rep[:-1]
         if stride != 1:
-            rep.append(separable(name + ".down", cout, cout, stride))
+            rep.append(SeparableConv2dSame(cout, cout, 2))
         elif is_last:
-            rep.append(separable(name + ".last", cout, cout))
+            rep.append(SeparableConv2dSame(cout, cout, 1))
         self.rep = nn.Sequential(*rep)
         self.end_with_relu = end_with_relu
 
     def forward(self, inp):
-        skip = self.skip(inp)  # first, as in the graph (the layer order of mlperf-bench --layers)
+        skip = self.skipbn(self.skip(inp)) if self.skip is not None else inp  # first, as in the graph
         x = self.rep(inp) + skip
-        return F.relu(x, inplace=True) if self.end_with_relu else x
+        return self.relu(x) if self.end_with_relu else x
 
 
 class Xception(nn.Module):
@@ -74,90 +82,181 @@ class Xception(nn.Module):
 
     def __init__(self, channels=16):
         super().__init__()
-        self.entry = nn.Sequential(conv("xception.conv1", channels, 32, 3, 2, padding=1, bn=True, relu=True),
-                                   conv("xception.conv2", 32, 64, 3, padding=1, bn=True, relu=True),
-                                   Block("xception.block1", 64, 128, 2, 2, end_with_relu=False))
-        blocks = [Block("xception.block2", 128, 256, 2, 2), Block("xception.block3", 256, 728, 2, 2, is_last=True)]
-        blocks += [Block(f"xception.block{i}", 728, 728, 3) for i in range(4, 20)]
-        blocks.append(Block("xception.block20", 728, 1024, 2, end_with_relu=False, grow_first=False, is_last=True))
+        self.relu = nn.ReLU(inplace=True)
+        self.conv1 = nn.Conv2d(channels, 32, 3, stride=2, padding=1, bias=False)
+        self.bn1 = GBN(32)
+        self.conv2 = nn.Conv2d(32, 64, 3, padding=1, bias=False)
+        self.bn2 = GBN(64)
+        self.block1 = Block(64, 128, 2, 2, end_with_relu=False)
+        self.block2 = Block(128, 256, 2, 2)
+        self.block3 = Block(256, 728, 2, 2, is_last=True)
+        for i in range(4, 20):
+            setattr(self, f"block{i}", Block(728, 728, 3))
+        self.block20 = Block(728, 1024, 2, end_with_relu=False, grow_first=False, is_last=True)
         widths = [1024, 1536, 1536, 2048]
-        blocks += [separable(f"xception.conv{i + 3}", widths[i], widths[i + 1], dilation=2, bn=True, relu=True)
-                   for i in range(3)]
-        self.middle_exit = nn.Sequential(*blocks)
+        for i in range(3):
+            setattr(self, f"conv{i + 3}", SeparableConv2dSame(widths[i], widths[i + 1], dilation=2))
+            setattr(self, f"bn{i + 3}", GBN(widths[i + 1]))
 
     def forward(self, x):
+        x = self.relu(self.bn1(self.conv1(x)))
+        x = self.relu(self.bn2(self.conv2(x)))
         # The reference's in-place ReLU after block1 also rewrites the low-level features: they are post-ReLU.
-        low_level = F.relu(self.entry(x), inplace=True)
-        return self.middle_exit(low_level), low_level
+        low_level = x = self.relu(self.block1(x))
+        for i in range(2, 21):
+            x = getattr(self, f"block{i}")(x)
+        for i in range(3, 6):
+            x = self.relu(getattr(self, f"bn{i}")(getattr(self, f"conv{i}")(x)))
+        return x, low_level
 
 
-class ASPP(nn.Module):
-    """Rates 1, 6, 12, 18 and the global-pool branch (1x1 conv, trainable per-channel affine, ReLU,
-    broadcast to H/16 x W/16), concatenated and projected to 256 channels."""
+class ASPPModule(nn.Module):
+    def __init__(self, cin, cout, rate):
+        super().__init__()
+        k, pad = (1, 0) if rate == 1 else (3, rate)
+        self.atrous_convolution = nn.Conv2d(cin, cout, k, padding=pad, dilation=rate, bias=False)
+        self.bn = GBN(cout)
+        self.relu = nn.ReLU()
+
+    def forward(self, x):
+        return self.relu(self.bn(self.atrous_convolution(x)))
+
+
+class TrainableAffine(nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.weights = nn.Parameter(torch.ones(channels, 1, 1))
+        self.bias = nn.Parameter(torch.zeros(channels, 1, 1))
+
+    def forward(self, x):
+        return self.weights * x + self.bias
+
+
+class GlobalAveragePool(nn.Module):
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.global_average_pool = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(cin, cout, 1, bias=False),
+                                                 TrainableAffine(cout), nn.ReLU())
+
+    def forward(self, x):
+        return self.global_average_pool(x)
+
+
+class Bottleneck(nn.Module):
+    """ASPP with rates 1, 6, 12, 18 and the global-pool branch (1x1 conv, trainable per-channel affine,
+    ReLU, broadcast to H/16 x W/16: the reference tiles to a hard-coded 48x72, equal at full size),
+    concatenated and projected to 256 channels."""
 
     def __init__(self, cin=2048, cout=256):
         super().__init__()
-        self.branches = nn.ModuleList([conv("aspp1", cin, cout, 1, bn=True, relu=True)] + [
-            conv(f"aspp{i + 2}", cin, cout, 3, dilation=r, padding=r, bn=True, relu=True)
-            for i, r in enumerate((6, 12, 18))])
-        self.pool = Unit("global_pool", nn.AdaptiveAvgPool2d(1))
-        self.pool_conv = conv("global_pool.conv", cin, cout, 1)
-        self.affine_weights = nn.Parameter(torch.ones(cout, 1, 1))
-        self.affine_bias = nn.Parameter(torch.zeros(cout, 1, 1))
-        self.project = conv("aspp.project", 5 * cout, cout, 1, bn=True, relu=True)
+        for i, rate in enumerate((1, 6, 12, 18)):
+            setattr(self, f"aspp{i + 1}", ASPPModule(cin, cout, rate))
+        self.global_avg_pool = GlobalAveragePool(cin, cout)
+        self.conv = nn.Conv2d(5 * cout, cout, 1, bias=False)
+        self.bn = GBN(cout)
+        self.relu = nn.ReLU()
 
     def forward(self, x):
-        branches = [b(x) for b in self.branches]
-        pooled = F.relu(self.pool_conv(self.pool(x)) * self.affine_weights + self.affine_bias)
-        branches.append(pooled.expand(-1, -1, x.shape[2], x.shape[3]))
-        return self.project(torch.cat(branches, 1))
+        branches = [getattr(self, f"aspp{i}")(x) for i in range(1, 5)]
+        branches.append(self.global_avg_pool(x).expand(-1, -1, x.shape[2], x.shape[3]))
+        return self.relu(self.bn(self.conv(torch.cat(branches, 1))))
 
 
-def upsample(name, cin, cout, bn=True, relu=True):
+def transposed(cin, cout):
     """ConvTranspose2d(k3, s2, p1, output_padding 1, no bias): doubles H and W."""
-    return Unit(name, nn.ConvTranspose2d(cin, cout, 3, 2, 1, output_padding=1, bias=False), bn, relu)
+    return nn.ConvTranspose2d(cin, cout, 3, 2, 1, output_padding=1, bias=False)
+
+
+class DeconvUpsampler(nn.Module):
+    def __init__(self, classes):
+        super().__init__()
+        self.deconv1 = nn.Sequential(transposed(256, 256), GBN(256), nn.ReLU(), transposed(256, 256), GBN(256), nn.ReLU())
+        self.conv1 = nn.Sequential(nn.Conv2d(304, 256, 3, padding=1, bias=False), GBN(256), nn.ReLU(),
+                                   nn.Conv2d(256, 256, 3, padding=1, bias=False), GBN(256), nn.ReLU(),
+                                   nn.Conv2d(256, 256, 1))
+        self.deconv2 = nn.Sequential(transposed(256, 256), GBN(256), nn.ReLU())
+        self.last_deconv = nn.Sequential(transposed(256, classes))
+
+    def forward(self, x, low_level):
+        return self.last_deconv(self.deconv2(self.conv1(torch.cat([self.deconv1(x), low_level], 1))))
 
 
 class DeepLabV3Plus(nn.Module):
+    """The reference's DeepLabv3_plus (deeplab_xception.py): the same modules under the same names, so its
+    state_dict keys are the reference's (REFERENCE.md §2.10), which is what `mlperf-run --export-weights`
+    writes; the input is normalized already (the reference normalizes in its data loader)."""
+
     def __init__(self, channels=16, classes=3):
         super().__init__()
-        self.encoder = Xception(channels)
-        self.aspp = ASPP()
-        self.low_level = conv("decoder.low_level", 128, 48, 1, bn=True, relu=True)
-        self.deconv1 = nn.Sequential(upsample("decoder.deconv1a", 256, 256), upsample("decoder.deconv1b", 256, 256))
-        self.convs = nn.Sequential(conv("decoder.conv1", 304, 256, 3, padding=1, bn=True, relu=True),
-                                   conv("decoder.conv2", 256, 256, 3, padding=1, bn=True, relu=True),
-                                   conv("decoder.conv3", 256, 256, 1, bias=True),
-                                   upsample("decoder.deconv2", 256, 256),
-                                   upsample("decoder.last_deconv", 256, classes, bn=False, relu=False))
+        self.xception_features = Xception(channels)
+        self.bottleneck = Bottleneck()
+        self.conv2 = nn.Conv2d(128, 48, 1, bias=False)
+        self.bn2 = GBN(48)
+        self.relu = nn.ReLU()
+        self.upsample = DeconvUpsampler(classes)
         # The reference overwrites the encoder and ASPP convs with kaiming_normal_; the rest keep the defaults.
-        for m in list(self.encoder.modules()) + list(self.aspp.branches.modules()):
+        aspp = [getattr(self.bottleneck, f"aspp{i}") for i in range(1, 5)]
+        for m in list(self.xception_features.modules()) + [a.atrous_convolution for a in aspp]:
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
 
     def forward(self, x):
-        features, low_level = self.encoder(x)
-        x = self.aspp(features)
-        low = self.low_level(low_level)
-        return self.convs(torch.cat([self.deconv1(x), low], 1))
+        features, low_level = self.xception_features(x)
+        x = self.bottleneck(features)
+        return self.upsample(x, self.relu(self.bn2(self.conv2(low_level))))
+
+    def units(self):
+        """Every layer as `mlperf-bench --layers` cuts the graph, in its order: (node name in
+        workloads/deepcam/model.cpp, the modules of the layer: a conv with the BN and ReLU after it, or a pool)."""
+        xf, bottleneck, up = self.xception_features, self.bottleneck, self.upsample
+        out = [("xception.conv1", [xf.conv1, xf.bn1, xf.relu]), ("xception.conv2", [xf.conv2, xf.bn2, xf.relu])]
+        for b in range(1, 21):
+            block, name = getattr(xf, f"block{b}"), f"xception.block{b}"
+            if block.skip is not None:
+                out.append((name + ".skip", [block.skip, block.skipbn]))
+            rep = list(block.rep)
+            for i in range(0, len(rep) - 1, 3):  # Sep, BN[, ReLU] per repetition
+                out.append((f"{name}.rep{i // 3}.conv1", [rep[i].conv1]))
+                out.append((f"{name}.rep{i // 3}.pointwise", [rep[i].pointwise] + rep[i + 1:i + 3]))
+            if isinstance(rep[-1], SeparableConv2dSame):
+                tail = name + (".down" if rep[-1].conv1.stride[0] == 2 else ".last")
+                out += [(tail + ".conv1", [rep[-1].conv1]), (tail + ".pointwise", [rep[-1].pointwise])]
+        for i in range(3, 6):
+            sep = getattr(xf, f"conv{i}")
+            out += [(f"xception.conv{i}.conv1", [sep.conv1]),
+                    (f"xception.conv{i}.pointwise", [sep.pointwise, getattr(xf, f"bn{i}"), xf.relu])]
+        for i in range(1, 5):
+            a = getattr(bottleneck, f"aspp{i}")
+            out.append((f"aspp{i}", [a.atrous_convolution, a.bn, a.relu]))
+        pool = bottleneck.global_avg_pool.global_average_pool
+        out += [("global_pool", [pool[0]]), ("global_pool.conv", [pool[1]]),
+                ("aspp.project", [bottleneck.conv, bottleneck.bn, bottleneck.relu]),
+                ("decoder.low_level", [self.conv2, self.bn2, self.relu]),
+                ("decoder.deconv1a", list(up.deconv1[0:3])), ("decoder.deconv1b", list(up.deconv1[3:6])),
+                ("decoder.conv1", list(up.conv1[0:3])), ("decoder.conv2", list(up.conv1[3:6])),
+                ("decoder.conv3", [up.conv1[6]]), ("decoder.deconv2", list(up.deconv2)),
+                ("decoder.last_deconv", [up.last_deconv[0]])]
+        return out
 
     def layers(self, x):
         """(name, module, input shape, forward flops, needs input gradient) for every layer, in the order
-        of mlperf-bench --layers, found by running one forward pass with hooks."""
-        out = []
+        of mlperf-bench --layers; the input shapes found by running one forward pass with hooks."""
+        units = self.units()
+        shapes = {}
 
-        def record(unit, inputs, output):
-            op, inp = unit[0], inputs[0]
-            if isinstance(op, nn.ConvTranspose2d):  # every input element feeds k*k*Co multiply-adds
-                flops = 2.0 * op.weight.numel() / op.in_channels * inp.numel()
-            elif isinstance(op, nn.Conv2d):  # every output element takes k*k*Ci/groups
-                flops = 2.0 * op.weight.numel() / op.out_channels * output.numel()
-            else:
-                flops = 0.0
-            # The first layer's input is the data: no data gradient, as in the whole model.
-            out.append((unit.layer_name, unit, tuple(inp.shape), flops, unit.layer_name != "xception.conv1"))
+        def record(name):
+            def hook(module, inputs, output):
+                op, inp = module, inputs[0]
+                if isinstance(op, nn.ConvTranspose2d):  # every input element feeds k*k*Co multiply-adds
+                    flops = 2.0 * op.weight.numel() / op.in_channels * inp.numel()
+                elif isinstance(op, nn.Conv2d):  # every output element takes k*k*Ci/groups
+                    flops = 2.0 * op.weight.numel() / op.out_channels * output.numel()
+                else:
+                    flops = 0.0
+                shapes[name] = (tuple(inp.shape), flops)
+            return hook
 
-        hooks = [m.register_forward_hook(record) for m in self.modules() if isinstance(m, Unit)]
+        hooks = [modules[0].register_forward_hook(record(name)) for name, modules in units]
         was_training = self.training
         self.eval()
         with torch.no_grad():
@@ -165,7 +264,9 @@ class DeepLabV3Plus(nn.Module):
         self.train(was_training)
         for h in hooks:
             h.remove()
-        return out
+        # The first layer's input is the data: no data gradient, as in the whole model.
+        return [(name, nn.Sequential(*modules), shapes[name][0], shapes[name][1], name != "xception.conv1")
+                for name, modules in units]
 
 
 def iou(logits, labels, classes=3):

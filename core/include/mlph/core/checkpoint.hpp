@@ -24,10 +24,17 @@ struct CheckpointOptions {
 // 1.4, or its table lacks read_state / write_state); "" when it can.
 std::string missing_state_support(const Session& session);
 
-// The identity of the run `session` makes with `graph`, as a checkpoint records it.
-CheckpointIdentity run_identity(const Session& session, const MLPH_Graph& graph);
+// Reads one optimizer state slot from `model`: a backend that cannot save its state (an SDK backend
+// that leaves read_state alone) fails at init, not after the first epoch. Throws PluginError.
+void check_state_readable(const Session& session, MLPH_Model* model, const MLPH_Graph& graph);
 
-// Throws CheckpointError naming the checkpoint and the first thing that differs from `run`.
+// The identity of the run `session` makes with `graph`, as a checkpoint records it; without a graph,
+// all but its fingerprint.
+CheckpointIdentity run_identity(const Session& session, const MLPH_Graph* graph);
+
+// Throws CheckpointError naming the checkpoint and the first thing that differs from `run` (its graph
+// only when `run` has a fingerprint: a workload may need data to build the graph, so the cheaper
+// checks come first).
 void check_same_run(const CheckpointReader& checkpoint, const CheckpointIdentity& run);
 
 struct SavedCheckpoint {

@@ -1,0 +1,248 @@
+// Checkpoints through mlperf-run. A run killed with SIGKILL in the middle of an epoch and resumed from
+// its last checkpoint ends with bitwise the weights, optimizer state and metrics of a run never
+// interrupted (same backend, same thread count), for CosmoFlow (dropout: the micro-batch counter) and
+// DeepCAM (LAMB, batch-norm statistics, an accumulation window open across the epoch's end), on the
+// reference and onednn-cpu backends. A checkpoint that is truncated, corrupt, foreign or of another run
+// gets one line naming the file and what differs, exit status 2 and no log.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <iterator>
+#include <thread>
+
+#include "cli.hpp"
+#include "mlph/core/checkpoint_file.hpp"
+
+using namespace mlph;
+using namespace mlph::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kCosmoFlowSeedless =
+    "--workload cosmoflow --division open --set data.edge=32 --set train.batch_size=2 --set train.epochs=3 "
+    "--set optimizer.warmup_epochs=0 --set train.target_mae=0.0001 --set backend.threads=2 ";
+const std::string kCosmoFlow = kCosmoFlowSeedless + "--seed 1234 ";
+const std::string kCosmoFlowData = "--set data.synthetic.train=8 --set data.synthetic.valid=4 ";
+// 3 micro-batches an epoch in windows of 2: the window of micro-batches 3 and 4 spans the first epoch's end.
+const std::string kDeepCam =
+    "--workload deepcam --division open --seed 99 --set data.height=32 --set data.width=48 --set train.batch_size=1 "
+    "--set train.epochs=2 --set train.target_iou=0.9999 --set train.gradient_accumulation_frequency=2 "
+    "--set backend.threads=2 ";
+const std::string kDeepCamData = "--set data.synthetic.train=3 --set data.synthetic.valid=1 ";
+
+bool has_plugin(const std::string& file) { return fs::exists(fs::path(MLPH_PLUGIN_DIR) / file); }
+
+std::string slurp(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Starts mlperf-run with its output going to `log`; the pid is mlperf-run's own (exec).
+pid_t spawn_cli(const std::string& args, const fs::path& log) {
+  const std::string command = "exec " MLPH_BINARY_DIR "/bin/mlperf-run " + args + " >" + log.string() + " 2>&1";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+// SIGKILL once `log` shows `marker` (a progress line inside an epoch); false if the run ended first.
+bool kill_at(pid_t pid, const fs::path& log, const std::string& marker) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (slurp(log).find(marker) != std::string::npos) {
+      kill(pid, SIGKILL);
+      int status = 0;
+      waitpid(pid, &status, 0);
+      return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+    }
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return false;
+}
+
+// Every tensor of both checkpoints, byte for byte, and the runner's state.
+void expect_identical(const fs::path& a, const fs::path& b) {
+  const core::CheckpointReader x(a), y(b);
+  ASSERT_EQ(x.manifest().tensors.size(), y.manifest().tensors.size());
+  for (const core::TensorRecord& t : x.manifest().tensors) {
+    const core::TensorRecord* u = y.find(t.name, t.slot);
+    ASSERT_NE(u, nullptr) << t.name << "/" << t.slot;
+    EXPECT_TRUE(x.read(t) == y.read(*u)) << t.name << (t.slot.empty() ? "" : "/" + t.slot) << " differs";
+  }
+  EXPECT_EQ(x.manifest().state.micro_batches, y.manifest().state.micro_batches);
+  EXPECT_EQ(x.manifest().state.metrics, y.manifest().state.metrics);
+}
+
+std::string last_value(const fs::path& log, const std::string& key) {
+  std::string value;
+  for (const std::string& line : read_lines(log))
+    if (mllog_key(line) == key) value = mllog_value(line);
+  return value;
+}
+
+// Run A never stops; run B is killed in epoch 2 (after its first checkpoint) and resumed from it.
+void check_resume_is_bitwise(const std::string& name, const std::string& flags, const std::string& data_flags,
+                             uint32_t epochs, const std::string& metric_key) {
+  const fs::path dir = fresh_dir(name);
+  ASSERT_EQ(run_cli(flags + data_flags + "--generate-data " + (dir / "data").string()).exit_code, 0);
+  const std::string common = flags + "--data " + (dir / "data").string() + " ";
+  const CliResult a = run_cli(common + "--output " + (dir / "a").string() + " --checkpoint-dir " + (dir / "ck-a").string());
+  ASSERT_EQ(a.exit_code, 1) << a.output;  // the target is out of reach: aborted, not an error
+  const std::vector<fs::path> kept = core::list_checkpoints(dir / "ck-a");
+  ASSERT_EQ(kept.size(), 2u) << "the newest 2 are kept";
+  EXPECT_EQ(kept.back().filename(), core::checkpoint_name(epochs));
+  EXPECT_EQ(slurp(dir / "ck-a" / "latest"), core::checkpoint_name(epochs) + "\n");
+
+  const pid_t pid = spawn_cli(common + "--output " + (dir / "b").string() + " --checkpoint-dir " + (dir / "ck-b").string(),
+                              dir / "b.txt");
+  ASSERT_TRUE(kill_at(pid, dir / "b.txt", "epoch 2/" + std::to_string(epochs) + "  step 1/")) << slurp(dir / "b.txt");
+  ASSERT_EQ(core::list_checkpoints(dir / "ck-b").size(), 1u) << "killed in epoch 2: one checkpoint, of epoch 1";
+  const CliResult resumed = run_cli(common + "--output " + (dir / "b2").string() + " --checkpoint-dir " +
+                                    (dir / "ck-b").string() + " --resume " + (dir / "ck-b").string());
+  ASSERT_EQ(resumed.exit_code, 1) << resumed.output;
+  EXPECT_NE(resumed.output.find("note: resumed after epoch 1"), std::string::npos) << resumed.output;
+  expect_identical(dir / "ck-a", dir / "ck-b");
+  EXPECT_EQ(last_value(dir / "a" / "result_0.txt", metric_key), last_value(dir / "b2" / "result_0.txt", metric_key));
+  EXPECT_NE(last_value(dir / "b2" / "result_0.txt", "mlph_resumed_from"), "");
+  EXPECT_EQ(last_value(dir / "a" / "result_0.txt", "mlph_resumed_from"), "");
+}
+
+}  // namespace
+
+TEST(Resume, CosmoFlowReferenceIsBitwiseAfterSigkill) {
+  check_resume_is_bitwise("resume-cosmoflow", kCosmoFlow, kCosmoFlowData, 3, "eval_error");
+}
+
+TEST(Resume, CosmoFlowOnednnIsBitwiseAfterSigkill) {
+  if (!has_plugin("libmlph-backend-onednn-cpu.so")) GTEST_SKIP() << "onednn-cpu is not built";
+  check_resume_is_bitwise("resume-cosmoflow-onednn", kCosmoFlow + "--backend onednn-cpu ", kCosmoFlowData, 3,
+                          "eval_error");
+}
+
+TEST(Resume, DeepCamReferenceIsBitwiseWithAWindowAcrossTheEpochEnd) {
+  if (!has_plugin("libmlph-workload-deepcam.so")) GTEST_SKIP() << "deepcam is not built (HDF5)";
+  check_resume_is_bitwise("resume-deepcam", kDeepCam, kDeepCamData, 2, "eval_accuracy");
+  // The first checkpoint holds the open window's pending sums (one micro-batch of two).
+  const core::CheckpointReader first(fs::temp_directory_path() / "mlph-test-resume-deepcam" / "ck-a" / "epoch-000001");
+  EXPECT_EQ(first.manifest().state.micro_batches, 3u);
+  EXPECT_EQ(first.manifest().state.optimizer_steps, 1u);
+  EXPECT_NE(first.find("xception.conv1.weight", "pending_gradient"), nullptr);
+  EXPECT_NE(first.find("xception.conv1.weight", "m"), nullptr);
+  EXPECT_EQ(first.find("xception.conv1.bn.running_mean", "m"), nullptr) << "running statistics have no optimizer state";
+}
+
+TEST(Resume, DeepCamOnednnIsBitwiseWithAWindowAcrossTheEpochEnd) {
+  if (!has_plugin("libmlph-workload-deepcam.so") || !has_plugin("libmlph-backend-onednn-cpu.so"))
+    GTEST_SKIP() << "deepcam or onednn-cpu is not built";
+  check_resume_is_bitwise("resume-deepcam-onednn", kDeepCam + "--backend onednn-cpu ", kDeepCamData, 2, "eval_accuracy");
+}
+
+// One CosmoFlow checkpoint (after 1 epoch), copied and spoilt by each test.
+class BadCheckpoint : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fresh_dir("bad-checkpoint");
+    ASSERT_EQ(run_cli(kCosmoFlow + kCosmoFlowData + "--generate-data " + (dir_ / "data").string()).exit_code, 0);
+    const CliResult r = run_cli(kCosmoFlow + "--set train.epochs=1 --data " + (dir_ / "data").string() + " --output " +
+                                (dir_ / "out").string() + " --checkpoint-dir " + (dir_ / "good").string());
+    ASSERT_EQ(r.exit_code, 1) << r.output;
+  }
+  void SetUp() override {
+    fs::remove_all(dir_ / "ck");
+    fs::copy(dir_ / "good", dir_ / "ck", fs::copy_options::recursive);
+    fs::remove_all(dir_ / "resumed");
+  }
+  fs::path checkpoint() const { return dir_ / "ck" / "epoch-000001"; }
+  // A resume that must be refused before anything starts: exit 2, one line, no log.
+  CliResult refused(const std::string& flags) const {
+    CliResult r = run_cli(flags + "--data " + (dir_ / "data").string() + " --output " + (dir_ / "resumed").string() +
+                          " --resume " + (dir_ / "ck").string());
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    EXPECT_FALSE(fs::exists(dir_ / "resumed" / "result_0.txt"));
+    return r;
+  }
+  static fs::path dir_;
+};
+fs::path BadCheckpoint::dir_;
+
+#define EXPECT_SAYS(output, text) EXPECT_NE((output).find(text), std::string::npos) << (output)
+
+TEST_F(BadCheckpoint, TruncatedTensorsAreNamed) {
+  fs::resize_file(checkpoint() / "tensors.bin", fs::file_size(checkpoint() / "tensors.bin") / 2);
+  const CliResult r = refused(kCosmoFlow);
+  EXPECT_SAYS(r.output, (checkpoint() / "tensors.bin").string());
+  EXPECT_SAYS(r.output, "the checkpoint is truncated");
+}
+
+TEST_F(BadCheckpoint, ACorruptTensorFailsItsCrc) {
+  {
+    std::fstream f(checkpoint() / "tensors.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(20000);  // inside conv1's velocity
+    f.put('\x5a');
+  }
+  EXPECT_SAYS(refused(kCosmoFlow).output, "tensor 'conv1.kernel/velocity' fails its CRC32 check");
+  const CliResult exported = run_command(std::string(MLPH_BINARY_DIR "/bin/mlph-export ") + (dir_ / "ck").string() + " " +
+                                         (dir_ / "w.npz").string());
+  EXPECT_EQ(exported.exit_code, 2) << exported.output;
+  EXPECT_SAYS(exported.output, "fails its CRC32 check");
+}
+
+TEST_F(BadCheckpoint, AGarbledOrForeignManifestIsNamed) {
+  std::ofstream(checkpoint() / "manifest.json") << "{\"format\": \"safetensors\", \"version\": 1}";
+  EXPECT_SAYS(refused(kCosmoFlow).output, "not an mlperf-hpc checkpoint (format 'safetensors'");
+  std::ofstream(checkpoint() / "manifest.json") << "{\"format\": \"mlph-che";
+  EXPECT_SAYS(refused(kCosmoFlow).output, (checkpoint() / "manifest.json").string() + ": not a readable checkpoint manifest");
+}
+
+TEST_F(BadCheckpoint, AnotherBenchmarkIsRefused) {
+  if (!has_plugin("libmlph-workload-deepcam.so")) GTEST_SKIP() << "deepcam is not built";
+  EXPECT_SAYS(refused("--workload deepcam --division open --seed 1234 ").output,
+              "benchmark 'cosmoflow' there, 'deepcam' in this run");
+}
+
+TEST_F(BadCheckpoint, AnotherBackendIsRefused) {
+  if (!has_plugin("libmlph-backend-onednn-cpu.so")) GTEST_SKIP() << "onednn-cpu is not built";
+  EXPECT_SAYS(refused(kCosmoFlow + "--backend onednn-cpu ").output, "backend 'reference' there, 'onednn-cpu' in this run");
+}
+
+TEST_F(BadCheckpoint, AnotherHyperparameterOrSeedOrGraphIsRefused) {
+  EXPECT_SAYS(refused(kCosmoFlow + "--set optimizer.base_lr=0.5 ").output, "'optimizer.base_lr' = '0.001' there, '0.5'");
+  EXPECT_SAYS(refused(kCosmoFlowSeedless + "--seed 5 ").output, "seed 1234 there, --seed 5 given");
+  EXPECT_SAYS(refused(kCosmoFlow + "--set data.edge=64 ").output, "its graph (fingerprint");
+}
+
+TEST_F(BadCheckpoint, AnOccupiedDirectoryIsNotOverwritten) {
+  const CliResult r = run_cli(kCosmoFlow + "--data " + (dir_ / "data").string() + " --output " +
+                              (dir_ / "resumed").string() + " --checkpoint-dir " + (dir_ / "ck").string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_SAYS(r.output, "already holds checkpoints (newest: epoch-000001): go on from them with --resume");
+}
+
+TEST_F(BadCheckpoint, ABackendOlderThanAbi14IsRefusedByName) {
+  const CliResult r = run_cli(kCosmoFlow + "--plugin-dir " MLPH_TEST_PLUGIN_DIR " --backend tracing-abi13 "
+                              "--set backend.trace=/dev/null --data " + (dir_ / "data").string() + " --output " +
+                              (dir_ / "resumed").string() + " --checkpoint-dir " + (dir_ / "new").string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_SAYS(r.output, "backend tracing-abi13 (ABI 1.3) cannot save or restore its optimizer state");
+}
+
+TEST_F(BadCheckpoint, TheUnspoiltCopyResumes) {  // the control for the refusals above
+  const CliResult r = run_cli(kCosmoFlow + "--set train.epochs=2 --data " + (dir_ / "data").string() + " --output " +
+                              (dir_ / "resumed").string() + " --resume " + checkpoint().string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_SAYS(r.output, "epoch 2/2 done");
+  EXPECT_EQ(r.output.find("epoch 1/2 done"), std::string::npos) << r.output;
+}
