@@ -189,12 +189,10 @@ class ManifestParser {
 fs::path resolve(const fs::path& path) {
   if (fs::exists(path / kManifest)) return path;
   if (fs::exists(path / kLatest)) {
-    std::ifstream in(path / kLatest);
-    std::string name;
-    std::getline(in, name);
-    const fs::path target = path / name;
-    if (name.empty() || !fs::exists(target / kManifest))
-      throw CheckpointError(fmt::format("{}: names '{}', which holds no {}", (path / kLatest).string(), name, kManifest));
+    const fs::path target = latest_checkpoint(path);
+    if (!fs::exists(target / kManifest))
+      throw CheckpointError(fmt::format("{}: names '{}', which holds no {}", (path / kLatest).string(),
+                                        target.filename().string(), kManifest));
     return target;
   }
   if (!fs::exists(path)) throw CheckpointError(fmt::format("{}: no such checkpoint or checkpoint directory", path.string()));
@@ -218,6 +216,13 @@ std::vector<fs::path> list_checkpoints(const fs::path& dir) {
     if (e.path().filename().string().starts_with("epoch-") && fs::exists(e.path() / kManifest)) found.push_back(e.path());
   std::sort(found.begin(), found.end());
   return found;
+}
+
+fs::path latest_checkpoint(const fs::path& dir) {
+  std::ifstream in(dir / kLatest);
+  std::string name;
+  std::getline(in, name);
+  return name.empty() ? fs::path() : dir / name;
 }
 
 CheckpointWriter::CheckpointWriter(fs::path dir, uint32_t epochs_done)
@@ -254,12 +259,14 @@ void CheckpointWriter::add(const std::string& name, const std::string& slot, MLP
 }
 
 fs::path CheckpointWriter::commit(const CheckpointIdentity& identity, const RunnerState& state, uint32_t keep) {
+  if (latest_checkpoint(dir_) == final_)
+    throw CheckpointError(fmt::format("{}: is the latest checkpoint; it is not replaced", final_.string()));
   if (::fsync(fd_) != 0) system_error(temp_ / kTensors, "cannot fsync");
   ::close(fd_);
   fd_ = -1;
   write_file_durably(temp_ / kManifest, manifest_json(identity, state, tensors_, offset_));
   sync_directory(temp_);
-  // A checkpoint of this epoch from an earlier attempt (never `latest`'s: that is older) gives way.
+  // A checkpoint of this epoch from an earlier attempt (not `latest`'s) gives way.
   const fs::path displaced = temp_.string() + ".old";
   remove_quietly(displaced);
   if (fs::exists(final_)) fs::rename(final_, displaced);

@@ -440,12 +440,19 @@ void Run::check_checkpoints_and_export() {
   }
   if (!checkpoints_.dir.empty()) {
     const std::vector<std::filesystem::path> existing = list_checkpoints(checkpoints_.dir);
-    const bool continuing = resume_ && std::filesystem::equivalent(resume_->dir().parent_path(), checkpoints_.dir);
+    std::error_code absent;  // a new directory is nobody's parent
+    const bool continuing = resume_ && std::filesystem::equivalent(resume_->dir().parent_path(), checkpoints_.dir, absent);
     if (!existing.empty() && !continuing)
       throw CheckpointError(fmt::format("{} already holds checkpoints (newest: {}): go on from them with --resume {}, "
                                         "or choose another directory",
                                         checkpoints_.dir.string(), existing.back().filename().string(),
                                         checkpoints_.dir.string()));
+    // Going on from an older checkpoint would rewrite the newer ones, `latest`'s among them.
+    const std::filesystem::path latest = latest_checkpoint(checkpoints_.dir);
+    if (continuing && !latest.empty() && latest.filename() > resume_->dir().filename())
+      throw CheckpointError(fmt::format("{} holds a newer checkpoint ({}) than {}, which going on would overwrite: "
+                                        "resume from the newest, or save into another directory",
+                                        checkpoints_.dir.string(), latest.filename().string(), resume_->dir().string()));
   }
   if (!options_.export_weights.empty()) {
     export_layout_ = reference_layout_of(session_->workload_plugin());

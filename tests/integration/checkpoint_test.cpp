@@ -231,6 +231,16 @@ TEST_F(BadCheckpoint, AnOccupiedDirectoryIsNotOverwritten) {
   EXPECT_SAYS(r.output, "already holds checkpoints (newest: epoch-000001): go on from them with --resume");
 }
 
+TEST_F(BadCheckpoint, GoingOnFromAnOlderOneWouldOverwriteTheNewest) {
+  fs::copy(checkpoint(), dir_ / "ck" / "epoch-000002", fs::copy_options::recursive);
+  std::ofstream(dir_ / "ck" / "latest") << "epoch-000002\n";
+  const CliResult r = run_cli(kCosmoFlow + "--data " + (dir_ / "data").string() + " --output " +
+                              (dir_ / "resumed").string() + " --checkpoint-dir " + (dir_ / "ck").string() +
+                              " --resume " + checkpoint().string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_SAYS(r.output, "holds a newer checkpoint (epoch-000002) than");
+}
+
 TEST_F(BadCheckpoint, ABackendOlderThanAbi14IsRefusedByName) {
   const CliResult r = run_cli(kCosmoFlow + "--plugin-dir " MLPH_TEST_PLUGIN_DIR " --backend tracing-abi13 "
                               "--set backend.trace=/dev/null --data " + (dir_ / "data").string() + " --output " +

@@ -70,6 +70,8 @@ inline constexpr int kCheckpointVersion = 1;
 std::string checkpoint_name(uint32_t epochs_done);
 // The complete checkpoints in `dir` (epoch-* with a manifest), oldest first.
 std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& dir);
+// The checkpoint `dir`'s `latest` names (unchecked), or an empty path when it has none.
+std::filesystem::path latest_checkpoint(const std::filesystem::path& dir);
 
 // One checkpoint being written; nothing is visible under its name until commit().
 class CheckpointWriter {
@@ -82,6 +84,7 @@ class CheckpointWriter {
   void add(const std::string& name, const std::string& slot, MLPH_DType dtype, const std::vector<int64_t>& shape,
            const void* data);
   // Makes it durable and the newest (see above), then removes all but the `keep` newest. Returns its path.
+  // A checkpoint of the same epoch from an earlier attempt gives way, unless `latest` names it.
   std::filesystem::path commit(const CheckpointIdentity& identity, const RunnerState& state, uint32_t keep);
   uint64_t bytes() const { return offset_; }
 

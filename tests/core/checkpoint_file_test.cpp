@@ -1,0 +1,140 @@
+// The checkpoint format on its own: what is written reads back exactly; the newest are kept and
+// `latest` names the newest; a writer that dies before committing leaves the last good checkpoint
+// (and `latest`) as they were, and its leftovers are cleared by the next commit.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "mlph/core/checkpoint_file.hpp"
+
+using namespace mlph::core;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path fresh(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("mlph-test-" + name);
+  fs::remove_all(dir);
+  return dir;
+}
+
+CheckpointIdentity identity() {
+  CheckpointIdentity id;
+  id.benchmark = "cosmoflow", id.workload = "cosmoflow", id.backend = "reference";
+  id.graph_fingerprint = "0123456789abcdef", id.config_hash = "fedcba9876543210";
+  id.seed = 18446744073709551557ULL;  // needs all 64 bits
+  id.ranks = 4, id.accumulation = 2;
+  id.hyperparameters = {{"optimizer.decay_boundaries", "[32, 64]"}, {"model.dropout", "0.5"}};
+  return id;
+}
+
+void commit(const fs::path& dir, uint32_t epoch, uint32_t keep = 2) {
+  CheckpointWriter w(dir, epoch);
+  const float values[3] = {1.0f * static_cast<float>(epoch), -0.0f, 3.5f};
+  w.add("w", "", MLPH_DTYPE_F32, {3}, values);
+  w.commit(identity(), RunnerState{epoch, 10ULL * epoch, 5ULL * epoch, {}}, keep);
+}
+
+std::string latest(const fs::path& dir) {
+  std::ifstream in(dir / "latest");
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+}  // namespace
+
+TEST(CheckpointFile, WhatIsWrittenReadsBackExactly) {
+  const fs::path dir = fresh("ckpt-roundtrip");
+  const std::vector<float> weights = {0.1f, -2.5e-38f, std::nanf(""), 1e30f, 0.0f, -1.0f};
+  const int64_t counter = -7;
+  CheckpointWriter w(dir, 12);
+  w.add("conv1.kernel", "", MLPH_DTYPE_F32, {1, 2, 3}, weights.data());
+  w.add("conv1.kernel", "velocity", MLPH_DTYPE_F32, {1, 2, 3}, weights.data());
+  w.add("steps", "", MLPH_DTYPE_I64, {}, &counter);
+  const RunnerState state{12, 123456789012ULL, 61728394506ULL, {0.5, 0.1 + 0.2, std::nan(""), 1e-300}};
+  EXPECT_EQ(w.commit(identity(), state, 2), dir / "epoch-000012");
+
+  const CheckpointReader r(dir);  // through `latest`
+  EXPECT_EQ(r.dir(), dir / "epoch-000012");
+  const Manifest& m = r.manifest();
+  EXPECT_EQ(m.identity.seed, identity().seed);
+  EXPECT_EQ(m.identity.hyperparameters, identity().hyperparameters);
+  EXPECT_EQ(m.identity.ranks, 4);
+  EXPECT_EQ(m.identity.accumulation, 2u);
+  EXPECT_EQ(m.state.micro_batches, state.micro_batches);
+  EXPECT_EQ(m.state.optimizer_steps, state.optimizer_steps);
+  ASSERT_EQ(m.state.metrics.size(), 4u);
+  EXPECT_EQ(m.state.metrics[1], 0.1 + 0.2) << "metrics round-trip exactly";
+  EXPECT_TRUE(std::isnan(m.state.metrics[2]));
+  EXPECT_EQ(m.state.metrics[3], 1e-300);
+  const TensorRecord* velocity = r.find("conv1.kernel", "velocity");
+  ASSERT_NE(velocity, nullptr);
+  EXPECT_EQ(velocity->offset % 64, 0u);
+  EXPECT_EQ(velocity->shape, (std::vector<int64_t>{1, 2, 3}));
+  const std::vector<std::byte> bytes = r.read(*velocity);
+  ASSERT_EQ(bytes.size(), weights.size() * sizeof(float));
+  EXPECT_EQ(std::memcmp(bytes.data(), weights.data(), bytes.size()), 0);
+  const TensorRecord* steps = r.find("steps", "");
+  ASSERT_NE(steps, nullptr);
+  EXPECT_EQ(steps->dtype, MLPH_DTYPE_I64);
+  EXPECT_TRUE(steps->shape.empty());
+  EXPECT_EQ(r.find("conv1.kernel", "m"), nullptr);
+}
+
+TEST(CheckpointFile, TheNewestAreKeptAndLatestNamesTheNewest) {
+  const fs::path dir = fresh("ckpt-keep");
+  for (uint32_t epoch = 1; epoch <= 4; ++epoch) commit(dir, epoch);
+  const std::vector<fs::path> kept = list_checkpoints(dir);
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(kept[0].filename(), "epoch-000003");
+  EXPECT_EQ(kept[1].filename(), "epoch-000004");
+  EXPECT_EQ(latest(dir), "epoch-000004\n");
+  commit(dir, 5, 1);
+  EXPECT_EQ(list_checkpoints(dir).size(), 1u);
+  EXPECT_THROW(commit(dir, 5), CheckpointError) << "the latest checkpoint is never replaced";
+  EXPECT_EQ(CheckpointReader(dir).manifest().state.epochs_done, 5u);
+}
+
+TEST(CheckpointFile, AWriterKilledBeforeCommittingLeavesTheLastGoodOne) {
+  const fs::path dir = fresh("ckpt-crash");
+  commit(dir, 1);
+  const pid_t child = fork();
+  if (child == 0) {  // dies half-way through writing epoch 2, as under SIGKILL: no destructor runs
+    CheckpointWriter w(dir, 2);
+    const float big[1024] = {};
+    w.add("w", "", MLPH_DTYPE_F32, {1024}, big);
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(fs::exists(dir / ".epoch-000002.tmp")) << "the dead writer's leftovers";
+  EXPECT_EQ(latest(dir), "epoch-000001\n");
+  EXPECT_EQ(list_checkpoints(dir).size(), 1u);
+  EXPECT_EQ(CheckpointReader(dir).manifest().state.epochs_done, 1u);
+  commit(dir, 2);
+  EXPECT_FALSE(fs::exists(dir / ".epoch-000002.tmp"));
+  EXPECT_EQ(CheckpointReader(dir).manifest().state.epochs_done, 2u);
+  // Killed after epoch 3's rename but before `latest` moved on: the run goes on from epoch 2 and writes
+  // epoch 3 again, replacing the complete one that `latest` never named.
+  commit(dir, 3);
+  std::ofstream(dir / "latest") << "epoch-000002\n";
+  commit(dir, 3);
+  EXPECT_EQ(latest(dir), "epoch-000003\n");
+}
+
+TEST(CheckpointFile, ALatestNamingNothingIsAnError) {
+  const fs::path dir = fresh("ckpt-dangling");
+  commit(dir, 1);
+  std::ofstream(dir / "latest") << "epoch-000009\n";
+  try {
+    CheckpointReader r(dir);
+    FAIL() << "opened";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("latest: names 'epoch-000009', which holds no manifest.json"), std::string::npos)
+        << e.what();
+  }
+}
