@@ -5,7 +5,7 @@
 #
 # One definition for both sides: this tree includes this file, and the installed SDK package
 # (lib/cmake/mlperf_hpc) ships it, so a plug-in built outside the tree does
-#   find_package(mlperf_hpc 1.3 REQUIRED)
+#   find_package(mlperf_hpc 1.4 REQUIRED)
 #   mlph_add_plugin(backend mine SOURCES mine.cpp)
 # Needs MLPH_ABI_MAJOR before the include. MLPH_PLUGIN_OUTPUT_DIR, when set, is where plug-ins are
 # built (this tree: build/lib/mlperf-hpc-<major>/); otherwise the usual library output directory.

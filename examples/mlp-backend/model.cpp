@@ -69,6 +69,29 @@ void MlpModel::read_gradient(size_t index, MLPH_Tensor& dst) {
   std::memcpy(dst.data, v.grad.data(), v.grad.size() * sizeof(float));
 }
 
+// The state slots docs/ops.md names: sgd_keras' "velocity", and "pending_gradient" (the sum of an open window).
+std::vector<float>& MlpModel::state(size_t index, const std::string& slot, bool reading) {
+  Parameter& p = param(index);
+  if (!p.trainable) fail(MLPH_NOT_FOUND, kName + ": parameter '" + value(p.value).name + "' has no state");
+  if (slot == "velocity") return p.velocity;
+  if (slot != mlph::sdk::kPendingGradientSlot) fail(MLPH_NOT_FOUND, kName + ": no state slot '" + slot + "'");
+  if (reading && !window_open_) fail(MLPH_FAILED_PRECONDITION, kName + ": no accumulation window is open");
+  return value(p.value).grad;
+}
+
+void MlpModel::read_state(size_t index, const std::string& slot, MLPH_Tensor& dst) {
+  const std::vector<float>& s = state(index, slot, true);
+  check_matches(dst, value(param(index).value).info(), kName + ": state");
+  std::memcpy(dst.data, s.data(), s.size() * sizeof(float));
+}
+
+void MlpModel::write_state(size_t index, const std::string& slot, const MLPH_Tensor& src) {
+  std::vector<float>& s = state(index, slot, false);
+  check_matches(src, value(param(index).value).info(), kName + ": state");
+  std::memcpy(s.data(), src.data, s.size() * sizeof(float));
+  if (slot == mlph::sdk::kPendingGradientSlot) window_open_ = true;  // the next micro-batch adds to it
+}
+
 Parameter& MlpModel::param(size_t index) {
   if (index >= p_.params.size())
     fail(MLPH_OUT_OF_RANGE, kName + ": no parameter " + std::to_string(index) + " (the graph has " +

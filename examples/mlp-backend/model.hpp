@@ -64,6 +64,9 @@ class MlpModel final : public mlph::sdk::Model {
   void read_parameter(size_t index, MLPH_Tensor& dst) override;
   void write_parameter(size_t index, const MLPH_Tensor& src) override;
   void read_gradient(size_t index, MLPH_Tensor& dst) override;
+  // Checkpoints (ABI 1.4): the velocity, and the window's sum while one is open.
+  void read_state(size_t index, const std::string& slot, MLPH_Tensor& dst) override;
+  void write_state(size_t index, const std::string& slot, const MLPH_Tensor& src) override;
 
  private:
   Value& value(int32_t index) { return p_.values[static_cast<size_t>(index)]; }
@@ -75,6 +78,7 @@ class MlpModel final : public mlph::sdk::Model {
   void backward_node(const Node& node);
   double regularize();
   void update(double learning_rate);
+  std::vector<float>& state(size_t index, const std::string& slot, bool reading);
 
   Program p_;
   bool window_open_ = false;  // micro-batches of an unfinished accumulation window are summed in
