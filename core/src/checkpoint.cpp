@@ -118,15 +118,13 @@ SavedCheckpoint save_checkpoint(const CheckpointOptions& options, const Session&
   std::vector<std::string> slots = optimizer_slots(graph);
   if (pending) slots.emplace_back(sdk::kPendingGradientSlot);
   CheckpointWriter writer(options.dir, state.epochs_done);
-  std::vector<float> buffer;
   for (size_t i = 0; i < graph.n_params; ++i) {
     const MLPH_Parameter& p = graph.params[i];
     const MLPH_Value& v = graph.values[p.value];
     const std::string name = v.name ? v.name : "";
-    buffer.resize(static_cast<size_t>(sdk::numel(v)));
-    MLPH_Tensor view = sdk::host_tensor(MLPH_DTYPE_F32, v.shape, v.ndim, buffer.data());
     const std::vector<int64_t> shape(v.shape, v.shape + v.ndim);
-    check(api->read_parameter(model, i, &view), fmt::format("backend {}: reading parameter '{}'", session.backend_name(), name));
+    MLPH_Tensor view{};
+    std::vector<float> buffer = read_parameter(api, model, graph, i, view);  // `view` then takes each state slot
     writer.add(name, "", MLPH_DTYPE_F32, shape, buffer.data());
     if (!trainable(p)) continue;
     for (const std::string& slot : slots) {

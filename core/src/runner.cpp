@@ -406,10 +406,8 @@ void Run::export_trained_weights() {
   std::vector<ParameterValues> params;
   for (size_t i = 0; i < graph_->n_params; ++i) {
     const MLPH_Value& v = graph_->values[graph_->params[i].value];
-    ParameterValues p{v.name ? v.name : "", {v.shape, v.shape + v.ndim}, std::vector<float>(static_cast<size_t>(sdk::numel(v)))};
-    MLPH_Tensor view = sdk::host_tensor(MLPH_DTYPE_F32, v.shape, v.ndim, p.data.data());
-    check(backend()->read_parameter(model_.get(), i, &view), fmt::format("reading parameter '{}'", p.name));
-    params.push_back(std::move(p));
+    MLPH_Tensor view{};
+    params.push_back({v.name ? v.name : "", {v.shape, v.shape + v.ndim}, read_parameter(backend(), model_.get(), *graph_, i, view)});
   }
   const size_t arrays = export_weights(export_layout_, params, micro_batches_, options_.export_weights);
   std::fprintf(stderr, "exported %zu arrays in the reference's names to %s\n", arrays, options_.export_weights.c_str());

@@ -147,10 +147,6 @@ Owned<MLPH_Model> Session::compile(const MLPH_Graph& graph) {
   return owned;
 }
 
-namespace {
-
-// Parameter `index` read from the model into a host float32 buffer that `view` describes (returning
-// the vector moves its buffer, so `view` stays valid).
 std::vector<float> read_parameter(const MLPH_BackendApi* api, MLPH_Model* model, const MLPH_Graph& graph, size_t index,
                                   MLPH_Tensor& view) {
   const MLPH_Value& v = graph.values[graph.params[index].value];
@@ -159,8 +155,6 @@ std::vector<float> read_parameter(const MLPH_BackendApi* api, MLPH_Model* model,
   check(api->read_parameter(model, index, &view), fmt::format("reading parameter '{}'", v.name ? v.name : ""));
   return data;
 }
-
-}  // namespace
 
 void Session::broadcast_parameters(MLPH_Model* model, const MLPH_Graph& graph) {
   if (topology_.size == 1) return;

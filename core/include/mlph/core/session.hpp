@@ -16,6 +16,11 @@ namespace mlph::core {
 template <class T>
 using Owned = std::unique_ptr<T, void (*)(T*)>;
 
+// Parameter `index` of `graph` read from `model` into a host float32 buffer that `view` describes
+// (returning the vector moves its buffer, so `view` stays valid for writing it back).
+std::vector<float> read_parameter(const MLPH_BackendApi* api, MLPH_Model* model, const MLPH_Graph& graph, size_t index,
+                                  MLPH_Tensor& view);
+
 class Session {
  public:
   // Loads the workload, reads and checks the configuration (ConfigError), loads and creates the
