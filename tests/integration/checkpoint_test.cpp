@@ -36,6 +36,11 @@ const std::string kDeepCamData = "--set data.synthetic.train=3 --set data.synthe
 
 bool has_plugin(const std::string& file) { return fs::exists(fs::path(MLPH_PLUGIN_DIR) / file); }
 
+// DeepCAM's checkpoints are 650 MB each: a test that passed leaves none behind in TMPDIR.
+void remove_if_passed(const fs::path& dir) {
+  if (!testing::Test::HasFailure()) fs::remove_all(dir);
+}
+
 std::string slurp(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -132,12 +137,14 @@ TEST(Resume, DeepCamReferenceIsBitwiseWithAWindowAcrossTheEpochEnd) {
   EXPECT_NE(first.find("xception.conv1.weight", "pending_gradient"), nullptr);
   EXPECT_NE(first.find("xception.conv1.weight", "m"), nullptr);
   EXPECT_EQ(first.find("xception.conv1.bn.running_mean", "m"), nullptr) << "running statistics have no optimizer state";
+  remove_if_passed(fs::temp_directory_path() / "mlph-test-resume-deepcam");
 }
 
 TEST(Resume, DeepCamOnednnIsBitwiseWithAWindowAcrossTheEpochEnd) {
   if (!has_plugin("libmlph-workload-deepcam.so") || !has_plugin("libmlph-backend-onednn-cpu.so"))
     GTEST_SKIP() << "deepcam or onednn-cpu is not built";
   check_resume_is_bitwise("resume-deepcam-onednn", kDeepCam + "--backend onednn-cpu ", kDeepCamData, 2, "eval_accuracy");
+  remove_if_passed(fs::temp_directory_path() / "mlph-test-resume-deepcam-onednn");
 }
 
 // One CosmoFlow checkpoint (after 1 epoch), copied and spoilt by each test.

@@ -137,6 +137,7 @@ void check_export(const Case& c) {
   if (check.exit_code == 3) GTEST_SKIP() << check.output;
   EXPECT_EQ(check.exit_code, 0) << check.output;
   std::printf("%s", check.output.c_str());
+  if (!testing::Test::HasFailure()) fs::remove_all(dir);  // DeepCAM's checkpoint is 650 MB
 }
 
 }  // namespace
