@@ -13,7 +13,11 @@ packages=(cmake ninja-build g++ pkg-config python3 python3-yaml
           libboost-dev libboost-program-options-dev libboost-filesystem-dev
           libyaml-cpp-dev libfmt-dev libgtest-dev zlib1g-dev
           libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin libhdf5-dev libzstd-dev libarchive-dev
-          python3-matplotlib python3-pandas python3-torch)
+          python3-matplotlib)
+# Only the tests need these: the official result summarizer (pandas) and the PyTorch models that
+# load our exported weights (torch, a large download).
+test_packages=(python3-pandas python3-torch)
+[ "$mode" = test ] && packages+=("${test_packages[@]}")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
