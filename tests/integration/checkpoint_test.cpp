@@ -147,11 +147,12 @@ TEST(Resume, DeepCamOnednnIsBitwiseWithAWindowAcrossTheEpochEnd) {
   remove_if_passed(fs::temp_directory_path() / "mlph-test-resume-deepcam-onednn");
 }
 
-// One CosmoFlow checkpoint (after 1 epoch), copied and spoilt by each test.
+// One CosmoFlow checkpoint (after 1 epoch), copied and spoilt by each test. CTest runs each test in a
+// process of its own, several at once: each process makes its checkpoint in a directory of its own.
 class BadCheckpoint : public testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = fresh_dir("bad-checkpoint");
+    dir_ = fresh_dir("bad-checkpoint-" + std::to_string(getpid()));
     ASSERT_EQ(run_cli(kCosmoFlow + kCosmoFlowData + "--generate-data " + (dir_ / "data").string()).exit_code, 0);
     const CliResult r = run_cli(kCosmoFlow + "--set train.epochs=1 --data " + (dir_ / "data").string() + " --output " +
                                 (dir_ / "out").string() + " --checkpoint-dir " + (dir_ / "good").string());
@@ -172,6 +173,7 @@ class BadCheckpoint : public testing::Test {
     EXPECT_FALSE(fs::exists(dir_ / "resumed" / "result_0.txt"));
     return r;
   }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
   static fs::path dir_;
 };
 fs::path BadCheckpoint::dir_;
