@@ -60,12 +60,14 @@ std::string faulty() { return std::string("--backend-file " MLPH_TEST_PLUGIN_DIR
 double number(const std::string& cell) { return std::stod(cell); }
 
 // Every op of docs/ops.md, regularization and the optimizers (mlperf-conformance --list, less the
-// graph rules, gradient accumulation and the models).
+// graph rules, gradient accumulation, the training state and the models).
 std::set<std::string> op_checks() {
   std::istringstream list(run_command(MLPH_BINARY_DIR "/bin/mlperf-conformance --list").output);
   std::set<std::string> names;
   for (std::string name; std::getline(list, name);)
-    if (name != "cosmoflow" && name != "deepcam" && name != "accumulation" && name != "validation") names.insert(name);
+    if (name != "cosmoflow" && name != "deepcam" && name != "accumulation" && name != "validation" &&
+        name != "state")
+      names.insert(name);
   return names;
 }
 
@@ -101,9 +103,10 @@ TEST(Conformance, ReferenceAgainstItselfIsExact) {
   expected.merge(model_checks());
   expected.insert("accumulation");
   expected.insert("validation");
+  for (const char* optimizer : {"sgd_keras", "adam", "adamw", "lamb"}) expected.insert(std::string("state.") + optimizer);
   EXPECT_EQ(seen, expected);
-  EXPECT_EQ(o.rows.size(), 6 * op_checks().size() + kValidationRules + 1 + model_checks().size())
-      << "6 cases per op by default, the graph rules, accumulation, and the models";
+  EXPECT_EQ(o.rows.size(), 6 * op_checks().size() + kValidationRules + 1 + 4 + model_checks().size())
+      << "6 cases per op by default, the graph rules, accumulation, the state per optimizer, and the models";
 }
 
 TEST(Conformance, ABackendWithChecksOfItsOwnFailsTheGraphRules) {
@@ -127,6 +130,21 @@ TEST(Conformance, ABackendThatUpdatesOnEveryMicroBatchFails) {
   EXPECT_EQ(o.exit_code, 1) << o.output;
   ASSERT_EQ(o.rows.size(), 1u) << o.output;
   EXPECT_EQ(o.rows[0].result, "FAIL (the parameters moved on a micro-batch with apply_update 0)") << o.output;
+}
+
+TEST(Conformance, ABackendThatRestoresNoStateFailsEveryOptimizer) {
+  const Outcome o = conformance(faulty() + "--set backend.fault_op=dense --set backend.fault=state --ops state");
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  ASSERT_EQ(o.rows.size(), 4u) << o.output;
+  for (const Row& row : o.rows) EXPECT_EQ(row.result.rfind("FAIL (micro-batch 6: loss ", 0), 0u) << row.op << ": " << row.result;
+}
+
+TEST(Conformance, ABackendWithoutStateCallsIsNotImplementedThere) {
+  // The tracing backend built for ABI 1.3 has no read_state / write_state in its table.
+  const Outcome o = conformance("--backend-file " MLPH_TEST_PLUGIN_DIR "/libmlph-backend-tracing-abi13.so --set backend.trace=/dev/null --ops state");
+  EXPECT_EQ(o.exit_code, 1) << o.output;  // nothing passed
+  ASSERT_EQ(o.rows.size(), 4u) << o.output;
+  for (const Row& row : o.rows) EXPECT_EQ(row.result.rfind("NOT IMPLEMENTED", 0), 0u) << row.op << ": " << row.result;
 }
 
 TEST(Conformance, AFaultInOneOpsOutputFailsThatOpOnly) {

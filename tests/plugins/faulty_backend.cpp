@@ -4,7 +4,8 @@
 // ignores gradient accumulation, updating on every micro-batch (`fault=accumulation`); or it does
 // not implement `fault_op`: compile refuses such graphs (`fault=unimplemented`, as docs/ops.md asks),
 // or compiles them and then refuses every train_step (`fault=unimplemented_step`, as it must not); or
-// it words the compile errors of every graph its own way (`fault=validation`, a backend with its own checks).
+// it words the compile errors of every graph its own way (`fault=validation`, a backend with its own checks);
+// or it saves its training state but restores none of it (`fault=state`: write_state does nothing).
 // Other options (threads) go to the reference backend.
 #include <algorithm>
 
@@ -26,12 +27,14 @@ void perturb(MLPH_Tensor& t) {
 
 class FaultyModel final : public sdk::Model {
  public:
-  FaultyModel(std::unique_ptr<sdk::Model> inner, bool forward, bool gradient, bool accumulation, bool refuse_steps)
+  FaultyModel(std::unique_ptr<sdk::Model> inner, bool forward, bool gradient, bool accumulation, bool refuse_steps,
+              bool forget_state)
       : inner_(std::move(inner)),
         forward_(forward),
         gradient_(gradient),
         accumulation_(accumulation),
-        refuse_steps_(refuse_steps) {}
+        refuse_steps_(refuse_steps),
+        forget_state_(forget_state) {}
 
   void train_step(const MLPH_Tensor* inputs, size_t n, const MLPH_StepArgs& args, MLPH_StepResult& out) override {
     if (refuse_steps_)
@@ -50,10 +53,14 @@ class FaultyModel final : public sdk::Model {
     inner_->read_gradient(index, dst);
     if (gradient_) perturb(dst);
   }
+  void read_state(size_t index, const std::string& slot, MLPH_Tensor& dst) override { inner_->read_state(index, slot, dst); }
+  void write_state(size_t index, const std::string& slot, const MLPH_Tensor& src) override {
+    if (!forget_state_) inner_->write_state(index, slot, src);
+  }
 
  private:
   std::unique_ptr<sdk::Model> inner_;
-  bool forward_, gradient_, accumulation_, refuse_steps_;
+  bool forward_, gradient_, accumulation_, refuse_steps_, forget_state_;
 };
 
 class FaultyBackend final : public sdk::Backend {
@@ -64,9 +71,9 @@ class FaultyBackend final : public sdk::Backend {
         fault_op_(options.get("fault_op")) {
     if (fault_op_.empty()) sdk::fail(MLPH_INVALID_ARGUMENT, "faulty backend: option 'fault_op' (an op name) is required");
     if (fault_ != "forward" && fault_ != "gradient" && fault_ != "accumulation" && fault_ != "unimplemented" &&
-        fault_ != "unimplemented_step" && fault_ != "validation")
+        fault_ != "unimplemented_step" && fault_ != "validation" && fault_ != "state")
       sdk::fail(MLPH_INVALID_ARGUMENT, "faulty backend: option 'fault' must be forward, gradient, accumulation, "
-                                       "unimplemented, unimplemented_step or validation");
+                                       "unimplemented, unimplemented_step, validation or state");
   }
 
   std::unique_ptr<sdk::Model> compile(const MLPH_Graph& graph, const MLPH_CommsHandle* comms) override {
@@ -83,7 +90,7 @@ class FaultyBackend final : public sdk::Backend {
       sdk::fail(MLPH_UNIMPLEMENTED, "faulty backend: op '" + fault_op_ + "' is not implemented (fault=unimplemented)");
     return std::make_unique<FaultyModel>(reference_.compile(graph, comms), has_op && fault_ == "forward",
                                          has_op && fault_ == "gradient", has_op && fault_ == "accumulation",
-                                         has_op && fault_ == "unimplemented_step");
+                                         has_op && fault_ == "unimplemented_step", has_op && fault_ == "state");
   }
 
  private:

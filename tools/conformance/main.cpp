@@ -18,6 +18,7 @@
 #include "mlph/core/host.hpp"
 #include "models.hpp"
 #include "report.hpp"
+#include "training_state.hpp"
 #include "validation.hpp"
 
 namespace po = boost::program_options;
@@ -51,11 +52,12 @@ std::vector<std::string> split(const std::string& list) {
   return out;
 }
 
-// The op checks, the graph rules, gradient accumulation, then the model checks: every name --ops accepts.
+// The op checks, the graph rules, gradient accumulation, the training state, then the model checks: every name --ops accepts.
 std::vector<std::string> all_check_names() {
   std::vector<std::string> names = op_check_names();
   names.push_back("validation");
   names.push_back("accumulation");
+  names.push_back("state");
   for (const ModelCheck& m : model_checks()) names.push_back(m.workload);
   return names;
 }
@@ -180,6 +182,8 @@ Report run_checks(const Settings& s, const std::vector<std::string>& checks, con
     for (Row& row : check_validation(candidate)) report.rows.push_back(std::move(row));
   if (std::find(checks.begin(), checks.end(), "accumulation") != checks.end())
     report.rows.push_back(check_accumulation(candidate, tolerance.op, s.seed));
+  if (std::find(checks.begin(), checks.end(), "state") != checks.end())
+    for (Row& row : check_training_state(candidate, s.seed)) report.rows.push_back(std::move(row));
   ModelSettings model{{s.plugin_dirs.begin(), s.plugin_dirs.end()}, s.model_steps, s.seed, tolerance.model};
   for (const ModelCheck& m : model_checks()) {
     if (std::find(checks.begin(), checks.end(), m.workload) == checks.end()) continue;
