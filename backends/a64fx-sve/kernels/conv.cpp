@@ -109,9 +109,9 @@ void for_tiles(int64_t positions, int64_t rows, F&& f) {
 void conv_forward(Threads t, ConvScratch& scratch, const Window& g, const float* x, const float* w, const float* b,
                   float* y) {
   const int64_t ci = g.in_channels, co = g.out_channels, groups = g.groups, cig = ci / groups, cog = co / groups;
-  const int64_t width = g.in[2] + g.pad_before[2] + g.pad_after[2];
-  const float* xp = pad_width(t, scratch.padded, x, g.batch * g.in[0] * g.in[1], g.in[2], ci, g.pad_before[2],
-                              g.pad_after[2]);
+  // A negative padding after (a conv_transpose's output_padding) only means the last windows stop short.
+  const int64_t after = std::max<int64_t>(0, g.pad_after[2]), width = g.in[2] + g.pad_before[2] + after;
+  const float* xp = pad_width(t, scratch.padded, x, g.batch * g.in[0] * g.in[1], g.in[2], ci, g.pad_before[2], after);
   const int vectors = vectors_for(cog);
   const int64_t tile_cols = vectors * vector_lanes(), col_tiles = ceil_div(cog, tile_cols);
   const int64_t tile_rows = max_rows(vectors), max_depth = chunk_depth(vectors);
@@ -233,9 +233,9 @@ void conv_backward_weights(Threads t, ConvScratch& scratch, const Window& g, con
   const int64_t out_rows = g.batch * g.out[0] * g.out[1], out_width = g.out[2];
   if (db) bias_backward(t, out_rows * out_width, co, dy, db);
   if (!dw) return;
-  const int64_t width = g.in[2] + g.pad_before[2] + g.pad_after[2];
-  const float* xp = pad_width(t, scratch.padded, x, g.batch * g.in[0] * g.in[1], g.in[2], ci, g.pad_before[2],
-                              g.pad_after[2]);
+  // A negative padding after (a conv_transpose's output_padding) only means the last windows stop short.
+  const int64_t after = std::max<int64_t>(0, g.pad_after[2]), width = g.in[2] + g.pad_before[2] + after;
+  const float* xp = pad_width(t, scratch.padded, x, g.batch * g.in[0] * g.in[1], g.in[2], ci, g.pad_before[2], after);
   const int vectors = vectors_for(cog);
   const int64_t tile_cols = vectors * vector_lanes(), col_tiles = ceil_div(cog, tile_cols);
   const int64_t tile_rows = max_rows(vectors);

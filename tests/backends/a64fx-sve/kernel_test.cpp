@@ -186,7 +186,9 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(ConvTranspose, MatchesItsDefinitionAndItsAdjoint) {
   for (const ConvCase& c : {ConvCase{"upsample", 2, 2, 9, 5, 3, 3, 2, 1, 1, 2, 1},
                             ConvCase{"dilated", 2, 1, 11, 6, 17, 3, 2, 2, 2, 1, 1},
-                            ConvCase{"volume", 3, 1, 6, 4, 9, 2, 2, 1, 0, 0, 1}}) {
+                            ConvCase{"volume", 3, 1, 6, 4, 9, 2, 2, 1, 0, 0, 1},
+                            // output_padding 1 with padding 0: the adjoint conv's padding after is -1
+                            ConvCase{"output_padding", 2, 1, 8, 3, 4, 3, 2, 1, 0, -1, 1}}) {
     SCOPED_TRACE(c.name);
     const Window g = window_of(c);  // the adjoint conv: y (its input) has ci channels, x (its output) co
     const Floats x = random_floats(static_cast<size_t>(g.out_positions() * c.co), 5);

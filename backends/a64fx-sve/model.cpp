@@ -1,0 +1,427 @@
+#include "model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "mlph/sdk/tensor.hpp"
+
+namespace mlph::a64fx {
+namespace {
+using sdk::fail;
+
+const std::string kName = "a64fx-sve backend";
+
+// Values that a gradient flows into: computed (through ops with a gradient) from a trainable
+// parameter, and feeding the loss.
+std::vector<bool> values_needing_gradients(const Program& p) {
+  std::vector<bool> from_param(p.values.size(), false), to_loss(p.values.size(), false);
+  for (const Param& param : p.params) from_param[static_cast<size_t>(param.value)] = param.trainable;
+  for (const Node& node : p.nodes)
+    for (int32_t in : node.inputs)
+      if (node.gradient && from_param[static_cast<size_t>(in)]) from_param[static_cast<size_t>(node.output)] = true;
+  to_loss[static_cast<size_t>(p.loss)] = true;
+  for (auto node = p.nodes.rbegin(); node != p.nodes.rend(); ++node)
+    if (node->gradient && to_loss[static_cast<size_t>(node->output)])
+      for (int32_t in : node->inputs) to_loss[static_cast<size_t>(in)] = true;
+  std::vector<bool> needed(p.values.size());
+  for (size_t v = 0; v < needed.size(); ++v) needed[v] = from_param[v] && to_loss[v];
+  return needed;
+}
+
+// Where each trainable parameter's gradient lies in the one buffer, and the first node reading it.
+std::vector<sdk::GradientBuckets::Param> gradient_layout(const Program& p, const std::vector<float*>& grads,
+                                                         const float* buffer) {
+  std::vector<sdk::GradientBuckets::Param> layout;
+  for (const Param& param : p.params) {
+    if (!param.trainable) continue;
+    int64_t first_use = INT64_MAX;  // read by no node: final at once
+    for (const Node& node : p.nodes)
+      if (std::find(node.inputs.begin(), node.inputs.end(), param.value) != node.inputs.end())
+        first_use = std::min(first_use, static_cast<int64_t>(node.index));
+    layout.push_back({static_cast<size_t>(grads[static_cast<size_t>(param.value)] - buffer),
+                      static_cast<size_t>(p.values[static_cast<size_t>(param.value)].numel()), first_use});
+  }
+  return layout;
+}
+
+}  // namespace
+
+SveModel::SveModel(const MLPH_HostApi* host, Threads threads, const MLPH_Graph& graph, const MLPH_CommsHandle* comms)
+    : host_(host), threads_(threads), comms_(comms), program_(lower_graph(graph)) {
+  if (comms_ && (comms_->struct_size < MLPH_STRUCT_SIZE(MLPH_CommsHandle, comm) || !comms_->api || !comms_->api->allreduce))
+    fail(MLPH_INVALID_ARGUMENT, kName + ": the comms handle has no allreduce");
+  allocate();
+  if (comms_ && !param_grads_.empty())
+    buckets_ = std::make_unique<sdk::GradientBuckets>(host_, *comms_, param_grads_.data(),
+                                                      gradient_layout(program_, grads_, param_grads_.data()));
+}
+
+void SveModel::allocate() {
+  Program& p = program_;
+  for (const ValueInfo& v : p.values) {
+    const auto n = static_cast<size_t>(v.numel());
+    values_.emplace_back(v.dtype == MLPH_DTYPE_I32 ? 0 : n, 0.0f);
+    int_values_.emplace_back(v.dtype == MLPH_DTYPE_I32 ? n : 0, 0);
+  }
+  const size_t moments = p.optimizer.kind == OptimizerKind::sgd_keras ? 1 : 2;
+  size_t largest = 0;
+  std::vector<size_t> offsets;
+  size_t total = 0;
+  for (Param& param : p.params) {
+    const auto n = static_cast<size_t>(numel(param.value));
+    std::copy(param.init, param.init + n, data(param.value));
+    param.init = nullptr;  // the caller's graph is gone after compile; the weights live in values_
+    const size_t trained = param.trainable ? n : 0;
+    optimizer_state_.emplace_back(moments * trained, 0.0f);
+    largest = std::max(largest, trained);
+    offsets.push_back(total), total += trained;
+  }
+  if (p.optimizer.kind == OptimizerKind::lamb) lamb_update_.resize(largest);
+  // Trainable parameters' gradients are slices of one buffer (allocated before any pointer into it).
+  param_grads_.assign(total, 0.0f);
+  grads_.assign(p.values.size(), nullptr);
+  for (size_t i = 0; i < p.params.size(); ++i)
+    if (p.params[i].trainable) grads_[static_cast<size_t>(p.params[i].value)] = param_grads_.data() + offsets[i];
+  const std::vector<bool> needed = values_needing_gradients(p);
+  for (size_t v = 0; v < p.values.size(); ++v)
+    if (needed[v] && !grads_[v]) grads_[v] = other_grads_.emplace_back(values_[v].size(), 0.0f).data();
+  saved_.resize(p.nodes.size());
+}
+
+void SveModel::load_inputs(const MLPH_Tensor* inputs, size_t n) {
+  if (n != program_.inputs.size())
+    fail(MLPH_INVALID_ARGUMENT, kName + ": expected " + std::to_string(program_.inputs.size()) + " inputs, got " + std::to_string(n));
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t id = program_.inputs[i];
+    const ValueInfo& v = info(id);
+    if (inputs[i].struct_size < MLPH_STRUCT_SIZE(MLPH_Tensor, data) || !inputs[i].data)
+      fail(MLPH_INVALID_ARGUMENT, kName + ": input '" + v.name + "' is not a valid tensor");
+    sdk::check_matches(inputs[i], v.as_value(), kName + ": input");
+    const auto count = static_cast<size_t>(v.numel());
+    if (v.dtype == MLPH_DTYPE_I32)
+      std::memcpy(int_values_[static_cast<size_t>(id)].data(), inputs[i].data, count * sizeof(int32_t));
+    else if (v.dtype == MLPH_DTYPE_F32)
+      copy(threads_, v.numel(), static_cast<const float*>(inputs[i].data), data(id));
+    else if (v.dtype == MLPH_DTYPE_I16)
+      int16_to_float(threads_, v.numel(), static_cast<const int16_t*>(inputs[i].data), data(id));
+    else
+      fail(MLPH_UNIMPLEMENTED, kName + ": input '" + v.name + "' must be float32, int16 or int32");
+  }
+}
+
+void SveModel::forward(bool training, uint64_t step) {
+  for (const Node& node : program_.nodes) forward_node(node, training, step);
+}
+
+void SveModel::forward_node(const Node& c, bool training, uint64_t step) {
+  const Threads t = threads_;
+  const float* x = data(c.inputs[0]);
+  float* y = data(c.output);
+  const int64_t n = numel(c.output);
+  const auto attr = static_cast<float>(c.attr);
+  auto input = [&](size_t i) { return data(c.inputs[i]); };
+  auto bias = [&]() { return c.has_bias() ? input(2) : nullptr; };
+  switch (c.kind) {
+    case OpKind::log1p:
+      log1p_forward(t, n, x, y);
+      break;
+    case OpKind::conv:
+      conv_forward(t, conv_scratch_, c.window, x, input(1), bias(), y);
+      break;
+    case OpKind::conv_transpose:
+      conv_transpose_forward(t, conv_scratch_, c.window, x, input(1), bias(), y);
+      break;
+    case OpKind::leaky_relu:
+      leaky_relu_forward(t, n, attr, x, y);
+      break;
+    case OpKind::relu:
+      relu_forward(t, n, x, y);
+      break;
+    case OpKind::tanh:
+      tanh_forward(t, n, x, y);
+      break;
+    case OpKind::scale:
+      scale_forward(t, n, attr, x, y);
+      break;
+    case OpKind::max_pool:
+      max_pool_forward(t, c.window, x, y);
+      break;
+    case OpKind::reshape:
+      copy(t, n, x, y);
+      break;
+    case OpKind::dense:
+      dense_forward(t, dense_partial_, c.dense, x, input(1), bias(), y);
+      break;
+    case OpKind::dropout: {
+      Buffer& mask = saved_[c.index];
+      if (!training || c.attr == 0.0) {  // identity; an empty mask tells backward so
+        mask.clear();
+        copy(t, n, x, y);
+        break;
+      }
+      mask.resize(static_cast<size_t>(n));
+      dropout_mask(t, n, c.attr, program_.seed, c.index, step, mask.data());
+      mask_forward(t, n, mask.data(), x, y);
+      break;
+    }
+    case OpKind::mse:
+      y[0] = static_cast<float>(mse_forward(t, numel(c.inputs[0]), x, input(1)));
+      break;
+    case OpKind::abs_error_sum:
+      y[0] = static_cast<float>(abs_error_sum(t, numel(c.inputs[0]), x, input(1)));
+      break;
+    case OpKind::batch_norm:
+      if (!training) {
+        batch_norm_eval_forward(t, c.rows, c.batch_norm, x, input(1), input(2), input(3), input(4), y);
+        break;
+      }
+      saved_[c.index].resize(static_cast<size_t>(2 * c.rows.channels));
+      batch_norm_train_forward(t, c.rows, c.batch_norm, x, input(1), input(2), data(c.inputs[3]), data(c.inputs[4]),
+                               saved_[c.index].data(), y);
+      break;
+    case OpKind::add:
+      add_forward(t, n, x, input(1), y);
+      break;
+    case OpKind::concat: {
+      std::vector<const float*> parts;
+      for (size_t i = 0; i < c.inputs.size(); ++i) parts.push_back(input(i));
+      concat_forward(t, c.rows.rows, parts, c.widths, y);
+      break;
+    }
+    case OpKind::global_avg_pool:
+      global_avg_pool_forward(t, c.batch, c.rows.rows / c.batch, c.rows.channels, x, y);
+      break;
+    case OpKind::broadcast:
+      broadcast_forward(t, c.in_shape, c.out_shape, x, y);
+      break;
+    case OpKind::channel_affine:
+      channel_affine_forward(t, c.rows, x, input(1), input(2), y);
+      break;
+    case OpKind::shift_scale:
+      shift_scale_forward(t, c.rows, x, input(1), input(2), y);
+      break;
+    case OpKind::softmax_cross_entropy:
+      y[0] = static_cast<float>(softmax_cross_entropy_forward(t, c.rows, x, checked_labels(c), c.class_weights.data()));
+      break;
+    case OpKind::iou:
+      iou_forward(t, c.rows, c.batch, x, checked_labels(c), y);
+      break;
+  }
+}
+
+void SveModel::backward_node(const Node& c) {
+  const Threads t = threads_;
+  const float* dy = grad(c.output);
+  const float* x = data(c.inputs[0]);
+  float* dx = grad(c.inputs[0]);
+  const int64_t n = numel(c.output);
+  const auto attr = static_cast<float>(c.attr);
+  auto grad_of = [&](size_t i) { return i < c.inputs.size() ? grad(c.inputs[i]) : nullptr; };
+  switch (c.kind) {
+    case OpKind::log1p:
+    case OpKind::abs_error_sum:
+    case OpKind::shift_scale:
+    case OpKind::iou:
+      break;  // no gradient (docs/ops.md)
+    case OpKind::conv:
+      if (dx) conv_backward_data(t, conv_scratch_, c.window, data(c.inputs[1]), dy, dx);
+      conv_backward_weights(t, conv_scratch_, c.window, x, dy, grad_of(1), c.has_bias() ? grad_of(2) : nullptr);
+      break;
+    case OpKind::conv_transpose:
+      conv_transpose_backward(t, conv_scratch_, c.window, x, data(c.inputs[1]), dy, dx, grad_of(1),
+                              c.has_bias() ? grad_of(2) : nullptr);
+      break;
+    case OpKind::dense:
+      dense_backward(t, c.dense, x, data(c.inputs[1]), dy, dx, grad_of(1), c.has_bias() ? grad_of(2) : nullptr);
+      break;
+    case OpKind::max_pool:
+      if (dx) max_pool_backward(t, c.window, x, dy, dx);
+      break;
+    case OpKind::mse:
+      mse_backward(t, numel(c.inputs[0]), x, data(c.inputs[1]), dy[0], dx, grad_of(1));
+      break;
+    case OpKind::leaky_relu:
+      if (dx) leaky_relu_backward(t, n, attr, x, dy, dx);
+      break;
+    case OpKind::relu:
+      if (dx) relu_backward(t, n, x, dy, dx);
+      break;
+    case OpKind::tanh:
+      if (dx) tanh_backward(t, n, data(c.output), dy, dx);
+      break;
+    case OpKind::scale:
+      if (dx) scale_backward(t, n, attr, dy, dx);
+      break;
+    case OpKind::reshape:
+      if (dx) scale_backward(t, n, 1.0f, dy, dx);
+      break;
+    case OpKind::dropout:
+      if (!dx) break;
+      if (saved_[c.index].empty())
+        scale_backward(t, n, 1.0f, dy, dx);
+      else
+        mask_backward(t, n, saved_[c.index].data(), dy, dx);
+      break;
+    case OpKind::batch_norm:
+      batch_norm_backward(t, c.rows, x, data(c.inputs[1]), saved_[c.index].data(), dy, dx, grad_of(1), grad_of(2));
+      break;
+    case OpKind::add:
+      for (size_t i = 0; i < 2; ++i)
+        if (float* g = grad_of(i)) scale_backward(t, n, 1.0f, dy, g);
+      break;
+    case OpKind::concat: {
+      std::vector<float*> grads;
+      for (size_t i = 0; i < c.inputs.size(); ++i) grads.push_back(grad_of(i));
+      concat_backward(t, c.rows.rows, grads, c.widths, dy);
+      break;
+    }
+    case OpKind::global_avg_pool:
+      if (dx) global_avg_pool_backward(t, c.batch, c.rows.rows / c.batch, c.rows.channels, dy, dx);
+      break;
+    case OpKind::broadcast:
+      if (dx) broadcast_backward(t, c.in_shape, c.out_shape, dy, dx);
+      break;
+    case OpKind::channel_affine:
+      channel_affine_backward(t, c.rows, x, data(c.inputs[1]), dy, dx, grad_of(1), grad_of(2));
+      break;
+    case OpKind::softmax_cross_entropy:
+      if (dx) softmax_cross_entropy_backward(t, c.rows, x, labels(c.inputs[1]), c.class_weights.data(), dy[0], dx);
+      break;
+  }
+}
+
+// `apply_update`: this micro-batch ends the accumulation window, so its buckets are averaged over the
+// ranks as backward finishes them. The parameters' gradients add up across a window: zeroed only at its start.
+void SveModel::backward(bool apply_update) {
+  sdk::GradientBuckets* buckets = apply_update ? buckets_.get() : nullptr;
+  if (buckets) buckets->start();
+  if (!accumulating_) fill_zero(threads_, static_cast<int64_t>(param_grads_.size()), param_grads_.data());
+  accumulating_ = !apply_update;
+  for (Buffer& g : other_grads_) fill_zero(threads_, static_cast<int64_t>(g.size()), g.data());
+  if (!grad(program_.loss)) return;  // no trainable parameter reaches the loss
+  grad(program_.loss)[0] = 1.0f;
+  for (auto node = program_.nodes.rbegin(); node != program_.nodes.rend(); ++node) {
+    if (grad(node->output)) backward_node(*node);
+    if (buckets) buckets->node_done(static_cast<int64_t>(node->index));  // overlaps the allreduce of finished layers
+  }
+}
+
+// Keras kernel_regularizer: l2 * sum(w^2) joins the loss, 2 * l2 * w the gradient.
+double SveModel::regularize() {
+  double penalty = 0;
+  for (const Param& p : program_.params) {
+    if (p.l2 == 0.0) continue;
+    penalty += p.l2 * sum_of_squares(threads_, numel(p.value), data(p.value));
+    if (p.trainable) l2_backward(threads_, numel(p.value), p.l2, data(p.value), grad(p.value));
+  }
+  return penalty;
+}
+
+void SveModel::apply_optimizer(double learning_rate, uint64_t step) {
+  const OptimizerSpec& opt = program_.optimizer;
+  const uint64_t t = step + 1;
+  // LAMB clips by the norm of all trainable gradients together (one buffer: param_grads_).
+  float clip = 1.0f;
+  if (opt.kind == OptimizerKind::lamb) {
+    const double norm = std::sqrt(sum_of_squares(threads_, static_cast<int64_t>(param_grads_.size()), param_grads_.data()));
+    if (norm > opt.adam.max_grad_norm) clip = static_cast<float>(norm / opt.adam.max_grad_norm);
+  }
+  for (size_t i = 0; i < program_.params.size(); ++i) {
+    const Param& p = program_.params[i];
+    if (!p.trainable) continue;
+    const int64_t n = numel(p.value);
+    float* m = optimizer_state_[i].data();
+    const double decay = opt.adam.weight_decay * p.weight_decay;
+    switch (opt.kind) {
+      case OptimizerKind::sgd_keras:
+        sgd_keras_update(threads_, n, learning_rate, opt.momentum, grad(p.value), m, data(p.value));
+        break;
+      case OptimizerKind::adam:
+      case OptimizerKind::adamw:
+        adam_update(threads_, n, learning_rate, opt.adam, t, decay, opt.kind == OptimizerKind::adamw, grad(p.value), m,
+                    m + n, data(p.value));
+        break;
+      case OptimizerKind::lamb:
+        lamb_update(threads_, n, learning_rate, opt.adam, t, decay, clip, grad(p.value), m, m + n, data(p.value),
+                    lamb_update_.data());
+        break;
+    }
+  }
+}
+
+void SveModel::train_step(const MLPH_Tensor* inputs, size_t n_inputs, const MLPH_StepArgs& args, MLPH_StepResult& out) {
+  const sdk::StepPlan plan = sdk::read_step_args(args, kName);
+  load_inputs(inputs, n_inputs);
+  forward(true, plan.micro_step);
+  backward(plan.apply_update);
+  // A NaN or Inf stays in the reported loss: the core decides what divergence means.
+  const double loss = static_cast<double>(data(program_.loss)[0]);
+  if (!plan.apply_update) {
+    out.loss = loss;  // the gradient waits for the rest of its window
+    return;
+  }
+  // Regularization joins after the averaging, once per update (the weights are the same on every rank).
+  if (buckets_) buckets_->finish();
+  out.loss = loss + regularize();
+  apply_optimizer(plan.learning_rate, plan.step);
+}
+
+void SveModel::eval_step(const MLPH_Tensor* inputs, size_t n_inputs, MLPH_Tensor* outputs, size_t n_outputs) {
+  if (n_outputs != program_.eval_outputs.size())
+    fail(MLPH_INVALID_ARGUMENT, kName + ": expected " + std::to_string(program_.eval_outputs.size()) +
+                                    " eval outputs, got " + std::to_string(n_outputs));
+  for (size_t i = 0; i < n_outputs; ++i)
+    sdk::check_matches(outputs[i], info(program_.eval_outputs[i]).as_value(), kName + ": eval output");
+  load_inputs(inputs, n_inputs);
+  forward(false, 0);
+  for (size_t i = 0; i < n_outputs; ++i) {
+    const int32_t v = program_.eval_outputs[i];
+    if (info(v).dtype == MLPH_DTYPE_I32)
+      std::memcpy(outputs[i].data, labels(v), int_values_[static_cast<size_t>(v)].size() * sizeof(int32_t));
+    else
+      std::memcpy(outputs[i].data, data(v), static_cast<size_t>(numel(v)) * sizeof(float));
+  }
+}
+
+// The labels of a softmax_cross_entropy or iou node, checked to lie in [0, C): a clear error naming the node
+// instead of a read out of bounds.
+const int32_t* SveModel::checked_labels(const Node& c) const {
+  const int32_t* l = labels(c.inputs[1]);
+  const int64_t count = c.rows.rows, classes = c.rows.channels;
+  for (int64_t i = 0; i < count; ++i)
+    if (l[i] < 0 || l[i] >= classes)
+      fail(MLPH_INVALID_ARGUMENT, kName + ": node '" + c.name + "': label " + std::to_string(l[i]) + " at position " +
+                                      std::to_string(i) + " of '" + info(c.inputs[1]).name + "' is outside [0, " +
+                                      std::to_string(classes) + ")");
+  return l;
+}
+
+const Param& SveModel::param(size_t index) const {
+  if (index >= program_.params.size())
+    fail(MLPH_OUT_OF_RANGE, kName + ": no parameter " + std::to_string(index) + " (the graph has " +
+                                std::to_string(program_.params.size()) + ")");
+  return program_.params[index];
+}
+
+void SveModel::read_parameter(size_t index, MLPH_Tensor& dst) {
+  const Param& p = param(index);
+  sdk::check_matches(dst, info(p.value).as_value(), kName + ": parameter");
+  std::memcpy(dst.data, data(p.value), static_cast<size_t>(numel(p.value)) * sizeof(float));
+}
+
+void SveModel::write_parameter(size_t index, const MLPH_Tensor& src) {
+  const Param& p = param(index);
+  sdk::check_matches(src, info(p.value).as_value(), kName + ": parameter");
+  std::memcpy(data(p.value), src.data, static_cast<size_t>(numel(p.value)) * sizeof(float));
+}
+
+void SveModel::read_gradient(size_t index, MLPH_Tensor& dst) {
+  const Param& p = param(index);
+  if (!p.trainable)
+    fail(MLPH_FAILED_PRECONDITION, kName + ": parameter '" + info(p.value).name + "' is not trainable and has no gradient");
+  sdk::check_matches(dst, info(p.value).as_value(), kName + ": gradient");
+  std::memcpy(dst.data, grad(p.value), static_cast<size_t>(numel(p.value)) * sizeof(float));
+}
+
+}  // namespace mlph::a64fx
