@@ -9,8 +9,9 @@
 // Padding: windows that leave the input along the depth or height dims drop those taps; along the
 // width (the tile's positions) the input (dy for backward data) is copied with zero margins.
 // The reduction is cut into chunks whose B operand (weights) fits half of A64FX's 64 KiB L1 and is
-// reused by every tile of a block of rows before the next chunk. Every output element sums its terms
-// in the same order whatever the thread count (the work split changes which thread, not the order).
+// reused by every tile of a block of rows before the next chunk. The forward and backward-data passes
+// sum each output element's terms in the same order whatever the thread count; backward weights does
+// too unless it has fewer items than threads (then slices of rows sum apart, fixed by the thread count).
 #include <algorithm>
 #include <vector>
 
@@ -96,6 +97,17 @@ int64_t rows_per_item(Threads t, int64_t rows, int64_t tiles_per_row, int64_t ot
   int64_t block = std::max<int64_t>(1, ceil_div(kTilesPerWeightChunk, std::max<int64_t>(tiles_per_row, 1)));
   while (block > 1 && ceil_div(rows, block) * other_items < 2 * thread_count(t)) block = (block + 1) / 2;
   return block;
+}
+
+// Slices of the rows for `items` work items: at least two units (slice, item) per thread, and of the
+// counts up to twice that, the one that leaves the fewest threads idle in the last round.
+int64_t slice_count(int64_t threads, int64_t items, int64_t rows) {
+  const int64_t least = ceil_div(2 * threads, items);
+  int64_t best = least;
+  auto idle = [&](int64_t slices) { return ceil_div(slices * items, threads) * threads - slices * items; };
+  for (int64_t slices = least; slices <= 2 * least; ++slices)
+    if (idle(slices) * best < idle(best) * slices) best = slices;  // idle share: idle / (slices * items)
+  return std::min(best, rows);
 }
 
 // The positions of one output row as tiles of at most `rows` positions: f(first, count).
@@ -245,6 +257,11 @@ void conv_backward_weights(Threads t, ConvScratch& scratch, const Window& g, con
   const int64_t runs_per_tap = merge_width ? 1 : g.kernel[2], run = merge_width ? g.kernel[2] * cig : cig;
   const int64_t row_tiles = ceil_div(run, tile_rows);
   const int64_t items = groups * col_tiles * g.kernel[0] * g.kernel[1] * runs_per_tap * row_tiles;
+  // Few items (conv1: 4 input channels, 9 items) would leave threads idle: the rows are then also cut
+  // into slices, each summing into a private copy of dw, added to dw in slice order at the end.
+  const int64_t slices = items >= 2 * thread_count(t) ? 1 : slice_count(thread_count(t), items, out_rows);
+  const int64_t dw_size = g.taps() * cig * co;
+  if (slices > 1) scratch.partial.assign(static_cast<size_t>(slices * dw_size), 0.0f);
   // Output rows per reduction block: dy's block stays in L2 while every item passes over it; within it,
   // each thread takes sub-blocks whose dy columns fit L1, and runs all its items over one before the next.
   const int64_t row_bytes = out_width * static_cast<int64_t>(sizeof(float));
@@ -252,45 +269,59 @@ void conv_backward_weights(Threads t, ConvScratch& scratch, const Window& g, con
   const int64_t sub_block = std::max<int64_t>(1, kL1WeightBytes / (row_bytes * tile_cols));
   for (int64_t first = 0; first < out_rows; first += block) {
     const int64_t last = std::min(out_rows, first + block);
-    // Items in (group, column tile, kd, kh, kw, row tile) order: a thread's consecutive items share dy's columns.
-    parallel_chunks(t, items, 1, [&](int64_t begin, int64_t end, int64_t) {
+    // Units are (slice, item), items in (group, column tile, kd, kh, kw, row tile) order: a thread's
+    // consecutive units share dy's rows and columns.
+    parallel_chunks(t, slices * items, 1, [&](int64_t begin, int64_t end, int64_t) {
       std::vector<Segment> segments;
-      for (int64_t sub = first; sub < last; sub += sub_block)
-        for (int64_t item = begin; item < end; ++item) {
-          int64_t rest = item;
-          const int64_t row_tile = rest % row_tiles;
-          rest /= row_tiles;
-          const int64_t kw = merge_width ? 0 : rest % runs_per_tap;
-          rest /= runs_per_tap;
-          const int64_t kh = rest % g.kernel[1];
-          rest /= g.kernel[1];
-          const int64_t kd = rest % g.kernel[0];
-          rest /= g.kernel[0];
-          const int64_t col_tile = rest % col_tiles, group = rest / col_tiles;
-          const int64_t m0 = row_tile * tile_rows, o0 = group * cog + col_tile * tile_cols;
-          segments.clear();
-          for (int64_t row = sub; row < std::min(last, sub + sub_block); ++row) {
-            const int64_t oh = row % g.out[1], od = row / g.out[1] % g.out[0], n = row / (g.out[1] * g.out[0]);
-            const int64_t id = od * g.stride[0] - g.pad_before[0] + kd * g.dilation[0];
-            const int64_t ih = oh * g.stride[1] - g.pad_before[1] + kh * g.dilation[1];
-            if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) continue;
-            segments.push_back(
-                {((n * g.in[0] + id) * g.in[1] + ih) * width * ci, dy + row * out_width * co + o0, out_width});
+      for (int64_t unit0 = begin; unit0 < end;) {
+        const int64_t slice = unit0 / items, unit1 = std::min(end, (slice + 1) * items);
+        const int64_t r0 = first + (last - first) * slice / slices, r1 = first + (last - first) * (slice + 1) / slices;
+        float* target = slices == 1 ? dw : scratch.partial.data() + slice * dw_size;
+        for (int64_t sub = r0; sub < r1; sub += sub_block)
+          for (int64_t unit = unit0; unit < unit1; ++unit) {
+            int64_t rest = unit % items;
+            const int64_t row_tile = rest % row_tiles;
+            rest /= row_tiles;
+            const int64_t kw = merge_width ? 0 : rest % runs_per_tap;
+            rest /= runs_per_tap;
+            const int64_t kh = rest % g.kernel[1];
+            rest /= g.kernel[1];
+            const int64_t kd = rest % g.kernel[0];
+            rest /= g.kernel[0];
+            const int64_t col_tile = rest % col_tiles, group = rest / col_tiles;
+            const int64_t m0 = row_tile * tile_rows, o0 = group * cog + col_tile * tile_cols;
+            segments.clear();
+            for (int64_t row = sub; row < std::min(r1, sub + sub_block); ++row) {
+              const int64_t oh = row % g.out[1], od = row / g.out[1] % g.out[0], n = row / (g.out[1] * g.out[0]);
+              const int64_t id = od * g.stride[0] - g.pad_before[0] + kd * g.dilation[0];
+              const int64_t ih = oh * g.stride[1] - g.pad_before[1] + kh * g.dilation[1];
+              if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) continue;
+              segments.push_back(
+                  {((n * g.in[0] + id) * g.in[1] + ih) * width * ci, dy + row * out_width * co + o0, out_width});
+            }
+            if (segments.empty()) continue;
+            const int64_t tap = (kd * g.kernel[1] + kh) * g.kernel[2] + kw;
+            TileArgs a{};
+            a.a = xp + kw * g.dilation[2] * ci + group * cig + m0;
+            a.a_row = 1, a.a_step = g.stride[2] * ci;
+            a.segments = segments.data(), a.n_segments = segments.size();
+            a.b_step = co;
+            a.c = target + (tap * cig + m0) * co + o0, a.c_row = co;
+            a.rows = std::min(tile_rows, run - m0), a.cols = std::min(tile_cols, cog - col_tile * tile_cols);
+            a.init = TileInit::accumulate;
+            run_tile(vectors, a);
           }
-          if (segments.empty()) continue;
-          const int64_t tap = (kd * g.kernel[1] + kh) * g.kernel[2] + kw;
-          TileArgs a{};
-          a.a = xp + kw * g.dilation[2] * ci + group * cig + m0;
-          a.a_row = 1, a.a_step = g.stride[2] * ci;
-          a.segments = segments.data(), a.n_segments = segments.size();
-          a.b_step = co;
-          a.c = dw + (tap * cig + m0) * co + o0, a.c_row = co;
-          a.rows = std::min(tile_rows, run - m0), a.cols = std::min(tile_cols, cog - col_tile * tile_cols);
-          a.init = TileInit::accumulate;
-          run_tile(vectors, a);
-        }
+        unit0 = unit1;
+      }
     });
   }
+  if (slices == 1) return;
+  const float* partial = scratch.partial.data();
+  vector_loop(t, dw_size, [&](svbool_t pg, int64_t i) {
+    svfloat32_t sum = svld1(pg, dw + i);
+    for (int64_t slice = 0; slice < slices; ++slice) sum = svadd_x(pg, sum, svld1(pg, partial + slice * dw_size + i));
+    svst1(pg, dw + i, sum);
+  });
 }
 
 void bias_backward(Threads t, int64_t rows, int64_t channels, const float* dy, float* db) {

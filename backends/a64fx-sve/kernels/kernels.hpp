@@ -45,7 +45,7 @@ struct Window {
 // per model, since page-faulting tens of megabytes every call costs as much as the arithmetic.
 // One per model: not for concurrent calls.
 struct ConvScratch {
-  std::vector<float> padded, packed;
+  std::vector<float> padded, packed, partial;
 };
 
 // y = conv(x, w) + b: x [N, in..., Ci], w [kernel..., Ci/groups, Co], b [Co] or null,

@@ -151,16 +151,18 @@ TEST_P(Conv, MatchesTheScalarLoopsInEveryPass) {
   EXPECT_LT(error(dw, want.dw), kTolerance) << "backward weights";
   EXPECT_LT(error(db, want.db), kTolerance) << "bias";
 
-  // Every element sums its terms in one order whatever the thread count: bitwise the same on 1 thread.
-  Floats y1(y.size()), dx1(x.size(), 1.0f), dw1(w.size(), 1.0f);
+  // The forward and backward-data passes sum each element's terms in one order whatever the thread
+  // count: bitwise the same on 1 thread. Backward weights cuts its rows into slices when it has fewer
+  // items than threads: with 64 threads it does for every case here, and still matches.
+  Floats y1(y.size()), dx1(x.size(), 1.0f), dw64(w.size(), 1.0f);
   conv_forward({1}, scratch, g, x.data(), w.data(), b.data(), y1.data());
   conv_backward_data({1}, scratch, g, w.data(), dy.data(), dx1.data());
-  conv_backward_weights({1}, scratch, g, x.data(), dy.data(), dw1.data(), nullptr);
+  conv_backward_weights({64}, scratch, g, x.data(), dy.data(), dw64.data(), nullptr);
   for (float& e : dx1) e -= 1.0f;
-  for (float& e : dw1) e -= 1.0f;
+  for (float& e : dw64) e -= 1.0f;
   EXPECT_EQ(y1, y);
   EXPECT_EQ(dx1, dx);
-  EXPECT_EQ(dw1, dw);
+  EXPECT_LT(error(dw64, want.dw), kTolerance) << "backward weights in slices";
 }
 
 INSTANTIATE_TEST_SUITE_P(
