@@ -43,7 +43,7 @@ double error(const Floats& a, const Floats& b) {
 constexpr double kTolerance = 2e-5;  // float sums of a few thousand terms against double ones
 const Threads kThreads{3};
 
-TEST(A64fxSve, VectorLengthIsTheEmulatedOne) {
+TEST(SveKernels, VectorLengthIsTheEmulatedOne) {
   // CTest's runs at each vector length set MLPH_EXPECT_LANES: proof that the run really had that length.
   if (const char* expected = std::getenv("MLPH_EXPECT_LANES")) {
     EXPECT_EQ(vector_lanes(), std::atoll(expected));
@@ -126,9 +126,9 @@ ConvScalar scalar_conv(const Window& g, const Floats& x, const Floats& w, const 
   return {to_float(y), to_float(dx), to_float(dw), to_float(db)};
 }
 
-class Conv : public ::testing::TestWithParam<ConvCase> {};
+class SveConv : public ::testing::TestWithParam<ConvCase> {};
 
-TEST_P(Conv, MatchesTheScalarLoopsInEveryPass) {
+TEST_P(SveConv, MatchesTheScalarLoopsInEveryPass) {
   const ConvCase& c = GetParam();
   const Window g = window_of(c);
   const Floats x = random_floats(static_cast<size_t>(g.in_positions() * c.ci), 1);
@@ -166,7 +166,7 @@ TEST_P(Conv, MatchesTheScalarLoopsInEveryPass) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Shapes, Conv,
+    Shapes, SveConv,
     ::testing::Values(
         // name, spatial, batch, edge, ci, co, kernel, stride, dilation, pad before, after, groups[, width]
         ConvCase{"cosmoflow_first", 3, 2, 6, 4, 16, 3, 1, 1, 1, 1, 1},
@@ -185,7 +185,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // conv_transpose from its definition: y[n,o,co] = b[co] + sum over i,k,ci with o = i*s - p_before + k*d of
 // x[n,i,ci] * w[k,co,ci]; `g` is the conv it is the adjoint of (g.in: y's spatial dims).
-TEST(ConvTranspose, MatchesItsDefinitionAndItsAdjoint) {
+TEST(SveConvTranspose, MatchesItsDefinitionAndItsAdjoint) {
   for (const ConvCase& c : {ConvCase{"upsample", 2, 2, 9, 5, 3, 3, 2, 1, 1, 2, 1},
                             ConvCase{"dilated", 2, 1, 11, 6, 17, 3, 2, 2, 2, 1, 1},
                             ConvCase{"volume", 3, 1, 6, 4, 9, 2, 2, 1, 0, 0, 1},
@@ -223,7 +223,7 @@ TEST(ConvTranspose, MatchesItsDefinitionAndItsAdjoint) {
 
 // ---- pooling ------------------------------------------------------------------------------------
 
-TEST(MaxPool, FirstMaximumWinsAndNanPropagates) {
+TEST(SveMaxPool, FirstMaximumWinsAndNanPropagates) {
   for (const ConvCase& c : {ConvCase{"cosmoflow", 3, 2, 6, 19, 19, 2, 2, 1, 0, 0, 1},
                             ConvCase{"overlapping", 2, 2, 9, 35, 35, 3, 2, 1, 0, 0, 1},
                             ConvCase{"stride_over_kernel", 2, 1, 10, 5, 5, 2, 3, 1, 0, 0, 1}}) {
@@ -255,7 +255,7 @@ TEST(MaxPool, FirstMaximumWinsAndNanPropagates) {
 
 // ---- dense -----------------------------------------------------------------------------------------
 
-TEST(Dense, MatchesTheScalarLoops) {
+TEST(SveDense, MatchesTheScalarLoops) {
   for (const DenseShape s : {DenseShape{4, 300, 37}, DenseShape{13, 33, 65}, DenseShape{1, 1000, 4}, DenseShape{2, 5, 1}}) {
     SCOPED_TRACE(std::to_string(s.batch) + "x" + std::to_string(s.in) + "x" + std::to_string(s.out));
     const Floats x = random_floats(static_cast<size_t>(s.batch * s.in), 11), w = random_floats(static_cast<size_t>(s.in * s.out), 12);
@@ -286,7 +286,7 @@ TEST(Dense, MatchesTheScalarLoops) {
 
 // ---- element-wise --------------------------------------------------------------------------------
 
-TEST(Eltwise, EveryOpAndItsGradient) {
+TEST(SveEltwise, EveryOpAndItsGradient) {
   const int64_t n = 1037;  // not a multiple of any vector length
   Floats x = random_floats(static_cast<size_t>(n), 15, -2.0f, 2.0f);
   x[5] = NAN, x[6] = 0.0f;
@@ -332,7 +332,7 @@ TEST(Eltwise, EveryOpAndItsGradient) {
 
 // ---- per-channel ops and batch norm ----------------------------------------------------------------
 
-TEST(Channel, ConcatBroadcastPoolingAffine) {
+TEST(SveChannel, ConcatBroadcastPoolingAffine) {
   const int64_t rows = 37;
   const std::vector<int64_t> widths{3, 17, 8};
   std::vector<Floats> parts;
@@ -386,7 +386,7 @@ TEST(Channel, ConcatBroadcastPoolingAffine) {
   EXPECT_LT(error(db, want_db), 1e-5);
 }
 
-TEST(BatchNorm, TrainingEvaluationAndGradients) {
+TEST(SveBatchNorm, TrainingEvaluationAndGradients) {
   const Rows s{301, 19};
   const BatchNormAttrs a{1e-3, 0.1};
   Floats x = random_floats(static_cast<size_t>(s.size()), 30, 99.0f, 101.0f);  // far from 0: two passes needed
@@ -428,7 +428,7 @@ TEST(BatchNorm, TrainingEvaluationAndGradients) {
 
 // ---- losses and optimizers ------------------------------------------------------------------------
 
-TEST(Loss, ReductionsAndSegmentation) {
+TEST(SveLoss, ReductionsAndSegmentation) {
   const int64_t n = 4099;
   const Floats p = random_floats(static_cast<size_t>(n), 40), t = random_floats(static_cast<size_t>(n), 41);
   double sse = 0, sae = 0;
@@ -462,7 +462,7 @@ TEST(Loss, ReductionsAndSegmentation) {
   EXPECT_LE(iou[1], 1.0f);
 }
 
-TEST(Optimizer, UpdatesFollowTheFormulas) {
+TEST(SveOptimizer, UpdatesFollowTheFormulas) {
   const int64_t n = 1029;
   const Floats g = random_floats(static_cast<size_t>(n), 50), w0 = random_floats(static_cast<size_t>(n), 51);
   double squares = 0;
