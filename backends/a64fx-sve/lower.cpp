@@ -1,21 +1,13 @@
-// Lowering a graph to the executor's Program.
-//
-// INTERIM: the SDK's graph validator (sdk::validate_graph, on the schema branch) has not landed on
-// main yet. Until it does, this reads the graph's attributes directly and trusts the graph's shapes;
-// it checks only what this backend refuses (unknown ops and optimizers, batch_norm group_size > 1).
-// When the validator lands, lower_graph becomes: validate_graph(graph, implemented), then the same
-// per-node mapping from sdk::ValidNode (its windows replace window_of below).
-#include <algorithm>
+// Lowering a graph to the executor's Program: the SDK's validator checks it (ops, attributes with
+// their defaults, shapes, dtypes, definition order, the optimizer), then each checked node becomes
+// the kernels' terms. What this backend refuses on top is batch_norm over several ranks.
 #include <map>
 
 #include "mlph/sdk/error.hpp"
-#include "mlph/sdk/graph.hpp"
-#include "mlph/sdk/tensor.hpp"
 #include "program.hpp"
 
 namespace mlph::a64fx {
 namespace {
-using sdk::fail;
 
 const std::map<std::string, OpKind, std::less<>>& op_kinds() {
   static const std::map<std::string, OpKind, std::less<>> kinds = {
@@ -55,96 +47,81 @@ const std::map<std::string, OptimizerKind, std::less<>>& optimizer_kinds() {
   return kinds;
 }
 
-bool has_gradient(OpKind kind) {
-  return kind != OpKind::log1p && kind != OpKind::abs_error_sum && kind != OpKind::shift_scale && kind != OpKind::iou;
+const sdk::Implements& implemented() {
+  static const sdk::Implements names = [] {
+    sdk::Implements i;
+    for (const auto& entry : op_kinds()) i.ops.push_back(entry.first);
+    for (const auto& entry : optimizer_kinds()) i.optimizers.push_back(entry.first);
+    return i;
+  }();
+  return names;
 }
 
 // x [N, ..., C] as [rows, C].
 Rows rows_of(const ValueInfo& x) { return {x.numel() / x.shape.back(), x.shape.back()}; }
 
-// One entry per spatial dim, or `fallback` for each when the attribute is absent.
-std::vector<int64_t> per_dim(const sdk::Attrs& attrs, const char* key, size_t spatial, int64_t fallback) {
-  return attrs.has(key) ? attrs.ints(key) : std::vector<int64_t>(spatial, fallback);
-}
-
-// The window of a conv or max_pool over x [N, S..., Ci], spatial dims right-aligned into 3 (2-D runs
-// as depth 1); `kernel` from the weights or the attribute.
-Window window_of(const sdk::Attrs& attrs, const ValueInfo& x, const std::vector<int64_t>& kernel, bool pool) {
-  const size_t spatial = x.shape.size() - 2;
-  const std::vector<int64_t> stride = pool && !attrs.has("stride") ? kernel : per_dim(attrs, "stride", spatial, 1);
-  const std::vector<int64_t> dilation = per_dim(attrs, "dilation", spatial, 1);
-  const std::vector<int64_t> padding = per_dim(attrs, "padding", spatial, 0);
+// The validator's window with its spatial dims right-aligned into 3: a 2-D problem runs as depth 1.
+Window right_aligned(const sdk::Window& w, int64_t batch, int64_t in_channels, int64_t out_channels) {
   Window g;
-  g.batch = x.shape[0];
-  g.in_channels = x.shape.back();
+  g.batch = batch;
+  g.in_channels = in_channels, g.out_channels = out_channels, g.groups = w.groups;
+  const size_t spatial = w.in.size();
   for (size_t d = 0; d < spatial; ++d) {
     const size_t e = 3 - spatial + d;
-    g.in[e] = x.shape[1 + d], g.kernel[e] = kernel[d], g.stride[e] = stride[d], g.dilation[e] = dilation[d];
-    g.pad_before[e] = padding[d];
-    g.pad_after[e] = padding[padding.size() == spatial ? d : spatial + d];
-    g.out[e] = (g.in[e] + g.pad_before[e] + g.pad_after[e] - g.dilation[e] * (g.kernel[e] - 1) - 1) / g.stride[e] + 1;
+    g.in[e] = w.in[d], g.out[e] = w.out[d], g.kernel[e] = w.kernel[d];
+    g.stride[e] = w.stride[d], g.dilation[e] = w.dilation[d];
+    g.pad_before[e] = w.pad_before[d], g.pad_after[e] = w.pad_after[d];
   }
   return g;
 }
 
-Node lower(const MLPH_Node& n, uint64_t index, const std::vector<ValueInfo>& values) {
-  const auto kind = op_kinds().find(std::string_view(n.op));
-  if (kind == op_kinds().end())
-    fail(MLPH_UNIMPLEMENTED, "a64fx-sve backend: node '" + std::string(n.name) + "' uses op '" + n.op +
-                                 "', which is not implemented");
-  const sdk::Attrs attrs(n);
+// The conv whose adjoint a conv_transpose is: it maps the output [N, O..., Co] back to the input
+// [N, S..., Ci] with the weights [K..., Co, Ci] as its own [K..., Cin, Cout]. Its padding after is
+// shortened by output_padding (possibly below 0), so that its windows end at the output's last position.
+Window adjoint_conv(const sdk::Window& w, int64_t batch, int64_t ci, int64_t co) {
+  sdk::Window conv = w;
+  std::swap(conv.in, conv.out);
+  for (size_t d = 0; d < conv.pad_after.size(); ++d) conv.pad_after[d] -= w.output_padding[d];
+  return right_aligned(conv, batch, co, ci);
+}
+
+Node lower(const sdk::ValidNode& n, const std::vector<ValueInfo>& values) {
   Node c;
-  c.kind = kind->second;
-  c.gradient = has_gradient(c.kind);
+  c.kind = op_kinds().find(n.op)->second;
+  c.gradient = n.gradient();
   c.name = n.name;
-  c.index = index;
-  c.inputs.assign(n.inputs, n.inputs + n.n_inputs);
-  c.output = n.outputs[0];
-  const ValueInfo &x = values[static_cast<size_t>(c.inputs[0])], &y = values[static_cast<size_t>(c.output)];
-  const size_t spatial = x.shape.size() >= 2 ? x.shape.size() - 2 : 0;
+  c.index = n.index;
+  c.inputs = n.inputs;
+  c.output = n.output;
+  const ValueInfo &x = values[static_cast<size_t>(n.inputs[0])], &y = values[static_cast<size_t>(n.output)];
   switch (c.kind) {
-    case OpKind::conv: {
-      const ValueInfo& w = values[static_cast<size_t>(c.inputs[1])];
-      c.window = window_of(attrs, x, {w.shape.begin(), w.shape.begin() + static_cast<long>(spatial)}, false);
-      c.window.out_channels = y.shape.back();
-      c.window.groups = static_cast<int64_t>(attrs.number("groups", 1));
+    case OpKind::conv:
+      c.window = right_aligned(n.window, x.shape[0], x.shape.back(), y.shape.back());
       break;
-    }
     case OpKind::max_pool:
-      c.window = window_of(attrs, x, attrs.ints("kernel"), true);
-      c.window.out_channels = x.shape.back();
+      c.window = right_aligned(n.window, x.shape[0], x.shape.back(), x.shape.back());
       break;
-    case OpKind::conv_transpose: {
-      // The conv whose adjoint this is maps y [N, O..., Co] to x [N, S..., Ci] with the weights [K..., Co, Ci] as
-      // its own [K..., Cin, Cout]; its padding after is shortened by output_padding, so its windows end at y's end.
-      const ValueInfo& w = values[static_cast<size_t>(c.inputs[1])];
-      const std::vector<int64_t> output_padding = per_dim(attrs, "output_padding", spatial, 0);
-      c.window = window_of(attrs, y, {w.shape.begin(), w.shape.begin() + static_cast<long>(spatial)}, false);
-      for (size_t d = 0; d < spatial; ++d) {
-        const size_t e = 3 - spatial + d;
-        c.window.pad_after[e] -= output_padding[d];
-        c.window.out[e] = x.shape[1 + d];
-      }
-      c.window.out_channels = x.shape.back();
+    case OpKind::conv_transpose:
+      c.window = adjoint_conv(n.window, x.shape[0], x.shape.back(), y.shape.back());
       break;
-    }
     case OpKind::dense:
       c.dense = {x.shape[0], x.shape[1], y.shape[1]};
       break;
     case OpKind::leaky_relu:
-      c.attr = attrs.number("alpha");
+      c.attr = n.attrs.number("alpha");
       break;
     case OpKind::scale:
-      c.attr = attrs.number("factor");
+      c.attr = n.attrs.number("factor");
       break;
     case OpKind::dropout:
-      c.attr = attrs.number("rate");
+      c.attr = n.attrs.number("rate");
       break;
     case OpKind::batch_norm:
-      c.batch_norm = {attrs.number("eps", 1e-5), attrs.number("momentum", 0.1)};
-      if (attrs.number("group_size", 1) != 1)
-        fail(MLPH_UNIMPLEMENTED, "a64fx-sve backend: node '" + c.name +
-                                     "' (batch_norm): group_size > 1 (statistics over several ranks) is not implemented");
+      if (const int64_t group = n.attrs.integer("group_size"); group != 1)
+        sdk::fail(MLPH_UNIMPLEMENTED, "a64fx-sve backend: " + n.where() + ": group_size " + std::to_string(group) +
+                                          " (batch norm over several ranks, SyncBatchNorm) is not supported yet; the "
+                                          "reference backend runs it");
+      c.batch_norm = {n.attrs.number("eps"), n.attrs.number("momentum")};
       c.rows = rows_of(x);
       break;
     case OpKind::channel_affine:
@@ -152,7 +129,7 @@ Node lower(const MLPH_Node& n, uint64_t index, const std::vector<ValueInfo>& val
       c.rows = rows_of(x);
       break;
     case OpKind::concat:
-      for (int32_t in : c.inputs) c.widths.push_back(values[static_cast<size_t>(in)].shape.back());
+      for (int32_t in : n.inputs) c.widths.push_back(values[static_cast<size_t>(in)].shape.back());
       c.rows = {rows_of(x).rows, y.shape.back()};
       break;
     case OpKind::global_avg_pool:
@@ -166,10 +143,7 @@ Node lower(const MLPH_Node& n, uint64_t index, const std::vector<ValueInfo>& val
     case OpKind::softmax_cross_entropy:
       c.rows = rows_of(x);
       c.batch = x.shape[0];
-      if (attrs.has("class_weights"))
-        for (double w : attrs.numbers("class_weights")) c.class_weights.push_back(static_cast<float>(w));
-      else
-        c.class_weights.assign(static_cast<size_t>(c.rows.channels), 1.0f);
+      for (double w : n.attrs.numbers("class_weights")) c.class_weights.push_back(static_cast<float>(w));
       break;
     default:
       break;
@@ -177,54 +151,33 @@ Node lower(const MLPH_Node& n, uint64_t index, const std::vector<ValueInfo>& val
   return c;
 }
 
-OptimizerSpec lower(const MLPH_Optimizer& o) {
-  const std::string name = o.name ? o.name : "";
-  const auto kind = optimizer_kinds().find(name);
-  if (kind == optimizer_kinds().end())
-    fail(MLPH_UNIMPLEMENTED, "a64fx-sve backend: optimizer '" + name + "' is not implemented");
-  const sdk::Attrs attrs(o.attrs, o.n_attrs, "optimizer " + name);
+OptimizerSpec lower(const sdk::ValidOptimizer& o) {
   OptimizerSpec spec;
-  spec.kind = kind->second;
+  spec.kind = optimizer_kinds().find(o.name)->second;
   if (spec.kind == OptimizerKind::sgd_keras) {
-    spec.momentum = attrs.number("momentum", 0.0);
+    spec.momentum = o.attrs.number("momentum");
     return spec;
   }
-  spec.adam = {attrs.number("beta1"), attrs.number("beta2"), attrs.number("eps"), attrs.number("weight_decay"),
-               spec.kind == OptimizerKind::lamb ? attrs.number("max_grad_norm") : 1.0};
+  spec.adam.beta1 = o.attrs.number("beta1"), spec.adam.beta2 = o.attrs.number("beta2");
+  spec.adam.eps = o.attrs.number("eps"), spec.adam.weight_decay = o.attrs.number("weight_decay");
+  if (spec.kind == OptimizerKind::lamb) spec.adam.max_grad_norm = o.attrs.number("max_grad_norm");
   return spec;
 }
 
 }  // namespace
 
-int64_t ValueInfo::numel() const { return sdk::numel(shape.data(), static_cast<int32_t>(shape.size())); }
-
-MLPH_Value ValueInfo::as_value() const {
-  MLPH_Value v{};
-  v.name = name.c_str();
-  v.dtype = dtype;
-  v.ndim = static_cast<int32_t>(shape.size());
-  std::copy(shape.begin(), shape.end(), v.shape);
-  return v;
-}
-
 Program lower_graph(const MLPH_Graph& graph) {
-  if (graph.struct_size < MLPH_STRUCT_SIZE(MLPH_Graph, seed))
-    fail(MLPH_INVALID_ARGUMENT, "a64fx-sve backend: MLPH_Graph is too small (an older ABI?)");
+  sdk::ValidGraph g = sdk::validate_graph(graph, implemented());
   Program p;
-  for (size_t i = 0; i < graph.n_values; ++i) {
-    const MLPH_Value& v = graph.values[i];
-    p.values.push_back({v.name ? v.name : "value " + std::to_string(i), v.dtype, {v.shape, v.shape + v.ndim}});
-  }
-  for (size_t i = 0; i < graph.n_nodes; ++i) p.nodes.push_back(lower(graph.nodes[i], i, p.values));
-  for (size_t i = 0; i < graph.n_params; ++i) {
-    const MLPH_Parameter& param = graph.params[i];
-    p.params.push_back({param.value, param.init, param.l2, param.weight_decay, (param.flags & MLPH_PARAM_TRAINABLE) != 0});
-  }
-  p.inputs.assign(graph.inputs, graph.inputs + graph.n_inputs);
-  p.eval_outputs.assign(graph.eval_outputs, graph.eval_outputs + graph.n_eval_outputs);
-  p.loss = graph.loss;
-  p.optimizer = lower(graph.optimizer);
-  p.seed = graph.seed;
+  p.values = std::move(g.values);
+  for (const sdk::ValidNode& node : g.nodes) p.nodes.push_back(lower(node, p.values));
+  for (const sdk::ValidParam& param : g.params)
+    p.params.push_back({param.value, param.init, param.l2, param.weight_decay, param.trainable});
+  p.inputs = std::move(g.inputs);
+  p.eval_outputs = std::move(g.eval_outputs);
+  p.loss = g.loss;
+  p.optimizer = lower(g.optimizer);
+  p.seed = g.seed;
   return p;
 }
 

@@ -1,6 +1,6 @@
 // What the a64fx-sve executor runs: a graph lowered to the kernels' terms (op kinds, 3-D windows,
-// rows x channels views, typed attributes), self-contained (nothing points into the caller's graph).
-// lower_graph builds it from a graph the SDK's validator has checked.
+// rows x channels views, typed attributes). lower_graph builds it from the SDK validator's checked
+// copy; only the parameters' initial contents point into the caller's graph, read during compile.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,7 @@
 
 #include "kernels.hpp"
 #include "mlph/graph.h"
+#include "mlph/sdk/validate.hpp"
 
 namespace mlph::a64fx {
 
@@ -37,14 +38,8 @@ enum class OpKind {
   iou
 };
 
-struct ValueInfo {
-  std::string name;
-  MLPH_DType dtype = MLPH_DTYPE_F32;
-  std::vector<int64_t> shape;
-
-  int64_t numel() const;
-  MLPH_Value as_value() const;  // its name points into this ValueInfo
-};
+// A value's name, dtype and shape (the validator's copy).
+using ValueInfo = sdk::GraphValue;
 
 struct Node {
   OpKind kind = OpKind::relu;
@@ -92,8 +87,8 @@ struct Program {
   uint64_t seed = 0;
 };
 
-// Throws sdk::Error: MLPH_UNIMPLEMENTED for what this backend does not run (naming the node),
-// MLPH_INVALID_ARGUMENT for a graph that breaks docs/ops.md.
+// Throws sdk::Error: the validator's one line for a graph that breaks docs/ops.md or uses what the
+// catalogue lacks; MLPH_UNIMPLEMENTED naming the node for batch_norm with group_size > 1.
 Program lower_graph(const MLPH_Graph& graph);
 
 }  // namespace mlph::a64fx
