@@ -330,6 +330,27 @@ TEST(SveEltwise, EveryOpAndItsGradient) {
         [&](size_t i, float d) { return d + dy[i] * mask[i]; });
 }
 
+// log1p is a series on SVE: every float class against the C library, to a few ulps.
+TEST(SveEltwise, Log1pAgreesWithTheCLibrary) {
+  Floats x{0.0f, -0.0f, 1e-30f, -1e-30f, 1e-10f, 3e-8f, 6e-8f, 1e-7f, 1e-4f, -1e-4f, 0.4142f, 0.4143f, 0.5f, 1.0f,
+           2.0f, 3.0f, 255.0f, 32767.0f, 1e20f, 3e38f, -0.5f, -0.9f, -0.999999f, -1.0f, -1.5f, -2.0f, INFINITY, -INFINITY,
+           NAN, -1.0f + 1e-7f, 1.17549435e-38f};
+  std::mt19937 gen(5);
+  for (int i = 0; i < 2000; ++i) x.push_back(std::ldexp(std::uniform_real_distribution<float>(0.5f, 1.0f)(gen), i % 80 - 60));
+  for (int i = 0; i < 500; ++i) x.push_back(-std::uniform_real_distribution<float>(0.0f, 1.0f)(gen));
+  for (int i = 0; i < 500; ++i) x.push_back(static_cast<float>(i * 61 % 32768));  // CosmoFlow's counts
+  Floats y(x.size());
+  log1p_forward(kThreads, static_cast<int64_t>(x.size()), x.data(), y.data());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float want = std::log1p(x[i]);
+    if (std::isnan(want) || std::isinf(want)) {
+      EXPECT_TRUE(std::isnan(want) ? std::isnan(y[i]) : y[i] == want) << "log1p(" << x[i] << ") = " << y[i];
+      continue;
+    }
+    EXPECT_LE(std::fabs(y[i] - want), 4e-7f * std::fabs(want) + 1e-45f) << "log1p(" << x[i] << ") = " << y[i] << ", libm " << want;
+  }
+}
+
 // ---- per-channel ops and batch norm ----------------------------------------------------------------
 
 TEST(SveChannel, ConcatBroadcastPoolingAffine) {
