@@ -29,7 +29,7 @@ constexpr int64_t kReductionBlockBytes = 2 << 20;  // dy rows per backward-weigh
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Floor division and modulo for possibly negative numerators (b > 0).
+// Floor division for possibly negative numerators (b > 0).
 int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
 // x [rows, width, channels] with `before` and `after` zero columns added along width; x itself when
@@ -87,7 +87,7 @@ void append(std::vector<Segment>& out, int64_t a, const float* b, int64_t depth,
   out.push_back({a, b, depth});
 }
 
-// Reduction steps of one chunk: the B operand of a tile with `cols` columns fits kL1WeightBytes.
+// Reduction steps of one chunk: the B operand of a tile `vectors` wide fits kL1WeightBytes.
 int64_t chunk_depth(int vectors) {
   return std::max<int64_t>(1, kL1WeightBytes / (vectors * vector_lanes() * static_cast<int64_t>(sizeof(float))));
 }
