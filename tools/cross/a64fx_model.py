@@ -14,7 +14,6 @@ The run uses 3 x 3 output rows of the layer's full width and full channel counts
 depends on the width and the channels, not on the number of rows). Assumptions: docs/performance.md.
 """
 import argparse
-import math
 import os
 import re
 import subprocess
@@ -57,11 +56,6 @@ def tiles(n, rows):
     return [min(rows, n - first) for first in range(0, n, rows)]
 
 
-def valid_taps(size, kernel, pad):
-    """Per output position along a dim (stride 1, 'same' padding): how many taps land inside."""
-    return [sum(1 for k in range(kernel) if 0 <= o - pad + k < size) for o in range(size)]
-
-
 def chunks_of(kernel, channels, max_depth):
     """(kd, kh, kw, depth) patterns cut into chunks of at most max_depth steps, as chunks_of in conv.cpp."""
     chunks, depth = [[]], 0
@@ -83,7 +77,6 @@ def counts(pass_name, shape, lanes=LANES):
     over threads. shape = (depth, height, width, ci, co, kernel): stride 1, 'same' padding, one group."""
     d, h, w, ci, co, k = shape
     pad = (k - 1) // 2
-    vd, vh = valid_taps(d, k, pad), valid_taps(h, k, pad)
     fma = ld1rw = ld1w = 0
     if pass_name in ("forward", "backward-data"):
         # forward: tiles of positions x output channels, reduction over taps x input channels (W padded,
