@@ -154,6 +154,7 @@ Node lower(const sdk::ValidNode& n, const std::vector<ValueInfo>& values) {
 OptimizerSpec lower(const sdk::ValidOptimizer& o) {
   OptimizerSpec spec;
   spec.kind = optimizer_kinds().find(o.name)->second;
+  for (const char* slot : sdk::schema::find_optimizer(o.name)->state) spec.state.emplace_back(slot);
   if (spec.kind == OptimizerKind::sgd_keras) {
     spec.momentum = o.attrs.number("momentum");
     return spec;

@@ -64,7 +64,7 @@ void SveModel::allocate() {
     values_.emplace_back(v.dtype == MLPH_DTYPE_I32 ? 0 : n, 0.0f);
     int_values_.emplace_back(v.dtype == MLPH_DTYPE_I32 ? n : 0, 0);
   }
-  const size_t moments = p.optimizer.kind == OptimizerKind::sgd_keras ? 1 : 2;
+  const size_t moments = p.optimizer.state.size();  // sgd_keras: velocity; the Adams: m, v
   size_t largest = 0;
   std::vector<size_t> offsets;
   size_t total = 0;
@@ -422,6 +422,33 @@ void SveModel::read_gradient(size_t index, MLPH_Tensor& dst) {
     fail(MLPH_FAILED_PRECONDITION, kName + ": parameter '" + info(p.value).name + "' is not trainable and has no gradient");
   sdk::check_matches(dst, info(p.value).as_value(), kName + ": gradient");
   std::memcpy(dst.data, grad(p.value), static_cast<size_t>(numel(p.value)) * sizeof(float));
+}
+
+// The buffer behind state slot `slot` of parameter `index`, checked against `tensor` (docs/abi.md, ABI 1.4).
+float* SveModel::state_slot(size_t index, const std::string& slot, const MLPH_Tensor& tensor, bool reading) {
+  const Param& p = param(index);
+  sdk::check_matches(tensor, info(p.value).as_value(), kName + ": state '" + slot + "' of");
+  if (!p.trainable) fail(MLPH_NOT_FOUND, kName + ": parameter '" + info(p.value).name + "' is not trainable and has no state");
+  if (slot == sdk::kPendingGradientSlot) {
+    if (reading && !accumulating_)
+      fail(MLPH_FAILED_PRECONDITION, kName + ": no accumulation window is open: no pending gradient");
+    return grad(p.value);
+  }
+  const std::vector<std::string>& slots = program_.optimizer.state;
+  const auto found = std::find(slots.begin(), slots.end(), slot);
+  if (found == slots.end()) fail(MLPH_NOT_FOUND, kName + ": the optimizer has no state slot '" + slot + "'");
+  return optimizer_state_[index].data() + (found - slots.begin()) * numel(p.value);
+}
+
+void SveModel::read_state(size_t index, const std::string& slot, MLPH_Tensor& dst) {
+  const float* state = state_slot(index, slot, dst, true);
+  std::memcpy(dst.data, state, static_cast<size_t>(sdk::numel(dst)) * sizeof(float));
+}
+
+void SveModel::write_state(size_t index, const std::string& slot, const MLPH_Tensor& src) {
+  float* state = state_slot(index, slot, src, false);
+  std::memcpy(state, src.data, static_cast<size_t>(sdk::numel(src)) * sizeof(float));
+  if (slot == sdk::kPendingGradientSlot) accumulating_ = true;  // the next micro-batch adds to it
 }
 
 }  // namespace mlph::a64fx

@@ -39,6 +39,8 @@ class SveModel final : public sdk::Model {
   void read_parameter(size_t index, MLPH_Tensor& dst) override;
   void write_parameter(size_t index, const MLPH_Tensor& src) override;
   void read_gradient(size_t index, MLPH_Tensor& dst) override;
+  void read_state(size_t index, const std::string& slot, MLPH_Tensor& dst) override;
+  void write_state(size_t index, const std::string& slot, const MLPH_Tensor& src) override;
 
  private:
   void allocate();
@@ -51,6 +53,7 @@ class SveModel final : public sdk::Model {
   void apply_optimizer(double learning_rate, uint64_t step);
   const int32_t* checked_labels(const Node& node) const;
   const Param& param(size_t index) const;
+  float* state_slot(size_t index, const std::string& slot, const MLPH_Tensor& tensor, bool reading);
 
   const float* data(int32_t v) const { return values_[static_cast<size_t>(v)].data(); }
   float* data(int32_t v) { return values_[static_cast<size_t>(v)].data(); }

@@ -75,6 +75,7 @@ struct OptimizerSpec {
   OptimizerKind kind = OptimizerKind::sgd_keras;
   double momentum = 0;  // sgd_keras
   AdamAttrs adam;       // adam, adamw, lamb
+  std::vector<std::string> state;  // the catalogue's slot names, stored one after the other per parameter
 };
 
 struct Program {
