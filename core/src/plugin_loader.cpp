@@ -1,13 +1,20 @@
 #include "mlph/core/plugin_loader.hpp"
 
+#include <dlfcn.h>
 #include <fmt/format.h>
+#include <grp.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <set>
+#include <string_view>
 
 namespace mlph::core {
 namespace fs = std::filesystem;
@@ -42,7 +49,69 @@ std::vector<fs::path> default_search_path(const std::vector<fs::path>& explicit_
   return dirs;
 }
 
+void SharedLibrary::Close::operator()(void* handle) const { ::dlclose(handle); }
+
+SharedLibrary SharedLibrary::open(const fs::path& file) {
+  ::dlerror();
+  void* handle = ::dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    const char* error = ::dlerror();
+    std::string reason = error ? error : "the dynamic loader gave no reason";
+    const std::string prefix = file.string() + ": ";  // dlerror names the file first when it is at fault
+    if (reason.rfind(prefix, 0) == 0) reason.erase(0, prefix.size());
+    throw LoadError(fmt::format("{}: cannot load: {}", file.string(), reason));
+  }
+  SharedLibrary library;
+  library.handle_.reset(handle);
+  return library;
+}
+
+void* SharedLibrary::symbol(const char* name) const { return ::dlsym(handle_.get(), name); }
+
 namespace {
+
+// Whether the group of `st` is its owner's own (a user private group: the owner's primary group,
+// named as the owner, with no other members), whose write permission gives no one else a way in.
+bool owners_private_group(const struct stat& st) {
+  std::vector<char> buffer(1 << 16);
+  passwd user{};
+  passwd* found_user = nullptr;
+  group group{};
+  ::group* found_group = nullptr;
+  if (::getpwuid_r(st.st_uid, &user, buffer.data(), buffer.size() / 2, &found_user) != 0 || !found_user ||
+      ::getgrgid_r(st.st_gid, &group, buffer.data() + buffer.size() / 2, buffer.size() / 2, &found_group) != 0 ||
+      !found_group)
+    return false;
+  if (user.pw_gid != st.st_gid || std::string_view(group.gr_name) != user.pw_name) return false;
+  for (char** member = group.gr_mem; *member; ++member)
+    if (std::string_view(*member) != user.pw_name) return false;
+  return true;
+}
+
+// Why someone other than its owner, this user or root, could change `path`; "" when no one can.
+// A sticky directory's entries can be renamed or removed only by their owners: when `sticky_is_safe`
+// (a directory above the plug-in's), such a directory may be writable by all.
+std::string who_else_can_change(const fs::path& path, bool sticky_is_safe) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return fmt::format("{}: cannot stat: {}", path.string(), std::strerror(errno));
+  if (st.st_uid != 0 && st.st_uid != ::geteuid())
+    return fmt::format("{} is owned by another user (uid {})", path.string(), st.st_uid);
+  if (sticky_is_safe && S_ISDIR(st.st_mode) && (st.st_mode & S_ISVTX)) return "";
+  if (st.st_mode & S_IWOTH) return fmt::format("{} is writable by every user (mode {:04o})", path.string(), st.st_mode & 07777);
+  if ((st.st_mode & S_IWGRP) && !owners_private_group(st))
+    return fmt::format("{} is writable by its group (gid {}, mode {:04o})", path.string(), st.st_gid, st.st_mode & 07777);
+  return "";
+}
+
+// MLPERF_PLUGIN_TRUST=all: load plug-ins whatever their owners and modes.
+bool trust_every_file() {
+  const char* value = std::getenv("MLPERF_PLUGIN_TRUST");
+  if (!value || !*value) return false;
+  if (std::string_view(value) == "all") return true;
+  throw LoadError(fmt::format("MLPERF_PLUGIN_TRUST={}: the only setting is 'all' (load plug-ins whatever their "
+                              "owners and modes); unset it to load only files no one else can change",
+                              value));
+}
 
 std::string hash_file(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
@@ -153,18 +222,35 @@ bool parse_file_name(const fs::path& file, MLPH_PluginKind& kind, std::string& n
 
 }  // namespace
 
-LoadedPlugin PluginLoader::load_file(const fs::path& file, MLPH_PluginKind kind, const std::string& name) {
+std::string untrusted_reason(const fs::path& file) {
+  if (std::string why = who_else_can_change(file, false); !why.empty()) return why;
+  const fs::path dir = file.parent_path();
+  for (fs::path d = dir;; d = d.parent_path()) {
+    if (std::string why = who_else_can_change(d, d != dir); !why.empty()) return why;
+    if (d == d.parent_path()) return "";
+  }
+}
+
+LoadedPlugin PluginLoader::load_file(const fs::path& path, MLPH_PluginKind kind, const std::string& name) {
+  std::error_code ec;
+  const fs::path file = fs::canonical(path, ec);  // what is checked is what is loaded: no link in between
+  if (ec) throw LoadError(fmt::format("{}: cannot load: {}", path.string(), ec.message()));
+  if (!fs::is_regular_file(file, ec))  // dlopen would wait forever on a FIFO
+    throw LoadError(fmt::format("{}: cannot load: not a regular file", file.string()));
+  if (!trust_every_file()) {
+    if (const std::string why = untrusted_reason(file); !why.empty())
+      throw LoadError(fmt::format("{}: not loaded: {}; plug-ins load only from files and directories that no one "
+                                  "but their owner (you or root) can change (chmod go-w, or set "
+                                  "MLPERF_PLUGIN_TRUST=all to load it anyway)",
+                                  file.string(), why));
+  }
   LoadedPlugin plugin;
   plugin.file = file;
-  boost::dll::fs::error_code ec;
-  plugin.library.load(file.string(), boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local, ec);
-  if (ec)
-    throw LoadError(fmt::format("{}: cannot load: {} (a missing symbol, or a library built for another version?)",
-                                file.string(), ec.message()));
-  if (!plugin.library.has(MLPH_ENTRY_SYMBOL))
+  plugin.library = SharedLibrary::open(file);
+  const auto entry = reinterpret_cast<const MLPH_Plugin* (*)()>(plugin.library.symbol(MLPH_ENTRY_SYMBOL));
+  if (!entry)
     throw LoadError(fmt::format("{}: not an mlperf-hpc plug-in: it exports no '{}' symbol", file.string(),
                                 MLPH_ENTRY_SYMBOL));
-  auto entry = plugin.library.get<const MLPH_Plugin*()>(MLPH_ENTRY_SYMBOL);
   plugin.descriptor = entry();
   validate(file, plugin.descriptor, kind, name);
   plugin.file_hash = hash_file(file);
@@ -177,7 +263,7 @@ LoadedPlugin PluginLoader::load(MLPH_PluginKind kind, const std::string& name) c
   for (const fs::path& dir : search_path_) {
     const fs::path candidate = dir / file_name;
     std::error_code ec;
-    if (fs::is_regular_file(candidate, ec)) return load_file(fs::weakly_canonical(candidate), kind, name);
+    if (fs::exists(candidate, ec)) return load_file(candidate, kind, name);
     looked += (looked.empty() ? "" : ", ") + dir.lexically_normal().string();
   }
   throw LoadError(fmt::format("{} plug-in '{}' not found: no {} in {} (see --list-plugins, --plugin-dir, "

@@ -351,6 +351,7 @@ int Run::timed_run() {
     const std::string why = fmt::format("{} while blocked in a step or collective: the job is being ended "
                                         "(did another rank fail?)", signal == SIGTERM ? "SIGTERM" : "SIGINT");
     end_log(log, false, why);
+    session_->abandon();  // the watcher exits next: the staged copy goes now
     std::fprintf(stderr, "mlperf-run: rank %d: error: %s\n", session_->topology().rank, why.c_str());
   });
   struct Forget {
@@ -396,6 +397,7 @@ int Run::timed_run() {
   // A rank that failed alone must not wait in MPI_Finalize for peers that never get there: leaving
   // now, non-zero, makes the launcher (mpirun; srun --kill-on-bad-exit) end every rank.
   if (!failure.empty() && session_->topology().size > 1) {
+    session_->abandon();  // no destructor runs: the staged copy goes now
     std::fflush(nullptr);
     std::_Exit(1);
   }

@@ -179,4 +179,10 @@ void Session::average_non_trainable(MLPH_Model* model, const MLPH_Graph& graph) 
   }
 }
 
+void Session::abandon() const {
+  const MLPH_StorageApi* api = storage_handle_.api;
+  if (storage_ && api->struct_size >= MLPH_STRUCT_SIZE(MLPH_StorageApi, abandon) && api->abandon)
+    api->abandon(storage_.get());
+}
+
 }  // namespace mlph::core

@@ -22,7 +22,7 @@ MLPH_LAST_MEMBER(MLPH_ExportEntry, perm);
 MLPH_LAST_MEMBER(MLPH_BenchmarkInfo, n_hparam_log_keys);
 MLPH_LAST_MEMBER(MLPH_CommsApi, split);  // 1.1 appended `halo_exchange` after 1.0's `barrier`, 1.2 `split`
 MLPH_LAST_MEMBER(MLPH_HaloSpec, periodic);
-MLPH_LAST_MEMBER(MLPH_StorageApi, stage);  // 1.1 appended `stage` after 1.0's `stats`
+MLPH_LAST_MEMBER(MLPH_StorageApi, abandon);  // 1.1 appended `stage` after 1.0's `stats`, 1.4 `abandon`
 MLPH_LAST_MEMBER(MLPH_StageStats, shard_count);
 MLPH_LAST_MEMBER(MLPH_Graph, opset);  // 1.3 appended `opset` after 1.0's `seed`
 MLPH_LAST_MEMBER(MLPH_StepArgs, apply_update);               // 1.2 appended micro_step, apply_update after `step`
@@ -52,6 +52,7 @@ static_assert(offsetof(MLPH_CommsApi, halo_exchange) / sizeof(void*) == 9, "MLPH
 static_assert(offsetof(MLPH_CommsApi, split) / sizeof(void*) == 10, "MLPH_CommsApi 1.2 layout changed");
 static_assert(offsetof(MLPH_StorageApi, stats) / sizeof(void*) == 6, "MLPH_StorageApi 1.0 layout changed");
 static_assert(offsetof(MLPH_StorageApi, stage) / sizeof(void*) == 7, "MLPH_StorageApi 1.1 layout changed");
+static_assert(offsetof(MLPH_StorageApi, abandon) / sizeof(void*) == 8, "MLPH_StorageApi 1.4 layout changed");
 static_assert(offsetof(MLPH_HostApi, error_free) / sizeof(void*) == 8, "MLPH_HostApi 1.0 layout changed");
 static_assert(offsetof(MLPH_StepArgs, step) == 24 && offsetof(MLPH_StepArgs, micro_step) == 32 &&
                   offsetof(MLPH_StepArgs, apply_update) == 40,

@@ -1,5 +1,7 @@
 // Deliberately broken plug-ins: one source, one defect per library, chosen by BROKEN_KIND.
 // The loader must turn each into one clear line and never crash.
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "mlph/plugin.h"
@@ -62,6 +64,12 @@ const MLPH_Plugin kDescriptor = {sizeof(MLPH_Plugin), nullptr, kMajor, kMinor, k
 }  // namespace
 
 #if BROKEN_KIND == 1  // exports something, but not the entry symbol
+// Its initializer leaves a mark (creates the file MLPH_TEST_INITIALIZER_MARK names), as any library's
+// initializers may do anything: the loader tests prove that an untrusted file runs none of its code.
+__attribute__((constructor)) static void leave_a_mark() {
+  if (const char* mark = std::getenv("MLPH_TEST_INITIALIZER_MARK"))
+    if (std::FILE* file = std::fopen(mark, "w")) std::fclose(file);
+}
 extern "C" MLPH_EXPORT const MLPH_Plugin* mlph_plugin_misspelled(void) { return &kDescriptor; }
 #else
 extern "C" MLPH_EXPORT const MLPH_Plugin* mlph_plugin(void) { return &kDescriptor; }

@@ -1,10 +1,13 @@
 // libmlph-backend-tracing.so: the reference backend that appends, for every train_step, one line
 // "micro_step step apply_update learning_rate" to the file of option `trace`: what the runner asked
-// for, for the tests of gradient accumulation and schedules. Other options go to the reference backend.
+// for, for the tests of gradient accumulation and schedules. Option `step_seconds` makes every
+// train_step last that much longer (signal tests: a long step). Other options go to the reference backend.
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstdio>
 #include <memory>
+#include <thread>
 
 #include "backend.hpp"
 #include "mlph/sdk/backend.hpp"
@@ -15,14 +18,17 @@ using namespace mlph;
 
 class TracingModel final : public sdk::Model {
  public:
-  TracingModel(std::unique_ptr<sdk::Model> inner, std::string trace) : inner_(std::move(inner)), trace_(std::move(trace)) {}
+  TracingModel(std::unique_ptr<sdk::Model> inner, std::string trace, double step_seconds)
+      : inner_(std::move(inner)), trace_(std::move(trace)), step_seconds_(step_seconds) {}
 
   void train_step(const MLPH_Tensor* inputs, size_t n, const MLPH_StepArgs& args, MLPH_StepResult& out) override {
     const sdk::StepPlan plan = sdk::read_step_args(args, "tracing backend");
     const std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(trace_.c_str(), "a"), &std::fclose);
     if (!file) sdk::fail(MLPH_UNAVAILABLE, "tracing backend: cannot append to " + trace_);
     fmt::print(file.get(), "{} {} {} {}\n", plan.micro_step, plan.step, plan.apply_update ? 1 : 0, plan.learning_rate);
+    std::fflush(file.get());
     inner_->train_step(inputs, n, args, out);
+    std::this_thread::sleep_for(std::chrono::duration<double>(step_seconds_));
   }
   void eval_step(const MLPH_Tensor* inputs, size_t n, MLPH_Tensor* outputs, size_t n_outputs) override {
     inner_->eval_step(inputs, n, outputs, n_outputs);
@@ -38,21 +44,25 @@ class TracingModel final : public sdk::Model {
  private:
   std::unique_ptr<sdk::Model> inner_;
   std::string trace_;
+  double step_seconds_;
 };
 
 class TracingBackend final : public sdk::Backend {
  public:
   TracingBackend(const MLPH_HostApi* host, const sdk::Options& options)
-      : reference_(host, options.without({"trace"})), trace_(options.get("trace")) {
+      : reference_(host, options.without({"trace", "step_seconds"})),
+        trace_(options.get("trace")),
+        step_seconds_(options.has("step_seconds") ? options.get_number("step_seconds") : 0.0) {
     if (trace_.empty()) sdk::fail(MLPH_INVALID_ARGUMENT, "tracing backend: option 'trace' (a file) is required");
   }
   std::unique_ptr<sdk::Model> compile(const MLPH_Graph& graph, const MLPH_CommsHandle* comms) override {
-    return std::make_unique<TracingModel>(reference_.compile(graph, comms), trace_);
+    return std::make_unique<TracingModel>(reference_.compile(graph, comms), trace_, step_seconds_);
   }
 
  private:
   reference::ReferenceBackend reference_;
   std::string trace_;
+  double step_seconds_;
 };
 
 }  // namespace

@@ -66,6 +66,13 @@ typedef struct MLPH_StorageApi {
    * *out (struct_size set by the caller) receives this rank's figures. */
   MLPH_Error* (*stage)(MLPH_Storage* storage, const char* source_dir, const MLPH_CommsHandle* comms,
                        MLPH_StageStats* out);
+  /* ABI 1.4, optional (NULL: the plug-in leaves nothing behind; callers check struct_size first).
+   * The process is about to end without destroying this instance (a signal during a long step, a
+   * rank that failed and leaves at once rather than wait for its peers in MPI_Finalize): remove now
+   * what `destroy` would have removed (the staged copy). May be called from another thread while
+   * calls on the instance are in flight (they may fail from then on) and while `stage` runs; the
+   * instance creates nothing afterwards. Nothing but the process's exit follows. */
+  void (*abandon)(MLPH_Storage* storage);
 } MLPH_StorageApi;
 
 /* What a workload receives to read its dataset: the table and the instance, both borrowed. */

@@ -2,15 +2,20 @@
 
 #include <archive.h>
 #include <archive_entry.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <memory>
-#include <sstream>
 #include <stdexcept>
+
+#include "mlph/sdk/error.hpp"
 
 namespace mlph::stage {
 namespace fs = std::filesystem;
@@ -32,30 +37,98 @@ std::string part_name(uint32_t part) {
   return name;
 }
 
-Manifest read_manifest(const fs::path& file) {
-  std::ifstream in(file);
-  if (!in) throw std::runtime_error(file.string() + ": cannot open");
+namespace {
+
+// A manifest line's fields, split at runs of spaces; the name is the rest of the line after them.
+std::vector<std::string_view> words(std::string_view line, size_t count) {
+  std::vector<std::string_view> out;
+  while (out.size() + 1 < count) {
+    const size_t start = line.find_first_not_of(' ');
+    if (start == std::string_view::npos) break;
+    line.remove_prefix(start);
+    const size_t end = std::min(line.find(' '), line.size());
+    out.push_back(line.substr(0, end));
+    line.remove_prefix(end);
+  }
+  const size_t start = line.find_first_not_of(' ');
+  if (start != std::string_view::npos) out.push_back(line.substr(start));
+  return out;
+}
+
+bool has_control_characters(std::string_view text) {
+  return std::any_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+}
+
+// Untrusted text, quoted when it prints as itself.
+std::string shown(std::string_view text) {
+  if (has_control_characters(text)) return "an entry whose name holds control characters";
+  std::string quoted(1, '\'');  // built up, not by operator+: GCC 12 warns falsely (-Wrestrict) on that
+  quoted.append(text).push_back('\'');
+  return quoted;
+}
+
+// A file name that stays inside the directory it is written to, and prints as itself.
+bool plain_file_name(std::string_view name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string_view::npos &&
+         !has_control_characters(name);
+}
+
+}  // namespace
+
+Manifest parse_manifest(std::string_view text, const std::string& where) {
+  size_t number = 0;
+  const auto error = [&](const std::string& what) {
+    sdk::fail(MLPH_DATA_LOSS, where + ":" + std::to_string(std::max<size_t>(number, 1)) + ": " + what);
+  };
+  const auto next_line = [&](std::string_view& line) {
+    if (text.empty()) return false;
+    const size_t end = std::min(text.find('\n'), text.size());
+    line = text.substr(0, end);
+    text.remove_prefix(std::min(end + 1, text.size()));
+    ++number;
+    return true;
+  };
+  std::string_view line;
   Manifest m;
-  std::string line, magic;
-  int version = 0;
-  std::string parts_word;
-  if (!std::getline(in, line) || !(std::istringstream(line) >> magic >> version >> parts_word >> m.parts) ||
-      magic != "mlph-manifest" || version != 1 || parts_word != "parts")
-    throw std::runtime_error(file.string() + ":1: not an mlph-manifest 1 header");
-  for (size_t number = 2; std::getline(in, line); ++number) {
+  const std::vector<std::string_view> header = next_line(line) ? words(line, 5) : std::vector<std::string_view>{};
+  if (header.size() != 4 || header[0] != "mlph-manifest" || header[1] != "1" || header[2] != "parts")
+    error("not an mlph-manifest 1 header ('mlph-manifest 1 parts K')");
+  const auto parts = parse_integer<uint32_t>(header[3]);
+  if (!parts) error("the part count is not a number from 0 to 4294967295");
+  m.parts = *parts;
+  while (next_line(line)) {
     if (line.empty()) continue;
-    std::istringstream fields(line);
-    ManifestEntry e;
-    std::string crc;
-    if (!(fields >> e.size >> crc) || !(fields >> std::ws) || !std::getline(fields, e.name) || e.name.empty() ||
-        e.name.find('/') != std::string::npos)
-      throw std::runtime_error(file.string() + ":" + std::to_string(number) + ": expected 'size crc32 name'");
-    e.crc32 = static_cast<uint32_t>(std::stoul(crc, nullptr, 16));
-    if (!m.entries.empty() && m.entries.back().name >= e.name)
-      throw std::runtime_error(file.string() + ":" + std::to_string(number) + ": names are not sorted and unique");
-    m.entries.push_back(std::move(e));
+    const std::vector<std::string_view> fields = words(line, 3);
+    if (fields.size() != 3) error("expected 'size crc32 name'");
+    const auto size = parse_integer<uint64_t>(fields[0]);
+    if (!size) error("the size is not a number from 0 to 18446744073709551615");
+    const auto crc = parse_integer<uint32_t>(fields[1], 16);
+    if (!crc || fields[1].size() > 8) error("the crc32 is not 1 to 8 hex digits");
+    if (!plain_file_name(fields[2])) error("the name is not a plain file name (empty, '.', '..', a path, or control characters)");
+    if (!m.entries.empty() && m.entries.back().name >= fields[2]) error("names are not sorted and unique");
+    m.entries.push_back({std::string(fields[2]), *size, *crc});
   }
   return m;
+}
+
+Manifest read_manifest(const fs::path& file) {
+  const Fd fd = open_regular(file);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) sdk::fail(MLPH_UNAVAILABLE, file.string() + ": cannot stat: " + std::strerror(errno));
+  if (static_cast<uint64_t>(st.st_size) > kMaxManifestBytes)
+    sdk::fail(MLPH_DATA_LOSS, file.string() + ": " + std::to_string(st.st_size) + " bytes, more than a manifest may hold (" +
+                                  std::to_string(kMaxManifestBytes) + ")");
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < text.size()) {  // a file that shrank meanwhile ends early; one that grew is read as it was
+    const ssize_t n = ::read(fd.get(), text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) sdk::fail(MLPH_DATA_LOSS, file.string() + ": cannot read: " + std::strerror(errno));
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  text.resize(got);
+  return parse_manifest(text, file.string());
 }
 
 void write_manifest(const fs::path& file, const Manifest& m) {
@@ -67,6 +140,62 @@ void write_manifest(const fs::path& file, const Manifest& m) {
     out << e.size << " " << crc << " " << e.name << "\n";
   }
   if (!out.flush()) throw std::runtime_error(file.string() + ": cannot write");
+}
+
+void verify(const std::string& where, const ManifestEntry& entry, uint64_t bytes, uint32_t crc, bool check_crc) {
+  if (bytes != entry.size)
+    sdk::fail(MLPH_DATA_LOSS, where + ": " + std::to_string(bytes) + " bytes, expected " + std::to_string(entry.size));
+  if (check_crc && crc != entry.crc32) {
+    char text[96];
+    std::snprintf(text, sizeof text, ": checksum mismatch (crc32 %08x, the manifest says %08x)", crc, entry.crc32);
+    sdk::fail(MLPH_DATA_LOSS, where + text);
+  }
+}
+
+uint64_t unpack_part(archive* a, const std::string& where, const std::vector<ManifestEntry>& entries, uint32_t parts,
+                     uint32_t part, const std::function<bool(size_t)>& keep,
+                     const std::function<OutputFile(size_t)>& create, const std::function<void(uint64_t)>& progress,
+                     std::vector<char>& found) {
+  const auto fail = [&](const std::string& what) { sdk::fail(MLPH_DATA_LOSS, where + ": " + what); };
+  std::vector<char> seen(entries.size()), buffer(4 << 20);
+  archive_entry* entry = nullptr;
+  int status;
+  while ((status = archive_read_next_header(a, &entry)) == ARCHIVE_OK) {
+    const char* path = archive_entry_pathname(entry);
+    const std::string name = path ? path : "";
+    const auto it = std::lower_bound(entries.begin(), entries.end(), name,
+                                     [](const ManifestEntry& e, const std::string& n) { return e.name < n; });
+    if (it == entries.end() || it->name != name) fail(shown(name) + " is not in the manifest");
+    const auto i = static_cast<size_t>(it - entries.begin());  // from here on, `name` is a plain file name
+    if (i % parts != part) fail(name + " belongs in another part");
+    if (seen[i]++) fail(name + " is in the archive twice");
+    if (archive_entry_filetype(entry) != AE_IFREG || archive_entry_hardlink(entry))
+      fail(name + " is not a regular file in the archive");
+    if (!archive_entry_size_is_set(entry)) fail(name + ": no size in the archive");
+    if (archive_entry_size(entry) < 0 || static_cast<uint64_t>(archive_entry_size(entry)) != it->size)
+      fail(name + ": " + std::to_string(archive_entry_size(entry)) + " bytes in the archive, the manifest says " +
+           std::to_string(it->size));
+    if (!keep(i)) continue;  // libarchive skips the data at the next header
+    OutputFile out = create(i);
+    uint64_t bytes = 0;
+    uint32_t crc = 0;
+    for (la_ssize_t n; (n = archive_read_data(a, buffer.data(), buffer.size())) != 0;) {
+      if (n < 0) fail(name + ": " + archive_error_string(a));
+      if (static_cast<uint64_t>(n) > it->size - bytes) fail(name + ": more data than the manifest's " + std::to_string(it->size) + " bytes");
+      crc = crc32_update(crc, buffer.data(), static_cast<size_t>(n));
+      out.write(buffer.data(), static_cast<size_t>(n));
+      bytes += static_cast<uint64_t>(n);
+      progress(static_cast<uint64_t>(n));
+    }
+    out.close();
+    verify(where + ": " + name, *it, bytes, crc, true);
+    found[i] = 1;
+  }
+  if (status != ARCHIVE_EOF) {
+    const char* error = archive_error_string(a);
+    fail(error ? error : "unreadable archive");
+  }
+  return static_cast<uint64_t>(archive_filter_bytes(a, -1));
 }
 
 namespace {
@@ -113,12 +242,13 @@ uint32_t file_crc32(const fs::path& file, std::vector<char>& buffer) {
 
 }  // namespace
 
-size_t pack_split(const fs::path& split_dir, const fs::path& out_dir, uint32_t parts, int level) {
+Packed pack_split(const fs::path& split_dir, const fs::path& out_dir, uint32_t parts, int level) {
   std::vector<fs::path> files;
   for (const auto& item : fs::directory_iterator(split_dir))
     if (item.is_regular_file() && item.path().filename() != kManifestName) files.push_back(item.path());
   std::sort(files.begin(), files.end());
   fs::create_directories(out_dir);
+  parts = static_cast<uint32_t>(std::min<size_t>(parts, files.size()));  // no empty parts
 
   Manifest manifest{parts, std::vector<ManifestEntry>(files.size())};
   std::vector<char> buffer(1 << 20);
@@ -140,7 +270,7 @@ size_t pack_split(const fs::path& split_dir, const fs::path& out_dir, uint32_t p
     check(a.get(), archive_write_close(a.get()), path.string());
   }
   write_manifest(out_dir / kManifestName, manifest);
-  return files.size();
+  return {files.size(), parts};
 }
 
 }  // namespace mlph::stage

@@ -23,12 +23,14 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "files.hpp"
 #include "manifest.hpp"
 #include "mlph/sdk/storage.hpp"
 
@@ -36,50 +38,47 @@ namespace {
 namespace fs = std::filesystem;
 using mlph::sdk::Error;
 using mlph::sdk::fail;
-using mlph::stage::Manifest;
+using mlph::stage::Fd;
+using mlph::stage::ManifestEntry;
+using mlph::stage::OutputFile;
 
 constexpr double kMiB = 1024.0 * 1024.0;
-
-// A file descriptor that closes itself.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(Fd&& other) noexcept : fd_(other.release()) {}
-  Fd& operator=(Fd&&) = delete;
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
+constexpr long long kMaxThreads = 256;  // copy threads per rank: far more than any disk rewards
 
 std::string errno_text() { return std::strerror(errno); }
 
-// One file of a split: where it comes from, what it must be.
-struct Item {
-  std::string name;
-  uint64_t size = 0;
-  std::optional<uint32_t> crc32;  // when the split has a manifest
-};
+// a + b, or a failure naming `what` when the sum does not fit (sizes come from untrusted manifests).
+uint64_t checked_add(uint64_t a, uint64_t b, const std::string& what) {
+  if (b > std::numeric_limits<uint64_t>::max() - a) fail(MLPH_DATA_LOSS, what + ": more than 2^64 bytes in all");
+  return a + b;
+}
 
 // What this rank stages of one split (train/, validation/ ...).
 struct SplitPlan {
   fs::path source, target;
-  uint32_t parts = 0;       // 0: plain files
-  std::vector<Item> items;  // sorted by name
-  size_t usable = 0;        // items[:usable] are staged, a multiple of the rank count
+  uint32_t parts = 0;                 // 0: plain files
+  std::vector<ManifestEntry> items;   // sorted by name; the listed sizes when there is no manifest
+  bool checksums = false;             // whether the split has a manifest (CRC-32s to verify)
+  size_t usable = 0;                  // items[:usable] are staged, a multiple of the rank count
   int32_t rank = 0, size = 1;
   bool mine(size_t i) const { return i < usable && i % static_cast<size_t>(size) == static_cast<size_t>(rank); }
   uint64_t my_bytes() const {
     uint64_t total = 0;
     for (size_t i = 0; i < items.size(); ++i)
-      if (mine(i)) total += items[i].size;
+      if (mine(i)) total = checked_add(total, items[i].size, source.string());
     return total;
   }
   size_t my_files() const { return usable / static_cast<size_t>(size); }
+  // The parts that can hold files of this rank: those p with p % size == rank when the rank count
+  // divides the part count, else all; never more than there are files (no part beyond is read).
+  std::vector<uint32_t> my_parts() const {
+    const bool aligned = parts % static_cast<uint32_t>(size) == 0;
+    const uint64_t last = std::min<uint64_t>(parts, items.size());
+    std::vector<uint32_t> out;
+    for (uint64_t part = aligned ? static_cast<uint64_t>(rank) : 0; part < last; part += aligned ? static_cast<uint64_t>(size) : 1)
+      out.push_back(static_cast<uint32_t>(part));
+    return out;
+  }
 };
 
 // Bytes moved so far, with a progress line at most once a second (rank 0 only).
@@ -142,19 +141,25 @@ class StageStorage final : public mlph::sdk::Storage {
     target_base_ = target == "ram" ? fs::path("/dev/shm") : !target.empty() ? fs::path(target)
                                                             : fs::path(tmpdir && *tmpdir ? tmpdir : "/tmp");
     keep_ = options.get_int("keep", 0) != 0;
-    threads_ = static_cast<int>(options.get_int("threads", 2));
+    const long long threads = options.get_int("threads", 2);
     max_bytes_ = options.get_int("max_bytes", 0);
-    if (threads_ < 1 || max_bytes_ < 0)
-      fail(MLPH_INVALID_ARGUMENT, "storage/stage: threads must be >= 1 and max_bytes >= 0");
+    if (threads < 1 || threads > kMaxThreads || max_bytes_ < 0)
+      fail(MLPH_INVALID_ARGUMENT, "storage/stage: threads must be 1 to " + std::to_string(kMaxThreads) +
+                                      " and max_bytes >= 0");
+    threads_ = static_cast<int>(threads);
   }
 
-  // Removes what this rank staged; the directories go with the last rank of the node.
   ~StageStorage() override {
-    if (keep_ || root_.empty()) return;
-    std::error_code ec;
-    for (const fs::path& file : written_) fs::remove(file, ec);
-    for (const SplitPlan& plan : plans_) fs::remove(plan.target, ec);
-    fs::remove(root_, ec);
+    std::lock_guard lock(mutex_);
+    remove_copy();
+  }
+
+  // The process is ending without destroying this instance (storage.h): the staged copy goes now,
+  // and the copy threads, should any still run, create nothing more.
+  void abandon() {
+    std::lock_guard lock(mutex_);
+    abandoned_ = true;
+    remove_copy();
   }
 
   void list(const char* dir, const char* suffix, MLPH_PathFn each, void* ctx) override {
@@ -254,6 +259,18 @@ class StageStorage final : public mlph::sdk::Storage {
     return rel == "." ? root_ : root_ / rel;
   }
 
+  // Removes what this rank staged, files first, then the directories it made, innermost first:
+  // a directory that still holds another rank's files stays, so the node's last rank removes it.
+  // The caller holds mutex_.
+  void remove_copy() {
+    if (keep_) return;
+    std::error_code ec;
+    for (const fs::path& file : files_) fs::remove(file, ec);
+    for (auto dir = dirs_.rbegin(); dir != dirs_.rend(); ++dir) fs::remove(*dir, ec);
+    files_.clear();
+    dirs_.clear();
+  }
+
   // One plan per subdirectory of the source: its files from the manifest or the listing.
   void plan(const MLPH_Topology& t) {
     std::error_code ec;
@@ -263,15 +280,16 @@ class StageStorage final : public mlph::sdk::Storage {
     std::sort(splits.begin(), splits.end());
     if (splits.empty()) fail(MLPH_NOT_FOUND, source_.string() + ": no subdirectories (train/, validation/) to stage");
     for (const fs::path& split : splits) {
-      SplitPlan p{split, root_ / split.filename(), 0, {}, 0, t.rank, t.size};
+      SplitPlan p{split, root_ / split.filename(), 0, {}, false, 0, t.rank, t.size};
       if (fs::exists(split / mlph::stage::kManifestName)) {
-        const Manifest m = mlph::stage::read_manifest(split / mlph::stage::kManifestName);
+        mlph::stage::Manifest m = mlph::stage::read_manifest(split / mlph::stage::kManifestName);
         p.parts = m.parts;
-        for (const auto& e : m.entries) p.items.push_back({e.name, e.size, e.crc32});
+        p.items = std::move(m.entries);
+        p.checksums = true;
       } else {
         for (const auto& item : fs::directory_iterator(split))
-          if (item.is_regular_file()) p.items.push_back({item.path().filename().string(), item.file_size(), {}});
-        std::sort(p.items.begin(), p.items.end(), [](const Item& a, const Item& b) { return a.name < b.name; });
+          if (item.is_regular_file()) p.items.push_back({item.path().filename().string(), item.file_size(), 0});
+        std::sort(p.items.begin(), p.items.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
       }
       p.usable = p.items.size() / static_cast<size_t>(t.size) * static_cast<size_t>(t.size);
       if (p.usable < p.items.size() && t.rank == 0)
@@ -284,17 +302,17 @@ class StageStorage final : public mlph::sdk::Storage {
 
   void check_space(const MLPH_Topology& t) {
     uint64_t need = 0;
-    for (const SplitPlan& p : plans_) need += p.my_bytes();
+    for (const SplitPlan& p : plans_) need = checked_add(need, p.my_bytes(), source_.string());
     if (max_bytes_ > 0 && need > static_cast<uint64_t>(max_bytes_))
       fail(MLPH_RESOURCE_EXHAUSTED, "staging " + source_.string() + " needs " + std::to_string(need) +
                                         " bytes, more than storage.max_bytes = " + std::to_string(max_bytes_));
-    std::error_code ec;
-    fs::create_directories(root_, ec);
-    if (ec) fail(MLPH_PERMISSION_DENIED, root_.string() + ": cannot create: " + ec.message());
+    make_directory(root_);
     struct statvfs vfs {};
     if (::statvfs(root_.c_str(), &vfs) != 0) fail(MLPH_UNAVAILABLE, root_.string() + ": statvfs: " + errno_text());
     const uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-    const uint64_t node_need = need * static_cast<uint64_t>(std::max(t.local_size, 1));
+    const auto ranks = static_cast<uint64_t>(std::max(t.local_size, 1));
+    const uint64_t node_need = need > std::numeric_limits<uint64_t>::max() / ranks ? std::numeric_limits<uint64_t>::max()
+                                                                                   : need * ranks;
     if (node_need > free_bytes)
       fail(MLPH_RESOURCE_EXHAUSTED, root_.string() + ": no space to stage: the node's " + std::to_string(t.local_size) +
                                         " rank(s) need about " + std::to_string(node_need) + " bytes, " +
@@ -310,20 +328,17 @@ class StageStorage final : public mlph::sdk::Storage {
     std::vector<std::vector<char>> found(plans_.size());
     for (size_t s = 0; s < plans_.size(); ++s) {
       const SplitPlan& p = plans_[s];
-      fs::create_directories(p.target);
+      make_directory(p.target);
       if (p.parts == 0) {
         for (size_t i = 0; i < p.items.size(); ++i)
           if (p.mine(i))
             jobs.push_back([&, i] {
-              copy_file(p.source / p.items[i].name, p.target / p.items[i].name, p.items[i], progress);
+              copy_file(p.source / p.items[i].name, p.target / p.items[i].name, p.items[i], p.checksums, progress);
               read_bytes += p.items[i].size;
             });
       } else {
         found[s].assign(p.items.size(), 0);
-        // When the rank count divides the part count, this rank's files are all in parts rank::size.
-        const bool aligned = p.parts % static_cast<uint32_t>(t.size) == 0;
-        for (uint32_t part = aligned ? static_cast<uint32_t>(t.rank) : 0; part < p.parts;
-             part += aligned ? static_cast<uint32_t>(t.size) : 1)
+        for (const uint32_t part : p.my_parts())
           jobs.push_back([&, s, part] { read_bytes += unpack(p, part, found[s], progress); });
       }
     }
@@ -343,118 +358,82 @@ class StageStorage final : public mlph::sdk::Storage {
     }
   }
 
-  // Opens `path` for writing and remembers it for the clean-up.
-  Fd create_file(const fs::path& path) {
-    {
-      std::lock_guard lock(mutex_);
-      written_.push_back(path);
-    }
-    Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (fd.get() < 0) fail(MLPH_PERMISSION_DENIED, path.string() + ": cannot create: " + errno_text());
-    return fd;
+  // Creates `dir` (and its parents) and remembers it for the clean-up, unless abandoned.
+  void make_directory(const fs::path& dir) {
+    std::lock_guard lock(mutex_);
+    if (abandoned_) fail(MLPH_ABORTED, dir.string() + ": not created: the run is ending");
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) fail(MLPH_PERMISSION_DENIED, dir.string() + ": cannot create: " + ec.message());
+    dirs_.push_back(dir);
   }
 
-  static void write_all(int fd, const char* data, size_t bytes, const fs::path& path) {
-    while (bytes > 0) {
-      const ssize_t n = ::write(fd, data, bytes);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0)
-        fail(errno == ENOSPC || errno == EDQUOT ? MLPH_RESOURCE_EXHAUSTED : MLPH_UNAVAILABLE,
-             path.string() + ": cannot write: " + errno_text());
-      data += n;
-      bytes -= static_cast<size_t>(n);
-    }
+  // Creates `path` for writing and remembers it for the clean-up, unless abandoned.
+  OutputFile create_file(const fs::path& path) {
+    std::lock_guard lock(mutex_);
+    if (abandoned_) fail(MLPH_ABORTED, path.string() + ": not created: the run is ending");
+    files_.push_back(path);
+    return OutputFile(path);
   }
 
-  static void close_checked(Fd& fd, const fs::path& path) {
-    if (::close(fd.release()) != 0)
-      fail(errno == ENOSPC ? MLPH_RESOURCE_EXHAUSTED : MLPH_UNAVAILABLE, path.string() + ": cannot close: " + errno_text());
-  }
-
-  static void verify(const fs::path& source, const Item& item, uint64_t bytes, uint32_t crc) {
-    if (bytes != item.size)
-      fail(MLPH_DATA_LOSS, source.string() + ": " + std::to_string(bytes) + " bytes, expected " + std::to_string(item.size));
-    if (item.crc32 && crc != *item.crc32) {
-      char text[96];
-      std::snprintf(text, sizeof text, ": checksum mismatch (crc32 %08x, the manifest says %08x)", crc, *item.crc32);
-      fail(MLPH_DATA_LOSS, source.string() + text);
-    }
-  }
-
-  void copy_file(const fs::path& from, const fs::path& to, const Item& item, Progress& progress) {
-    Fd in(::open(from.c_str(), O_RDONLY | O_CLOEXEC));
-    if (in.get() < 0) fail(errno == ENOENT ? MLPH_NOT_FOUND : MLPH_PERMISSION_DENIED, from.string() + ": cannot open: " + errno_text());
-    Fd out = create_file(to);
-    uint64_t bytes = item.crc32 ? 0 : copy_in_kernel(in.get(), out.get(), from, to, progress);
+  // Copies one plain file, never more bytes than expected, verifying its size (and CRC-32).
+  void copy_file(const fs::path& from, const fs::path& to, const ManifestEntry& item, bool check_crc, Progress& progress) {
+    const Fd in = mlph::stage::open_regular(from);
+    OutputFile out = create_file(to);
+    uint64_t bytes = check_crc ? 0 : copy_in_kernel(in.get(), out, from, item.size, progress);
     uint32_t crc = 0;
     std::vector<char> buffer(4 << 20);
     for (;;) {  // with a checksum to verify (or when the kernel cannot copy): through our buffer
-      const ssize_t n = ::read(in.get(), buffer.data(), buffer.size());
+      const uint64_t left = item.size - bytes;  // asking for one byte more finds a file that grew
+      const size_t want = left < buffer.size() ? static_cast<size_t>(left) + 1 : buffer.size();
+      const ssize_t n = ::read(in.get(), buffer.data(), want);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) fail(MLPH_DATA_LOSS, from.string() + ": cannot read: " + errno_text());
       if (n == 0) break;
-      if (item.crc32) crc = mlph::stage::crc32_update(crc, buffer.data(), static_cast<size_t>(n));
-      write_all(out.get(), buffer.data(), static_cast<size_t>(n), to);
+      if (static_cast<uint64_t>(n) > item.size - bytes) fail(MLPH_DATA_LOSS, from.string() + ": " + larger_than(item.size));
+      if (check_crc) crc = mlph::stage::crc32_update(crc, buffer.data(), static_cast<size_t>(n));
+      out.write(buffer.data(), static_cast<size_t>(n));
       bytes += static_cast<uint64_t>(n);
       progress.add(static_cast<uint64_t>(n));
     }
-    close_checked(out, to);
-    verify(from, item, bytes, crc);
+    out.close();
+    mlph::stage::verify(from.string(), item, bytes, crc, check_crc);
   }
 
-  // Copies without passing the bytes through user space (as cp does) while the kernel can; returns
-  // the bytes copied, after which the caller's read/write loop finishes whatever is left.
-  static uint64_t copy_in_kernel(int in, int out, const fs::path& from, const fs::path& to, Progress& progress) {
+  static std::string larger_than(uint64_t size) { return "larger than the " + std::to_string(size) + " bytes expected"; }
+
+  // Copies up to `size` bytes without passing them through user space (as cp does) while the
+  // kernel can; returns the bytes copied, after which the caller's read/write loop finishes
+  // whatever is left (and finds a file that grew).
+  static uint64_t copy_in_kernel(int in, OutputFile& out, const fs::path& from, uint64_t size, Progress& progress) {
     uint64_t bytes = 0;
-    for (;;) {
-      const ssize_t n = ::copy_file_range(in, nullptr, out, nullptr, 64 << 20, 0);
+    while (bytes < size) {
+      const ssize_t n = ::copy_file_range(in, nullptr, out.fd(), nullptr, std::min<uint64_t>(size - bytes, 64 << 20), 0);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) return bytes;
       if (n < 0)
         fail(errno == ENOSPC || errno == EDQUOT ? MLPH_RESOURCE_EXHAUSTED : MLPH_DATA_LOSS,
-             from.string() + " -> " + to.string() + ": cannot copy: " + errno_text());
+             from.string() + " -> " + out.path().string() + ": cannot copy: " + errno_text());
       if (n == 0) return bytes;
       bytes += static_cast<uint64_t>(n);
       progress.add(static_cast<uint64_t>(n));
     }
+    return bytes;
   }
 
   // Unpacks this rank's files from one part; returns the archive bytes read.
   uint64_t unpack(const SplitPlan& p, uint32_t part, std::vector<char>& found, Progress& progress) {
     const fs::path path = p.source / mlph::stage::part_name(part);
+    const Fd fd = mlph::stage::open_regular(path);
     std::unique_ptr<archive, int (*)(archive*)> a(archive_read_new(), archive_read_free);
-    archive_read_support_filter_all(a.get());
+    archive_read_support_filter_zstd(a.get());  // what mlph-pack-data writes, and no other (no external programs)
     archive_read_support_format_tar(a.get());
-    if (archive_read_open_filename(a.get(), path.c_str(), 1 << 20) != ARCHIVE_OK)
-      fail(MLPH_NOT_FOUND, path.string() + ": cannot open: " + archive_error_string(a.get()));
-    std::vector<char> buffer(4 << 20);
-    archive_entry* entry = nullptr;
-    int status;
-    while ((status = archive_read_next_header(a.get(), &entry)) == ARCHIVE_OK) {
-      const std::string name = archive_entry_pathname(entry);
-      const auto it = std::lower_bound(p.items.begin(), p.items.end(), name,
-                                       [](const Item& item, const std::string& n) { return item.name < n; });
-      if (it == p.items.end() || it->name != name)
-        fail(MLPH_DATA_LOSS, path.string() + ": " + name + " is not in the manifest");
-      const auto i = static_cast<size_t>(it - p.items.begin());
-      if (i % p.parts != part) fail(MLPH_DATA_LOSS, path.string() + ": " + name + " belongs in another part");
-      if (!p.mine(i)) continue;  // libarchive skips the data at the next header
-      Fd out = create_file(p.target / name);
-      uint64_t bytes = 0;
-      uint32_t crc = 0;
-      for (la_ssize_t n; (n = archive_read_data(a.get(), buffer.data(), buffer.size())) != 0;) {
-        if (n < 0) fail(MLPH_DATA_LOSS, path.string() + ": " + name + ": " + archive_error_string(a.get()));
-        crc = mlph::stage::crc32_update(crc, buffer.data(), static_cast<size_t>(n));
-        write_all(out.get(), buffer.data(), static_cast<size_t>(n), p.target / name);
-        bytes += static_cast<uint64_t>(n);
-        progress.add(static_cast<uint64_t>(n));
-      }
-      close_checked(out, p.target / name);
-      verify(path / name, *it, bytes, crc);
-      found[i] = 1;
-    }
-    if (status != ARCHIVE_EOF) fail(MLPH_DATA_LOSS, path.string() + ": " + archive_error_string(a.get()));
-    return static_cast<uint64_t>(archive_filter_bytes(a.get(), -1));
+    if (archive_read_open_fd(a.get(), fd.get(), 1 << 20) != ARCHIVE_OK)
+      fail(MLPH_DATA_LOSS, path.string() + ": cannot read: " + archive_error_string(a.get()));
+    return mlph::stage::unpack_part(
+        a.get(), path.string(), p.items, p.parts, part, [&](size_t i) { return p.mine(i); },
+        [&](size_t i) { return create_file(p.target / p.items[i].name); },
+        [&](uint64_t bytes) { progress.add(bytes); }, found);
   }
 
   // After the barrier the node's directory must hold exactly its ranks' shards: more means the
@@ -476,8 +455,9 @@ class StageStorage final : public mlph::sdk::Storage {
   int threads_ = 2;
   long long max_bytes_ = 0;
   std::vector<SplitPlan> plans_;
-  std::mutex mutex_;
-  std::vector<fs::path> written_;
+  std::mutex mutex_;  // guards what follows
+  std::vector<fs::path> files_, dirs_;  // what this rank created, for the clean-up
+  bool abandoned_ = false;
   MLPH_IoStats io_{sizeof(MLPH_IoStats), nullptr, 0, 0, 0.0};
 };
 

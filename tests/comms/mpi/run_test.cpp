@@ -1,14 +1,16 @@
 // mlperf-run on 2 ranks end to end: one log (rank 0's) that says number_of_ranks 2 and passes the
-// official checker; and a rank killed mid-run ends every rank non-zero within a bound, the launcher
-// naming the rank and the log ending run_stop "aborted".
+// official checker; a rank killed mid-run ends every rank non-zero within a bound, the launcher
+// naming the rank and the log ending run_stop "aborted"; a rank that fails leaves no staged copy.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 #include "../../integration/cli.hpp"
 #include "mpirun.hpp"
@@ -174,4 +176,28 @@ TEST(MpiRun, HungRankTimesOutAndAbortsEveryRank) {
   const std::string output = fault_rank_1("mpi-hang", SIGSTOP, std::chrono::seconds(15));
   EXPECT_NE(output.find("did not complete within 3 s (comms.timeout_s): rank(s) 1 did not reach it"), std::string::npos)
       << output;
+}
+
+// A rank that fails on its data leaves at once (_Exit: no MPI_Finalize to wait in), and mpirun ends
+// the other, blocked in a collective, with SIGTERM. Neither destroys its plug-ins; the staged copy
+// (storage/stage, in the node-local target both ranks share) must go all the same.
+TEST(MpiRun, AFailedRankLeavesNoStagedCopy) {
+  const fs::path dir = fresh_dir("mpi-stage-fail");
+  fs::copy(dataset(), dir / "data", fs::copy_options::recursive);
+  std::vector<fs::path> train;
+  for (const auto& e : fs::directory_iterator(dir / "data" / "train")) train.push_back(e.path());
+  std::sort(train.begin(), train.end());
+  ASSERT_FALSE(train.empty());
+  {  // one corrupt record: the rank that reads it fails, the other does not
+    std::fstream file(train[3], std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(static_cast<std::streamoff>(fs::file_size(train[3]) / 2));
+    file << "corrupt";
+  }
+  fs::create_directories(dir / "target");
+  const CliResult r = run_command(mpirun() + kTiny + "--comms mpi --storage stage --set storage.target=" +
+                                  (dir / "target").string() + " --set train.epochs=3 --data " +
+                                  (dir / "data").string() + " --output " + (dir / "out").string());
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(train[3].filename().string()), std::string::npos) << "the error names the file\n" << r.output;
+  EXPECT_TRUE(fs::is_empty(dir / "target")) << "the staged copy was left behind\n" << r.output;
 }

@@ -1,22 +1,29 @@
 // storage/stage: shards, byte-identical copies (plain and tar.zst), checksums, space and read
-// faults with errors naming rank and file, and an end-to-end timed run checked by the official checker.
+// faults with errors naming rank and file, untrusted manifests and archives, the clean-up when a run
+// is abandoned, and an end-to-end timed run checked by the official checker.
 #include <gtest/gtest.h>
-#include <unistd.h>
+#include <signal.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../../integration/cli.hpp"
 #include "manifest.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/core/plugin_loader.hpp"
+#include "mlph/sdk/error.hpp"
 
 namespace fs = std::filesystem;
 using namespace mlph::test;
@@ -91,6 +98,8 @@ class Stager {
     mlph::core::error_free(error);
     return message;
   }
+
+  void abandon() { api_->abandon(storage_); }
 
   std::vector<std::string> list(const fs::path& dir) {
     std::vector<std::string> out;
@@ -196,7 +205,7 @@ TEST_F(Stage, PackedArchivesUnpackToTheSameShard) {
   for (uint32_t parts : {4u, 3u}) {
     const fs::path packed = dir("packed" + std::to_string(parts));
     for (const char* split : {"train", "validation"})
-      ASSERT_EQ(mlph::stage::pack_split(data() / split, packed / split, parts, 3), split == std::string("train") ? 16u : 8u);
+      ASSERT_EQ(mlph::stage::pack_split(data() / split, packed / split, parts, 3).files, split == std::string("train") ? 16u : 8u);
     Stager s({{"target", dir("target-packed").string()}});
     FakeComm comm = rank_of(1, 2);
     ASSERT_EQ(s.stage(packed, comm), "");
@@ -298,6 +307,206 @@ TEST_F(Stage, RamTargetIsDevShm) {
   EXPECT_EQ(listed.front().rfind("/dev/shm/mlperf-stage-", 0), 0u) << listed.front();
 }
 
+// ---- untrusted manifests and archives ----
+
+std::string manifest_error(const std::string& text) {
+  try {
+    mlph::stage::parse_manifest(text, "M");
+  } catch (const mlph::sdk::Error& e) {
+    EXPECT_EQ(e.code(), MLPH_DATA_LOSS) << text;
+    return e.what();
+  }
+  return "(parsed)";
+}
+
+TEST(Manifest, EveryMalformedFieldIsOneLineNamingFileAndLine) {
+  const std::string head = "mlph-manifest 1 parts 2\n";
+  EXPECT_EQ(manifest_error(head + "10 zzzz a\n"), "M:2: the crc32 is not 1 to 8 hex digits");
+  EXPECT_EQ(manifest_error(head + "10 0 a\n10 123456789 b\n"), "M:3: the crc32 is not 1 to 8 hex digits");
+  EXPECT_EQ(manifest_error(head + "10 -1 a\n"), "M:2: the crc32 is not 1 to 8 hex digits");
+  EXPECT_EQ(manifest_error(head + "-1 0 a\n"), "M:2: the size is not a number from 0 to 18446744073709551615");
+  EXPECT_EQ(manifest_error(head + "18446744073709551616 0 a\n"), "M:2: the size is not a number from 0 to 18446744073709551615");
+  EXPECT_EQ(manifest_error(head + "0x10 0 a\n"), "M:2: the size is not a number from 0 to 18446744073709551615");
+  EXPECT_EQ(manifest_error("mlph-manifest 1 parts 4294967296\n"), "M:1: the part count is not a number from 0 to 4294967295");
+  EXPECT_EQ(manifest_error("mlph-manifest 1 parts -1\n"), "M:1: the part count is not a number from 0 to 4294967295");
+  EXPECT_EQ(manifest_error(""), "M:1: not an mlph-manifest 1 header ('mlph-manifest 1 parts K')");
+  EXPECT_EQ(manifest_error("mlph-manifest 2 parts 1\n"), "M:1: not an mlph-manifest 1 header ('mlph-manifest 1 parts K')");
+  EXPECT_EQ(manifest_error("mlph-manifest 1 parts 1 more\n"), "M:1: not an mlph-manifest 1 header ('mlph-manifest 1 parts K')");
+  EXPECT_EQ(manifest_error(head + "10 abc\n"), "M:2: expected 'size crc32 name'");
+  for (const char* name : {"..", ".", "a/b", "/etc", "a\x1b[31mred"})
+    EXPECT_EQ(manifest_error(head + "1 0 " + name + "\n"),
+              "M:2: the name is not a plain file name (empty, '.', '..', a path, or control characters)")
+        << name;
+  EXPECT_EQ(manifest_error(head + "1 0 b\n1 0 a\n"), "M:3: names are not sorted and unique");
+  EXPECT_EQ(manifest_error(head + "1 0 a\n1 0 a\n"), "M:3: names are not sorted and unique");
+}
+
+TEST(Manifest, WhatIsWrittenIsReadBack) {
+  const fs::path file = fresh_dir("manifest-" + std::to_string(::getpid())) / "MANIFEST.mlph";
+  const mlph::stage::Manifest written{4294967295u, {{"a file with spaces", 18446744073709551615ull, 0xffffffffu},
+                                                    {"b", 0, 0}}};
+  mlph::stage::write_manifest(file, written);
+  const mlph::stage::Manifest read = mlph::stage::read_manifest(file);
+  EXPECT_EQ(read.parts, written.parts);
+  ASSERT_EQ(read.entries.size(), 2u);
+  EXPECT_EQ(read.entries[0].name, "a file with spaces");
+  EXPECT_EQ(read.entries[0].size, 18446744073709551615ull);
+  EXPECT_EQ(read.entries[0].crc32, 0xffffffffu);
+  EXPECT_EQ(read.entries[1].name, "b");
+
+  // A bad field in a file: the error names the file and the line (it used to say only "stoul").
+  std::ofstream(file) << "mlph-manifest 1 parts 1\n3 zzzz a\n";
+  try {
+    mlph::stage::read_manifest(file);
+    ADD_FAILURE() << "read";
+  } catch (const std::exception& e) {
+    EXPECT_EQ(std::string(e.what()), file.string() + ":2: the crc32 is not 1 to 8 hex digits");
+  }
+  fs::remove_all(file.parent_path());
+}
+
+// File i lies in part i % K: 16 files packed in 16 parts are just as well described by K = 2^32 - 1,
+// which must cost no more than the 16 parts (it used to allocate a job per part: 6.3 GB, then bad_alloc).
+TEST_F(Stage, AManifestOfFourBillionPartsCostsNoMoreThanItsFiles) {
+  const fs::path packed = dir("packed-huge-parts");
+  ASSERT_EQ(mlph::stage::pack_split(data() / "train", packed / "train", 16, 1).parts, 16u);
+  const fs::path manifest = packed / "train" / mlph::stage::kManifestName;
+  mlph::stage::Manifest m = mlph::stage::read_manifest(manifest);
+  m.parts = 4294967295u;
+  mlph::stage::write_manifest(manifest, m);
+  Stager s({{"target", dir("target-huge-parts").string()}});
+  FakeComm comm = rank_of(1, 2);
+  ASSERT_EQ(s.stage(packed, comm), "");
+  expect_shard(s, packed, data(), "train", 1, 2);
+}
+
+TEST_F(Stage, PackDataRefusesNumbersOutOfRangeAndWritesNoEmptyPart) {
+  const fs::path out = dir("pack-cli");
+  const std::string pack = MLPH_BINARY_DIR "/bin/mlph-pack-data " + data().string() + " " + (out / "p").string();
+  const CliResult huge = run_command(pack + " --parts 4294967296");
+  EXPECT_EQ(huge.exit_code, 2) << huge.output;
+  EXPECT_EQ(huge.output, "mlph-pack-data: --parts 4294967296: expected a whole number from 0 to 4294967295\n");
+  const CliResult level = run_command(pack + " --level 4294967299");
+  EXPECT_EQ(level.exit_code, 2) << level.output;
+  EXPECT_EQ(level.output, "mlph-pack-data: --level 4294967299: expected a whole number from 1 to 22\n");
+  EXPECT_FALSE(fs::exists(out / "p"));
+
+  const CliResult many = run_command(pack + " --parts 100");  // more parts than files: a part per file
+  ASSERT_EQ(many.exit_code, 0) << many.output;
+  EXPECT_NE(many.output.find("train: 16 files in 16 part(s)"), std::string::npos) << many.output;
+  EXPECT_NE(many.output.find("validation: 8 files in 8 part(s)"), std::string::npos) << many.output;
+  EXPECT_EQ(mlph::stage::read_manifest(out / "p" / "train" / mlph::stage::kManifestName).parts, 16u);
+  EXPECT_TRUE(fs::exists(out / "p" / "train" / mlph::stage::part_name(15)));
+  EXPECT_FALSE(fs::exists(out / "p" / "train" / mlph::stage::part_name(16)));
+
+  const CliResult plain = run_command(pack + "0 --parts 0");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_NE(plain.output.find("train: 16 files, copied plainly with a manifest"), std::string::npos) << plain.output;
+}
+
+// The staged directory of the one stage call of `target` (mlperf-stage-<tag>).
+fs::path staged_root(const fs::path& target) {
+  for (const auto& e : fs::directory_iterator(target)) return e.path();
+  return {};
+}
+
+TEST_F(Stage, AnArchiveEntryOfAnotherSizeThanListedIsRefusedBeforeItIsWritten) {
+  const fs::path packed = dir("packed-size");
+  mlph::stage::pack_split(data() / "train", packed / "train", 2, 1);
+  const fs::path manifest = packed / "train" / mlph::stage::kManifestName;
+  auto m = mlph::stage::read_manifest(manifest);
+  const uint64_t real = m.entries[2].size;
+  m.entries[2].size = 100;  // file 2: part 0, rank 0 of 2; a small size, as a decompression bomb's manifest
+  mlph::stage::write_manifest(manifest, m);
+  const fs::path target = dir("target-size");
+  Stager s({{"target", target.string()}, {"threads", "1"}});
+  FakeComm comm = rank_of(0, 2);
+  const std::string error = s.stage(packed, comm);
+  EXPECT_EQ(s.code, MLPH_DATA_LOSS);
+  EXPECT_NE(error.find((packed / "train" / mlph::stage::part_name(0)).string() + ": " + m.entries[2].name + ": " +
+                       std::to_string(real) + " bytes in the archive, the manifest says 100"),
+            std::string::npos)
+      << error;
+  EXPECT_FALSE(fs::exists(staged_root(target) / "train" / m.entries[2].name));
+}
+
+TEST_F(Stage, APlainFileLargerThanListedIsRefusedAtTheFirstByteTooMany) {
+  const fs::path plain = dir("plain-grown");
+  mlph::stage::pack_split(data() / "validation", plain / "validation", 0, 1);
+  const auto victim = plain / "validation" / names(plain / "validation").front();  // file 0: rank 0's
+  const uint64_t size = fs::file_size(victim);
+  std::ofstream(victim, std::ios::app) << std::string(1 << 20, 'x');
+  Stager s({{"target", dir("target-grown").string()}});
+  FakeComm comm = rank_of(0, 2);
+  const std::string error = s.stage(plain, comm);
+  EXPECT_EQ(s.code, MLPH_DATA_LOSS);
+  EXPECT_NE(error.find(victim.string() + ": larger than the " + std::to_string(size) + " bytes expected"),
+            std::string::npos)
+      << error;
+}
+
+TEST_F(Stage, AFifoInTheSourceIsRefusedWithoutWaitingOnIt) {
+  const auto fifo_in_place_of = [](const fs::path& file) {
+    fs::remove(file);
+    ASSERT_EQ(::mkfifo(file.c_str(), 0644), 0);
+  };
+  FakeComm comm = rank_of(0, 2);
+  const fs::path plain = dir("plain-fifo");
+  mlph::stage::pack_split(data() / "validation", plain / "validation", 0, 1);
+  const auto victim = plain / "validation" / names(plain / "validation").front();
+  fifo_in_place_of(victim);
+  Stager s({{"target", dir("target-fifo").string()}});
+  EXPECT_NE(s.stage(plain, comm).find(victim.string() + ": not a regular file"), std::string::npos);
+
+  const fs::path packed = dir("packed-fifo");
+  mlph::stage::pack_split(data() / "validation", packed / "validation", 2, 1);
+  fifo_in_place_of(packed / "validation" / mlph::stage::part_name(0));
+  Stager t({{"target", dir("target-fifo2").string()}});
+  const std::string error = t.stage(packed, comm);
+  EXPECT_NE(error.find(mlph::stage::part_name(0) + ": not a regular file"), std::string::npos) << error;
+
+  fifo_in_place_of(packed / "validation" / mlph::stage::kManifestName);
+  Stager u({{"target", dir("target-fifo3").string()}});
+  const std::string error2 = u.stage(packed, comm);
+  EXPECT_NE(error2.find(std::string(mlph::stage::kManifestName) + ": not a regular file"), std::string::npos) << error2;
+}
+
+// ---- abandon (ABI 1.4): the process is ending without destroy ----
+
+TEST_F(Stage, AbandonRemovesTheCopyAtOnceAndCreatesNothingAfter) {
+  const fs::path target = dir("target-abandon");
+  Stager s({{"target", target.string()}});
+  FakeComm comm = rank_of(0, 1);
+  ASSERT_EQ(s.stage(data(), comm), "");
+  EXPECT_FALSE(fs::is_empty(target));
+  s.abandon();
+  EXPECT_TRUE(fs::is_empty(target)) << "the staged copy is removed while the instance lives";
+
+  Stager late({{"target", target.string()}});
+  late.abandon();
+  const std::string error = late.stage(data(), comm);
+  EXPECT_NE(error.find("not created: the run is ending"), std::string::npos) << error;
+  EXPECT_TRUE(fs::is_empty(target));
+
+  Stager kept({{"target", target.string()}, {"keep", "1"}});
+  ASSERT_EQ(kept.stage(data(), comm), "");
+  kept.abandon();
+  EXPECT_FALSE(fs::is_empty(target)) << "storage.keep=1 keeps the copy, however the run ends";
+}
+
+TEST_F(Stage, AbandonWhileTheCopyThreadsWorkLeavesNothing) {
+  const fs::path target = dir("target-abandon-race");
+  for (int delay_us : {0, 200, 1000, 5000}) {
+    Stager s({{"target", target.string()}, {"threads", "3"}});
+    FakeComm comm = rank_of(0, 1);
+    std::thread staging([&] { s.stage(data(), comm); });
+    std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+    s.abandon();
+    staging.join();
+    EXPECT_TRUE(fs::is_empty(target)) << "abandoned " << delay_us << " us into staging";
+  }
+}
+
 // mlperf-run --storage stage: staging inside the timed region by default (hpc 2.0.0 accepts it),
 // before run_start with run.staging=untimed (3.0.0 accepts it, 2.0.0 must not), the breakdown keys,
 // and a failing stage that ends the log aborted naming the rank.
@@ -359,6 +568,48 @@ TEST_F(StageRun, AFailedStageEndsTheLogAbortedNamingTheRank) {
   EXPECT_NE(last.find("\"status\": \"aborted\""), std::string::npos) << last;
   EXPECT_NE(last.find("storage.max_bytes"), std::string::npos) << last;
   EXPECT_EQ(names(data() / "train"), before);
+}
+
+// A signal during a step too long to wait for: the watcher ends the run (run_stop aborted) and the
+// process exits at once, without destroying the plug-ins; the staged copy must go all the same.
+TEST_F(StageRun, ASignalDuringALongStepLeavesNoStagedCopy) {
+  for (const int signal : {SIGTERM, SIGINT}) {
+    const fs::path out = dir("run-signal"), target = dir("run-target");
+    const fs::path trace = out / "trace.txt", printed = out / "printed.txt";
+    const std::string command =
+        "exec " MLPH_BINARY_DIR "/bin/mlperf-run --config " MLPH_SOURCE_DIR "/configs/cosmoflow/mini.yaml --storage stage "
+        "--set storage.target=" + target.string() + " --data " + data().string() + " --output " + out.string() +
+        " --plugin-dir " MLPH_TEST_PLUGIN_DIR " --backend tracing --set backend.trace=" + trace.string() +
+        " --set backend.step_seconds=60 > " + printed.string() + " 2>&1";
+    const pid_t run = fork();
+    ASSERT_GE(run, 0);
+    if (run == 0) {
+      execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    const auto started = std::chrono::steady_clock::now();
+    while (read_lines(trace).empty() && std::chrono::steady_clock::now() - started < std::chrono::seconds(60))
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ASSERT_FALSE(read_lines(trace).empty()) << "no step started";
+    ASSERT_FALSE(fs::is_empty(target)) << "nothing staged";
+    kill(run, signal);
+    const auto signalled = std::chrono::steady_clock::now();
+    int status = 0;
+    while (waitpid(run, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() - signalled > std::chrono::seconds(30)) {
+        kill(run, SIGKILL);
+        waitpid(run, &status, 0);
+        FAIL() << "mlperf-run did not end within 30 s of the signal";
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - signalled, std::chrono::seconds(10)) << "it waited for the step";
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
+    const std::string last = read_lines(out / "result_0.txt").back();
+    EXPECT_NE(last.find("\"status\": \"aborted\""), std::string::npos) << last;
+    EXPECT_NE(last.find(signal == SIGTERM ? "SIGTERM while blocked" : "SIGINT while blocked"), std::string::npos) << last;
+    EXPECT_TRUE(fs::is_empty(target)) << "the staged copy was left behind";
+  }
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
-// Finding, loading and validating plug-in libraries (Boost.DLL).
+// Finding, checking, loading and validating plug-in libraries.
 #pragma once
 
-#include <boost/dll/shared_library.hpp>
 #include <filesystem>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -19,10 +19,32 @@ class LoadError : public std::runtime_error {
 
 const char* kind_name(MLPH_PluginKind kind);
 
+// A library opened with dlopen, closed with the last owner. open() throws LoadError with the
+// dynamic loader's own reason (dlerror), naming the file.
+class SharedLibrary {
+ public:
+  static SharedLibrary open(const std::filesystem::path& file);
+  void* symbol(const char* name) const;  // nullptr when the library does not export it
+
+ private:
+  struct Close {
+    void operator()(void* handle) const;
+  };
+  std::unique_ptr<void, Close> handle_;
+};
+
+// Loading a library runs its initializers, so the core loads only files that nobody but their owner
+// (this user or root) can change: the file and its directory must be owned by this user or root and
+// writable by no one else (a group of the owner's own, with no other members, counts as the owner),
+// and so must every directory above them, except that a sticky directory (/tmp) may be writable by
+// all. Returns "" for such a file (`file` as an absolute path without symbolic links), else the
+// reason, naming the file or directory at fault.
+std::string untrusted_reason(const std::filesystem::path& file);
+
 // A validated plug-in. The library stays loaded for as long as this object lives, so keep it
 // alive longer than every object the plug-in created.
 struct LoadedPlugin {
-  boost::dll::shared_library library;
+  SharedLibrary library;
   const MLPH_Plugin* descriptor = nullptr;
   std::filesystem::path file;
   std::string file_hash;  // FNV-1a 64 of the file's bytes, logged so a run names exactly what it ran
@@ -55,7 +77,8 @@ class PluginLoader {
 
   // Finds libmlph-<kind>-<name>.so on the search path and validates it; throws LoadError.
   LoadedPlugin load(MLPH_PluginKind kind, const std::string& name) const;
-  // Loads and validates one file, expecting `kind` and `name`.
+  // Checks one file (untrusted_reason; MLPERF_PLUGIN_TRUST=all skips that), then loads and validates it,
+  // expecting `kind` and `name`.
   static LoadedPlugin load_file(const std::filesystem::path& file, MLPH_PluginKind kind, const std::string& name);
   // Every libmlph-*.so on the search path, valid or not; never throws for a bad library.
   std::vector<ScanEntry> scan() const;

@@ -64,6 +64,10 @@ class Session {
   // replica's statistics saw only its own shard. The runner calls it after every training epoch,
   // before evaluation (as the references synchronize batch-norm statistics). No-op on one rank.
   void average_non_trainable(MLPH_Model* model, const MLPH_Graph& graph);
+  // The process is about to exit without destroying the plug-ins (a signal during a long step, a
+  // failed rank leaving before MPI_Finalize): the storage plug-in removes what it staged (ABI 1.4
+  // `abandon`; older plug-ins cannot). Safe from any thread, while the run's threads still work.
+  void abandon() const;
 
  private:
   void broadcast_parameters(MLPH_Model* model, const MLPH_Graph& graph);

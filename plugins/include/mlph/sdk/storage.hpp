@@ -167,11 +167,19 @@ class Storage {
   // Optional (ABI 1.1): a class that stages defines
   //   MLPH_StageStats stage(const char* source_dir, const MLPH_CommsHandle& comms);
   // and storage_api<Impl>() fills the table's `stage`; otherwise it stays NULL (no staging).
+  // Optional (ABI 1.4): a class that leaves files behind defines
+  //   void abandon();   // thread-safe: remove them now, the process is ending (storage.h)
+  // and storage_api<Impl>() fills `abandon`; its exceptions are swallowed (only the exit follows).
 };
 
 template <class Impl>
 concept Stages = requires(Impl& impl, const char* dir, const MLPH_CommsHandle& comms) {
   { impl.stage(dir, comms) } -> std::same_as<MLPH_StageStats>;
+};
+
+template <class Impl>
+concept Abandons = requires(Impl& impl) {
+  { impl.abandon() } -> std::same_as<void>;
 };
 
 namespace detail {
@@ -190,6 +198,21 @@ constexpr auto stage_entry() -> MLPH_Error* (*)(MLPH_Storage*, const char*, cons
         stats.struct_size = caller_size;  // a 1.1 caller's struct may be larger than ours: write only ours
         std::memcpy(out, &stats, std::min(caller_size, sizeof stats));
       });
+    };
+  } else {
+    return nullptr;
+  }
+}
+
+// The table's `abandon`: the class's abandon(), or NULL when it has none.
+template <class Impl>
+constexpr auto abandon_entry() -> void (*)(MLPH_Storage*) {
+  if constexpr (Abandons<Impl>) {
+    return [](MLPH_Storage* s) {
+      try {
+        static_cast<Impl&>(*unbox(s)->impl).abandon();
+      } catch (...) {  // best effort: the process exits next, and no exception may cross the boundary
+      }
     };
   } else {
     return nullptr;
@@ -220,6 +243,7 @@ const MLPH_StorageApi* storage_api() {
         return guard(unbox(s)->host, [&] { *out = unbox(s)->impl->stats(); });
       },
       stage_entry<Impl>(),
+      abandon_entry<Impl>(),
   };
   return &api;
 }
