@@ -157,7 +157,9 @@ uint64_t unpack_part(archive* a, const std::string& where, const std::vector<Man
                      const std::function<OutputFile(size_t)>& create, const std::function<void(uint64_t)>& progress,
                      std::vector<char>& found) {
   const auto fail = [&](const std::string& what) { sdk::fail(MLPH_DATA_LOSS, where + ": " + what); };
-  std::vector<char> seen(entries.size()), buffer(4 << 20);
+  uint64_t largest = 1;
+  for (const ManifestEntry& e : entries) largest = std::max(largest, e.size);
+  std::vector<char> seen(entries.size()), buffer(static_cast<size_t>(std::min<uint64_t>(largest, 4 << 20)));
   archive_entry* entry = nullptr;
   int status;
   while ((status = archive_read_next_header(a, &entry)) == ARCHIVE_OK) {
