@@ -45,6 +45,7 @@ CallResult compile_error(const MLPH_Graph* graph) {
   core::check(test::api()->create(core::host_api(), nullptr, 0, &backend));
   MLPH_Model* model = nullptr;
   CallResult r = result_of(test::api()->compile(backend, graph, nullptr, &model));
+  test::api()->model_destroy(model);  // a graph that compiles has a model to free (NULL is a no-op)
   test::api()->destroy(backend);
   return r;
 }

@@ -90,8 +90,9 @@ class GoldenCase {
   // A batch_norm node over x with parameters g<k>, b<k> and states m<k>, v<k> (PyTorch's defaults).
   int32_t batch_norm(int32_t x, const std::string& k) {
     const MLPH_Value& in = g_.value_info(x);
+    std::vector<int64_t> shape(in.shape, in.shape + in.ndim);  // copied now: new values move the table
     const int32_t gamma = param("g" + k), beta = param("b" + k), mean = state("m" + k), var = state("v" + k);
-    return node("batch_norm", x, {in.shape, in.shape + in.ndim}, {}, {gamma, beta, mean, var});
+    return node("batch_norm", x, std::move(shape), {}, {gamma, beta, mean, var});
   }
   int32_t node(const std::string& op, int32_t x, std::vector<int64_t> shape, std::vector<sdk::AttrInit> attrs = {},
                std::vector<int32_t> more_inputs = {}) {
