@@ -17,6 +17,8 @@
 #include <functional>
 #include <future>
 #include <iterator>
+#include <sstream>
+#include <string>
 
 #include "data/file_order.hpp"
 #include "data/hdf5_io.hpp"
@@ -39,12 +41,14 @@ fs::path fresh_dir(const std::string& name) {
   return dir;
 }
 
+// In one block copy: byte by byte, a 64 MiB file took over 10 s under ASan.
 std::vector<std::byte> slurp(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
-  std::vector<char> chars((std::istreambuf_iterator<char>(in)), {});
-  std::vector<std::byte> bytes(chars.size());
-  std::memcpy(bytes.data(), chars.data(), chars.size());
-  return bytes;
+  std::ostringstream text;
+  text << in.rdbuf();
+  const std::string chars = text.str();
+  const auto* first = reinterpret_cast<const std::byte*>(chars.data());  // never NULL, unlike an empty vector's
+  return {first, first + chars.size()};
 }
 
 // A sample file of h x w x 16 with chosen datasets; `labels` empty writes none.
