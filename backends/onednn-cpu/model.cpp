@@ -72,7 +72,10 @@ class OnednnModel final : public sdk::Model {
  public:
   OnednnModel(const MLPH_HostApi* host, const BackendOptions& options, const MLPH_Graph& graph,
               const MLPH_CommsHandle* comms)
-      : host_(host), options_(options), graph_(sdk::validate_graph(graph, implemented())) {
+      : host_(host),
+        options_(options),
+        graph_(sdk::validate_graph(graph, implemented())),
+        batch_norm_groups_(host, comms, kName) {
     net_.bf16_convolutions = options.bf16;
     use_threads();
     optimizer_ = optimizer_config(graph_.optimizer);
@@ -259,7 +262,7 @@ class OnednnModel final : public sdk::Model {
         if (auto f = fused.find(i); f != fused.end()) {
           const sdk::ValidNode& act = nodes[f->second];
           const Fusion fusion{true, activation_alpha(act), act.output};
-          ops_.push_back(op == "conv" ? make_conv(net_, n, fusion) : make_batch_norm(net_, n, fusion));
+          ops_.push_back(op == "conv" ? make_conv(net_, n, fusion) : make_batch_norm(net_, n, fusion, group_of(n)));
         } else if (auto a = fused_activations.find(i); a != fused_activations.end()) {
           const sdk::ValidNode& producer = nodes[a->second];
           ops_.push_back(producer.op == "conv"
@@ -268,7 +271,7 @@ class OnednnModel final : public sdk::Model {
         } else if (op == "conv") {
           ops_.push_back(make_conv(net_, n, {}));
         } else if (op == "batch_norm") {
-          ops_.push_back(make_batch_norm(net_, n, {}));
+          ops_.push_back(make_batch_norm(net_, n, {}, group_of(n)));
         } else {
           ops_.push_back(builders().find(op)->second(net_, n));
         }
@@ -276,6 +279,11 @@ class OnednnModel final : public sdk::Model {
         unimplemented(n, std::string("oneDNN cannot build it: ") + e.what());
       }
     }
+  }
+
+  // A batch norm's group (SyncBatchNorm), split when first met: compile is collective.
+  const sdk::GroupSum* group_of(const NodeView& n) {
+    return batch_norm_groups_.join(n.attrs().integer("group_size"), n.where());
   }
 
   // Eval outputs in the graph layout, float32 or int32 (an int32 graph input, returned as fed).
@@ -387,6 +395,7 @@ class OnednnModel final : public sdk::Model {
   const sdk::ValidGraph graph_;  // the validator's checked copy: ops and nodes point into it
   const MLPH_CommsHandle* comms_ = nullptr;
   OptimizerConfig optimizer_;
+  sdk::BatchNormGroups batch_norm_groups_;  // before ops_: the batch norms hold their group's sum
   Net net_;
   std::vector<std::unique_ptr<Op>> ops_;
   std::vector<memory> eval_plain_;

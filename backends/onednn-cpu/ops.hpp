@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "mlph/sdk/batch_norm_groups.hpp"
 #include "net.hpp"
 
 namespace mlph::onednn {
@@ -31,7 +32,8 @@ std::unique_ptr<Op> make_global_avg_pool(Net& net, const NodeView& n);
 std::unique_ptr<Op> make_eltwise(Net& net, const NodeView& n);  // relu, leaky_relu, tanh, scale
 std::unique_ptr<Op> make_fused_activation(Net& net, const NodeView& n, int32_t conv_output, float alpha);
 std::unique_ptr<Op> make_norm_fused_relu(Net& net, const NodeView& n, int32_t norm_output);
-std::unique_ptr<Op> make_batch_norm(Net& net, const NodeView& n, const Fusion& relu);
+// `group`: the sum over this rank's batch-norm group (group_size > 1, SyncBatchNorm), else null.
+std::unique_ptr<Op> make_batch_norm(Net& net, const NodeView& n, const Fusion& relu, const sdk::GroupSum* group);
 std::unique_ptr<Op> make_add(Net& net, const NodeView& n);
 std::unique_ptr<Op> make_concat(Net& net, const NodeView& n);
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "channel_walk.hpp"
 #include "mlph/sdk/error.hpp"
 #include "mlph/sdk/tensor.hpp"
 #include "ops.hpp"
@@ -459,21 +460,36 @@ namespace {
 // rule, unbiased variance), since oneDNN only computes the batch statistics. With `relu` active it
 // also applies the relu after it (its output is the relu's; the backward reads the relu's output
 // gradient and the workspace that records where the relu passed).
+//
+// Over a group of ranks (SyncBatchNorm) the statistics are ours too: per-channel sums over this
+// rank's values in their layout (ChannelWalk), summed over the group, feed the primitive as global
+// statistics. Its backward then gives dx = gamma/std * dy and this rank's sums of dy and dy*xhat
+// (beta's and gamma's gradients, which stay local); dx gets the group's mean terms added by hand.
 class BatchNorm final : public Op {
  public:
-  BatchNorm(Net& net, const NodeView& n, const Fusion& relu) : Op(n), net_(net) {
+  BatchNorm(Net& net, const NodeView& n, const Fusion& relu, const sdk::GroupSum* group)
+      : Op(n), net_(net), group_(group) {
     const int32_t x = n.in(0), y = n.out();
     const auto eps = float(n.attrs().number("eps"));
+    eps_ = eps;
     momentum_ = n.attrs().number("momentum");
     const Value& xv = net.at(x);
     channels_ = xv.shape.back();
-    count_ = xv.numel() / channels_;  // > 1 (the validator checks)
-    const memory::desc desc = xv.mem.get_desc();
+    count_ = xv.numel() / channels_;  // > 1 over the group (the validator checks)
+    memory src = xv.mem;
+    if (group_) {  // a layout the hand-written loops cannot walk is reordered to channels-last first
+      walk_ = ChannelWalk::of(src.get_desc());
+      if (!walk_) src = net.convert(src, xv.plain, convert_), walk_ = ChannelWalk::of(xv.plain);
+      if (!walk_) unimplemented(n, "group_size > 1 needs x of rank 4 or 5, or [N,C]");
+    }
+    src_ = src;
+    const memory::desc desc = src.get_desc();
     using dnnl::normalization_flags;
     auto flags = normalization_flags::use_scale | normalization_flags::use_shift;
     if (relu.active) flags |= normalization_flags::fuse_norm_relu;
+    const auto train_flags = group_ ? flags | normalization_flags::use_global_stats : flags;
     using Fwd = dnnl::batch_normalization_forward;
-    const Fwd::primitive_desc train({prop_kind::forward_training, desc, eps, flags}, net.attr(), net.engine);
+    const Fwd::primitive_desc train({prop_kind::forward_training, desc, eps, train_flags}, net.attr(), net.engine);
     const Fwd::primitive_desc infer({prop_kind::forward_inference, desc, eps, flags | normalization_flags::use_global_stats},
                                     net.attr(), net.engine);
     if (relu.active) {  // as for a conv's fused activation: one output memory, one gradient memory
@@ -489,30 +505,33 @@ class BatchNorm final : public Op {
     variance_ = memory(train.variance_desc(), net.engine);
     const memory scale = net.at(n.in(1)).mem, shift = net.at(n.in(2)).mem;
     running_mean_ = net.at(n.in(3)).mem, running_var_ = net.at(n.in(4)).mem;
-    train_ = net.step<Fwd>(train, {{DNNL_ARG_SRC, xv.mem}, {DNNL_ARG_SCALE, scale}, {DNNL_ARG_SHIFT, shift},
+    train_ = net.step<Fwd>(train, {{DNNL_ARG_SRC, src}, {DNNL_ARG_SCALE, scale}, {DNNL_ARG_SHIFT, shift},
                                    {DNNL_ARG_MEAN, mean_}, {DNNL_ARG_VARIANCE, variance_}, {DNNL_ARG_DST, net.at(y).mem}});
     train_.args.insert(workspace.begin(), workspace.end());
-    infer_ = net.step<Fwd>(infer, {{DNNL_ARG_SRC, xv.mem}, {DNNL_ARG_SCALE, scale}, {DNNL_ARG_SHIFT, shift},
+    infer_ = net.step<Fwd>(infer, {{DNNL_ARG_SRC, src}, {DNNL_ARG_SCALE, scale}, {DNNL_ARG_SHIFT, shift},
                                    {DNNL_ARG_MEAN, running_mean_}, {DNNL_ARG_VARIANCE, running_var_},
                                    {DNNL_ARG_DST, net.at(y).mem}});
     if (!net.needs_grad(y)) return;
-    const dnnl::batch_normalization_backward::primitive_desc bwd({prop_kind::backward, desc, desc, eps, flags},
+    const dnnl::batch_normalization_backward::primitive_desc bwd({prop_kind::backward, desc, desc, eps, train_flags},
                                                                  net.attr(), net.engine, train);
-    const memory dscale(vec(channels_), net.engine), dshift(vec(channels_), net.engine);
+    dscale_ = memory(vec(channels_), net.engine), dshift_ = memory(vec(channels_), net.engine);
     if (net.needs_grad(x)) dx_ = GradSink(net, x, bwd.diff_src_desc());
     else dx_spare_ = memory(bwd.diff_src_desc(), net.engine);
-    if (net.needs_grad(n.in(1))) dgamma_ = GradSink(net, n.in(1), vec(channels_), dscale);
-    if (net.needs_grad(n.in(2))) dbeta_ = GradSink(net, n.in(2), vec(channels_), dshift);
+    if (net.needs_grad(n.in(1))) dgamma_ = GradSink(net, n.in(1), vec(channels_), dscale_);
+    if (net.needs_grad(n.in(2))) dbeta_ = GradSink(net, n.in(2), vec(channels_), dshift_);
+    gamma_ = scale;
     // oneDNN 2.6 checks that the backward pass gets the shift too, though it does not read it.
     backward_ = net.step<dnnl::batch_normalization_backward>(
-        bwd, {{DNNL_ARG_SRC, xv.mem}, {DNNL_ARG_MEAN, mean_}, {DNNL_ARG_VARIANCE, variance_},
+        bwd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_MEAN, mean_}, {DNNL_ARG_VARIANCE, variance_},
               {DNNL_ARG_SCALE, scale}, {DNNL_ARG_SHIFT, shift}, {DNNL_ARG_DIFF_DST, net.at(y).grad},
-              {DNNL_ARG_DIFF_SCALE, dscale}, {DNNL_ARG_DIFF_SHIFT, dshift}});
+              {DNNL_ARG_DIFF_SCALE, dscale_}, {DNNL_ARG_DIFF_SHIFT, dshift_}});
     backward_->args.insert(workspace.begin(), workspace.end());
   }
 
   void forward(const RunArgs& args) override {
+    net_.run(convert_);
     if (!args.training) return infer_(net_.stream);
+    const double total = group_ ? group_statistics() : double(count_);
     train_(net_.stream);
     net_.stream.wait();
     const auto* mean = static_cast<const float*>(mean_.get_data_handle());
@@ -520,7 +539,7 @@ class BatchNorm final : public Op {
     auto* rm = static_cast<float*>(running_mean_.get_data_handle());
     auto* rv = static_cast<float*>(running_var_.get_data_handle());
     const auto m = float(momentum_), keep = float(1.0 - momentum_);
-    const auto unbias = float(double(count_) / double(count_ - 1));
+    const auto unbias = float(total / (total - 1));
     for (int64_t c = 0; c < channels_; ++c) {
       rm[c] = keep * rm[c] + m * mean[c];
       rv[c] = keep * rv[c] + m * var[c] * unbias;
@@ -530,16 +549,69 @@ class BatchNorm final : public Op {
     if (!backward_) return;
     backward_->args[DNNL_ARG_DIFF_SRC] = dx_ ? dx_.target() : dx_spare_;
     (*backward_)(net_.stream);
-    if (dx_) dx_.commit();
+    if (dx_) {
+      if (group_) add_group_terms(dx_.target());
+      dx_.commit();
+    }
     if (dgamma_) dgamma_.commit();
     if (dbeta_) dbeta_.commit();
   }
 
  private:
+  // The group's mean and biased variance into mean_ and variance_, two passes in double (as the
+  // reference backend); returns the group's value count M.
+  double group_statistics() {
+    net_.stream.wait();
+    const auto* x = static_cast<const float*>(src_.get_data_handle());
+    std::vector<double> sums = walk_->channel_sums(x, [](float v, int64_t) { return double(v); });
+    sums.push_back(double(count_));
+    (*group_)(sums);
+    group_count_ = sums.back();
+    sums.pop_back();
+    std::vector<float> mean(sums.size());
+    for (size_t c = 0; c < sums.size(); ++c) mean[c] = float(sums[c] / group_count_);
+    std::vector<double> squares = walk_->channel_sums(x, [&mean](float v, int64_t c) {
+      const double d = double(v) - mean[size_t(c)];  // the float mean: what the primitive subtracts
+      return d * d;
+    });
+    (*group_)(squares);
+    auto* mean_out = static_cast<float*>(mean_.get_data_handle());
+    auto* var_out = static_cast<float*>(variance_.get_data_handle());
+    for (size_t c = 0; c < mean.size(); ++c) mean_out[c] = mean[c], var_out[c] = float(squares[c] / group_count_);
+    return group_count_;
+  }
+
+  // dx += -gamma/std * (sum dy + xhat * sum dy*xhat) / M with the group's sums: the terms the
+  // primitive leaves out with global statistics (xhat = (x - mean)/std).
+  void add_group_terms(const memory& dx) {
+    net_.stream.wait();
+    const auto* dshift = static_cast<const float*>(dshift_.get_data_handle());
+    const auto* dscale = static_cast<const float*>(dscale_.get_data_handle());
+    std::vector<double> sums(dshift, dshift + channels_);
+    sums.insert(sums.end(), dscale, dscale + channels_);
+    (*group_)(sums);
+    const auto* gamma = static_cast<const float*>(gamma_.get_data_handle());
+    const auto* mean = static_cast<const float*>(mean_.get_data_handle());
+    const auto* var = static_cast<const float*>(variance_.get_data_handle());
+    const auto channels = static_cast<size_t>(channels_);
+    std::vector<float> mean_term(channels), slope(channels);
+    for (size_t c = 0; c < mean_term.size(); ++c) {
+      const double inverse_std = 1.0 / std::sqrt(double(var[c]) + eps_);
+      const double factor = -gamma[c] * inverse_std / group_count_;
+      mean_term[c] = float(factor * sums[c]);
+      slope[c] = float(factor * sums[channels + c] * inverse_std);
+    }
+    walk_->accumulate(static_cast<const float*>(src_.get_data_handle()), static_cast<float*>(dx.get_data_handle()),
+                      [&](float v, int64_t c) { return mean_term[size_t(c)] + slope[size_t(c)] * (v - mean[c]); });
+  }
+
   Net& net_;
-  double momentum_ = 0.1;
+  const sdk::GroupSum* group_;
+  double momentum_ = 0.1, eps_ = 1e-5, group_count_ = 1;
   int64_t channels_ = 1, count_ = 1;
-  memory mean_, variance_, running_mean_, running_var_, dx_spare_;
+  std::optional<ChannelWalk> walk_;
+  std::vector<Step> convert_;  // x into a walkable layout, when grouped and it is not
+  memory src_, mean_, variance_, running_mean_, running_var_, gamma_, dscale_, dshift_, dx_spare_;
   Step train_, infer_;
   std::optional<Step> backward_;
   GradSink dx_, dgamma_, dbeta_;
@@ -612,13 +684,9 @@ class Concat final : public RoutingOp {
 
 }  // namespace
 
-std::unique_ptr<Op> make_batch_norm(Net& net, const NodeView& n, const Fusion& relu) {
-  if (const int64_t group = n.attrs().integer("group_size"); group != 1)
-    unimplemented(n, "group_size " + std::to_string(group) +
-                         " (batch norm over several ranks, SyncBatchNorm) is not supported yet; the reference "
-                         "backend runs it");
+std::unique_ptr<Op> make_batch_norm(Net& net, const NodeView& n, const Fusion& relu, const sdk::GroupSum* group) {
   for (size_t i = 1; i < 5; ++i) require_param(net, n, i);
-  return std::make_unique<BatchNorm>(net, n, relu);
+  return std::make_unique<BatchNorm>(net, n, relu, group);
 }
 
 std::unique_ptr<Op> make_add(Net& net, const NodeView& n) { return std::make_unique<Add>(net, n); }

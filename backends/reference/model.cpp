@@ -53,48 +53,18 @@ void zero(ThreadPool& pool, float* data, int64_t n) {
 
 ReferenceModel::ReferenceModel(const MLPH_HostApi* host, std::shared_ptr<ThreadPool> pool, const MLPH_Graph& graph,
                                const MLPH_CommsHandle* comms)
-    : host_(host), pool_(std::move(pool)), comms_(comms), program_(compile_graph(graph)) {
+    : host_(host), pool_(std::move(pool)), comms_(comms), program_(compile_graph(graph)),
+      batch_norm_groups_(host, comms, "reference backend") {
   if (comms_ &&
       (comms_->struct_size < MLPH_STRUCT_SIZE(MLPH_CommsHandle, comm) || !comms_->api || !comms_->api->allreduce))
     fail(MLPH_INVALID_ARGUMENT, "reference backend: the comms handle has no allreduce");
   allocate();
-  for (const CompiledNode& node : program_.nodes)
-    if (node.kind == OpKind::batch_norm && node.batch_norm.group_size > 1) join_batch_norm_group(node);
+  for (const CompiledNode& node : program_.nodes)  // splits the group communicators now: compile is collective
+    if (node.kind == OpKind::batch_norm)
+      batch_norm_groups_.join(node.batch_norm.group_size, "node '" + node.name + "' (batch_norm)");
   if (comms_ && !param_grads_.empty())
     buckets_ = std::make_unique<sdk::GradientBuckets>(host_, *comms_, param_grads_.data(),
                                                       gradient_layout(program_, grads_, param_grads_.data(), values_));
-}
-
-// The ranks rank / group_size share the node's statistics: split once per group size, at compile (collective).
-void ReferenceModel::join_batch_norm_group(const CompiledNode& node) {
-  const int64_t size = node.batch_norm.group_size;
-  if (batch_norm_groups_.count(size)) return;
-  const std::string where =
-      "reference backend: node '" + node.name + "' (batch_norm): group_size " + std::to_string(size);
-  if (!comms_) fail(MLPH_INVALID_ARGUMENT, where + " needs that many ranks; this run has 1");
-  if (!sdk::has_split(comms_->api))
-    fail(MLPH_UNIMPLEMENTED, where + " needs a comms plug-in with split (ABI 1.2)");
-  MLPH_Topology topology{};
-  topology.struct_size = sizeof topology;
-  sdk::check(host_, comms_->api->topology(comms_->comm, &topology), where + ": topology");
-  if (topology.size % size != 0)
-    fail(MLPH_INVALID_ARGUMENT, where + " does not divide the " + std::to_string(topology.size) + " ranks");
-  MLPH_Comm* raw = nullptr;
-  sdk::check(host_, comms_->api->split(comms_->comm, static_cast<int32_t>(topology.rank / size), topology.rank, &raw),
-             where + ": split");
-  BatchNormGroup group{{raw, comms_->api->destroy}, {}};
-  const MLPH_CommsApi* api = comms_->api;
-  // Every batch norm of this group size shares the communicator: errors name the group, not this node.
-  group.sum = [this, api, comm = raw, size](std::vector<double>& sums) {
-    sdk::check(host_, api->allreduce(comm, sums.data(), sums.size(), MLPH_DTYPE_F64, MLPH_REDUCE_SUM),
-               "reference backend: batch-norm statistics allreduce over a group of " + std::to_string(size) + " ranks");
-  };
-  batch_norm_groups_.emplace(size, std::move(group));
-}
-
-const GroupSum* ReferenceModel::batch_norm_group(const CompiledNode& node) const {
-  const auto found = batch_norm_groups_.find(node.batch_norm.group_size);
-  return found == batch_norm_groups_.end() ? nullptr : &found->second.sum;
 }
 
 void ReferenceModel::allocate() {
@@ -180,7 +150,7 @@ void ReferenceModel::forward_node(const CompiledNode& c, bool training, uint64_t
       }
       saved_[c.index].resize(static_cast<size_t>(2 * c.rows.channels));
       batch_norm_train_forward(pool, c.rows, c.batch_norm, x, input(1), input(2), data(c.inputs[3]), data(c.inputs[4]),
-                               saved_[c.index].data(), y, batch_norm_group(c));
+                               saved_[c.index].data(), y, batch_norm_groups_.find(c.batch_norm.group_size));
       break;
     case OpKind::add:
       add_forward(pool, n, x, input(1), y);
@@ -309,7 +279,7 @@ void ReferenceModel::backward_node(const CompiledNode& c) {
       break;
     case OpKind::batch_norm:
       batch_norm_backward(pool, c.rows, x, data(c.inputs[1]), saved_[c.index].data(), dy, dx, grad(c.inputs[1]),
-                          grad(c.inputs[2]), batch_norm_group(c));
+                          grad(c.inputs[2]), batch_norm_groups_.find(c.batch_norm.group_size));
       break;
     case OpKind::add:
       for (size_t i = 0; i < 2; ++i)

@@ -9,6 +9,7 @@
 
 #include "compile.hpp"
 #include "mlph/sdk/backend.hpp"
+#include "mlph/sdk/batch_norm_groups.hpp"
 #include "mlph/sdk/gradient_buckets.hpp"
 
 namespace mlph::reference {
@@ -64,14 +65,8 @@ class ReferenceModel final : public sdk::Model {
   ConvScratch conv_scratch_;  // reused by every conv node, one at a time
   // With several ranks: averages param_grads_ during backward (declared last: stops before the buffer goes).
   std::unique_ptr<sdk::GradientBuckets> buckets_;
-  // Batch-norm groups (SyncBatchNorm) by group size: a communicator split from the run's, and the sum over it.
-  struct BatchNormGroup {
-    std::unique_ptr<MLPH_Comm, void (*)(MLPH_Comm*)> comm;
-    GroupSum sum;
-  };
-  std::map<int64_t, BatchNormGroup> batch_norm_groups_;
-  void join_batch_norm_group(const CompiledNode& node);
-  const GroupSum* batch_norm_group(const CompiledNode& node) const;
+  // Batch-norm groups (SyncBatchNorm): a communicator per group size, split from the run's.
+  sdk::BatchNormGroups batch_norm_groups_;
   bool accumulating_ = false;  // the last micro-batch did not end its window: param_grads_ hold a pending sum
 };
 

@@ -9,6 +9,7 @@
 #include <functional>
 #include <vector>
 
+#include "mlph/sdk/batch_norm_groups.hpp"
 #include "thread_pool.hpp"
 
 namespace mlph::reference {
@@ -150,7 +151,7 @@ struct BatchNormAttrs {
 };
 // Sums per-channel statistics over the ranks of this rank's batch-norm group, in place (SyncBatchNorm);
 // null: this rank's batch alone.
-using GroupSum = std::function<void(std::vector<double>&)>;
+using GroupSum = sdk::GroupSum;
 void batch_norm_train_forward(ThreadPool& pool, RowsByChannels s, BatchNormAttrs a, const float* x, const float* gamma,
                               const float* beta, float* running_mean, float* running_var, float* saved, float* y,
                               const GroupSum* group = nullptr);
