@@ -64,19 +64,25 @@ inline std::map<std::string, std::string> mllog_values(const std::filesystem::pa
   return values;
 }
 
-// A copy of `log` beside it (patched.txt) whose eval_error is 0.1, under CosmoFlow's target: the
-// official checker then judges everything else of a run too short to converge.
-inline std::filesystem::path with_eval_error_under_target(const std::filesystem::path& log) {
+// A copy of `log` beside it (patched.txt) whose every `key` line has `value`.
+inline std::filesystem::path with_value(const std::filesystem::path& log, const std::string& key,
+                                        const std::string& value) {
   const std::filesystem::path patched = log.parent_path() / "patched.txt";
   std::ofstream to(patched);
   for (std::string line : read_lines(log)) {
-    if (mllog_key(line) == "eval_error") {
+    if (mllog_key(line) == key) {
       const size_t start = line.find("\"value\": ") + 9;
-      line.replace(start, line.find(',', start) - start, "0.1");
+      line.replace(start, line.find(',', start) - start, value);
     }
     to << line << "\n";
   }
   return patched;
+}
+
+// eval_error 0.1, under CosmoFlow's target: the official checker then judges everything else of a run
+// too short to converge.
+inline std::filesystem::path with_eval_error_under_target(const std::filesystem::path& log) {
+  return with_value(log, "eval_error", "0.1");
 }
 
 inline std::filesystem::path fresh_dir(const std::string& name) {

@@ -4,7 +4,11 @@
 // gradients, running statistics, weights); and the 2 ranks equal one rank holding both ranks'
 // samples with group_size 1 (rank 0 trains it, without comms), while per-rank statistics
 // (group_size 1 on each rank) are far from it. Channels 20 leave padding in blocked layouts.
+// With `--time N H W C`: the seconds of a training step of x -> conv 1x1 -> batch_norm -> relu -> mse
+// per rank, batch norm over group 1 and 2, less the same graph without the batch norm (the figures
+// in backends/onednn-cpu/README.md).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -149,7 +153,73 @@ Trace averaged(core::Session& session, Trace t) {
   return t;
 }
 
-int run() {
+// x [n, h, w, c] -> conv 1x1 -> (batch_norm over `group`, or none when group is 0) -> relu -> mse.
+const MLPH_Graph* timing_graph(sdk::GraphBuilder& g, const std::vector<int64_t>& shape, int64_t group) {
+  const int64_t c = shape.back();
+  const int32_t x = g.value("x", MLPH_DTYPE_F32, shape), target = g.value("target", MLPH_DTYPE_F32, shape);
+  const int32_t w = g.value("w", MLPH_DTYPE_F32, {1, 1, c, c}), conv = g.value("conv", MLPH_DTYPE_F32, shape);
+  g.node("conv", "conv", {x, w}, {conv});
+  g.parameter(w, uniform(size_t(c * c), 1, 0.2f));
+  int32_t h = conv;
+  if (group > 0) {
+    const int32_t gamma = g.value("gamma", MLPH_DTYPE_F32, {c}), beta = g.value("beta", MLPH_DTYPE_F32, {c});
+    const int32_t mean = g.value("mean", MLPH_DTYPE_F32, {c}), var = g.value("var", MLPH_DTYPE_F32, {c});
+    h = g.value("bn", MLPH_DTYPE_F32, shape);
+    g.node("batch_norm", "bn", {conv, gamma, beta, mean, var}, {h}, {{"group_size", double(group)}});
+    g.parameter(gamma, std::vector<float>(size_t(c), 1.0f));
+    g.parameter(beta, std::vector<float>(size_t(c), 0.0f));
+    g.parameter(mean, std::vector<float>(size_t(c), 0.0f), 0.0, 1.0, 0);
+    g.parameter(var, std::vector<float>(size_t(c), 1.0f), 0.0, 1.0, 0);
+  }
+  const int32_t y = g.value("y", MLPH_DTYPE_F32, shape), loss = g.value("loss", MLPH_DTYPE_F32, {});
+  g.node("relu", "relu", {h}, {y});
+  g.node("mse", "mse", {y, target}, {loss});
+  g.inputs({x, target});
+  g.loss(loss);
+  g.optimizer("sgd_keras", {{"momentum", 0.0}});
+  return g.graph();
+}
+
+// The fastest of 5 training steps (after one warm-up), in seconds, the ranks in step.
+double step_seconds(core::Session& session, const MLPH_Graph& graph) {
+  const MLPH_BackendApi* api = sdk::backend_api<onednn::OnednnBackend>();
+  MLPH_Backend* backend = nullptr;
+  core::check(api->create(core::host_api(), nullptr, 0, &backend), "create");
+  MLPH_Model* model = nullptr;
+  core::check(api->compile(backend, &graph, session.comms_handle(), &model), "compile");
+  const MLPH_Value& v = graph.values[graph.inputs[0]];
+  const std::vector<float> x = uniform(size_t(sdk::numel(v)), 1, 1.0f, 0.5f), target = uniform(x.size(), 2, 1.0f);
+  std::vector<MLPH_Tensor> inputs = {sdk::host_tensor(MLPH_DTYPE_F32, v.shape, v.ndim, const_cast<float*>(x.data())),
+                                     sdk::host_tensor(MLPH_DTYPE_F32, v.shape, v.ndim, const_cast<float*>(target.data()))};
+  double best = 1e30;
+  for (int step = 0; step < 6; ++step) {
+    core::check(session.comms_api()->barrier(session.comm()), "barrier");
+    const auto start = std::chrono::steady_clock::now();
+    const MLPH_StepArgs args = sdk::step_args(0.01, uint64_t(step));
+    MLPH_StepResult result{sizeof(MLPH_StepResult), nullptr, 0.0};
+    core::check(api->train_step(model, inputs.data(), inputs.size(), &args, &result), "train_step");
+    if (step > 0) best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  api->model_destroy(model);
+  api->destroy(backend);
+  return best;
+}
+
+int time_batch_norm(core::Session& session, const std::vector<int64_t>& shape) {
+  double seconds[3];
+  for (int64_t group = 0; group <= 2; ++group) {
+    sdk::GraphBuilder g;
+    seconds[group] = step_seconds(session, *timing_graph(g, shape, group));
+  }
+  if (session.topology().rank == 0)
+    std::printf("x [%lld, %lld, %lld, %lld] per rank, 2 ranks: training step conv+relu %.4f s; batch norm adds "
+                "%.4f s over group 1, %.4f s over group 2\n",
+                static_cast<long long>(shape[0]), static_cast<long long>(shape[1]), static_cast<long long>(shape[2]),
+                static_cast<long long>(shape[3]), seconds[0], seconds[1] - seconds[0], seconds[2] - seconds[0]);
+  return 0;
+}
+
+int run(const std::vector<std::string>& args) {
   core::RunOptions options;
   options.workload = "cosmoflow";  // only the comms are used; a session needs a workload
   options.comms = "mpi";
@@ -161,6 +231,8 @@ int run() {
     std::fprintf(stderr, "run me under mpirun -np 2 (got %d ranks)\n", session.topology().size);
     return 2;
   }
+  if (args.size() == 5 && args[0] == "--time")
+    return time_batch_norm(session, {std::stoll(args[1]), std::stoll(args[2]), std::stoll(args[3]), std::stoll(args[4])});
   const MLPH_BackendApi* onednn = sdk::backend_api<onednn::OnednnBackend>();
   const MLPH_BackendApi* reference = sdk::backend_api<reference::ReferenceBackend>();
   sdk::GraphBuilder grouped_graph, apart_graph, whole_graph;
@@ -192,9 +264,9 @@ int run() {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   try {
-    return run();
+    return run({argv + 1, argv + argc});
   } catch (const std::exception& e) {
     std::fprintf(stderr, "onednn_group_batch_norm: %s\n", e.what());
     return 1;

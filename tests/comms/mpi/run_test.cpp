@@ -117,6 +117,41 @@ TEST(MpiRun, DeepCamWithGroupBatchNormAndAccumulation) {
   EXPECT_NE(read_lines(dir / "out" / "result_0.txt").back().find("\"status\": \"success\""), std::string::npos);
 }
 
+// SyncBatchNorm on onednn-cpu: DeepCAM over 2 ranks in one batch-norm group trains (the loss falls
+// over the run's steps) and its log passes the official checker (the IoU patched over DeepCAM's
+// target, which a run this short cannot reach).
+TEST(MpiRun, DeepCamWithGroupBatchNormOnOnednnCpu) {
+  const fs::path plugins(MLPH_PLUGIN_DIR);
+  if (!fs::exists(plugins / "libmlph-workload-deepcam.so")) GTEST_SKIP() << "deepcam not built (HDF5)";
+  if (!fs::exists(plugins / "libmlph-backend-onednn-cpu.so")) GTEST_SKIP() << "onednn-cpu not built";
+  const fs::path dir = fresh_dir("mpi-deepcam-onednn");
+  const std::string shape = "--workload deepcam --set data.height=32 --set data.width=32 ";
+  ASSERT_EQ(run_cli(shape + "--set data.synthetic.train=8 --set data.synthetic.valid=3 --generate-data " +
+                    (dir / "data").string())
+                .exit_code,
+            0);
+  const CliResult r = run_command(
+      mpirun() + shape + "--backend onednn-cpu --set backend.threads=1 --comms mpi --division open "
+                         "--set train.target_iou=0.01 --set train.epochs=2 --set train.batch_size=1 "
+                         "--set train.batchnorm_group_size=2 --set scheduler.lr_warmup_steps=1 --seed 5 --data " +
+                         (dir / "data").string() + " --output " + (dir / "out").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<double> losses;  // rank 0's progress lines: "... loss 2.5519 ..."
+  for (size_t at = r.output.find(" loss "); at != std::string::npos; at = r.output.find(" loss ", at + 1))
+    losses.push_back(std::stod(r.output.substr(at + 6)));
+  ASSERT_GE(losses.size(), 4u) << r.output;
+  EXPECT_LT(losses.back(), 0.9 * losses.front()) << r.output;
+  const fs::path log = dir / "out" / "result_0.txt";
+  std::map<std::string, std::string> values = mllog_values(log);
+  EXPECT_EQ(values["number_of_ranks"], "2");
+  EXPECT_EQ(values["batchnorm_group_size"], "2");
+  EXPECT_NE(read_lines(log).back().find("\"status\": \"success\""), std::string::npos);
+  const std::string checker = official_checker();
+  if (checker.empty()) GTEST_SKIP() << "../shared/tools/mllog-check is not beside this checkout (a fresh clone)";
+  const CliResult check = run_command("PATH=/usr/bin:$PATH " + checker + " " + with_value(log, "eval_accuracy", "0.9").string());
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+}
+
 namespace {
 
 // Starts a 2-rank run, sends `signal` to rank 1 once training runs, and returns what the job printed
