@@ -112,5 +112,33 @@ TEST(OnednnErrors, UnknownOptionOpAndAttributeAreNamed) {
   }
 }
 
+// A batch norm over a group of 2 ranks compiled without comms: one line naming the node (the 2-rank
+// runs are in tests/comms/mpi/onednn_group_batch_norm.cpp).
+TEST(OnednnErrors, GroupBatchNormWithoutRanksIsNamed) {
+  sdk::GraphBuilder g;
+  const int32_t x = g.value("x", MLPH_DTYPE_F32, {2, 3, 3, 4}), y = g.value("y", MLPH_DTYPE_F32, {2, 3, 3, 4});
+  std::vector<int32_t> vectors;
+  for (const char* name : {"gamma", "beta", "mean", "var"}) {
+    vectors.push_back(g.value(name, MLPH_DTYPE_F32, {4}));
+    g.parameter(vectors.back(), std::vector<float>(4, 1.0f), 0.0, 1.0, vectors.size() > 2 ? 0 : MLPH_PARAM_TRAINABLE);
+  }
+  const int32_t loss = g.value("loss", MLPH_DTYPE_F32, {});
+  g.node("batch_norm", "bn7", {x, vectors[0], vectors[1], vectors[2], vectors[3]}, {y}, {{"group_size", 2.0}});
+  g.node("mse", "loss", {y, x}, {loss});
+  g.inputs({x});
+  g.loss(loss);
+  g.optimizer("sgd_keras", {});
+  MLPH_Backend* backend = nullptr;
+  std::vector<MLPH_KeyValue> options{{"threads", "1"}};
+  core::check(onednn()->create(core::host_api(), options.data(), 1, &backend));
+  MLPH_Model* model = nullptr;
+  const CallResult r = result_of(onednn()->compile(backend, g.graph(), nullptr, &model));
+  onednn()->destroy(backend);
+  EXPECT_EQ(r.code, MLPH_INVALID_ARGUMENT);
+  EXPECT_NE(r.message.find("onednn-cpu backend: node 'bn7' (batch_norm): group_size 2 needs that many ranks; this run has 1"),
+            std::string::npos)
+      << r.message;
+}
+
 }  // namespace
 }  // namespace mlph::onednn::test
