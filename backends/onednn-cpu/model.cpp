@@ -22,7 +22,8 @@ const std::string kName = "onednn-cpu backend";
 
 using Builder = std::function<std::unique_ptr<Op>(Net&, const NodeView&)>;
 
-// The ops this backend implements, and how each is built (conv and batch_norm: with their fusion).
+// The ops this backend implements, and how each is built (conv and batch_norm: with their fusion;
+// the spatial ops: with the sample's communicator).
 const std::map<std::string, Builder, std::less<>>& builders() {
   static const std::map<std::string, Builder, std::less<>> table = {
       {"log1p", make_log1p},
@@ -47,6 +48,8 @@ const std::map<std::string, Builder, std::less<>>& builders() {
       {"abs_error_sum", make_abs_error_sum},
       {"softmax_cross_entropy", make_softmax_cross_entropy},
       {"iou", make_iou},
+      {"halo_exchange", nullptr},
+      {"spatial_gather", nullptr},
   };
   return table;
 }
@@ -75,7 +78,8 @@ class OnednnModel final : public sdk::Model {
       : host_(host),
         options_(options),
         graph_(sdk::validate_graph(graph, implemented())),
-        batch_norm_groups_(host, comms, kName) {
+        rank_groups_(host, comms, kName),
+        batch_norm_groups_(host, rank_groups_, kName) {
     net_.bf16_convolutions = options.bf16;
     use_threads();
     optimizer_ = optimizer_config(graph_.optimizer);
@@ -272,6 +276,8 @@ class OnednnModel final : public sdk::Model {
           ops_.push_back(make_conv(net_, n, {}));
         } else if (op == "batch_norm") {
           ops_.push_back(make_batch_norm(net_, n, {}, group_of(n)));
+        } else if (op == "halo_exchange" || op == "spatial_gather") {
+          ops_.push_back(make_spatial_op(net_, n, host_, rank_groups_));
         } else {
           ops_.push_back(builders().find(op)->second(net_, n));
         }
@@ -393,6 +399,7 @@ class OnednnModel final : public sdk::Model {
   const MLPH_HostApi* host_;
   BackendOptions options_;
   const sdk::ValidGraph graph_;  // the validator's checked copy: ops and nodes point into it
+  sdk::RankGroups rank_groups_;  // batch-norm groups, a split sample's ranks (before the ops that use them)
   const MLPH_CommsHandle* comms_ = nullptr;
   OptimizerConfig optimizer_;
   sdk::BatchNormGroups batch_norm_groups_;  // before ops_: the batch norms hold their group's sum

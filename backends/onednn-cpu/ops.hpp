@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "mlph/sdk/batch_norm_groups.hpp"
+#include "mlph/sdk/spatial.hpp"
 #include "net.hpp"
 
 namespace mlph::onednn {
@@ -48,5 +49,8 @@ std::unique_ptr<Op> make_mse(Net& net, const NodeView& n);
 std::unique_ptr<Op> make_abs_error_sum(Net& net, const NodeView& n);
 std::unique_ptr<Op> make_softmax_cross_entropy(Net& net, const NodeView& n);
 std::unique_ptr<Op> make_iou(Net& net, const NodeView& n);
+// halo_exchange, spatial_gather: over the communicator of the sample's ranks from `groups`.
+std::unique_ptr<Op> make_spatial_op(Net& net, const NodeView& n, const MLPH_HostApi* host,
+                                    sdk::RankGroups& groups);
 
 }  // namespace mlph::onednn

@@ -345,7 +345,40 @@ class Iou final : public PixelClassifier {
   }
 };
 
+// halo_exchange and spatial_gather (docs/ops.md): the SDK's host implementation over plain buffers.
+template <class Impl>
+class SpatialOp final : public LoopOp {
+ public:
+  template <class... Args>
+  SpatialOp(Net& net, const NodeView& n, Args&&... args)
+      : LoopOp(net, n), impl_(std::forward<Args>(args)...), dx_(sink(0)) {}
+  void compute(const RunArgs&) override { impl_.forward(ptr(in_[0]), out()); }
+  void backward() override {
+    write(dx_, [&](float* dx) { impl_.backward(dy(), dx, false); });
+  }
+
+ private:
+  Impl impl_;
+  GradSink dx_;
+};
+
 }  // namespace
+
+std::unique_ptr<Op> make_spatial_op(Net& net, const NodeView& n, const MLPH_HostApi* host,
+                                    sdk::RankGroups& groups) {
+  const sdk::spatial::Dims grid = n.attrs().ints("grid");
+  const std::string what = n.where() + ": grid " + sdk::spatial::grid_text(grid);
+  const MLPH_CommsHandle* group = groups.group(sdk::spatial::ranks(grid), what);
+  const std::string where = "onednn-cpu backend: " + what;
+  const std::vector<int64_t>& x = net.at(n.in(0)).shape;
+  if (n.node->op == "spatial_gather")
+    return std::make_unique<SpatialOp<sdk::spatial::SpatialGather>>(net, n, host, group, x, grid, where);
+  const std::vector<int64_t> halo = n.attrs().ints("halo");
+  const auto spatial = static_cast<long>(grid.size());
+  return std::make_unique<SpatialOp<sdk::spatial::HaloExchange>>(
+      net, n, host, group, x, grid, sdk::spatial::Dims(halo.begin(), halo.begin() + spatial),
+      sdk::spatial::Dims(halo.end() - spatial, halo.end()), where);
+}
 
 std::unique_ptr<Op> make_log1p(Net& net, const NodeView& n) { return std::make_unique<Log1p>(net, n); }
 std::unique_ptr<Op> make_reshape(Net& net, const NodeView& n) { return std::make_unique<Reshape>(net, n); }

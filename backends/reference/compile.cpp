@@ -30,6 +30,8 @@ const std::map<std::string, OpKind, std::less<>>& op_kinds() {
       {"shift_scale", OpKind::shift_scale},
       {"softmax_cross_entropy", OpKind::softmax_cross_entropy},
       {"iou", OpKind::iou},
+      {"halo_exchange", OpKind::halo_exchange},
+      {"spatial_gather", OpKind::spatial_gather},
   };
   return kinds;
 }
@@ -137,6 +139,16 @@ CompiledNode lower(const sdk::ValidNode& n, const std::vector<ValueInfo>& values
       c.rows = rows_of(x);
       c.batch = x.shape[0];
       for (double w : n.attrs.numbers("class_weights")) c.class_weights.push_back(static_cast<float>(w));
+      break;
+    case OpKind::halo_exchange: {
+      c.grid = n.attrs.ints("grid");
+      const std::vector<int64_t> halo = n.attrs.ints("halo");
+      c.before.assign(halo.begin(), halo.begin() + static_cast<long>(c.grid.size()));
+      c.after.assign(halo.end() - static_cast<long>(c.grid.size()), halo.end());
+      break;
+    }
+    case OpKind::spatial_gather:
+      c.grid = n.attrs.ints("grid");
       break;
     default:
       break;

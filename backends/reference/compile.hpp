@@ -34,7 +34,9 @@ enum class OpKind {
   channel_affine,
   shift_scale,
   softmax_cross_entropy,
-  iou
+  iou,
+  halo_exchange,
+  spatial_gather
 };
 
 // A value's name, dtype and shape (the validator's copy).
@@ -56,6 +58,7 @@ struct CompiledNode {
   std::vector<int64_t> widths;               // concat: the channels of each input
   std::vector<int64_t> in_shape, out_shape;  // broadcast
   std::vector<float> class_weights;          // softmax_cross_entropy, float32 as docs/ops.md says
+  std::vector<int64_t> grid, before, after;  // halo_exchange (grid, halos), spatial_gather (grid)
 
   bool has_bias() const { return inputs.size() > 2; }  // conv, conv_transpose, dense
 };

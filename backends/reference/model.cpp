@@ -53,18 +53,38 @@ void zero(ThreadPool& pool, float* data, int64_t n) {
 
 ReferenceModel::ReferenceModel(const MLPH_HostApi* host, std::shared_ptr<ThreadPool> pool, const MLPH_Graph& graph,
                                const MLPH_CommsHandle* comms)
-    : host_(host), pool_(std::move(pool)), comms_(comms), program_(compile_graph(graph)),
-      batch_norm_groups_(host, comms, "reference backend") {
+    : host_(host),
+      pool_(std::move(pool)),
+      comms_(comms),
+      program_(compile_graph(graph)),
+      rank_groups_(host, comms, "reference backend"),
+      batch_norm_groups_(host, rank_groups_, "reference backend") {
   if (comms_ &&
       (comms_->struct_size < MLPH_STRUCT_SIZE(MLPH_CommsHandle, comm) || !comms_->api || !comms_->api->allreduce))
     fail(MLPH_INVALID_ARGUMENT, "reference backend: the comms handle has no allreduce");
   allocate();
-  for (const CompiledNode& node : program_.nodes)  // splits the group communicators now: compile is collective
+  for (const CompiledNode& node : program_.nodes) {  // splits the group communicators now: compile is collective
     if (node.kind == OpKind::batch_norm)
       batch_norm_groups_.join(node.batch_norm.group_size, "node '" + node.name + "' (batch_norm)");
+    if (node.kind == OpKind::halo_exchange || node.kind == OpKind::spatial_gather) build_spatial_op(node);
+  }
   if (comms_ && !param_grads_.empty())
     buckets_ = std::make_unique<sdk::GradientBuckets>(host_, *comms_, param_grads_.data(),
                                                       gradient_layout(program_, grads_, param_grads_.data(), values_));
+}
+
+// The sample's ranks (prod(grid) consecutive ones) share a communicator, split at compile (collective).
+void ReferenceModel::build_spatial_op(const CompiledNode& node) {
+  const std::string where = "node '" + node.name + "' (" +
+                            (node.kind == OpKind::halo_exchange ? "halo_exchange" : "spatial_gather") + "): grid " +
+                            sdk::spatial::grid_text(node.grid);
+  const MLPH_CommsHandle* group = rank_groups_.group(sdk::spatial::ranks(node.grid), where);
+  const ValueInfo& x = program_.values[static_cast<size_t>(node.inputs[0])];
+  if (node.kind == OpKind::halo_exchange)
+    halos_.try_emplace(node.index, host_, group, x.shape, node.grid, node.before, node.after,
+                       "reference backend: " + where);
+  else
+    gathers_.try_emplace(node.index, host_, group, x.shape, node.grid, "reference backend: " + where);
 }
 
 void ReferenceModel::allocate() {
@@ -219,6 +239,12 @@ void ReferenceModel::forward_node(const CompiledNode& c, bool training, uint64_t
     case OpKind::mse:
       y[0] = static_cast<float>(mse_forward(numel(c.inputs[0]), x, data(c.inputs[1])));
       break;
+    case OpKind::halo_exchange:
+      halos_.at(c.index).forward(x, y);
+      break;
+    case OpKind::spatial_gather:
+      gathers_.at(c.index).forward(x, y);
+      break;
     case OpKind::abs_error_sum:
       y[0] = static_cast<float>(abs_error_sum(numel(c.inputs[0]), x, data(c.inputs[1])));
       break;
@@ -306,6 +332,12 @@ void ReferenceModel::backward_node(const CompiledNode& c) {
     case OpKind::shift_scale:
     case OpKind::iou:
       break;  // no gradient (docs/ops.md)
+    case OpKind::halo_exchange:
+      if (dx) halos_.at(c.index).backward(dy, dx, true);
+      break;
+    case OpKind::spatial_gather:
+      if (dx) gathers_.at(c.index).backward(dy, dx, true);
+      break;
   }
 }
 

@@ -11,6 +11,7 @@
 #include "mlph/sdk/backend.hpp"
 #include "mlph/sdk/batch_norm_groups.hpp"
 #include "mlph/sdk/gradient_buckets.hpp"
+#include "mlph/sdk/spatial.hpp"
 
 namespace mlph::reference {
 
@@ -63,10 +64,16 @@ class ReferenceModel final : public sdk::Model {
   // 1/std per channel).
   std::vector<std::vector<float>> saved_;
   ConvScratch conv_scratch_;  // reused by every conv node, one at a time
+  // Communicators of consecutive ranks split from the run's: batch-norm groups, a split sample's ranks.
+  sdk::RankGroups rank_groups_;
+  // Batch-norm groups (SyncBatchNorm): the sum over each group size's communicator.
+  sdk::BatchNormGroups batch_norm_groups_;
+  // The spatial ops by node index (docs/ops.md: halo_exchange, spatial_gather).
+  std::map<uint64_t, sdk::spatial::HaloExchange> halos_;
+  std::map<uint64_t, sdk::spatial::SpatialGather> gathers_;
+  void build_spatial_op(const CompiledNode& node);
   // With several ranks: averages param_grads_ during backward (declared last: stops before the buffer goes).
   std::unique_ptr<sdk::GradientBuckets> buckets_;
-  // Batch-norm groups (SyncBatchNorm): a communicator per group size, split from the run's.
-  sdk::BatchNormGroups batch_norm_groups_;
   bool accumulating_ = false;  // the last micro-batch did not end its window: param_grads_ hold a pending sum
 };
 

@@ -67,9 +67,29 @@ std::vector<uint64_t> shard(const std::vector<uint64_t>& order, const DataShard&
   return mine;
 }
 
+PartOffsets part_offsets(const MLPH_Graph& graph, const std::vector<int32_t>& spatial_dims,
+                         const sdk::spatial::Dims& grid, const sdk::spatial::Dims& coordinates) {
+  if (spatial_dims.size() != graph.n_inputs)
+    throw std::runtime_error(fmt::format("the workload states how {} inputs are split over the ranks of a sample, but "
+                                         "its graph has {}",
+                                         spatial_dims.size(), graph.n_inputs));
+  PartOffsets offsets(graph.n_inputs * MLPH_MAX_DIMS, 0);
+  for (size_t i = 0; i < graph.n_inputs; ++i) {
+    const int32_t first = spatial_dims[i];
+    if (first < 0) continue;
+    const MLPH_Value& v = graph.values[graph.inputs[i]];
+    if (first < 1 || first + static_cast<int64_t>(grid.size()) > v.ndim)
+      throw std::runtime_error(fmt::format("graph input '{}' {} cannot be split over a grid of {} dims from dim {}",
+                                           v.name ? v.name : "", sdk::shape_string(v.shape, v.ndim), grid.size(), first));
+    for (size_t j = 0; j < grid.size(); ++j)
+      offsets[i * MLPH_MAX_DIMS + static_cast<size_t>(first) + j] = coordinates[j] * v.shape[static_cast<size_t>(first) + j];
+  }
+  return offsets;
+}
+
 Prefetcher::Prefetcher(const MLPH_WorkloadApi* api, MLPH_Dataset* dataset, const MLPH_Graph& graph,
-                       std::vector<uint64_t> order, uint32_t batch)
-    : api_(api), dataset_(dataset), order_(std::move(order)), batch_(batch) {
+                       std::vector<uint64_t> order, uint32_t batch, const PartOffsets& part)
+    : api_(api), dataset_(dataset), order_(std::move(order)), batch_(batch), part_(part) {
   slots_[0] = make_batch(graph);
   slots_[1] = make_batch(graph);
   if (steps() > 0) pending_ = std::async(std::launch::async, [this] { fill(0); });
@@ -87,7 +107,13 @@ Batch& Prefetcher::get(uint64_t i) {
 
 void Prefetcher::fill(uint64_t i) {
   Batch& b = slots_[i % 2];
-  check(api_->dataset_read(dataset_, order_.data() + i * batch_, batch_, b.tensors.data(), b.tensors.size()),
+  const uint64_t* indices = order_.data() + i * batch_;
+  if (part_.empty()) {
+    check(api_->dataset_read(dataset_, indices, batch_, b.tensors.data(), b.tensors.size()), "reading data");
+    return;
+  }
+  const MLPH_SamplePart part{sizeof(MLPH_SamplePart), nullptr, part_.data(), part_.size() / MLPH_MAX_DIMS};
+  check(api_->dataset_read_part(dataset_, indices, batch_, b.tensors.data(), b.tensors.size(), &part),
         "reading data");
 }
 

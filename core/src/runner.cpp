@@ -79,8 +79,10 @@ class Run {
   uint64_t train_size_ = 0, eval_size_ = 0, micro_batches_ = 0;
   uint32_t batch_ = 0, first_epoch_ = 0;  // first_epoch_: where a resumed run goes on
   std::vector<double> metrics_;           // the quality metric after each epoch
-  // Staged data is dealt out among the ranks of a node (see storage.h: MLPH_StageStats), else among all.
+  // Staged data is dealt out among the ranks of a node (see storage.h: MLPH_StageStats), else among all;
+  // the ranks of a spatially split sample read alike (each its part_ of every sample).
   DataShard data_shard_{};
+  PartOffsets part_;
   uint64_t train_total_ = 0, eval_total_ = 0;  // over all ranks: the node-local sizes summed when staged
   std::optional<MLPH_StageStats> staged_;
   TimeBreakdown time_;
@@ -124,6 +126,9 @@ void Run::initialize(MlLogger& log) {
   if (!graph_)  // a resumed run built it already, to compare it with the checkpoint's
     check(workload()->build_graph(session_->workload(), batch_, session_->seed(), &graph_), "building the model");
   check_eval_outputs();
+  if (session_->sample_ranks() > 1)
+    part_ = part_offsets(*graph_, session_->spatial_dims(), session_->spatial_grid(),
+                         sdk::spatial::coordinates(session_->spatial_grid(), session_->rank_in_sample()));
   model_ = session_->compile(*graph_);
   if (resume_) resume_training(log);
   if (!checkpoints_.dir.empty()) check_state_readable(*session_, model_.get(), *graph_);
@@ -197,7 +202,7 @@ void Run::open_datasets() {
 void Run::stage_data(MlLogger& log) {
   const MLPH_StorageHandle& storage = *session_->storage_handle();
   const std::string& dir = session_->config().get("data.dir");
-  data_shard_ = {session_->topology().rank, session_->topology().size};
+  data_shard_ = {session_->sample_group(), session_->sample_groups()};
   if (storage.api->struct_size < MLPH_STRUCT_SIZE(MLPH_StorageApi, stage) || !storage.api->stage || dir.empty()) return;
   Stopwatch watch(time_.staging_s);
   log.start("staging_start");
@@ -206,14 +211,20 @@ void Run::stage_data(MlLogger& log) {
   check(storage.api->stage(storage.storage, dir.c_str(), session_->comms_handle(), &stats), "staging " + dir);
   log.end("staging_stop");
   staged_ = stats;
-  data_shard_ = {stats.shard_index, stats.shard_count};
+  // The node's readers in sample groups: a sample's ranks (consecutive) share a node and its files.
+  const auto ranks = static_cast<int32_t>(session_->sample_ranks());
+  if (stats.shard_count % ranks != 0)
+    throw RunFailure(fmt::format("staged data: the {} ranks of this node do not form whole sample groups of {} "
+                                 "(parallel.spatial = {})",
+                                 stats.shard_count, ranks, sdk::spatial::grid_text(session_->spatial_grid())));
+  data_shard_ = {stats.shard_index / ranks, stats.shard_count / ranks};
 }
 
 void Run::train_epoch(uint32_t epoch, Progress& progress) {
   Stopwatch watch(time_.train_s);
   // Each rank takes its shard of the shared order: the reference's shuffle-then-shard.
   const std::vector<uint64_t> order = epoch_order(workload(), session_->workload(), epoch, train_size_, session_->seed());
-  Prefetcher reader(workload(), train_set_.get(), *graph_, shard(order, data_shard_, batch_), batch_);
+  Prefetcher reader(workload(), train_set_.get(), *graph_, shard(order, data_shard_, batch_), batch_, part_);
   for (uint64_t step = 0; step < reader.steps(); ++step) {
     if (interrupted()) throw RunFailure("interrupted");
     Batch& batch = reader.get(step);
@@ -254,7 +265,7 @@ void Run::check_eval_outputs() const {
 
 // The validation samples one evaluation covers, over all ranks.
 uint64_t Run::eval_samples() const {
-  const uint64_t global_batch = static_cast<uint64_t>(batch_) * static_cast<uint64_t>(data_shard_.count);
+  const uint64_t global_batch = static_cast<uint64_t>(batch_) * static_cast<uint64_t>(session_->sample_groups());
   return session_->eval_per_sample() ? eval_total_ : eval_total_ / global_batch * global_batch;
 }
 
@@ -267,7 +278,7 @@ double Run::evaluate() {
   std::vector<uint64_t> mine = session_->eval_per_sample() ? deal(order, data_shard_) : shard(order, data_shard_, batch_);
   const uint64_t real = mine.size();
   while (mine.size() % batch_ != 0) mine.push_back(mine.back());  // padding, left out of the sums
-  Prefetcher reader(workload(), eval_set_.get(), *graph_, std::move(mine), batch_);
+  Prefetcher reader(workload(), eval_set_.get(), *graph_, std::move(mine), batch_, part_);
   std::vector<std::vector<float>> outputs(graph_->n_eval_outputs);
   std::vector<MLPH_Tensor> output_tensors;
   for (size_t i = 0; i < graph_->n_eval_outputs; ++i) {
@@ -289,6 +300,8 @@ double Run::evaluate() {
     }
   }
   sums.push_back(static_cast<double>(real));  // the samples evaluated: summed over the ranks with the outputs
+  // The ranks of a split sample computed the same outputs (after a spatial_gather): one of them counts.
+  if (session_->rank_in_sample() != 0) std::fill(sums.begin(), sums.end(), 0.0);
   check(comms()->allreduce(session_->comm(), sums.data(), sums.size(), MLPH_DTYPE_F64, MLPH_REDUCE_SUM), "comms");
   const auto samples = static_cast<uint64_t>(sums.back());
   sums.pop_back();
@@ -298,7 +311,7 @@ double Run::evaluate() {
 }
 
 bool Run::train_and_evaluate(MlLogger& log) {
-  const uint64_t global_batch = static_cast<uint64_t>(batch_) * session_->topology().size;
+  const uint64_t global_batch = static_cast<uint64_t>(batch_) * static_cast<uint64_t>(session_->sample_groups());
   const uint64_t eval_used = eval_samples();
   log.event("global_batch_size", json(static_cast<unsigned long long>(global_batch)));
   log.event("train_samples", json(static_cast<unsigned long long>(train_total_)));

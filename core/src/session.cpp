@@ -30,6 +30,9 @@ std::vector<MLPH_ParamSpec> core_schema() {
       free("run.seed", MLPH_TYPE_INT, "0", "seed of weights and data order; 0 draws a fresh one"),
       free("run.staging", MLPH_TYPE_STRING, "timed",
            "timed: stage data after run_start (hpc 1.0/2.0 rules, the reference); untimed: before it (allowed from hpc 3.0)"),
+      free("parallel.spatial", MLPH_TYPE_STRING, "1",
+           "ranks per sample along each spatial dim, e.g. 2x1x1 (D, H, W): each rank holds its block of every sample, "
+           "halos exchanged before each convolution; the ranks count in sample groups of that many; 1: none"),
   };
 }
 
@@ -96,6 +99,7 @@ Session::Session(const RunOptions& options_) {
 
   comm_ = create<MLPH_Comm>(comms_api(), passthrough_options(config_, "comms."), "comms");
   check(comms_api()->topology(comm_.get(), &topology_), "comms");
+  read_spatial_grid();
   comms_handle_ = {sizeof(MLPH_CommsHandle), nullptr, comms_api(), comm_.get()};
   storage_ = create<MLPH_Storage>(storage_lib_.api<MLPH_StorageApi>(), passthrough_options(config_, "storage."),
                                   "storage");
@@ -124,12 +128,44 @@ Session::Session(const RunOptions& options_) {
   // eval_per_sample lies in 1.2's trailing padding: only a 1.3 workload's struct_size vouches for it.
   if (workload_lib_.descriptor->abi_minor >= 3 && info_.struct_size >= MLPH_STRUCT_SIZE(MLPH_WorkloadInfo, eval_per_sample))
     eval_per_sample_ = info_.eval_per_sample != 0;
+  check_spatial_support();
   const MLPH_Plugin& backend = *backend_lib_.descriptor;
   if (gradient_accumulation_ > 1 && backend.abi_minor < 2)
     throw PluginError(MLPH_FAILED_PRECONDITION,
                       fmt::format("backend {} (ABI {}.{}) cannot accumulate gradients over {} micro-batches: "
                                   "that needs ABI 1.2; rebuild it or set the accumulation to 1",
                                   backend_name(), backend.abi_major, backend.abi_minor, gradient_accumulation_));
+}
+
+// parallel.spatial: the ranks of a sample (consecutive ones) must tile the run.
+void Session::read_spatial_grid() {
+  const ConfigValue& entry = config_.entry("parallel.spatial");
+  try {
+    spatial_grid_ = sdk::spatial::parse_grid(entry.text, "parallel.spatial");
+  } catch (const sdk::Error& e) {
+    throw ConfigError(fmt::format("{}: {}", entry.origin, e.what()));
+  }
+  const int64_t ranks = sample_ranks();
+  if (topology_.size % ranks != 0)
+    throw ConfigError(fmt::format("{}: 'parallel.spatial' = {} splits each sample over {} ranks, which do not divide "
+                                  "the {} ranks of this run",
+                                  entry.origin, entry.text, ranks, topology_.size));
+}
+
+// A grid other than 1 needs a workload that builds spatial graphs and reads sample parts (ABI 1.5).
+void Session::check_spatial_support() {
+  const MLPH_WorkloadApi* api = workload_api();
+  if (workload_lib_.descriptor->abi_minor >= 5 && info_.struct_size >= MLPH_STRUCT_SIZE(MLPH_WorkloadInfo, n_spatial_dims) &&
+      info_.spatial_dims)
+    spatial_dims_.assign(info_.spatial_dims, info_.spatial_dims + info_.n_spatial_dims);
+  if (sample_ranks() == 1) return;
+  const bool reads_parts =
+      api->struct_size >= MLPH_STRUCT_SIZE(MLPH_WorkloadApi, dataset_read_part) && api->dataset_read_part;
+  if (spatial_dims_.empty() || !reads_parts)
+    throw PluginError(MLPH_UNIMPLEMENTED,
+                      fmt::format("workload {} does not split samples over ranks (spatial parallelism, ABI 1.5): "
+                                  "set parallel.spatial to 1",
+                                  workload_lib_.descriptor->name));
 }
 
 MLPH_Backend* Session::backend() {

@@ -1,4 +1,4 @@
-// Pins the ABI (1.0 and what 1.1-1.4 appended): every table's last member and its offset. A change
+// Pins the ABI (1.0 and what 1.1-1.5 appended): every table's last member and its offset. A change
 // here is an ABI change: append members (and bump MLPH_ABI_MINOR), never move or remove them.
 #include <gtest/gtest.h>
 
@@ -16,17 +16,21 @@ extern "C" int mlph_c_compile_check(void);
 MLPH_LAST_MEMBER(MLPH_Plugin, api);
 MLPH_LAST_MEMBER(MLPH_HostApi, error_free);
 MLPH_LAST_MEMBER(MLPH_BackendApi, write_state);  // 1.4 appended `read_state`, `write_state` after 1.0's `read_gradient`
-// 1.2 appended `sample_order`, 1.3 `benchmark_info`, `borrow_hparams`, 1.4 `reference_layout`
-MLPH_LAST_MEMBER(MLPH_WorkloadApi, reference_layout);
+// 1.2 appended `sample_order`, 1.3 `benchmark_info`, `borrow_hparams`, 1.4 `reference_layout`,
+// 1.5 `dataset_read_part`
+MLPH_LAST_MEMBER(MLPH_WorkloadApi, dataset_read_part);
 MLPH_LAST_MEMBER(MLPH_ExportEntry, perm);
+MLPH_LAST_MEMBER(MLPH_SamplePart, n_inputs);
 MLPH_LAST_MEMBER(MLPH_BenchmarkInfo, n_hparam_log_keys);
-MLPH_LAST_MEMBER(MLPH_CommsApi, split);  // 1.1 appended `halo_exchange` after 1.0's `barrier`, 1.2 `split`
+MLPH_LAST_MEMBER(MLPH_CommsApi, halo_accumulate);  // 1.1 appended `halo_exchange` after 1.0's `barrier`, 1.2 `split`,
+                                                   // 1.5 `halo_accumulate`
 MLPH_LAST_MEMBER(MLPH_HaloSpec, periodic);
-MLPH_LAST_MEMBER(MLPH_StorageApi, abandon);  // 1.1 appended `stage` after 1.0's `stats`, 1.4 `abandon`
+MLPH_LAST_MEMBER(MLPH_StorageApi, read_range);  // 1.1 appended `stage` after 1.0's `stats`, 1.4 `abandon`, 1.5 `read_range`
 MLPH_LAST_MEMBER(MLPH_StageStats, shard_count);
 MLPH_LAST_MEMBER(MLPH_Graph, opset);  // 1.3 appended `opset` after 1.0's `seed`
 MLPH_LAST_MEMBER(MLPH_StepArgs, apply_update);               // 1.2 appended micro_step, apply_update after `step`
-MLPH_LAST_MEMBER(MLPH_WorkloadInfo, eval_per_sample);  // 1.2 appended gradient_accumulation, 1.3 eval_per_sample
+MLPH_LAST_MEMBER(MLPH_WorkloadInfo, n_spatial_dims);  // 1.2 appended gradient_accumulation, 1.3 eval_per_sample,
+                                                     // 1.5 spatial_dims, n_spatial_dims
 MLPH_LAST_MEMBER(MLPH_Tensor, data);
 
 // Frozen offsets of ABI 1.0 (LP64): function tables are struct_size, ext, then pointers in order.
@@ -50,9 +54,14 @@ static_assert(offsetof(MLPH_BenchmarkInfo, benchmark) == 16 && offsetof(MLPH_Ben
 static_assert(offsetof(MLPH_CommsApi, barrier) / sizeof(void*) == 8, "MLPH_CommsApi 1.0 layout changed");
 static_assert(offsetof(MLPH_CommsApi, halo_exchange) / sizeof(void*) == 9, "MLPH_CommsApi 1.1 layout changed");
 static_assert(offsetof(MLPH_CommsApi, split) / sizeof(void*) == 10, "MLPH_CommsApi 1.2 layout changed");
+static_assert(offsetof(MLPH_CommsApi, halo_accumulate) / sizeof(void*) == 11, "MLPH_CommsApi 1.5 layout changed");
 static_assert(offsetof(MLPH_StorageApi, stats) / sizeof(void*) == 6, "MLPH_StorageApi 1.0 layout changed");
 static_assert(offsetof(MLPH_StorageApi, stage) / sizeof(void*) == 7, "MLPH_StorageApi 1.1 layout changed");
 static_assert(offsetof(MLPH_StorageApi, abandon) / sizeof(void*) == 8, "MLPH_StorageApi 1.4 layout changed");
+static_assert(offsetof(MLPH_StorageApi, read_range) / sizeof(void*) == 9, "MLPH_StorageApi 1.5 layout changed");
+static_assert(offsetof(MLPH_WorkloadApi, dataset_read_part) / sizeof(void*) == 18, "MLPH_WorkloadApi 1.5 layout changed");
+static_assert(offsetof(MLPH_SamplePart, offsets) == 16 && offsetof(MLPH_SamplePart, n_inputs) == 24,
+              "MLPH_SamplePart 1.5 layout changed");
 static_assert(offsetof(MLPH_HostApi, error_free) / sizeof(void*) == 8, "MLPH_HostApi 1.0 layout changed");
 static_assert(offsetof(MLPH_StepArgs, step) == 24 && offsetof(MLPH_StepArgs, micro_step) == 32 &&
                   offsetof(MLPH_StepArgs, apply_update) == 40,
@@ -62,8 +71,10 @@ static_assert(offsetof(MLPH_WorkloadInfo, n_log_entries) == 64 && offsetof(MLPH_
               "MLPH_WorkloadInfo 1.2 layout changed");
 // 1.3's eval_per_sample fills 1.2's trailing padding (sizeof stays 80): a 1.2 workload's struct_size
 // covers it, so the core reads it only from workloads of ABI 1.3 or later.
-static_assert(offsetof(MLPH_WorkloadInfo, eval_per_sample) == 76 && sizeof(MLPH_WorkloadInfo) == 80,
-              "MLPH_WorkloadInfo 1.3 layout changed");
+static_assert(offsetof(MLPH_WorkloadInfo, eval_per_sample) == 76, "MLPH_WorkloadInfo 1.3 layout changed");
+static_assert(offsetof(MLPH_WorkloadInfo, spatial_dims) == 80 && offsetof(MLPH_WorkloadInfo, n_spatial_dims) == 88 &&
+                  sizeof(MLPH_WorkloadInfo) == 96,
+              "MLPH_WorkloadInfo 1.5 layout changed");
 
 // A caller of ABI 1.0/1.1 sends a StepArgs without the accumulation members: it means "update now".
 TEST(Abi, OlderStepArgsMeanOneUpdatePerStep) {

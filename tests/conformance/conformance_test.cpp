@@ -72,7 +72,7 @@ std::set<std::string> op_checks() {
 }
 
 // The graph rules of the SDK's validator: one row each (tools/conformance/bad_graphs.cpp).
-constexpr size_t kValidationRules = 61;
+constexpr size_t kValidationRules = 65;
 
 // The whole-model checks that will run: CosmoFlow, and DeepCAM where its plug-in was built (HDF5).
 std::set<std::string> model_checks() {

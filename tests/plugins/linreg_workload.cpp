@@ -127,7 +127,7 @@ class LinReg final : public sdk::Workload {
 
   MLPH_WorkloadInfo describe() override {
     return {sizeof(MLPH_WorkloadInfo), nullptr, kName, "eval_error", target_, 1, epochs_, batch_, log_.data(),
-            log_.size(), 1, 1};
+            log_.size(), 1, 1, nullptr, 0};
   }
 
   // pred = x.w + b; loss = mse(pred, y); eval: |pred - y| per sample, as relu(d) + relu(-d).

@@ -48,7 +48,7 @@ TEST(Validator, EveryRuleHasItsOneLine) {
   const std::map<std::string, Expected> expected = {
       {"graph struct size", {MLPH_INVALID_ARGUMENT, "graph: MLPH_Graph is too small (an older ABI?)"}},
       {"op-set 0", {MLPH_INVALID_ARGUMENT, "graph: op-set 0 does not exist (set MLPH_Graph.opset to MLPH_OPSET, as sdk::GraphBuilder does)"}},
-      {"op-set newer than the SDK", {MLPH_UNIMPLEMENTED, "graph: op-set 2 is newer than this backend's SDK (op-set 1); rebuild the backend against a newer SDK"}},
+      {"op-set newer than the SDK", {MLPH_UNIMPLEMENTED, "graph: op-set 3 is newer than this backend's SDK (op-set 2); rebuild the backend against a newer SDK"}},
       {"null array", {MLPH_INVALID_ARGUMENT, "graph: params is null but holds 1 entry"}},
       {"value shape", {MLPH_INVALID_ARGUMENT, "graph: value 'empty' has an invalid shape (ndim 2, every dim >= 1)"}},
       {"graph input dtype", {MLPH_UNIMPLEMENTED, "graph: input 0 'x' is float64, expected float32, int16 or int32"}},
@@ -59,6 +59,7 @@ TEST(Validator, EveryRuleHasItsOneLine) {
       {"parameter weight_decay", {MLPH_INVALID_ARGUMENT, "graph: parameter 'x': weight_decay must be >= 0, got -1"}},
       {"incomplete node", {MLPH_INVALID_ARGUMENT, "graph: node 0 is incomplete (null op, name or array)"}},
       {"unknown op", {MLPH_UNIMPLEMENTED, "node 'probe' (frobnicate): op 'frobnicate' is not in op-set 1 (docs/ops.md)"}},
+      {"op of a later op-set", {MLPH_UNIMPLEMENTED, "node 'probe' (spatial_gather): op 'spatial_gather' is not in op-set 1 (docs/ops.md)"}},
       {"one output", {MLPH_INVALID_ARGUMENT, "node 'act' (relu): expects exactly one output, got 0"}},
       {"arity", {MLPH_INVALID_ARGUMENT, "node 'probe' (conv): expects 2 to 3 inputs (x, w, optional b), got 1"}},
       {"topological order", {MLPH_INVALID_ARGUMENT, "node 'second' (relu): uses value 'a' before it is defined (nodes must be in topological order)"}},
@@ -95,6 +96,9 @@ TEST(Validator, EveryRuleHasItsOneLine) {
       {"shape: concat", {MLPH_INVALID_ARGUMENT, "node 'probe' (concat): input 'b' [1,4,2,2] differs from [1,4,4,2] in more than the channels"}},
       {"shape: global_avg_pool", {MLPH_INVALID_ARGUMENT, "node 'probe' (global_avg_pool): input 'x' [4,2] must be [N, spatial..., C]"}},
       {"shape: broadcast", {MLPH_INVALID_ARGUMENT, "node 'probe' (broadcast): input [1,4,4,2] cannot be broadcast to [1,8,4,2] (only size-1 spatial dims are repeated)"}},
+      {"shape: halo output", {MLPH_INVALID_ARGUMENT, "node 'probe' (halo_exchange): input [1,4,4,2] with halo [1,1] gives output [1,6,6,2], but 'probe.out' is declared [1,4,4,2]"}},
+      {"shape: halo wider than the block", {MLPH_INVALID_ARGUMENT, "node 'probe' (halo_exchange): input [1,4,4,2]: the block along spatial dim 0 (4) is narrower than its halo (5) over 2 ranks"}},
+      {"shape: spatial_gather", {MLPH_INVALID_ARGUMENT, "node 'probe' (spatial_gather): input [1,4,4,2] over grid [2,1] gives output [1,8,4,2], but 'probe.out' is declared [1,4,4,2]"}},
       {"shape: segmentation labels", {MLPH_INVALID_ARGUMENT, "node 'probe' (softmax_cross_entropy): logits [2,3,3] and labels [2,2] must be [N, S..., C] and [N, S...]"}},
       {"shape: segmentation metric", {MLPH_INVALID_ARGUMENT, "node 'probe' (iou): logits [2,3,3] gives output [2], but 'probe.out' is declared []"}},
       {"attribute count: class_weights", {MLPH_INVALID_ARGUMENT, "node 'probe' (softmax_cross_entropy): attribute 'class_weights' needs 3 values (one per channel), got 2"}},
@@ -185,10 +189,28 @@ TEST(Validator, AnOlderGraphWithoutTheMemberIsOpSet1) {
   g.loss(g.node("mse", "loss", {y, x}, {g.value("loss", MLPH_DTYPE_F32, {})}));
   g.optimizer("sgd_keras", {{"momentum", 0.9}});
   MLPH_Graph older = *g.graph();
-  EXPECT_EQ(older.opset, static_cast<uint32_t>(MLPH_OPSET)) << "GraphBuilder stamps the current op-set";
+  EXPECT_EQ(older.opset, 1u) << "GraphBuilder stamps the op-set the graph needs";
   older.struct_size = MLPH_STRUCT_SIZE(MLPH_Graph, seed);
   older.opset = 77;  // beyond struct_size: never read
   EXPECT_EQ(sdk::validate_graph(older, sdk::Implements::everything()).opset, 1u);
+}
+
+// A graph of op-set 1's ops stays op-set 1 (backends built before op-set 2 still run it); one using
+// an op of op-set 2 is stamped 2, and halo_exchange's windows and spatial_gather's shape check out.
+TEST(Validator, GraphBuilderStampsTheOpSetItsOpsNeed) {
+  sdk::GraphBuilder g;
+  const int32_t x = g.value("x", MLPH_DTYPE_F32, {2, 4, 6, 3});
+  g.parameter(x, std::vector<float>(2 * 4 * 6 * 3, 0.5f));
+  const int32_t h = g.node("halo_exchange", "halo", {x}, {g.value("h", MLPH_DTYPE_F32, {2, 5, 8, 3})},
+                           {{"grid", {2, 1}}, {"halo", {0, 1, 1, 1}}});
+  const int32_t y = g.node("spatial_gather", "gather", {h}, {g.value("y", MLPH_DTYPE_F32, {2, 10, 8, 3})},
+                           {{"grid", {2, 1}}});
+  g.loss(g.node("mse", "loss", {y, y}, {g.value("loss", MLPH_DTYPE_F32, {})}));
+  g.optimizer("sgd_keras", {});
+  EXPECT_EQ(g.graph()->opset, 2u);
+  const sdk::ValidGraph v = sdk::validate_graph(*g.graph(), sdk::Implements::everything());
+  EXPECT_EQ(node_named(v, "halo").attrs.ints("halo"), (Ints{0, 1, 1, 1}));
+  EXPECT_EQ(node_named(v, "gather").attrs.ints("grid"), (Ints{2, 1}));
 }
 
 TEST(Validator, WhatTheBackendDoesNotImplementIsUnimplemented) {
@@ -227,6 +249,26 @@ TEST(Validator, TheRealCosmoFlowGraphPasses) {
   EXPECT_EQ(node_named(v, "dense1.dropout").attrs.number("rate"), 0.5);
   EXPECT_FALSE(node_named(v, "log1p").gradient());
   EXPECT_EQ(v.value(v.inputs[0]).dtype, MLPH_DTYPE_I16);
+}
+
+// CosmoFlow split 2x2x1 at 32^3: four blocks on [16,16,32] parts (conv5's input, 2^3 whole, would
+// leave blocks of 1), then the gather; the convs pad nothing, the halos do.
+TEST(Validator, TheRealSpatialCosmoFlowGraphPasses) {
+  sdk::GraphBuilder g;
+  cosmoflow::ModelSettings model;
+  model.edge = 32;
+  model.grid = {2, 2, 1};
+  EXPECT_EQ(cosmoflow::spatial_blocks(model), 4);
+  cosmoflow::build_model(g, model, 0.9, 2, 7);
+  EXPECT_EQ(g.graph()->opset, 2u);
+  const sdk::ValidGraph v = sdk::validate_graph(*g.graph(), sdk::Implements::everything());
+  EXPECT_EQ(v.value(v.inputs[0]).shape, (Ints{2, 16, 16, 32, 4}));
+  EXPECT_EQ(node_named(v, "conv1").window.in, (Ints{18, 18, 34}));
+  EXPECT_EQ(node_named(v, "conv1").window.pad_before, (Ints{0, 0, 0}));
+  EXPECT_EQ(node_named(v, "conv1.halo").attrs.ints("halo"), (Ints{1, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(v.value(node_named(v, "gather").output).shape, (Ints{2, 2, 2, 2, 256}));
+  EXPECT_EQ(node_named(v, "conv5").window.pad_before, (Ints{1, 1, 1})) << "after the gather: 'same' as usual";
+  EXPECT_THROW(v.value(node_named(v, "conv5.halo").output), std::runtime_error);
 }
 
 #ifdef MLPH_TEST_DEEPCAM

@@ -1,7 +1,10 @@
 // mlperf-bench: times a backend's training and evaluation steps on a workload's model with
 // synthetic in-memory input (no I/O), and prints samples/s and achieved GFLOP/s, for the whole
-// model and (--layers) for each layer compiled on its own.
+// model and (--layers) for each layer compiled on its own. Under mpirun (--comms mpi) every rank
+// runs the steps and rank 0 prints; with parallel.spatial also the halo exchanges' and the gather's
+// bytes and time per step and the peak memory of every rank.
 //   mlperf-bench --workload cosmoflow --backend onednn-cpu --set train.batch_size=4 --layers --json out.json
+//   mpirun -np 4 mlperf-bench --comms mpi --set parallel.spatial=4x1x1 --set train.batch_size=1
 #include <fmt/format.h>
 
 #include <boost/program_options.hpp>
@@ -12,6 +15,7 @@
 
 #include "layers.hpp"
 #include "peak.hpp"
+#include "spatial.hpp"
 #include "mlph/sdk/backend.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/core/session.hpp"
@@ -127,6 +131,31 @@ void write_json(const std::string& path, Session& session, uint32_t batch, doubl
   if (!out) throw std::runtime_error("cannot write " + path);
 }
 
+// Rank 0 prints the peak memory of each rank (`peak` holds this rank's) and, with parallel.spatial,
+// what it cost per step and rank: the halos and the gather, measured alone.
+void print_spatial(Session& session, const MLPH_Graph& graph, int steps, double peak) {
+  const bench::SpatialCost cost = bench::spatial_cost(session, graph, steps);
+  const int32_t ranks = session.topology().size;
+  std::vector<double> peaks(static_cast<size_t>(ranks));
+  check(session.comms_api()->allgather(session.comm(), &peak, peaks.data(), sizeof peak), "comms");
+  double slowest[2] = {cost.halo_s, cost.gather_s};
+  check(session.comms_api()->allreduce(session.comm(), slowest, 2, MLPH_DTYPE_F64, MLPH_REDUCE_MAX), "comms");
+  if (session.topology().rank != 0) return;
+  constexpr double MB = 1 << 20;
+  std::string list;
+  for (double p : peaks) list += fmt::format("{}{:.0f}", list.empty() ? "" : " ", p / MB);
+  fmt::print("peak memory per rank (MB): {}\n", list);
+  if (session.sample_ranks() == 1) return;
+  fmt::print("spatial: grid {} ({} ranks per sample, {} sample group{})\n", sdk::spatial::grid_text(session.spatial_grid()),
+             session.sample_ranks(), session.sample_groups(), session.sample_groups() == 1 ? "" : "s");
+  fmt::print("halo: {} exchanges, rank 0 sends {:.2f} MB per step (forward and backward; as many arrive), "
+             "{:.3f} s per step (slowest rank, measured alone)\n",
+             cost.halo_exchanges, cost.halo_bytes / MB, slowest[0]);
+  fmt::print("gather: {:.2f} MB block per rank allgathered, {:.2f} MB whole allreduced in backward, {:.3f} s per "
+             "step\n",
+             cost.gather_block_bytes / MB, cost.gather_whole_bytes / MB, slowest[1]);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -138,6 +167,7 @@ int main(int argc, char** argv) {
   cli.add_options()("help,h", "show this help")("workload,w", po::value(&options.workload)->default_value("cosmoflow"),
                                                "workload plug-in")(
       "backend,b", po::value(&options.backend), "backend plug-in (default: reference)")(
+      "comms", po::value(&options.comms), "comms plug-in (default: local; mpi under mpirun)")(
       "config,c", po::value(&options.config_file), "YAML config")(
       "set,s", po::value(&options.sets)->composing(), "key=value (repeatable), e.g. train.batch_size=1")(
       "steps", po::value(&steps), "timed steps (default 3)")("warmup", po::value(&warmup), "untimed steps (default 1)")(
@@ -166,19 +196,28 @@ int main(int argc, char** argv) {
     check(session.workload_api()->build_graph(session.workload(), batch, 1, &graph), "building the model");
     const double forward = bench::forward_flops(*graph);
     const MLPH_Value& input = graph->values[graph->inputs[0]];
-    fmt::print("workload {}  backend {}  batch {}  input {}\n", session.info().benchmark, session.backend_name(), batch,
-               sdk::shape_string(input.shape, input.ndim));
-    fmt::print("forward work: {:.2f} GFLOP/sample (training step ~3x: {:.2f})\n", forward / batch / 1e9,
-               3 * forward / batch / 1e9);
+    const bool speaker = session.topology().rank == 0;
+    if (speaker) {
+      fmt::print("workload {}  backend {}  batch {}  input {}  ranks {}\n", session.info().benchmark,
+                 session.backend_name(), batch, sdk::shape_string(input.shape, input.ndim), session.topology().size);
+      fmt::print("forward work: {:.2f} GFLOP/sample on each rank (training step ~3x: {:.2f})\n", forward / batch / 1e9,
+                 3 * forward / batch / 1e9);
+    }
     const Timing model = time_graph(session, *graph, steps, warmup);
-    fmt::print("train step: {:.3f} s  {:.3f} samples/s  {:.1f} GFLOP/s\n", model.train_s, batch / model.train_s,
-               gflops(3 * forward, model.train_s));
-    fmt::print("eval step:  {:.3f} s  {:.3f} samples/s  {:.1f} GFLOP/s\n", model.eval_s, batch / model.eval_s,
-               gflops(forward, model.eval_s));
+    const double memory = bench::peak_rss_bytes();  // before the spatial measurements allocate their own
+    if (speaker) {
+      fmt::print("train step: {:.3f} s  {:.3f} samples/s  {:.1f} GFLOP/s\n", model.train_s, batch / model.train_s,
+                 gflops(3 * forward, model.train_s));
+      fmt::print("eval step:  {:.3f} s  {:.3f} samples/s  {:.1f} GFLOP/s\n", model.eval_s, batch / model.eval_s,
+                 gflops(forward, model.eval_s));
+    }
+    print_spatial(session, *graph, steps, memory);
     std::cout << std::flush;
 
     std::vector<LayerResult> layers;
     double peak = 0;
+    if (vm.count("layers") && session.topology().size > 1)
+      throw std::runtime_error("--layers times layers on one rank: run it without mpirun");
     if (vm.count("layers")) {
       peak = bench::measure_fp32_peak(std::thread::hardware_concurrency());
       for (const bench::Layer& layer : bench::split_layers(*graph)) {

@@ -167,6 +167,8 @@ std::vector<std::unique_ptr<BadGraph>> bad_graphs() {
   // ---- nodes ----
   add("incomplete node", relu_graph, [](MLPH_Graph&, std::vector<MLPH_Node>& nodes) { nodes[0].name = nullptr; });
   add("unknown op", one_op("frobnicate", {1, 4, 4, 2}));
+  add("op of a later op-set", one_op("spatial_gather", {1, 4, 4, 2}, {{"grid", {1, 1}}}),
+      [](MLPH_Graph& g, auto&) { g.opset = 1; });
   add("one output", relu_graph, [](MLPH_Graph&, std::vector<MLPH_Node>& nodes) { nodes[0].n_outputs = 0; });
   add("arity", [](Sketch& s) {
     const int32_t x = s.param("x", {1, 4, 4, 2});
@@ -236,6 +238,10 @@ std::vector<std::unique_ptr<BadGraph>> bad_graphs() {
   });
   add("shape: global_avg_pool", one_op("global_avg_pool", {1, 2}, {}, {4, 2}));
   add("shape: broadcast", one_op("broadcast", {1, 8, 4, 2}));
+  add("shape: halo output", one_op("halo_exchange", {1, 4, 4, 2}, {{"grid", {1, 1}}, {"halo", {1, 1}}}));
+  add("shape: halo wider than the block",
+      one_op("halo_exchange", {1, 14, 4, 2}, {{"grid", {2, 1}}, {"halo", {5, 0}}}));
+  add("shape: spatial_gather", one_op("spatial_gather", {1, 4, 4, 2}, {{"grid", {2, 1}}}));
   add("shape: segmentation labels", segmentation("softmax_cross_entropy", {2, 2}, {}));
   add("shape: segmentation metric", segmentation("iou", {2, 3}, {}));
   add("attribute count: class_weights", segmentation("softmax_cross_entropy", {2, 3}, {}, {{"class_weights", {1.0, 2.0}}}));

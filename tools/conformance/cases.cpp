@@ -390,6 +390,36 @@ void iou(CaseBuilder& b, Rng& r, int v) {
                          absent ? fmt::format(", class {} absent", c - 1) : ""));
 }
 
+// The spatial ops on one rank: a grid of all 1, the degenerate split, where halo_exchange pads with
+// zeros and spatial_gather is the identity. Their exchanges between ranks are checked under mpirun
+// (tests/comms/mpi: spatial_equivalence).
+void halo_exchange(CaseBuilder& b, Rng& r, int v) {
+  const int spatial = v % 2 ? 3 : 2;
+  const bool asymmetric = v % 4 >= 2;  // Keras 'same' with an even kernel: the odd cell after
+  Shape x{2}, y{2}, grid, before, after;
+  for (int d = 0; d < spatial; ++d) {
+    const int64_t in = r.integer(1, 4), pb = r.integer(0, 2), pa = asymmetric ? r.integer(0, 2) : pb;
+    x.push_back(in), y.push_back(in + pb + pa), grid.push_back(1), before.push_back(pb), after.push_back(pa);
+  }
+  const int64_t channels = r.integer(1, 4);
+  x.push_back(channels), y.push_back(channels);
+  const Shape halo = asymmetric ? concat(before, after) : before;
+  const int32_t out =
+      b.op("halo_exchange", {b.param("x", x)}, y, {{"grid", numbers(grid)}, {"halo", numbers(halo)}});
+  b.describe(fmt::format("{}D x{} grid{} halo{} (one rank: zero padding)", spatial, dims(x), dims(grid), dims(halo)));
+  b.train_against_target(out);
+}
+
+void spatial_gather(CaseBuilder& b, Rng& r, int v) {
+  const int spatial = v % 2 ? 3 : 2;
+  Shape x{2}, grid;
+  for (int d = 0; d < spatial; ++d) x.push_back(r.integer(1, 4)), grid.push_back(1);
+  x.push_back(r.integer(1, 4));
+  const int32_t out = b.op("spatial_gather", {b.param("x", x)}, x, {{"grid", numbers(grid)}});
+  b.describe(fmt::format("{}D x{} grid{} (one rank: the identity)", spatial, dims(x), dims(grid)));
+  b.train_against_target(out);
+}
+
 // Regularization: a parameter with l2 > 0 adds l2 * sum(w^2) to the loss and 2 * l2 * w to its gradient.
 void l2(CaseBuilder& b, Rng& r, int v) {
   const double factor = r.uniform(0.01, 0.1);
@@ -564,6 +594,8 @@ const std::vector<std::pair<std::string, CaseMaker>>& makers() {
       {"shift_scale", shift_scale},
       {"softmax_cross_entropy", softmax_cross_entropy},
       {"iou", iou},
+      {"halo_exchange", halo_exchange},
+      {"spatial_gather", spatial_gather},
       {"l2", l2},
       {"sgd_keras", optimizer_of("sgd_keras")},
       {"adam", optimizer_of("adam")},

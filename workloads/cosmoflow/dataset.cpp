@@ -2,17 +2,34 @@
 
 #include <cstring>
 
+#include "data/bytes.hpp"
 #include "data/npy.hpp"
 #include "data/tfrecord.hpp"
+#include "mlph/sdk/spatial.hpp"
 #include "mlph/sdk/storage.hpp"
 #include "mlph/sdk/tensor.hpp"
 
 namespace mlph::cosmoflow {
 using sdk::fail;
+using sdk::spatial::Dims;
+
+namespace {
+std::string box_text(const VolumeBox& b) {
+  std::string out = "[";
+  for (size_t d = 0; d < 3; ++d) {
+    if (d) out += ", ";
+    out += std::to_string(b.at[d]);
+    out += ":";
+    out += std::to_string(b.at[d] + b.size[d]);
+  }
+  return out + "]";
+}
+}  // namespace
 
 CosmoDataset::CosmoDataset(const MLPH_HostApi* host, const DataSettings& settings, MLPH_Split split,
                            const MLPH_StorageHandle& storage)
     : host_(host), settings_(settings), storage_(storage) {
+  box_.size.fill(settings_.edge);
   const std::string dir = sdk::split_directory(settings_.dir, split);
   const bool npy = settings_.format == "npy";
   files_ = sdk::list_files(host_, storage_, dir, npy ? "_data.npy" : ".tfrecord", "CosmoFlow data");
@@ -29,20 +46,67 @@ std::vector<std::byte> CosmoDataset::read_file(const std::string& path, size_t m
   return sdk::read_file(host_, storage_, path, "CosmoFlow data", max_bytes);
 }
 
+// The volume's box_ of a whole [edge^3, 4] volume.
+std::vector<int16_t> CosmoDataset::cut(std::vector<int16_t> volume) const {
+  const int64_t e = settings_.edge;
+  if (box_.size == std::array<int64_t, 3>{e, e, e}) return volume;
+  const Dims extent{box_.size[0], box_.size[1], box_.size[2], 4};
+  std::vector<int16_t> part(static_cast<size_t>(sdk::spatial::volume(extent)));
+  sdk::spatial::copy_box(volume.data(), {{e, e, e, 4}, {box_.at[0], box_.at[1], box_.at[2], 0}}, part.data(),
+                         {extent, {0, 0, 0, 0}}, extent);
+  return part;
+}
+
+// An npy sample's box_ read alone: whole (D) planes in one range, else per plane the rows of the box
+// with whole W rows (a W split cuts them here).
+CosmoDataset::Decoded CosmoDataset::read_npy_box(const std::string& path) const {
+  const auto range = [&](uint64_t offset, std::vector<std::byte>& into) {
+    sdk::read_range(host_, storage_, path, offset, into.size(), into.data(), "CosmoFlow data");
+  };
+  std::vector<std::byte> head(64);  // numpy ends its header on a multiple of 64 bytes
+  range(0, head);
+  const uint64_t data = npy_data_offset(head, path);
+  if (data > head.size()) head.resize(data), range(0, head);
+  check_npy_volume(parse_npy_header(head, path), path, settings_.edge);
+
+  const int64_t e = settings_.edge;
+  const bool whole_planes = box_.size[1] == e && box_.size[2] == e;
+  const int64_t planes = whole_planes ? box_.size[0] : 1, rows = whole_planes ? e : box_.size[1];
+  const Dims read_shape{planes, rows, e, 4}, extent{planes, rows, box_.size[2], 4};
+  const Dims box_shape{box_.size[0], box_.size[1], box_.size[2], 4};
+  Decoded out{std::vector<int16_t>(static_cast<size_t>(sdk::spatial::volume(box_shape))), {}};
+  std::vector<std::byte> bytes(static_cast<size_t>(sdk::spatial::volume(read_shape)) * sizeof(int16_t));
+  std::vector<int16_t> values(bytes.size() / sizeof(int16_t));
+  for (int64_t first = 0; first < box_.size[0]; first += planes) {
+    const int64_t row = (box_.at[0] + first) * e + (whole_planes ? 0 : box_.at[1]);
+    range(data + static_cast<uint64_t>(row * e * 4) * sizeof(int16_t), bytes);
+    from_le_bytes(std::span<const std::byte>(bytes), values.data());
+    sdk::spatial::copy_box(values.data(), {read_shape, {0, 0, box_.at[2], 0}}, out.x.data(),
+                           {box_shape, {first, 0, 0, 0}}, extent);
+  }
+  check_counts(out.x, box_.at, box_.size, path);
+  const std::string label = npy_label_path(path);
+  out.y = read_npy_label(read_file(label, max_npy_bytes(kTargets * sizeof(float))), label);
+  return out;
+}
+
 std::vector<CosmoDataset::Decoded> CosmoDataset::decode_file(size_t file_index) const {
   const std::string& path = files_[file_index];
   std::vector<Decoded> out;
   try {
-    if (settings_.format == "npy") {
+    const int64_t e = settings_.edge;
+    if (settings_.format == "npy" && box_.size != std::array<int64_t, 3>{e, e, e} && sdk::has_read_range(storage_.api)) {
+      out.push_back(read_npy_box(path));
+    } else if (settings_.format == "npy") {
       const std::vector<std::byte> data = read_file(path, max_npy_bytes(volume_bytes(settings_.edge)));
       const std::vector<std::byte> label = read_file(npy_label_path(path), max_npy_bytes(kTargets * sizeof(float)));
       Sample s = read_npy_sample(data, label, path, settings_.edge);
-      out.push_back({std::move(s.x), s.y});
+      out.push_back({cut(std::move(s.x)), s.y});
     } else {
       const std::vector<std::byte> file =
           read_file(path, max_tfrecord_file_bytes(settings_.edge, settings_.records_per_file));
       for (Sample& s : read_tfrecord_samples(file, path, settings_.edge, settings_.records_per_file))
-        out.push_back({std::move(s.x), s.y});
+        out.push_back({cut(std::move(s.x)), s.y});
       if (out.size() != static_cast<size_t>(settings_.records_per_file))
         fail(MLPH_INVALID_ARGUMENT, path + ": holds " + std::to_string(out.size()) + " records, but data.records_per_file is " +
                                         std::to_string(settings_.records_per_file));
@@ -64,8 +128,39 @@ const CosmoDataset::Decoded& CosmoDataset::sample(uint64_t index) {
 }
 
 void CosmoDataset::read(const uint64_t* indices, size_t n, MLPH_Tensor* inputs, size_t n_inputs) {
+  VolumeBox whole;
+  whole.size.fill(settings_.edge);
+  read_box(indices, n, inputs, n_inputs, whole);
+}
+
+void CosmoDataset::read_part(const uint64_t* indices, size_t n, MLPH_Tensor* inputs, size_t n_inputs,
+                             const MLPH_SamplePart& part) {
   if (n_inputs != 2) fail(MLPH_INVALID_ARGUMENT, "CosmoFlow reads two inputs (x, y), got " + std::to_string(n_inputs));
-  const size_t volume = static_cast<size_t>(settings_.edge) * settings_.edge * settings_.edge * 4;
+  if (inputs[0].ndim != 5)
+    fail(MLPH_INVALID_ARGUMENT, "CosmoFlow read: x must be [batch, D, H, W, 4], got " +
+                                    sdk::shape_string(inputs[0].shape, inputs[0].ndim));
+  const int64_t* x = part.offsets;
+  const int64_t* y = part.offsets + MLPH_MAX_DIMS;
+  if (x[0] != 0 || x[4] != 0 || y[0] != 0 || y[1] != 0)
+    fail(MLPH_INVALID_ARGUMENT, "CosmoFlow read: only x's D, H and W split over ranks; every rank reads all of y");
+  VolumeBox box;
+  for (size_t d = 0; d < 3; ++d) box.at[d] = x[d + 1], box.size[d] = inputs[0].shape[d + 1];
+  read_box(indices, n, inputs, n_inputs, box);
+}
+
+void CosmoDataset::read_box(const uint64_t* indices, size_t n, MLPH_Tensor* inputs, size_t n_inputs,
+                            const VolumeBox& box) {
+  if (n_inputs != 2) fail(MLPH_INVALID_ARGUMENT, "CosmoFlow reads two inputs (x, y), got " + std::to_string(n_inputs));
+  for (size_t d = 0; d < 3; ++d)
+    if (box.at[d] < 0 || box.size[d] < 1 || box.at[d] + box.size[d] > settings_.edge)
+      fail(MLPH_INVALID_ARGUMENT, "CosmoFlow read: the part " + box_text(box) + " lies outside the " +
+                                      volume_name(settings_.edge) + " volume");
+  if (box != box_) {  // decoded samples hold the old box
+    box_ = box;
+    cache_.clear();
+    last_file_ = {SIZE_MAX, {}};
+  }
+  const size_t volume = static_cast<size_t>(box.size[0] * box.size[1] * box.size[2] * 4);
   if (inputs[0].dtype != MLPH_DTYPE_I16 || static_cast<size_t>(sdk::numel(inputs[0])) != n * volume ||
       inputs[1].dtype != MLPH_DTYPE_F32 || sdk::numel(inputs[1]) != static_cast<int64_t>(n * 4))
     fail(MLPH_INVALID_ARGUMENT, "CosmoFlow read: input tensors do not match the batch of " + std::to_string(n));

@@ -1,5 +1,7 @@
 // A split of a CosmoFlow dataset on disk, read through the storage plug-in and decoded here
-// (TFRecord plain/GZIP with CRC checks, or the npy layout).
+// (TFRecord plain/GZIP with CRC checks, or the npy layout): whole samples, or with spatial
+// parallelism one box of each sample's volume (npy through a storage with read_range: only the box's
+// bytes; otherwise the whole sample decoded, then cut).
 #pragma once
 
 #include <array>
@@ -14,20 +16,32 @@
 
 namespace mlph::cosmoflow {
 
+// A box of a sample's volume, in voxels along D, H, W (all 4 channels).
+struct VolumeBox {
+  std::array<int64_t, 3> at{0, 0, 0}, size{0, 0, 0};
+  bool operator==(const VolumeBox&) const = default;
+};
+
 class CosmoDataset final : public sdk::Dataset {
  public:
   CosmoDataset(const MLPH_HostApi* host, const DataSettings& settings, MLPH_Split split,
                const MLPH_StorageHandle& storage);
   uint64_t size() override { return samples_; }
   void read(const uint64_t* indices, size_t n, MLPH_Tensor* inputs, size_t n_inputs) override;
+  // x: the box at the part's offsets of x's dims 1-3, as large as the tensor; y: whole.
+  void read_part(const uint64_t* indices, size_t n, MLPH_Tensor* inputs, size_t n_inputs,
+                 const MLPH_SamplePart& part) override;
 
  private:
   struct Decoded {
-    std::vector<int16_t> x;
+    std::vector<int16_t> x;  // box_ of the volume
     std::array<float, 4> y;
   };
+  void read_box(const uint64_t* indices, size_t n, MLPH_Tensor* inputs, size_t n_inputs, const VolumeBox& box);
   std::vector<std::byte> read_file(const std::string& path, size_t max_bytes) const;
   std::vector<Decoded> decode_file(size_t file_index) const;
+  Decoded read_npy_box(const std::string& path) const;
+  std::vector<int16_t> cut(std::vector<int16_t> volume) const;
   const Decoded& sample(uint64_t index);
 
   const MLPH_HostApi* host_;
@@ -35,6 +49,7 @@ class CosmoDataset final : public sdk::Dataset {
   MLPH_StorageHandle storage_;
   std::vector<std::string> files_;        // tfrecord files, or *_data.npy files
   uint64_t samples_ = 0;
+  VolumeBox box_;                         // what the decoded samples below hold (a new box clears them)
   std::map<uint64_t, Decoded> cache_;     // data.cache: decoded samples kept after first use
   std::pair<size_t, std::vector<Decoded>> last_file_{SIZE_MAX, {}};  // multi-record files decode once
 };

@@ -1,8 +1,10 @@
 #include "model.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
+#include "mlph/sdk/spatial.hpp"
 #include "mlph/sdk/tensor.hpp"
 
 namespace mlph::cosmoflow {
@@ -17,27 +19,53 @@ std::vector<float> glorot_uniform(size_t count, double fan_in, double fan_out, u
   return w;
 }
 
+// Keras 'same': total padding k-1, the odd one after.
+int64_t pad_before(int kernel) { return (kernel - 1) / 2; }
+int64_t pad_after(int kernel) { return kernel - 1 - (kernel - 1) / 2; }
+
+std::vector<double> numbers(const std::vector<int64_t>& v) { return {v.begin(), v.end()}; }
+
 class Builder {
  public:
   Builder(sdk::GraphBuilder& g, uint64_t seed) : g_(g), seed_(seed) {}
 
-  int32_t conv_block(int32_t x, int index, int kernel, int filters) {
+  // conv + leaky ReLU + max-pool on x [B, D, H, W, C]; with `grid`, x is a block and its halos come
+  // from the neighbours (the conv then pads nothing).
+  int32_t conv_block(int32_t x, int index, int kernel, int filters, const std::vector<int64_t>* grid) {
     const MLPH_Value in = g_.value_info(x);
-    const int64_t batch = in.shape[0], edge = in.shape[1], channels = in.shape[4];
+    const int64_t batch = in.shape[0], channels = in.shape[4];
+    const std::vector<int64_t> edges(in.shape + 1, in.shape + 4);
     const std::string name = "conv" + std::to_string(index);
     const double receptive = static_cast<double>(kernel) * kernel * kernel;
     const int32_t w = weight(name + ".kernel", {kernel, kernel, kernel, channels, filters},
                              receptive * static_cast<double>(channels), receptive * filters, 0.0);
     const int32_t b = bias(name + ".bias", filters);
-    // Keras 'same': total padding k-1, the odd one after.
-    const double before = (kernel - 1) / 2, after = kernel - 1 - (kernel - 1) / 2;
-    int32_t y = g_.value(name, MLPH_DTYPE_F32, {batch, edge, edge, edge, filters});
-    g_.node("conv", name, {x, w, b}, {y},
-            {{"stride", {1, 1, 1}}, {"dilation", {1, 1, 1}}, {"padding", {before, before, before, after, after, after}}});
+    const double before = static_cast<double>(pad_before(kernel)), after = static_cast<double>(pad_after(kernel));
+    std::vector<double> padding{before, before, before, after, after, after};
+    if (grid) {
+      const int64_t grown = pad_before(kernel) + pad_after(kernel);
+      const int32_t halo = g_.value(name + ".halo", MLPH_DTYPE_F32,
+                                    {batch, edges[0] + grown, edges[1] + grown, edges[2] + grown, channels});
+      g_.node("halo_exchange", name + ".halo", {x}, {halo}, {{"grid", numbers(*grid)}, {"halo", padding}});
+      x = halo;
+      padding.assign(6, 0.0);
+    }
+    int32_t y = g_.value(name, MLPH_DTYPE_F32, {batch, edges[0], edges[1], edges[2], filters});
+    g_.node("conv", name, {x, w, b}, {y}, {{"stride", {1, 1, 1}}, {"dilation", {1, 1, 1}}, {"padding", padding}});
     y = unary("leaky_relu", name + ".act", y, {{"alpha", 0.3}});
-    const int32_t pooled = g_.value(name + ".pool", MLPH_DTYPE_F32, {batch, edge / 2, edge / 2, edge / 2, filters});
+    const int32_t pooled =
+        g_.value(name + ".pool", MLPH_DTYPE_F32, {batch, edges[0] / 2, edges[1] / 2, edges[2] / 2, filters});
     g_.node("max_pool", name + ".pool", {y}, {pooled}, {{"kernel", {2, 2, 2}}, {"stride", {2, 2, 2}}});
     return pooled;
+  }
+
+  // The blocks of every rank of the sample put together: [B, D*gd, H*gh, W*gw, C] on each.
+  int32_t gather(int32_t x, const std::vector<int64_t>& grid) {
+    const MLPH_Value in = g_.value_info(x);
+    const int32_t y = g_.value("gather", MLPH_DTYPE_F32,
+                               {in.shape[0], in.shape[1] * grid[0], in.shape[2] * grid[1], in.shape[3] * grid[2], in.shape[4]});
+    g_.node("spatial_gather", "gather", {x}, {y}, {{"grid", numbers(grid)}});
+    return y;
   }
 
   int32_t dense(int32_t x, const std::string& name, int64_t units, double l2) {
@@ -78,14 +106,41 @@ class Builder {
 
 }  // namespace
 
+int spatial_blocks(const ModelSettings& m) {
+  if (sdk::spatial::ranks(m.grid) == 1) return 0;
+  const int64_t halo = std::max(pad_before(m.kernel_size), pad_after(m.kernel_size));
+  static const char* const dims[] = {"D", "H", "W"};
+  for (int block = 0; block < m.n_conv_layers; ++block) {
+    const int64_t edge = m.edge >> block;  // the whole activation's edge at the block's input
+    for (size_t d = 0; d < 3; ++d) {
+      const int64_t ranks = m.grid[d], local = edge / ranks;
+      if (ranks == 1 || (edge % ranks == 0 && local % 2 == 0 && local >= halo)) continue;
+      if (block > 0) return block;
+      sdk::fail(MLPH_INVALID_ARGUMENT,
+                "'parallel.spatial' = " + sdk::spatial::grid_text(m.grid) + ": data.edge " + std::to_string(m.edge) +
+                    " does not split along " + dims[d] + " into " + std::to_string(ranks) +
+                    " blocks of an even size of at least " + std::to_string(std::max<int64_t>(halo, 2)) +
+                    " (every block is max-pooled by 2 and holds a halo of " + std::to_string(halo) + ")");
+    }
+  }
+  return m.n_conv_layers;
+}
+
 void build_model(sdk::GraphBuilder& g, const ModelSettings& m, double momentum, uint32_t batch, uint64_t seed) {
   const int64_t b = batch, e = m.edge;
-  const int32_t x = g.value("x", MLPH_DTYPE_I16, {b, e, e, e, 4});
+  const int split = spatial_blocks(m);
+  const std::vector<int64_t> block = split ? std::vector<int64_t>{e / m.grid[0], e / m.grid[1], e / m.grid[2]}
+                                           : std::vector<int64_t>{e, e, e};
+  const int32_t x = g.value("x", MLPH_DTYPE_I16, {b, block[0], block[1], block[2], 4});
   const int32_t y = g.value("y", MLPH_DTYPE_F32, {b, 4});
   Builder net(g, seed);
-  int32_t h = g.value("log1p", MLPH_DTYPE_F32, {b, e, e, e, 4});
+  int32_t h = g.value("log1p", MLPH_DTYPE_F32, {b, block[0], block[1], block[2], 4});
   g.node("log1p", "log1p", {x}, {h});
-  for (int i = 0; i < m.n_conv_layers; ++i) h = net.conv_block(h, i + 1, m.kernel_size, m.conv_size << i);
+  for (int i = 0; i < m.n_conv_layers; ++i) {
+    if (split && i == split) h = net.gather(h, m.grid);
+    h = net.conv_block(h, i + 1, m.kernel_size, m.conv_size << i, i < split ? &m.grid : nullptr);
+  }
+  if (split == m.n_conv_layers) h = net.gather(h, m.grid);
 
   const MLPH_Value last = g.value_info(h);
   const int64_t flat = last.shape[1] * last.shape[2] * last.shape[3] * last.shape[4];

@@ -27,12 +27,16 @@ class CosmoFlow final : public sdk::Workload {
   }
 
   CosmoFlow(const MLPH_HostApi* host, const sdk::Options& config)
-      : host_(host), settings_(parse_settings(config)), log_(hyperparameter_log(settings_)) {}
+      : host_(host), settings_(parse_settings(config)), log_(hyperparameter_log(settings_)) {
+    spatial_blocks(settings_.model);  // a grid that does not split the volume: refused here, in one line
+  }
 
   // The eval output is a sum over the batch (eval_per_sample 0): whole global batches are evaluated.
+  // Spatial parallelism splits x's D, H, W (dims 1-3) over the grid; every rank reads all of y.
   MLPH_WorkloadInfo describe() override {
+    static constexpr int32_t kSpatialDims[] = {1, -1};
     return {sizeof(MLPH_WorkloadInfo), nullptr,     kBenchmark,  "eval_error", settings_.target_mae, 1,
-            settings_.epochs,          settings_.batch_size, log_.data(), log_.size(), 1, 0};
+            settings_.epochs,          settings_.batch_size, log_.data(), log_.size(), 1, 0, kSpatialDims, 2};
   }
 
   const MLPH_Graph* build_graph(uint32_t batch, uint64_t seed) override {

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "mlph/sdk/error.hpp"
+#include "mlph/sdk/spatial.hpp"
 
 namespace mlph::cosmoflow {
 using sdk::fail;
@@ -51,6 +52,12 @@ Settings parse_settings(const sdk::Options& c) {
   if (s.data.edge % shrink != 0)
     fail(MLPH_INVALID_ARGUMENT, "'data.edge' = " + std::to_string(s.data.edge) + ": must be a multiple of " +
                                     std::to_string(shrink) + " (2^model.n_conv_layers: each block halves it)");
+  const std::string grid = c.get("parallel.spatial", "1");
+  s.model.grid = sdk::spatial::parse_grid(grid, "parallel.spatial");
+  if (s.model.grid == std::vector<int64_t>{1}) s.model.grid = {1, 1, 1};
+  if (s.model.grid.size() != 3)
+    fail(MLPH_INVALID_ARGUMENT, "'parallel.spatial' = " + grid + ": CosmoFlow splits D, H and W: give three factors, "
+                                    "e.g. 2x1x1");
   return s;
 }
 

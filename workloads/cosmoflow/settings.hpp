@@ -14,6 +14,8 @@ struct ModelSettings {
   double dropout = 0.5;
   double weight_decay = 0.0;  // Keras l2 on the dense kernels
   int edge = 128;             // input volume edge
+  // parallel.spatial: ranks per sample along D, H, W (all 1: each rank holds whole samples).
+  std::vector<int64_t> grid{1, 1, 1};
 };
 
 struct ScheduleSettings {

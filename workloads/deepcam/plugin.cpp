@@ -53,7 +53,7 @@ class DeepCam final : public sdk::Workload {
   MLPH_WorkloadInfo describe() override {
     return {sizeof(MLPH_WorkloadInfo), nullptr,     kBenchmark,  "eval_accuracy", settings_.target_iou, 0,
             settings_.epochs,          settings_.batch_size, log_.data(), log_.size(),
-            settings_.training.gradient_accumulation_frequency, 1};
+            settings_.training.gradient_accumulation_frequency, 1, nullptr, 0};  // no spatial parallelism
   }
 
   const MLPH_Graph* build_graph(uint32_t batch, uint64_t seed) override {

@@ -1,5 +1,6 @@
 // comms/local: one process, one rank. Collectives are identities (AVERAGE over one rank too); the
-// halo exchange wraps periodic dims onto this rank and leaves the others' halos untouched.
+// halo exchange (and its transpose, halo_accumulate) wraps periodic dims onto this rank and leaves
+// the others' halos untouched.
 #include <cstring>
 
 #include "mlph/sdk/comms.hpp"
@@ -20,13 +21,19 @@ class LocalComm final : public mlph::sdk::Comm {
   }
   void barrier() override {}
   void halo_exchange(void* data, const MLPH_HaloSpec& spec) override {
-    mlph::sdk::halo::exchange(data, spec, 0, 1, "comms/local", [](int32_t, mlph::sdk::halo::Transfer& t) {
-      // One rank: both neighbours of a periodic dim are this rank itself.
-      if (t.low >= 0) t.from_low = t.to_high;
-      if (t.high >= 0) t.from_high = t.to_low;
-    });
+    mlph::sdk::halo::exchange(data, spec, 0, 1, "comms/local", wrap);
+  }
+  void halo_accumulate(void* data, const MLPH_HaloSpec& spec) override {
+    mlph::sdk::halo::accumulate(data, spec, 0, 1, "comms/local", wrap);
   }
   std::unique_ptr<mlph::sdk::Comm> split(int32_t, int32_t) override { return std::make_unique<LocalComm>(); }
+
+ private:
+  // One rank: both neighbours of a periodic dim are this rank itself.
+  static void wrap(int32_t, mlph::sdk::halo::Transfer& t) {
+    if (t.low >= 0) t.from_low = t.to_high;
+    if (t.high >= 0) t.from_high = t.to_low;
+  }
 };
 
 }  // namespace

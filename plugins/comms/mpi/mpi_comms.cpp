@@ -121,7 +121,7 @@ class MpiComm final : public mlph::sdk::Comm {
   // A communicator split from `parent` (see split): its options; MPI stays up for the parent.
   struct Split {};
   MpiComm(Split, const MpiComm& parent, MPI_Comm comm, MPI_Comm notices)
-      : host_(parent.host_), timeout_s_(parent.timeout_s_), comm_(comm), notices_(notices) {
+      : host_(parent.host_), timeout_s_(parent.timeout_s_), comm_(comm), notices_(notices), split_(true) {
     set_up();
   }
 
@@ -130,6 +130,7 @@ class MpiComm final : public mlph::sdk::Comm {
     check(MPI_Comm_set_errhandler(notices_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
     check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+    find_world_ranks();
     check(MPI_Op_create(reduce16<half_to_float, float_to_half, false>, 1, &f16_sum_), "MPI_Op_create");
     check(MPI_Op_create(reduce16<half_to_float, float_to_half, true>, 1, &f16_max_), "MPI_Op_create");
     check(MPI_Op_create(reduce16<bf16_to_float, float_to_bf16, false>, 1, &bf16_sum_), "MPI_Op_create");
@@ -217,29 +218,13 @@ class MpiComm final : public mlph::sdk::Comm {
   }
 
   void halo_exchange(void* data, const MLPH_HaloSpec& spec) override {
-    begin("halo exchange", 0);
-    mlph::sdk::halo::exchange(data, spec, rank_, size_, "comms/mpi", [&](int32_t dim, mlph::sdk::halo::Transfer& t) {
-      if (t.to_low.size() > kMaxCount)
-        fail(MLPH_INVALID_ARGUMENT, "comms/mpi: halo exchange: a face of more than 1 GiB");
-      const int bytes = static_cast<int>(t.to_low.size());
-      const int up = 2 * dim, down = 2 * dim + 1;  // tags: data moving to the higher / lower neighbour
-      std::vector<MPI_Request> requests;
-      if (t.low >= 0) {
-        requests.push_back(MPI_REQUEST_NULL);
-        check(MPI_Irecv(t.from_low.data(), bytes, MPI_BYTE, t.low, up, comm_, &requests.back()), "MPI_Irecv");
-      }
-      if (t.high >= 0) {
-        requests.push_back(MPI_REQUEST_NULL);
-        check(MPI_Irecv(t.from_high.data(), bytes, MPI_BYTE, t.high, down, comm_, &requests.back()), "MPI_Irecv");
-        requests.push_back(MPI_REQUEST_NULL);
-        check(MPI_Isend(t.to_high.data(), bytes, MPI_BYTE, t.high, up, comm_, &requests.back()), "MPI_Isend");
-      }
-      if (t.low >= 0) {
-        requests.push_back(MPI_REQUEST_NULL);
-        check(MPI_Isend(t.to_low.data(), bytes, MPI_BYTE, t.low, down, comm_, &requests.back()), "MPI_Isend");
-      }
-      wait(requests);
-    });
+    begin("halo exchange", halo_bytes(spec));
+    mlph::sdk::halo::exchange(data, spec, rank_, size_, "comms/mpi", [&](int32_t d, auto& t) { move_faces(d, t); });
+  }
+
+  void halo_accumulate(void* data, const MLPH_HaloSpec& spec) override {
+    begin("halo accumulate", halo_bytes(spec));
+    mlph::sdk::halo::accumulate(data, spec, rank_, size_, "comms/mpi", [&](int32_t d, auto& t) { move_faces(d, t); });
   }
 
  private:
@@ -264,6 +249,21 @@ class MpiComm final : public mlph::sdk::Comm {
                  "thread (overlapped gradient allreduce) is not safe");
   }
 
+  // Messages name ranks as the job knows them (MPI_COMM_WORLD), also in a split communicator.
+  void find_world_ranks() {
+    MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+    check(MPI_Comm_group(comm_, &group), "MPI_Comm_group");
+    check(MPI_Comm_group(MPI_COMM_WORLD, &world), "MPI_Comm_group");
+    std::vector<int> mine(static_cast<size_t>(size_));
+    for (int r = 0; r < size_; ++r) mine[static_cast<size_t>(r)] = r;
+    world_ranks_.resize(mine.size());
+    const int result = MPI_Group_translate_ranks(group, size_, mine.data(), world, world_ranks_.data());
+    MPI_Group_free(&group);
+    MPI_Group_free(&world);
+    check(result, "MPI_Group_translate_ranks");
+  }
+  int world_rank(int r) const { return world_ranks_[static_cast<size_t>(r)]; }
+
   // Ranks sharing memory are one node; counting the nodes' first ranks gives the node count.
   void find_node() {
     MPI_Comm node = MPI_COMM_NULL;
@@ -276,7 +276,44 @@ class MpiComm final : public mlph::sdk::Comm {
     nodes_ = leaders;
   }
 
-  std::string where() const { return "comms/mpi: rank " + std::to_string(rank_) + " of " + std::to_string(size_); }
+  // The bytes this rank sends (for the timeout message); 0 for a spec that halo::validate will refuse.
+  size_t halo_bytes(const MLPH_HaloSpec& spec) const {
+    try {
+      mlph::sdk::halo::validate(spec, size_, "comms/mpi");
+    } catch (const mlph::sdk::Error&) {
+      return 0;
+    }
+    return mlph::sdk::halo::bytes_sent(spec, rank_);
+  }
+
+  // One dim of a halo exchange or accumulate: the faces to both neighbours and back, bounded by the deadline.
+  void move_faces(int32_t dim, mlph::sdk::halo::Transfer& t) {
+    if (t.to_low.size() > kMaxCount) fail(MLPH_INVALID_ARGUMENT, "comms/mpi: " + operation_ + ": a face of more than 1 GiB");
+    const int bytes = static_cast<int>(t.to_low.size());
+    const int up = 2 * dim, down = 2 * dim + 1;  // tags: data moving to the higher / lower neighbour
+    std::vector<MPI_Request> requests;
+    if (t.low >= 0) {
+      requests.push_back(MPI_REQUEST_NULL);
+      check(MPI_Irecv(t.from_low.data(), bytes, MPI_BYTE, t.low, up, comm_, &requests.back()), "MPI_Irecv");
+    }
+    if (t.high >= 0) {
+      requests.push_back(MPI_REQUEST_NULL);
+      check(MPI_Irecv(t.from_high.data(), bytes, MPI_BYTE, t.high, down, comm_, &requests.back()), "MPI_Irecv");
+      requests.push_back(MPI_REQUEST_NULL);
+      check(MPI_Isend(t.to_high.data(), bytes, MPI_BYTE, t.high, up, comm_, &requests.back()), "MPI_Isend");
+    }
+    if (t.low >= 0) {
+      requests.push_back(MPI_REQUEST_NULL);
+      check(MPI_Isend(t.to_low.data(), bytes, MPI_BYTE, t.low, down, comm_, &requests.back()), "MPI_Isend");
+    }
+    wait(requests);
+  }
+
+  std::string where() const {
+    if (!split_) return "comms/mpi: rank " + std::to_string(rank_) + " of " + std::to_string(size_);
+    return "comms/mpi: rank " + std::to_string(world_rank(rank_)) + " (" + std::to_string(rank_) + " of " +
+           std::to_string(size_) + " in a split communicator)";
+  }
 
   void check(int result, const char* call) {
     if (result == MPI_SUCCESS) return;
@@ -350,7 +387,7 @@ class MpiComm final : public mlph::sdk::Comm {
     }
     std::string missing;
     for (int r = 0; r < size_; ++r)
-      if (!arrived[static_cast<size_t>(r)]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      if (!arrived[static_cast<size_t>(r)]) missing += (missing.empty() ? "" : ", ") + std::to_string(world_rank(r));
     broken_ = where() + ": " + operation_ + " #" + std::to_string(sequence_) + " (" + std::to_string(bytes_) +
               " bytes) did not complete within " + format_seconds(timeout_s_) + " (comms.timeout_s): " +
               (missing.empty() ? "every rank reached it; the network or MPI is stuck"
@@ -392,7 +429,9 @@ class MpiComm final : public mlph::sdk::Comm {
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm notices_ = MPI_COMM_NULL;  // where a rank that timed out says which call it is stuck in
   MPI_Op f16_sum_ = MPI_OP_NULL, f16_max_ = MPI_OP_NULL, bf16_sum_ = MPI_OP_NULL, bf16_max_ = MPI_OP_NULL;
+  bool split_ = false;            // split from another communicator: messages add the rank within it
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, nodes_ = 1;
+  std::vector<int> world_ranks_;  // this communicator's ranks in MPI_COMM_WORLD
   // The call in flight, for the timeout message; and why the communicator became unusable.
   uint64_t sequence_ = 0;
   std::string operation_;
@@ -403,5 +442,5 @@ class MpiComm final : public mlph::sdk::Comm {
 }  // namespace
 
 MLPH_DEFINE_PLUGIN(MLPH_KIND_COMMS, "mpi", "0.1.0",
-                   "MPI ranks (mpirun, srun): bounded collectives, f16/bf16 reductions, halo exchange",
+                   "MPI ranks (mpirun, srun): bounded collectives, f16/bf16 reductions, halo exchange and its transpose",
                    mlph::sdk::comms_api<MpiComm>())

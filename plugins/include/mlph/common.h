@@ -24,7 +24,7 @@ extern "C" {
  * appended. The core accepts plug-ins with an equal major and a minor in [MLPH_ABI_MIN_MINOR, MLPH_ABI_MINOR]
  * or newer (a newer plug-in's extra members are simply not called). */
 #define MLPH_ABI_MAJOR 1
-#define MLPH_ABI_MINOR 4
+#define MLPH_ABI_MINOR 5
 #define MLPH_ABI_MIN_MINOR 0
 
 /* Size of T up to and including `member`: what a receiver requires of a struct it reads. */

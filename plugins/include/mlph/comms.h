@@ -72,6 +72,13 @@ typedef struct MLPH_CommsApi {
    * (timeouts); e.g. batch-norm groups. *out is owned by the caller, freed with destroy before the
    * parent. */
   MLPH_Error* (*split)(MLPH_Comm* comm, int32_t color, int32_t key, MLPH_Comm** out);
+  /* ABI 1.5 (callers check struct_size and NULL). The transpose of halo_exchange, for the backward
+   * pass of a spatially split convolution: every halo that halo_exchange fills from a neighbour is
+   * sent back to that neighbour, which adds it to the interior cells it was copied from, and is then
+   * set to 0. Dims go in reverse order (k-1..0), so edge and corner halos travel back the way they
+   * came. Halos at the ends of a non-periodic dim are left untouched. dtype f32 or f64. Collective
+   * over all ranks; host memory; in place. */
+  MLPH_Error* (*halo_accumulate)(MLPH_Comm* comm, void* data, const MLPH_HaloSpec* spec);
 } MLPH_CommsApi;
 
 /* What a backend receives at compile time: the table and the communicator, both borrowed. */

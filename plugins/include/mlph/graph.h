@@ -52,9 +52,10 @@ typedef struct MLPH_Node {
 enum { MLPH_PARAM_TRAINABLE = 1u };
 
 /* The op-set: which catalogue (ops, attributes, optimizers) a graph is written against. Op-set 1 is
- * the catalogue of ABI 1.2; each later op-set only adds to it (docs/ops.md lists what each added).
+ * the catalogue of ABI 1.2; each later op-set only adds to it (docs/ops.md lists what each added):
+ * op-set 2 (ABI 1.5) the spatial ops halo_exchange and spatial_gather.
  * A graph whose struct_size does not reach `opset` (a workload older than ABI 1.3) is op-set 1. */
-#define MLPH_OPSET 1
+#define MLPH_OPSET 2
 
 typedef struct MLPH_Parameter {
   int32_t value;       /* the value this parameter defines; float32 */

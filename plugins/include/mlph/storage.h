@@ -73,6 +73,11 @@ typedef struct MLPH_StorageApi {
    * calls on the instance are in flight (they may fail from then on) and while `stage` runs; the
    * instance creates nothing afterwards. Nothing but the process's exit follows. */
   void (*abandon)(MLPH_Storage* storage);
+  /* ABI 1.5, optional (NULL: whole files only; callers check struct_size first). Reads `bytes` bytes
+   * at byte `offset` of the file into `dst` (caller-owned): a rank of a spatially split sample reads
+   * only its part. As for `read`, only a regular file is read, without blocking; a range reaching
+   * past the end of the file is MLPH_DATA_LOSS naming the file. */
+  MLPH_Error* (*read_range)(MLPH_Storage* storage, const char* path, uint64_t offset, size_t bytes, void* dst);
 } MLPH_StorageApi;
 
 /* What a workload receives to read its dataset: the table and the instance, both borrowed. */

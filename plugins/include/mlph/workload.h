@@ -71,6 +71,15 @@ typedef struct MLPH_WorkloadInfo {
    * evaluates whole global batches only. Read only from workloads of ABI 1.3 or later: this member
    * lies in 1.2's trailing padding, so a 1.2 workload's struct_size covers it. */
   uint32_t eval_per_sample;
+  /* ABI 1.5: spatial parallelism (the core's parallel.spatial, a grid of ranks per sample, which the
+   * workload reads from its config and builds its graph for: each rank's part of every split input,
+   * halo_exchange before the convolutions, spatial_gather where the parts become whole; docs/ops.md).
+   * One entry per graph input: the input dim that the grid's first dim splits (grid dim j splits
+   * input dim spatial_dims[i] + j, evenly, row-major rank order within the sample's ranks), or -1 for
+   * an input every rank of the sample reads whole (labels). NULL: no spatial graphs; the core refuses
+   * a grid other than 1. */
+  const int32_t* spatial_dims;
+  size_t n_spatial_dims;
 } MLPH_WorkloadInfo;
 
 /* ABI 1.3: what a workload says about its benchmark before any instance exists (a submission
@@ -118,6 +127,16 @@ typedef struct MLPH_ExportEntry {
 typedef void (*MLPH_ExportFn)(void* ctx, const MLPH_ExportEntry* entry);
 
 typedef enum MLPH_Split { MLPH_SPLIT_TRAIN = 0, MLPH_SPLIT_VALIDATION = 1 } MLPH_Split;
+
+/* ABI 1.5: which part of each sample dataset_read_part delivers (spatial parallelism). Input i's
+ * tensor receives the box of the whole sample's input i that starts at offsets[i * MLPH_MAX_DIMS + d]
+ * along each dim d and spans the tensor's shape (dim 0, the batch, starts at 0). */
+typedef struct MLPH_SamplePart {
+  size_t struct_size;
+  const MLPH_Extension* ext;
+  const int64_t* offsets; /* n_inputs x MLPH_MAX_DIMS */
+  size_t n_inputs;
+} MLPH_SamplePart;
 
 typedef struct MLPH_WorkloadApi {
   size_t struct_size;
@@ -193,6 +212,12 @@ typedef struct MLPH_WorkloadApi {
    * Static: needs no workload instance (mlph-export converts a checkpoint with the library alone).
    * NULL: the workload cannot export. */
   MLPH_Error* (*reference_layout)(const MLPH_HostApi* host, const MLPH_Value* param, MLPH_ExportFn emit, void* ctx);
+  /* ABI 1.5, optional (callers check struct_size and NULL; needed where describe gives spatial_dims).
+   * As dataset_read, but only `part` of every sample: the box of each input that this rank holds
+   * (MLPH_SamplePart), read from the file alone where the format allows. A box outside the sample is
+   * MLPH_INVALID_ARGUMENT. */
+  MLPH_Error* (*dataset_read_part)(MLPH_Dataset* dataset, const uint64_t* indices, size_t n, MLPH_Tensor* inputs,
+                                   size_t n_inputs, const MLPH_SamplePart* part);
 } MLPH_WorkloadApi;
 
 #ifdef __cplusplus

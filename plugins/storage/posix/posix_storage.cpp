@@ -37,11 +37,15 @@ class PosixStorage final : public mlph::sdk::Storage {
     const auto start = std::chrono::steady_clock::now();
     const size_t size = mlph::sdk::read_regular_file(path, std::numeric_limits<uint64_t>::max(),
                                                      [&](size_t bytes) { return alloc(ctx, bytes); });
-    std::lock_guard lock(mutex_);
-    stats_.bytes_read += size;
-    stats_.files_read += 1;
-    stats_.read_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    count(size, start);
     return size;
+  }
+
+  // ABI 1.5: a byte range, for a rank that holds only part of each sample.
+  void read_range(const char* path, uint64_t offset, size_t bytes, void* dst) {
+    const auto start = std::chrono::steady_clock::now();
+    mlph::sdk::read_regular_file_range(path, offset, bytes, dst);
+    count(bytes, start);
   }
 
   MLPH_IoStats stats() override {
@@ -50,6 +54,13 @@ class PosixStorage final : public mlph::sdk::Storage {
   }
 
  private:
+  void count(size_t bytes, std::chrono::steady_clock::time_point start) {
+    std::lock_guard lock(mutex_);
+    stats_.bytes_read += bytes;
+    stats_.files_read += 1;
+    stats_.read_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
   std::mutex mutex_;
   MLPH_IoStats stats_{sizeof(MLPH_IoStats), nullptr, 0, 0, 0.0};
 };

@@ -161,6 +161,56 @@ TEST(MpiComms, HaloExchangeTwoDimGridFillsEdgesAndCorners) {
   }
 }
 
+// The transpose: faces back to the neighbours they came from and added there, corners included.
+TEST(MpiComms, HaloAccumulateIsTheTransposeOfTheExchange) {
+  for (bool periodic : {false, true}) {
+    HaloCase k;
+    k.grid[0] = 2;
+    k.halo[0] = 2;
+    k.periodic[0] = periodic;
+    mlph::test::check_halo_adjoint(comm(), k);
+    k.grid_ndim = 2;
+    k.grid[1] = 1;
+    k.interior[0] = 3;
+    k.interior[1] = 4;
+    k.halo[0] = 1;
+    k.halo[1] = 2;
+    k.periodic[1] = !periodic;
+    mlph::test::check_halo_adjoint(comm(), k);
+  }
+}
+
+// Interior 0, halos 1 on a 2 x 1 grid (rows split, columns periodic on each rank): an interior cell
+// ends up holding how many halo cells mirrored it: rank 0's last row is rank 1's low halo, and with
+// the periodic columns its first and last cells are also corners of that halo.
+TEST(MpiComms, HaloAccumulateAddsEveryCopyOfACell) {
+  const int64_t rows = 2 + 2, cols = 3 + 2;  // interior 2 x 3, halos of 1
+  std::vector<float> block(static_cast<size_t>(rows * cols), 0.0f);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      if (i == 0 || i == rows - 1 || j == 0 || j == cols - 1) block[static_cast<size_t>(i * cols + j)] = 1.0f;
+  MLPH_HaloSpec spec{};
+  spec.struct_size = sizeof spec;
+  spec.dtype = MLPH_DTYPE_F32;
+  spec.ndim = 2;
+  spec.grid_ndim = 2;
+  spec.shape[0] = rows, spec.shape[1] = cols;
+  spec.grid[0] = 2, spec.grid[1] = 1;
+  spec.halo[0] = 1, spec.halo[1] = 1;
+  spec.periodic[1] = 1;
+  const auto [code, message] = LoadedComm::outcome(comm().api()->halo_accumulate(comm().comm(), block.data(), &spec));
+  ASSERT_EQ(code, MLPH_OK) << message;
+  const int64_t border = comm().rank() == 0 ? 2 : 1;  // the interior row next to the other rank
+  for (int64_t i = 1; i < rows - 1; ++i)
+    for (int64_t j = 1; j < cols - 1; ++j) {
+      // Each interior cell of the rows: its column's wrapped halos (first and last columns) plus, on the
+      // border row, the other rank's halo row cell and its corners.
+      float expected = (j == 1 || j == cols - 2) ? 1.0f : 0.0f;
+      if (i == border) expected += 1.0f + ((j == 1 || j == cols - 2) ? 1.0f : 0.0f);
+      EXPECT_EQ(block[static_cast<size_t>(i * cols + j)], expected) << "rank " << comm().rank() << " (" << i << ", " << j << ")";
+    }
+}
+
 TEST(MpiComms, HaloExchangeRejectsAGridOfTheWrongSize) {
   MLPH_HaloSpec spec{};
   spec.struct_size = sizeof spec;

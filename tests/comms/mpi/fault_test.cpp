@@ -51,3 +51,27 @@ TEST(MpiFaults, MpiErrorBecomesOneClearLineAndAbortsEveryRank) {
       << r.output;  // MLPH_UNAVAILABLE with MPI's own words
   EXPECT_LT(seconds, 15.0) << r.output;
 }
+
+// A spatially split sample's neighbour that hangs between two halo exchanges: rank 0's second one
+// times out within comms.timeout_s naming the exchange and the rank, and the job ends non-zero.
+TEST(MpiFaults, HungNeighbourInAHaloExchangeTimesOutNamingIt) {
+  double seconds = 0;
+  const CliResult r = run_probe("halo-skip", &seconds);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 0: halo exchange 1 returned code 0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("halo exchange #2 (16 bytes) did not complete within 2 s (comms.timeout_s): rank(s) 1 "
+                          "did not reach it"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("(0 of 2 in a split communicator)"), std::string::npos) << r.output;
+  EXPECT_LT(seconds, 15.0) << r.output;
+}
+
+// A neighbour that dies between two halo exchanges: the launcher names it and ends rank 0.
+TEST(MpiFaults, DeadNeighbourInAHaloExchangeEndsTheJob) {
+  double seconds = 0;
+  const CliResult r = run_probe("halo-kill", &seconds);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 1"), std::string::npos) << r.output;
+  EXPECT_LT(seconds, 15.0) << r.output;
+}

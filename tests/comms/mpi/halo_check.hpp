@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <tuple>
 #include <vector>
 
 #include "comms_fixture.hpp"
@@ -69,6 +71,65 @@ inline void check_halo_exchange(const LoadedComm& c, const HaloCase& k) {
         const float expected = row < 0 || col < 0 ? -1.0f : source_value(row, col, ch);
         ASSERT_EQ(at(i, j, ch), expected) << "rank " << c.rank() << " cell (" << i << ", " << j << ") channel " << ch;
       }
+}
+
+// halo_accumulate is the transpose of halo_exchange (f64 blocks of random values a and b, halos
+// included): sum over the ranks of <exchange(a), b> == sum of <a, accumulate(b)>. And every halo that
+// went back to a neighbour is 0 afterwards, while those past a non-periodic end keep their value.
+inline void check_halo_adjoint(const LoadedComm& c, const HaloCase& k) {
+  const int64_t halo[2] = {k.halo[0], k.grid_ndim == 2 ? k.halo[1] : 0};
+  const int64_t shape[2] = {k.interior[0] + 2 * halo[0], k.interior[1] + 2 * halo[1]};
+  const size_t n = static_cast<size_t>(shape[0] * shape[1] * k.channels);
+  MLPH_HaloSpec spec{};
+  spec.struct_size = sizeof spec;
+  spec.dtype = MLPH_DTYPE_F64;
+  spec.ndim = 3;
+  spec.grid_ndim = k.grid_ndim;
+  spec.shape[0] = shape[0];
+  spec.shape[1] = shape[1];
+  spec.shape[2] = k.channels;
+  for (int d = 0; d < k.grid_ndim; ++d) {
+    spec.grid[d] = k.grid[d];
+    spec.halo[d] = k.halo[d];
+    spec.periodic[d] = k.periodic[d];
+  }
+  std::vector<double> a(n), b(n);
+  for (size_t i = 0; i < n; ++i) {
+    a[i] = mlph_uniform(5, static_cast<uint64_t>(c.rank()), 0, i) - 0.5;
+    b[i] = mlph_uniform(6, static_cast<uint64_t>(c.rank()), 0, i) - 0.5;
+  }
+  std::vector<double> exchanged = a, accumulated = b;
+  ASSERT_TRUE(mlph::sdk::has_halo_accumulate(c.api()));
+  auto [code, message] = LoadedComm::outcome(c.api()->halo_exchange(c.comm(), exchanged.data(), &spec));
+  ASSERT_EQ(code, MLPH_OK) << message;
+  std::tie(code, message) = LoadedComm::outcome(c.api()->halo_accumulate(c.comm(), accumulated.data(), &spec));
+  ASSERT_EQ(code, MLPH_OK) << message;
+  double dots[2] = {0, 0};
+  for (size_t i = 0; i < n; ++i) dots[0] += exchanged[i] * b[i], dots[1] += a[i] * accumulated[i];
+  std::tie(code, message) = LoadedComm::outcome(c.api()->allreduce(c.comm(), dots, 2, MLPH_DTYPE_F64, MLPH_REDUCE_SUM));
+  ASSERT_EQ(code, MLPH_OK) << message;
+  EXPECT_NEAR(dots[0], dots[1], 1e-12 * (1 + std::abs(dots[0]))) << "rank " << c.rank();
+  bool any_sent = false;  // else nothing moves, and the identity passes as its own transpose
+  for (int d = 0; d < k.grid_ndim; ++d) any_sent = any_sent || (k.halo[d] > 0 && (k.periodic[d] || k.grid[d] > 1));
+  if (any_sent) {
+    EXPECT_NE(accumulated, b) << "the halos moved";
+  }
+  // Dim 0 goes last (its slabs span the others' halos): a halo of it sent back is 0 at the end; one
+  // past a non-periodic end keeps its value when no other dim is split (else their slabs pass through it).
+  const int32_t coord = k.grid_ndim == 2 ? c.rank() / k.grid[1] : c.rank();
+  const bool low_sent = k.periodic[0] || coord > 0, high_sent = k.periodic[0] || coord < k.grid[0] - 1;
+  for (int64_t i = 0; i < shape[0]; ++i) {
+    const bool low = i < halo[0], high = i >= shape[0] - halo[0];
+    if (!low && !high) continue;
+    for (int64_t j = 0; j < shape[1]; ++j) {
+      const size_t at = static_cast<size_t>((i * shape[1] + j) * k.channels);
+      if ((low && low_sent) || (high && high_sent)) {
+        EXPECT_EQ(accumulated[at], 0.0) << "rank " << c.rank() << " halo cell (" << i << ", " << j << ") was sent";
+      } else if (k.grid_ndim == 1) {
+        EXPECT_EQ(accumulated[at], b[at]) << "rank " << c.rank() << " halo cell (" << i << ", " << j << ") kept";
+      }
+    }
+  }
 }
 
 }  // namespace mlph::test

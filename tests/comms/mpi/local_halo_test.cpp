@@ -20,6 +20,21 @@ TEST(LocalComms, HaloExchangeOnOneRank) {
   }
 }
 
+// The transpose on one rank: periodic dims send their halos back onto this rank's own interior.
+TEST(LocalComms, HaloAccumulateIsTheTransposeOfTheExchange) {
+  LoadedComm comm("local");
+  for (bool periodic : {false, true}) {
+    HaloCase k;
+    k.halo[0] = 2;
+    k.periodic[0] = periodic;
+    mlph::test::check_halo_adjoint(comm, k);
+    k.grid_ndim = 2;
+    k.halo[1] = 1;
+    k.periodic[1] = !periodic;
+    mlph::test::check_halo_adjoint(comm, k);
+  }
+}
+
 TEST(LocalComms, HaloExchangeIsOptionalForOneDotZeroTables) {
   LoadedComm comm("local");
   MLPH_CommsApi table = *comm.api();
@@ -29,6 +44,9 @@ TEST(LocalComms, HaloExchangeIsOptionalForOneDotZeroTables) {
   table.struct_size = sizeof table;
   table.halo_exchange = nullptr;
   EXPECT_FALSE(mlph::sdk::has_halo_exchange(&table));
+  EXPECT_TRUE(mlph::sdk::has_halo_accumulate(&table));
+  table.struct_size = MLPH_STRUCT_SIZE(MLPH_CommsApi, split);  // a 1.2 plug-in's table ends before it
+  EXPECT_FALSE(mlph::sdk::has_halo_accumulate(&table));
 }
 
 TEST(LocalComms, SplitGivesAOneRankCommunicator) {

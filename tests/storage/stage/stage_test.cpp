@@ -55,6 +55,7 @@ const MLPH_CommsApi kFakeComms = {
     [](MLPH_Comm*) -> MLPH_Error* { return nullptr; },
     nullptr,  // halo_exchange (ABI 1.1): not used by staging
     nullptr,  // split (ABI 1.2): not used by staging
+    nullptr,  // halo_accumulate (ABI 1.5): not used by staging
 };
 
 FakeComm rank_of(int32_t rank, int32_t size, int32_t local_rank = 0, int32_t local_size = 1) {

@@ -15,11 +15,17 @@ std::vector<std::byte> read_file(const std::string& path) {
 }
 
 void write_file_atomically(const std::string& path, std::span<const std::byte> bytes) {
+  write_file_atomically(path, [&](const ByteSink& write) { write(bytes); });
+}
+
+void write_file_atomically(const std::string& path, const std::function<void(const ByteSink&)>& produce) {
   const std::string temporary = path + ".partial";
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
     if (!out) throw std::runtime_error(temporary + ": cannot open for writing");
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    produce([&](std::span<const std::byte> piece) {
+      out.write(reinterpret_cast<const char*>(piece.data()), static_cast<std::streamsize>(piece.size()));
+    });
     out.close();
     if (!out) {
       std::error_code ignored;

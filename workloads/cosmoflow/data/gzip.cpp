@@ -117,21 +117,43 @@ std::vector<std::byte> gunzip(std::span<const std::byte> data, const std::string
 }
 
 std::vector<std::byte> gzip(std::span<const std::byte> data, int level) {
-  ZStream z(ZStream::Mode::deflate, level);
-  std::vector<std::byte> out(deflateBound(z.get(), static_cast<uLong>(std::min(data.size(), kMaxChunk))) + 64);
-  size_t pos = 0, produced = 0;
-  while (true) {
-    const size_t offered = offer(z, data, pos);
-    const bool last = pos + offered == data.size();
-    const uInt room = make_room(z, out, produced, std::numeric_limits<size_t>::max());
-    const int rc = deflate(z.get(), last ? Z_FINISH : Z_NO_FLUSH);
-    pos += offered - z->avail_in;
-    produced += room - z->avail_out;
-    if (rc == Z_STREAM_END) break;
-    if (rc != Z_OK && rc != Z_BUF_ERROR) throw std::runtime_error("gzip deflate failed: " + z.message(rc));
-  }
-  out.resize(produced);
+  std::vector<std::byte> out;
+  GzipWriter writer(level, [&](std::span<const std::byte> chunk) { out.insert(out.end(), chunk.begin(), chunk.end()); });
+  writer.write(data);
+  writer.finish();
   return out;
+}
+
+struct GzipWriter::Stream {
+  explicit Stream(int level) : z(ZStream::Mode::deflate, level) {}
+  ZStream z;
+};
+
+GzipWriter::GzipWriter(int level, Sink sink)
+    : stream_(std::make_unique<Stream>(level)), sink_(std::move(sink)), chunk_(size_t{1} << 20) {}
+
+GzipWriter::~GzipWriter() = default;
+
+void GzipWriter::write(std::span<const std::byte> data) { deflate_all(data, false); }
+
+void GzipWriter::finish() { deflate_all({}, true); }
+
+// Feeds all of data (in pieces zlib can count) and hands on every full or final output chunk.
+void GzipWriter::deflate_all(std::span<const std::byte> data, bool last) {
+  ZStream& z = stream_->z;
+  size_t pos = 0;
+  for (;;) {
+    const size_t offered = offer(z, data, pos);
+    const bool final_piece = last && pos + offered == data.size();
+    z->next_out = reinterpret_cast<Bytef*>(chunk_.data());
+    z->avail_out = static_cast<uInt>(chunk_.size());
+    const int rc = deflate(z.get(), final_piece ? Z_FINISH : Z_NO_FLUSH);
+    pos += offered - z->avail_in;
+    if (const size_t produced = chunk_.size() - z->avail_out) sink_(std::span(chunk_).first(produced));
+    if (rc == Z_STREAM_END) return;
+    if (rc != Z_OK && rc != Z_BUF_ERROR) throw std::runtime_error("gzip deflate failed: " + z.message(rc));
+    if (!last && pos == data.size() && z->avail_out != 0) return;  // all taken; more input may follow
+  }
 }
 
 }  // namespace mlph::cosmoflow

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <limits>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -21,5 +23,25 @@ std::vector<std::byte> gunzip(std::span<const std::byte> data, const std::string
 
 // One gzip stream of data; level 0 (store) .. 9 (smallest), -1 for zlib's default (6).
 std::vector<std::byte> gzip(std::span<const std::byte> data, int level = -1);
+
+// One gzip stream deflated piece by piece: the compressed bytes go to `sink` in chunks of up to
+// 1 MiB as they come, so neither the input nor the output needs to be in memory whole.
+class GzipWriter {
+ public:
+  using Sink = std::function<void(std::span<const std::byte>)>;
+  GzipWriter(int level, Sink sink);
+  ~GzipWriter();
+  GzipWriter(const GzipWriter&) = delete;
+  GzipWriter& operator=(const GzipWriter&) = delete;
+  void write(std::span<const std::byte> data);
+  void finish();  // ends the stream; write no more
+
+ private:
+  void deflate_all(std::span<const std::byte> data, bool last);
+  struct Stream;
+  std::unique_ptr<Stream> stream_;
+  Sink sink_;
+  std::vector<std::byte> chunk_;
+};
 
 }  // namespace mlph::cosmoflow

@@ -150,34 +150,45 @@ void check_array(const NpyArray& a, std::string_view descr, const char* dtype_na
   if (a.fortran_order) throw DataError(name, "fortran_order is True; CosmoFlow arrays are stored in C order");
 }
 
-}  // namespace
-
-NpyArray parse_npy(std::span<const std::byte> file, const std::string& name) {
+// Where the header text starts (after magic, version and its length) and where the data starts.
+std::pair<size_t, uint64_t> header_extent(std::span<const std::byte> head, const std::string& name) {
   const size_t preamble = kMagic.size() + 2;
-  if (file.size() < preamble + 2 ||
-      std::string_view(reinterpret_cast<const char*>(file.data()), kMagic.size()) != kMagic)
+  if (head.size() < preamble + 2 ||
+      std::string_view(reinterpret_cast<const char*>(head.data()), kMagic.size()) != kMagic)
     throw DataError(name, "not a .npy file (no \\x93NUMPY magic)");
-  const auto major = std::to_integer<int>(file[kMagic.size()]);
+  const auto major = std::to_integer<int>(head[kMagic.size()]);
   if (major < 1 || major > 3)
     throw DataError(name, ".npy format version " + std::to_string(major) + " is not supported");
   const size_t length_bytes = major == 1 ? 2 : 4;
-  if (file.size() < preamble + length_bytes) throw DataError(name, "truncated .npy header");
-  const uint64_t header_length = read_le(file.subspan(preamble, length_bytes));
-  const size_t header_start = preamble + length_bytes;
+  if (head.size() < preamble + length_bytes) throw DataError(name, "truncated .npy header");
+  const uint64_t header_length = read_le(head.subspan(preamble, length_bytes));
   if (header_length > kMaxNpyHeaderBytes)
     throw DataError(name, ".npy header of " + std::to_string(header_length) + " bytes, more than the " +
                               std::to_string(kMaxNpyHeaderBytes) + " this reader accepts");
-  if (header_length > file.size() - header_start)
-    throw DataError(name, "truncated .npy header: it claims " + std::to_string(header_length) + " bytes, " +
-                              std::to_string(file.size() - header_start) + " remain");
-  const std::string_view text(reinterpret_cast<const char*>(file.data() + header_start), header_length);
-  NpyArray array = HeaderParser(text, name).parse();
+  return {preamble + length_bytes, preamble + length_bytes + header_length};
+}
 
-  const auto item = item_size(array.descr);
-  if (!item) throw DataError(name, "unsupported dtype " + sdk::quoted(array.descr));
-  const size_t data_start = header_start + header_length;
-  const uint64_t available = file.size() - data_start;
-  const auto needed = array_bytes(array.shape, *item);
+}  // namespace
+
+uint64_t npy_data_offset(std::span<const std::byte> head, const std::string& name) {
+  return header_extent(head, name).second;
+}
+
+NpyArray parse_npy_header(std::span<const std::byte> head, const std::string& name) {
+  const auto [header_start, data_start] = header_extent(head, name);
+  if (data_start > head.size())
+    throw DataError(name, "truncated .npy header: it claims " + std::to_string(data_start - header_start) + " bytes, " +
+                              std::to_string(head.size() - header_start) + " remain");
+  const std::string_view text(reinterpret_cast<const char*>(head.data() + header_start), data_start - header_start);
+  NpyArray array = HeaderParser(text, name).parse();
+  if (!item_size(array.descr)) throw DataError(name, "unsupported dtype " + sdk::quoted(array.descr));
+  return array;
+}
+
+NpyArray parse_npy(std::span<const std::byte> file, const std::string& name) {
+  NpyArray array = parse_npy_header(file, name);
+  const uint64_t data_start = npy_data_offset(file, name), available = file.size() - data_start;
+  const auto needed = array_bytes(array.shape, *item_size(array.descr));
   if (needed != available)
     throw DataError(name, "holds " + std::to_string(available) + " data bytes, but shape " + shape_text(array.shape) +
                               " of " + sdk::quoted(array.descr) + " needs " +
@@ -186,8 +197,10 @@ NpyArray parse_npy(std::span<const std::byte> file, const std::string& name) {
   return array;
 }
 
-std::vector<std::byte> encode_npy(std::string_view descr, std::span<const uint64_t> shape,
-                                  std::span<const std::byte> data) {
+namespace {
+
+// The magic, version, header length and header of a .npy file, padded so that its data starts aligned.
+std::string npy_prefix(std::string_view descr, std::span<const uint64_t> shape) {
   std::string header =
       "{'descr': '" + std::string(descr) + "', 'fortran_order': False, 'shape': " + shape_text(shape) + ", }";
   // Pad with spaces and end with a newline so the data starts aligned; version 2.0 only when the
@@ -204,35 +217,48 @@ std::vector<std::byte> encode_npy(std::string_view descr, std::span<const uint64
   prefix += static_cast<char>(version2 ? 2 : 1);
   prefix += '\0';
   for (size_t i = 0; i < preamble - kMagic.size() - 2; ++i) prefix += static_cast<char>(header.size() >> (8 * i));
-  prefix += header;
+  return prefix + header;
+}
 
+}  // namespace
+
+std::vector<std::byte> encode_npy(std::string_view descr, std::span<const uint64_t> shape,
+                                  std::span<const std::byte> data) {
+  const std::string prefix = npy_prefix(descr, shape);
   std::vector<std::byte> out(prefix.size() + data.size());
   std::memcpy(out.data(), prefix.data(), prefix.size());
   if (!data.empty()) std::memcpy(out.data() + prefix.size(), data.data(), data.size());
   return out;
 }
 
-Sample read_npy_sample(std::span<const std::byte> data_npy, std::span<const std::byte> label_npy,
-                       const std::string& name, int edge) {
-  const NpyArray x = parse_npy(data_npy, name);
+void check_npy_volume(const NpyArray& x, const std::string& name, int edge) {
   check_array(x, "<i2", "little-endian int16", name);
   const auto e = static_cast<uint64_t>(edge);
   const std::vector<uint64_t> expected{e, e, e, kChannels};
   if (x.shape != expected)
     throw DataError(
         name, "shape " + shape_text(x.shape) + ", expected " + shape_text(expected) + " (D, H, W, channels last)");
+}
 
-  const std::string label_name = npy_label_path(name);
+std::array<float, kTargets> read_npy_label(std::span<const std::byte> label_npy, const std::string& label_name) {
   const NpyArray y = parse_npy(label_npy, label_name);
   check_array(y, "<f4", "little-endian float32", label_name);
   if (y.data.size() != kTargets * sizeof(float))
     throw DataError(label_name, "shape " + shape_text(y.shape) + " holds " + std::to_string(y.data.size() / 4) +
                                     " values, expected " + std::to_string(kTargets));
-  Sample sample;
-  from_le_bytes(y.data, sample.y.data());
+  std::array<float, kTargets> out{};
+  from_le_bytes(y.data, out.data());
   for (int i = 0; i < kTargets; ++i)
-    if (!std::isfinite(sample.y[i]))
-      throw DataError(label_name, "value " + std::to_string(i) + " is " + std::to_string(sample.y[i]));
+    if (!std::isfinite(out[i])) throw DataError(label_name, "value " + std::to_string(i) + " is " + std::to_string(out[i]));
+  return out;
+}
+
+Sample read_npy_sample(std::span<const std::byte> data_npy, std::span<const std::byte> label_npy,
+                       const std::string& name, int edge) {
+  const NpyArray x = parse_npy(data_npy, name);
+  check_npy_volume(x, name, edge);
+  Sample sample;
+  sample.y = read_npy_label(label_npy, npy_label_path(name));
   sample.x = decode_counts(x.data, edge, name);
   return sample;
 }
@@ -251,8 +277,14 @@ void write_npy_sample(const std::string& stem, const Sample& sample, int edge) {
                                 volume_name(edge) + " volume has " + std::to_string(elements));
   const auto e = static_cast<uint64_t>(edge);
   const uint64_t data_shape[] = {e, e, e, kChannels}, label_shape[] = {kTargets};
-  write_file_atomically(stem + "_data.npy",
-                        encode_npy("<i2", data_shape, to_le_bytes(std::span<const int16_t>(sample.x))));
+  // Written from the sample itself (on little-endian hosts): a 512^3 volume is 1 GiB.
+  write_file_atomically(stem + "_data.npy", [&](const ByteSink& out) {
+    out(as_bytes(npy_prefix("<i2", data_shape)));
+    if constexpr (std::endian::native == std::endian::little)
+      out(std::as_bytes(std::span(sample.x)));
+    else
+      out(to_le_bytes(std::span<const int16_t>(sample.x)));
+  });
   write_file_atomically(stem + "_label.npy",
                         encode_npy("<f4", label_shape, to_le_bytes(std::span<const float>(sample.y))));
 }

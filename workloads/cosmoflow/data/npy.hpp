@@ -2,6 +2,7 @@
 // <name>_data.npy int16 (D, H, W, 4) and <name>_label.npy float32 (4,).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -28,6 +29,18 @@ inline constexpr size_t max_npy_bytes(size_t data_bytes) { return 12 + kMaxNpyHe
 // Parses the header and checks that the data holds exactly prod(shape) items of the dtype's size.
 // Throws DataError naming `name`.
 NpyArray parse_npy(std::span<const std::byte> file, const std::string& name);
+
+// For reading part of a file: where its data starts, from the file's first 12 bytes or more (a
+// header of a file numpy wrote ends on a multiple of 64 bytes), and the header alone (`data` empty)
+// from the file's first npy_data_offset bytes.
+uint64_t npy_data_offset(std::span<const std::byte> head, const std::string& name);
+NpyArray parse_npy_header(std::span<const std::byte> head, const std::string& name);
+
+// A CosmoFlow volume: '<i2' (edge, edge, edge, 4) in C order; throws DataError naming `name`.
+void check_npy_volume(const NpyArray& x, const std::string& name, int edge);
+
+// The 4 targets of a _label.npy file, '<f4' and finite; throws DataError naming `label_name`.
+std::array<float, kTargets> read_npy_label(std::span<const std::byte> label_npy, const std::string& label_name);
 
 // A .npy file (version 1.0, or 2.0 when the header needs it) holding data, C order.
 std::vector<std::byte> encode_npy(std::string_view descr, std::span<const uint64_t> shape,

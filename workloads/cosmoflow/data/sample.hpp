@@ -42,4 +42,10 @@ inline size_t volume_bytes(int edge) { return volume_elements(edge) * sizeof(int
 // negative one is refused naming `where` (the file, and the record) and the voxel.
 std::vector<int16_t> decode_counts(std::span<const std::byte> bytes, int edge, const std::string& where);
 
+// The same check of counts already decoded: x holds the box of a volume that starts at voxel `at`
+// and spans `size` voxels along D, H, W (4 channels each); a negative count is refused naming
+// `where` and the voxel's place in the whole volume.
+void check_counts(std::span<const int16_t> x, std::array<int64_t, 3> at, std::array<int64_t, 3> size,
+                  const std::string& where);
+
 }  // namespace mlph::cosmoflow

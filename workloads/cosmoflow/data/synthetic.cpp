@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include "npy.hpp"
 #include "tfrecord.hpp"
 
@@ -192,10 +194,21 @@ void clear_previous_output(const std::filesystem::path& split) {
   for (const auto& entry : std::filesystem::directory_iterator(split)) std::filesystem::remove(entry.path());
 }
 
-// Runs job(i) for i in [0, n) on all cores; rethrows the first failure.
+// Samples generated at once: every core, but no more than half the available memory holds. One
+// sample needs about 4 bytes per count at its peak (the 2-byte counts, then their TFRecord record;
+// before that the float field and its blurred copy): 2 GiB at 512^3.
+unsigned generators(int edge) {
+  const unsigned cores = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 16));
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return cores;
+  const double budget = 0.5 * static_cast<double>(pages) * static_cast<double>(page);
+  const double per_sample = 4.0 * static_cast<double>(volume_elements(edge));
+  return std::clamp(static_cast<unsigned>(budget / per_sample), 1u, cores);
+}
+
+// Runs job(i) for i in [0, n) on `workers` threads; rethrows the first failure.
 template <typename Job>
-void parallel_for(uint64_t n, const Job& job) {
-  const unsigned workers = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 16));
+void parallel_for(uint64_t n, unsigned workers, const Job& job) {
   std::atomic<uint64_t> next{0};
   std::exception_ptr failure;
   std::mutex failure_mutex;
@@ -290,7 +303,7 @@ void write_dataset(const std::string& dir, uint64_t n_train, uint64_t n_val, int
     clear_previous_output(split);
     std::filesystem::create_directories(split);
   }
-  parallel_for(n_train + n_val, [&](uint64_t index) {
+  parallel_for(n_train + n_val, generators(edge), [&](uint64_t index) {
     const Sample sample = synthesize_sample(seed, index, edge);
     const std::string stem = ((index < n_train ? train : validation) / synthetic_stem(seed, index)).string();
     if (format == Format::npy)

@@ -68,6 +68,27 @@ void put_u32(std::vector<std::byte>& out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::byte>(v >> (8 * i)));
 }
 
+// One record framed, in three pieces: header (length, its CRC), the record, the record's CRC.
+void frame_record(std::span<const std::byte> record, const ByteSink& out) {
+  std::vector<std::byte> header;
+  put_u64(header, record.size());
+  put_u32(header, masked_crc32c(header));
+  std::vector<std::byte> trailer;
+  put_u32(trailer, masked_crc32c(record));
+  out(header);
+  out(record);
+  out(trailer);
+}
+
+// Frames records into `out`, through one gzip stream when the options say so.
+void write_records(const std::function<void(const ByteSink&)>& records, const TfRecordWriteOptions& options,
+                   const ByteSink& out) {
+  if (!options.gzip) return records(out);
+  GzipWriter gzip(options.gzip_level, out);
+  records([&](std::span<const std::byte> piece) { gzip.write(piece); });
+  gzip.finish();
+}
+
 }  // namespace
 
 size_t max_record_bytes(int edge) {
@@ -125,25 +146,22 @@ std::vector<Sample> read_tfrecord_samples(std::span<const std::byte> file, const
 
 std::vector<std::byte> encode_tfrecords(std::span<const std::vector<std::byte>> records,
                                         const TfRecordWriteOptions& options) {
-  size_t total = 0;
-  for (const auto& record : records) total += kHeaderBytes + record.size() + kCrcBytes;
-  std::vector<std::byte> framed;
-  framed.reserve(total);
-  for (const auto& record : records) {
-    put_u64(framed, record.size());
-    put_u32(framed, masked_crc32c(std::span(framed).last(kLengthBytes)));
-    framed.insert(framed.end(), record.begin(), record.end());
-    put_u32(framed, masked_crc32c(record));
-  }
-  return options.gzip ? gzip(framed, options.gzip_level) : framed;
+  std::vector<std::byte> file;
+  const auto each = [&](const ByteSink& out) {
+    for (const auto& record : records) frame_record(record, out);
+  };
+  write_records(each, options, [&](std::span<const std::byte> piece) { file.insert(file.end(), piece.begin(), piece.end()); });
+  return file;
 }
 
+// One record in memory at a time, framed (and compressed) straight into the file: a 512^3 sample
+// (1 GiB of counts) needs its counts and its record, no copy of the file.
 void write_tfrecord_file(const std::string& path, std::span<const Sample> samples, int edge,
                          const TfRecordWriteOptions& options) {
-  std::vector<std::vector<std::byte>> records;
-  records.reserve(samples.size());
-  for (const Sample& sample : samples) records.push_back(encode_sample(sample, edge));
-  write_file_atomically(path, encode_tfrecords(records, options));
+  const auto each = [&](const ByteSink& out) {
+    for (const Sample& sample : samples) frame_record(encode_sample(sample, edge), out);
+  };
+  write_file_atomically(path, [&](const ByteSink& file) { write_records(each, options, file); });
 }
 
 }  // namespace mlph::cosmoflow

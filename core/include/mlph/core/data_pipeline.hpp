@@ -7,6 +7,7 @@
 #include <future>
 #include <vector>
 
+#include "mlph/sdk/spatial.hpp"
 #include "mlph/workload.h"
 
 namespace mlph::core {
@@ -29,17 +30,27 @@ std::vector<uint64_t> deal(const std::vector<uint64_t>& order, const DataShard& 
 // The same, cut to whole batches of all `count` readers.
 std::vector<uint64_t> shard(const std::vector<uint64_t>& order, const DataShard& reader, uint32_t batch);
 
+// Spatial parallelism: where this rank's part of each graph input starts in the whole sample, per
+// dim (MLPH_SamplePart.offsets: input i's at [i * MLPH_MAX_DIMS, (i + 1) * MLPH_MAX_DIMS)). Input i's
+// dims spatial_dims[i] + j are split over grid dim j, the rank at `coordinates` holding block
+// coordinates[j] of the graph input's (block) size; -1: whole. Throws std::runtime_error when the
+// workload's dims do not fit the graph's inputs or the grid.
+using PartOffsets = std::vector<int64_t>;
+PartOffsets part_offsets(const MLPH_Graph& graph, const std::vector<int32_t>& spatial_dims,
+                         const sdk::spatial::Dims& grid, const sdk::spatial::Dims& coordinates);
+
 // Host buffers shaped like the graph inputs, filled by the workload's reader.
 struct Batch {
   std::vector<std::vector<std::byte>> buffers;
   std::vector<MLPH_Tensor> tensors;
 };
 
-// Reads the batches of `order` (whole batches; a remainder is not read) one ahead on a second thread.
+// Reads the batches of `order` (whole batches; a remainder is not read) one ahead on a second thread:
+// whole samples, or with `part` (not empty) this rank's part of each (dataset_read_part).
 class Prefetcher {
  public:
   Prefetcher(const MLPH_WorkloadApi* api, MLPH_Dataset* dataset, const MLPH_Graph& graph, std::vector<uint64_t> order,
-             uint32_t batch);
+             uint32_t batch, const PartOffsets& part = {});
   ~Prefetcher();
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
@@ -55,6 +66,7 @@ class Prefetcher {
   MLPH_Dataset* dataset_;
   std::vector<uint64_t> order_;
   uint32_t batch_;
+  PartOffsets part_;
   Batch slots_[2];
   std::future<void> pending_;
 };

@@ -9,6 +9,7 @@
 #include "mlph/core/config.hpp"
 #include "mlph/core/plugin_loader.hpp"
 #include "mlph/core/runner.hpp"
+#include "mlph/sdk/spatial.hpp"
 
 namespace mlph::core {
 
@@ -40,6 +41,16 @@ class Session {
   // Whether the eval outputs have one row per sample (ABI 1.3 workloads that say so); older
   // workloads sum over the batch.
   bool eval_per_sample() const { return eval_per_sample_; }
+  // Spatial parallelism (parallel.spatial, ABI 1.5): the grid of ranks one sample is split over, the
+  // ranks per sample (consecutive ones: rank / sample_ranks is the sample group), this rank's place
+  // among them, and per graph input the dim the grid's first dim splits (-1: whole), as the workload
+  // says. A grid other than 1 is refused in the constructor unless the workload supports it.
+  const sdk::spatial::Dims& spatial_grid() const { return spatial_grid_; }
+  int64_t sample_ranks() const { return sdk::spatial::ranks(spatial_grid_); }
+  int32_t sample_group() const { return topology_.rank / static_cast<int32_t>(sample_ranks()); }
+  int32_t sample_groups() const { return topology_.size / static_cast<int32_t>(sample_ranks()); }
+  int32_t rank_in_sample() const { return topology_.rank % static_cast<int32_t>(sample_ranks()); }
+  const std::vector<int32_t>& spatial_dims() const { return spatial_dims_; }
   std::vector<const LoadedPlugin*> plugins() const { return {&workload_lib_, &backend_lib_, &comms_lib_, &storage_lib_}; }
   const LoadedPlugin& workload_plugin() const { return workload_lib_; }
   const LoadedPlugin& backend_plugin() const { return backend_lib_; }
@@ -71,6 +82,8 @@ class Session {
 
  private:
   void broadcast_parameters(MLPH_Model* model, const MLPH_Graph& graph);
+  void read_spatial_grid();
+  void check_spatial_support();
   std::vector<MLPH_ParamSpec> schema_;
   Config config_;
   // Libraries first: members are destroyed in reverse, so every object goes before its library.
@@ -85,6 +98,8 @@ class Session {
   MLPH_WorkloadInfo info_{};
   uint32_t gradient_accumulation_ = 1;
   bool eval_per_sample_ = false;
+  sdk::spatial::Dims spatial_grid_{1};
+  std::vector<int32_t> spatial_dims_;
   uint64_t seed_ = 0;
 };
 

@@ -26,6 +26,11 @@ class Comm {
   virtual void halo_exchange(void* data, const MLPH_HaloSpec& spec) = 0;
   // See MLPH_CommsApi.split: a communicator of the ranks with the same color.
   virtual std::unique_ptr<Comm> split(int32_t color, int32_t key) = 0;
+  // See MLPH_CommsApi.halo_accumulate (ABI 1.5): `halo::accumulate` below, over the same transport as
+  // halo_exchange. A plug-in without it says so.
+  virtual void halo_accumulate(void*, const MLPH_HaloSpec&) {
+    fail(MLPH_UNIMPLEMENTED, "this comms plug-in has no halo_accumulate (ABI 1.5)");
+  }
 };
 
 // Whether a comms table has halo_exchange (ABI 1.1): 1.0 plug-ins' tables end before it.
@@ -35,6 +40,10 @@ inline bool has_halo_exchange(const MLPH_CommsApi* api) {
 // Whether a comms table has split (ABI 1.2).
 inline bool has_split(const MLPH_CommsApi* api) {
   return api && api->struct_size >= MLPH_STRUCT_SIZE(MLPH_CommsApi, split) && api->split;
+}
+// Whether a comms table has halo_accumulate (ABI 1.5).
+inline bool has_halo_accumulate(const MLPH_CommsApi* api) {
+  return api && api->struct_size >= MLPH_STRUCT_SIZE(MLPH_CommsApi, halo_accumulate) && api->halo_accumulate;
 }
 
 namespace halo {
@@ -109,11 +118,49 @@ inline void unpack(const Slab& s, const std::byte* in, int64_t first, std::byte*
     std::memcpy(data + (o * s.extent + first) * static_cast<int64_t>(s.slice), in + o * s.chunk, s.chunk);
 }
 
+// Adds a packed slab into slices [first, first + count) of dim d (f32 or f64).
+inline void unpack_add(const Slab& s, const std::byte* in, int64_t first, std::byte* data, MLPH_DType dtype) {
+  const auto add = [&]<class T>(T*) {
+    const size_t n = s.chunk / sizeof(T);
+    for (int64_t o = 0; o < s.outer; ++o) {
+      const auto* src = reinterpret_cast<const T*>(in + o * s.chunk);
+      auto* dst = reinterpret_cast<T*>(data + (o * s.extent + first) * static_cast<int64_t>(s.slice));
+      for (size_t i = 0; i < n; ++i) dst[i] += src[i];
+    }
+  };
+  if (dtype == MLPH_DTYPE_F64) add(static_cast<double*>(nullptr));
+  else add(static_cast<float*>(nullptr));
+}
+
+inline void zero(const Slab& s, int64_t first, std::byte* data) {
+  for (int64_t o = 0; o < s.outer; ++o)
+    std::memset(data + (o * s.extent + first) * static_cast<int64_t>(s.slice), 0, s.chunk);
+}
+
 // The packed slabs of one dim: what goes to each neighbour and what comes back from it.
 struct Transfer {
   int32_t low = -1, high = -1;  // neighbour ranks, -1 past a non-periodic end
   std::vector<std::byte> to_low, to_high, from_low, from_high;
 };
+
+inline Transfer transfer(const MLPH_HaloSpec& spec, int32_t rank, int32_t d, size_t bytes) {
+  Transfer t;
+  t.low = neighbour(spec, rank, d, -1);
+  t.high = neighbour(spec, rank, d, +1);
+  for (auto* buffer : {&t.to_low, &t.to_high, &t.from_low, &t.from_high}) buffer->resize(bytes);
+  return t;
+}
+
+// The bytes `rank` sends in one exchange (as many come back): a slab per neighbour per dim.
+inline size_t bytes_sent(const MLPH_HaloSpec& spec, int32_t rank) {
+  size_t total = 0;
+  for (int32_t d = 0; d < spec.grid_ndim; ++d) {
+    if (spec.halo[d] == 0) continue;
+    const size_t faces = (neighbour(spec, rank, d, -1) >= 0) + (neighbour(spec, rank, d, +1) >= 0);
+    total += faces * slab(spec, d, spec.halo[d]).bytes();
+  }
+  return total;
+}
 
 // Exchanges dim by dim: packs the interior slices next to each face, lets `move(dim, transfer)` deliver
 // to_low/to_high and fill from_low/from_high (only for neighbours >= 0), and unpacks into the halos.
@@ -125,15 +172,37 @@ void exchange(void* data, const MLPH_HaloSpec& spec, int32_t rank, int32_t size,
     const int64_t h = spec.halo[d];
     if (h == 0) continue;
     const Slab s = slab(spec, d, h);
-    Transfer t;
-    t.low = neighbour(spec, rank, d, -1);
-    t.high = neighbour(spec, rank, d, +1);
-    for (auto* buffer : {&t.to_low, &t.to_high, &t.from_low, &t.from_high}) buffer->resize(s.bytes());
+    Transfer t = transfer(spec, rank, d, s.bytes());
     pack(s, bytes, h, t.to_low.data());                  // the first interior slices
     pack(s, bytes, s.extent - 2 * h, t.to_high.data());  // the last interior slices
     move(d, t);
     if (t.low >= 0) unpack(s, t.from_low.data(), 0, bytes);
     if (t.high >= 0) unpack(s, t.from_high.data(), s.extent - h, bytes);
+  }
+}
+
+// The transpose of exchange, over the same `move`: dims in reverse order; each halo goes back to the
+// neighbour whose interior slices exchange copied into it, which adds it there; a halo sent back is
+// zeroed (its contribution now lives with its owner, and the earlier dims' slabs span it).
+template <class Move>
+void accumulate(void* data, const MLPH_HaloSpec& spec, int32_t rank, int32_t size, const std::string& who,
+                Move&& move) {
+  validate(spec, size, who);
+  if (spec.dtype != MLPH_DTYPE_F32 && spec.dtype != MLPH_DTYPE_F64)
+    fail(MLPH_INVALID_ARGUMENT, who + ": halo accumulate: dtype must be f32 or f64");
+  auto* bytes = static_cast<std::byte*>(data);
+  for (int32_t d = spec.grid_ndim - 1; d >= 0; --d) {
+    const int64_t h = spec.halo[d];
+    if (h == 0) continue;
+    const Slab s = slab(spec, d, h);
+    Transfer t = transfer(spec, rank, d, s.bytes());
+    pack(s, bytes, 0, t.to_low.data());              // the low halo: the low neighbour's last interior slices
+    pack(s, bytes, s.extent - h, t.to_high.data());  // the high halo: the high neighbour's first ones
+    move(d, t);
+    if (t.low >= 0) zero(s, 0, bytes);
+    if (t.high >= 0) zero(s, s.extent - h, bytes);
+    if (t.low >= 0) unpack_add(s, t.from_low.data(), h, bytes, spec.dtype);
+    if (t.high >= 0) unpack_add(s, t.from_high.data(), s.extent - 2 * h, bytes, spec.dtype);
   }
 }
 
@@ -181,6 +250,12 @@ const MLPH_CommsApi* comms_api() {
           if (color < 0) fail(MLPH_INVALID_ARGUMENT, "split: color " + std::to_string(color) + " is negative");
           auto box = std::make_unique<CommBox>(CommBox{unbox(c)->host, unbox(c)->impl->split(color, key)});
           *out = reinterpret_cast<MLPH_Comm*>(box.release());
+        });
+      },
+      [](MLPH_Comm* c, void* data, const MLPH_HaloSpec* spec) {
+        return guard(unbox(c)->host, [&] {
+          if (!spec) fail(MLPH_INVALID_ARGUMENT, "halo accumulate: no MLPH_HaloSpec");
+          unbox(c)->impl->halo_accumulate(data, *spec);
         });
       },
   };

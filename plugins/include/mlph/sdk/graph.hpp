@@ -1,6 +1,7 @@
 // Reading an MLPH_Graph (backends) and building one (workloads) in C++.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <initializer_list>
@@ -10,6 +11,7 @@
 
 #include "mlph/graph.h"
 #include "mlph/sdk/error.hpp"
+#include "mlph/sdk/op_schema.hpp"
 
 namespace mlph::sdk {
 
@@ -139,8 +141,29 @@ class GraphBuilder {
     graph_.n_eval_outputs = eval_outputs_.size();
     graph_.optimizer = {opt_name_.c_str(), opt_attrs_.data(), opt_attrs_.size()};
     graph_.seed = seed_;
-    graph_.opset = MLPH_OPSET;
+    graph_.opset = needed_opset();
     return &graph_;
+  }
+
+  // The op-set the graph is written against: the newest its ops, attributes and optimizer need, so
+  // that a graph of op-set 1's ops still runs on a backend built before op-set 2.
+  uint32_t needed_opset() const {
+    uint32_t opset = 1;
+    const auto attrs_since = [&](const std::vector<schema::Attribute>& specs, const std::vector<AttrInit>& given) {
+      for (const AttrInit& a : given)
+        for (const schema::Attribute& spec : specs)
+          if (a.key == spec.name) opset = std::max(opset, spec.since);
+    };
+    for (const NodeStore& s : nodes_)
+      if (const schema::Op* op = schema::find_op(s.op)) {
+        opset = std::max(opset, op->since);
+        attrs_since(op->attrs, s.attr_src);
+      }
+    if (const schema::Optimizer* o = schema::find_optimizer(opt_name_)) {
+      opset = std::max(opset, o->since);
+      attrs_since(o->attrs, opt_attr_src_);
+    }
+    return opset;
   }
 
  private:

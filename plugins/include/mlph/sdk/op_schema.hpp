@@ -4,8 +4,9 @@
 // for every backend; tools/ops-doc renders docs/ops.md's tables from it.
 //
 // Op-sets: MLPH_Graph.opset names the catalogue a graph was written against (graph.h). Op-set 1 is
-// the catalogue of ABI 1.2. Adding an op, attribute or optimizer appends it here with `since` set
-// to a new op-set number and bumps MLPH_OPSET; nothing is ever removed or given a new meaning.
+// the catalogue of ABI 1.2; op-set 2 (ABI 1.5) adds the spatial ops halo_exchange and spatial_gather.
+// Adding an op, attribute or optimizer appends it here with `since` set to a new op-set number and
+// bumps MLPH_OPSET; nothing is ever removed or given a new meaning.
 #pragma once
 
 #include <charconv>
@@ -137,6 +138,8 @@ enum class ShapeRule {
   broadcast,            // size-1 spatial dims repeated to the output (attribute `shape`)
   segmentation_loss,    // logits [N,S..,C], labels [N,S..] -> scalar
   segmentation_metric,  // logits [N,S..,C], labels [N,S..] -> [N]
+  halo,                 // [N,S..,C] -> [N,S+before+after..,C] (attributes grid, halo)
+  gather,               // [N,S..,C] -> [N,S*grid..,C] (attribute grid)
 };
 
 struct Op {
@@ -170,6 +173,11 @@ inline Attribute padding() {
 }
 inline Attribute number(const char* name, Range range, Default absent, const char* doc = "") {
   return {name, AttrType::number, Count::one, range, absent, doc};
+}
+inline Attribute grid() {
+  return {"grid", AttrType::integers, Count::spatial, at_least(1), required(),
+          "ranks along each spatial dim; the `prod(grid)` consecutive ranks `rank / prod(grid)` hold one sample, "
+          "row-major: rank `rank % prod(grid)` has the block at grid coordinates `c`"};
 }
 }  // namespace detail
 
@@ -271,6 +279,27 @@ inline const std::vector<Op>& ops() {
        false,
        "per sample: `pred = argmax_c logits` (lowest class on ties); `iou = sum_c (tp+fp+fn == 0 ? 1/C : "
        "tp/((tp+fp+fn)*C))` in float32; evaluation output"},
+      {"halo_exchange", {{"x", "[N,S..,C]"}}, "`[N,S+before+after..,C]`",
+       {detail::grid(),
+        {"halo", AttrType::integers, Count::spatial_or_twice, at_least(0), required(),
+         "cells added before and after each spatial dim: the padding of the conv that follows, which then pads "
+         "nothing (one per dim = both sides, or all befores then all afters)"}},
+       ShapeRule::halo, true,
+       "spatial parallelism (ABI 1.5): `x` is this rank's block of a whole `[N,S*grid..,C]` split evenly over "
+       "`grid`; `y` is `x` with `halo` cells around it, taken from the neighbouring blocks (edges and corners "
+       "included; comms `halo_exchange`) and zero past the ends of the whole, so that a conv with padding 0 on "
+       "`y` gives this block of the conv with padding `halo` on the whole. Backward: the halos' gradients go back "
+       "to the ranks holding those cells and are added there (comms `halo_accumulate`). A block must be at least "
+       "as wide as a split dim's halo. `grid` all 1: zero padding, no comms; else a comms handle with `split`, "
+       "`halo_exchange` and `halo_accumulate` whose rank count `prod(grid)` divides",
+       2},
+      {"spatial_gather", {{"x", "[N,S..,C]"}}, "`[N,S*grid..,C]`", {detail::grid()}, ShapeRule::gather, true,
+       "spatial parallelism (ABI 1.5): the blocks of the sample's `prod(grid)` ranks (see `halo_exchange`) put "
+       "together: every one of them gets the whole, and what follows runs alike on each. Backward: the sum over "
+       "those ranks of the output's gradient, this rank's block (the ops after the gather run on every rank of the "
+       "sample, so the blocks before it receive `prod(grid)` times their share: averaging the gradients over all "
+       "ranks then gives the whole-sample gradient, with no other reduction). `grid` all 1: the identity",
+       2},
   };
   return table;
 }

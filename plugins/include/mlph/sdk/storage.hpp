@@ -15,6 +15,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mlph/sdk/error.hpp"
@@ -90,6 +91,7 @@ class Fd {
   ~Fd() {
     if (fd_ >= 0) ::close(fd_);
   }
+  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
   int get() const { return fd_; }
@@ -106,16 +108,12 @@ inline const char* file_kind(mode_t mode) {
   if (S_ISSOCK(mode)) return "a socket";
   return "not a regular file";
 }
-}  // namespace detail
 
-// Reads the whole regular file at `path` into the buffer `alloc(size)` returns (NULL refuses it)
-// and returns the size. Refused with one line naming the path, before anything blocks or is
-// allocated: what is not a regular file (a FIFO blocks the reader, a directory or a device such as
-// /dev/zero has no size) and a file larger than max_bytes or than the machine's memory. The file
-// is opened non-blocking, so a FIFO swapped in after a check cannot hang the open either.
-template <class Alloc>
-size_t read_regular_file(const std::string& path, uint64_t max_bytes, Alloc&& alloc) {
-  const detail::Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+// Opens `path` for reading and returns it with its size, refusing with one line naming the path
+// what is not a regular file (a FIFO blocks the reader, a directory or a device such as /dev/zero
+// has no size). Opened non-blocking, so a FIFO swapped in after a check cannot hang the open either.
+inline Fd open_regular_file(const std::string& path, uint64_t& size) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
   if (fd.get() < 0) {
     const int e = errno;
     fail(e == ENOENT ? MLPH_NOT_FOUND : e == EACCES ? MLPH_PERMISSION_DENIED : MLPH_UNAVAILABLE,
@@ -124,26 +122,55 @@ size_t read_regular_file(const std::string& path, uint64_t max_bytes, Alloc&& al
   struct stat info {};
   if (::fstat(fd.get(), &info) != 0) fail(MLPH_UNAVAILABLE, path + ": cannot stat: " + std::strerror(errno));
   if (!S_ISREG(info.st_mode))
-    fail(MLPH_INVALID_ARGUMENT, path + ": is " + detail::file_kind(info.st_mode) + ", not a regular file");
-  const auto size = static_cast<uint64_t>(info.st_size);
+    fail(MLPH_INVALID_ARGUMENT, path + ": is " + file_kind(info.st_mode) + ", not a regular file");
+  ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
+  size = static_cast<uint64_t>(info.st_size);
+  return fd;
+}
+
+// Reads `bytes` bytes at `offset` of the open file into `buffer`; a file that ends sooner (it
+// shrank while read) is one line naming it.
+inline void read_exactly(const Fd& fd, const std::string& path, uint64_t offset, size_t bytes, char* buffer) {
+  size_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = ::pread(fd.get(), buffer + done, bytes - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(MLPH_DATA_LOSS, path + ": cannot read: " + std::strerror(errno));
+    if (n == 0)
+      fail(MLPH_DATA_LOSS, path + ": short read: " + std::to_string(done) + " of " + std::to_string(bytes) +
+                               " bytes (the file shrank while read?)");
+    done += static_cast<size_t>(n);
+  }
+}
+}  // namespace detail
+
+// Reads the whole regular file at `path` into the buffer `alloc(size)` returns (NULL refuses it)
+// and returns the size. Refused with one line naming the path, before anything blocks or is
+// allocated: what is not a regular file (detail::open_regular_file) and a file larger than
+// max_bytes or than the machine's memory.
+template <class Alloc>
+size_t read_regular_file(const std::string& path, uint64_t max_bytes, Alloc&& alloc) {
+  uint64_t size = 0;
+  const detail::Fd fd = detail::open_regular_file(path, size);
   const uint64_t limit = std::min(max_bytes, physical_memory_bytes());
   if (size > limit)
     fail(MLPH_OUT_OF_RANGE, path + ": " + std::to_string(size) + " bytes, more than the " + std::to_string(limit) +
                                 (limit == max_bytes ? " bytes allowed" : " bytes of this machine's memory"));
-  ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
   auto* buffer = static_cast<char*>(static_cast<void*>(alloc(static_cast<size_t>(size))));
   if (!buffer && size) fail(MLPH_RESOURCE_EXHAUSTED, path + ": no buffer for " + std::to_string(size) + " bytes");
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::read(fd.get(), buffer + done, static_cast<size_t>(size) - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail(MLPH_DATA_LOSS, path + ": cannot read: " + std::strerror(errno));
-    if (n == 0)
-      fail(MLPH_DATA_LOSS, path + ": short read: " + std::to_string(done) + " of " + std::to_string(size) +
-                               " bytes (the file shrank while read?)");
-    done += static_cast<size_t>(n);
-  }
-  return done;
+  detail::read_exactly(fd, path, 0, static_cast<size_t>(size), buffer);
+  return static_cast<size_t>(size);
+}
+
+// `bytes` bytes at `offset` of the regular file at `path` into `dst` (ABI 1.5's read_range), refused
+// as read_regular_file refuses, and a range past the end of the file, with one line naming it.
+inline void read_regular_file_range(const std::string& path, uint64_t offset, size_t bytes, void* dst) {
+  uint64_t size = 0;
+  const detail::Fd fd = detail::open_regular_file(path, size);
+  if (offset > size || bytes > size - offset)
+    fail(MLPH_DATA_LOSS, path + ": bytes " + std::to_string(offset) + " to " + std::to_string(offset + bytes) +
+                                " lie past the end of the file (" + std::to_string(size) + " bytes)");
+  detail::read_exactly(fd, path, offset, bytes, static_cast<char*>(dst));
 }
 
 // The same into a vector.
@@ -154,6 +181,17 @@ inline std::vector<std::byte> read_regular_file(const std::string& path, uint64_
     return bytes.data();
   });
   return bytes;
+}
+
+// Whether a storage table has read_range (ABI 1.5).
+inline bool has_read_range(const MLPH_StorageApi* api) {
+  return api && api->struct_size >= MLPH_STRUCT_SIZE(MLPH_StorageApi, read_range) && api->read_range;
+}
+
+// `bytes` bytes at `offset` of a file into `dst`; the storage must have read_range (has_read_range).
+inline void read_range(const MLPH_HostApi* host, const MLPH_StorageHandle& storage, const std::string& path,
+                       uint64_t offset, size_t bytes, void* dst, const std::string& context) {
+  check(host, storage.api->read_range(storage.storage, path.c_str(), offset, bytes, dst), context);
 }
 
 // ---- writing a storage plug-in ---------------------------------------------------------------
@@ -170,6 +208,9 @@ class Storage {
   // Optional (ABI 1.4): a class that leaves files behind defines
   //   void abandon();   // thread-safe: remove them now, the process is ending (storage.h)
   // and storage_api<Impl>() fills `abandon`; its exceptions are swallowed (only the exit follows).
+  // Optional (ABI 1.5): a class that reads byte ranges defines
+  //   void read_range(const char* path, uint64_t offset, size_t bytes, void* dst);
+  // for the table's `read_range`; otherwise it stays NULL (whole files only).
 };
 
 template <class Impl>
@@ -180,6 +221,11 @@ concept Stages = requires(Impl& impl, const char* dir, const MLPH_CommsHandle& c
 template <class Impl>
 concept Abandons = requires(Impl& impl) {
   { impl.abandon() } -> std::same_as<void>;
+};
+
+template <class Impl>
+concept ReadsRanges = requires(Impl& impl, const char* path, uint64_t offset, size_t bytes, void* dst) {
+  impl.read_range(path, offset, bytes, dst);
 };
 
 namespace detail {
@@ -218,6 +264,21 @@ constexpr auto abandon_entry() -> void (*)(MLPH_Storage*) {
     return nullptr;
   }
 }
+
+// The table's `read_range`: the class's read_range() behind the C boundary, or NULL when it has none.
+template <class Impl>
+constexpr auto read_range_entry() -> MLPH_Error* (*)(MLPH_Storage*, const char*, uint64_t, size_t, void*) {
+  if constexpr (ReadsRanges<Impl>) {
+    return [](MLPH_Storage* s, const char* path, uint64_t offset, size_t bytes, void* dst) {
+      return guard(unbox(s)->host, [&] {
+        if (!dst && bytes) fail(MLPH_INVALID_ARGUMENT, "read_range: no destination");
+        static_cast<Impl&>(*unbox(s)->impl).read_range(path, offset, bytes, dst);
+      });
+    };
+  } else {
+    return nullptr;
+  }
+}
 }  // namespace detail
 
 template <class Impl>
@@ -244,6 +305,7 @@ const MLPH_StorageApi* storage_api() {
       },
       stage_entry<Impl>(),
       abandon_entry<Impl>(),
+      read_range_entry<Impl>(),
   };
   return &api;
 }

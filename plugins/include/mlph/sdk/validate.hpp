@@ -457,6 +457,8 @@ class GraphValidator {
         case Kind::conv:
         case Kind::conv_transpose:
         case Kind::pool:
+        case Kind::halo:
+        case Kind::gather:
           if (x.shape.size() != 4 && x.shape.size() != 5)
             invalid("input " + text(x) + " must be [N, spatial..., C] with 2 or 3 spatial dims");
           break;
@@ -532,7 +534,35 @@ class GraphValidator {
         case Kind::broadcast: return check_broadcast();
         case Kind::segmentation_loss: return expect_output({}, "logits " + shape_string(x.shape));
         case Kind::segmentation_metric: return expect_output({x.shape.front()}, "logits " + shape_string(x.shape));
+        case Kind::halo: return check_halo();
+        case Kind::gather: return check_gather();
       }
+    }
+
+    // A block with its halos; a split dim's block must be at least as wide as its halo (comms.h).
+    void check_halo() const {
+      const GraphValue& x = in(0);
+      const size_t spatial = x.shape.size() - 2;
+      const std::vector<int64_t> grid = n_.attrs.ints("grid"), halo = n_.attrs.ints("halo");
+      const bool both = halo.size() == 2 * spatial;
+      std::vector<int64_t> shape = x.shape;
+      for (size_t d = 0; d < spatial; ++d) {
+        const int64_t before = halo[d], after = both ? halo[spatial + d] : halo[d];
+        if (grid[d] > 1 && x.shape[d + 1] < std::max(before, after))
+          invalid("input " + shape_string(x.shape) + ": the block along spatial dim " + std::to_string(d) + " (" +
+                  std::to_string(x.shape[d + 1]) + ") is narrower than its halo (" +
+                  std::to_string(std::max(before, after)) + ") over " + std::to_string(grid[d]) + " ranks");
+        shape[d + 1] += before + after;
+      }
+      expect_output(shape, "input " + shape_string(x.shape) + " with halo " + shape_string(halo));
+    }
+
+    void check_gather() const {
+      const GraphValue& x = in(0);
+      const std::vector<int64_t> grid = n_.attrs.ints("grid");
+      std::vector<int64_t> shape = x.shape;
+      for (size_t d = 0; d < grid.size(); ++d) shape[d + 1] *= grid[d];
+      expect_output(shape, "input " + shape_string(x.shape) + " over grid " + shape_string(grid));
     }
 
     void check_shape_attribute() const {

@@ -37,6 +37,10 @@ class Dataset {
   virtual ~Dataset() = default;
   virtual uint64_t size() = 0;
   virtual void read(const uint64_t* indices, size_t n, MLPH_Tensor* inputs, size_t n_inputs) = 0;
+  // ABI 1.5, MLPH_WorkloadApi.dataset_read_part: only `part` of each sample (spatial parallelism).
+  virtual void read_part(const uint64_t*, size_t, MLPH_Tensor*, size_t, const MLPH_SamplePart&) {
+    fail(MLPH_UNIMPLEMENTED, "this workload reads whole samples only (no spatial parallelism)");
+  }
 };
 
 class Workload {
@@ -202,6 +206,16 @@ const MLPH_WorkloadApi* workload_api() {
       benchmark_info_entry<Impl>(),
       borrow_entry<Impl>(),
       reference_layout_entry<Impl>(),
+      [](MLPH_Dataset* d, const uint64_t* idx, size_t n, MLPH_Tensor* inputs, size_t n_inputs,
+         const MLPH_SamplePart* part) {
+        return guard(unbox(d)->host, [&] {
+          if (!part || part->struct_size < MLPH_STRUCT_SIZE(MLPH_SamplePart, n_inputs) || !part->offsets ||
+              part->n_inputs != n_inputs)
+            fail(MLPH_INVALID_ARGUMENT, "dataset_read_part: the MLPH_SamplePart does not describe the " +
+                                            std::to_string(n_inputs) + " inputs");
+          unbox(d)->impl->read_part(idx, n, inputs, n_inputs, *part);
+        });
+      },
   };
   return &api;
 }

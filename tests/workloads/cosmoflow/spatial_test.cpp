@@ -1,0 +1,171 @@
+// CosmoFlow's side of spatial parallelism: which blocks run split and the one line for a grid that
+// does not divide the volume; the split graph's weights are the whole graph's; and a dataset's part of
+// each sample (npy read by byte ranges, or with whole-file storage and TFRecord decoded whole and
+// cut) is exactly that box of the whole sample.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "data/synthetic.hpp"
+#include "dataset.hpp"
+#include "mlph/core/host.hpp"
+#include "mlph/core/plugin_loader.hpp"
+#include "mlph/sdk/spatial.hpp"
+#include "mlph/sdk/tensor.hpp"
+#include "model.hpp"
+
+using namespace mlph;
+using namespace mlph::cosmoflow;
+namespace fs = std::filesystem;
+
+namespace {
+
+ModelSettings split(int edge, std::vector<int64_t> grid) {
+  ModelSettings m;
+  m.edge = edge;
+  m.grid = std::move(grid);
+  return m;
+}
+
+std::string refusal(const ModelSettings& m) {
+  try {
+    spatial_blocks(m);
+  } catch (const sdk::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(CosmoFlowSpatial, BlocksSplitWhileTheyHalveEvenly) {
+  EXPECT_EQ(spatial_blocks(split(32, {1, 1, 1})), 0);
+  EXPECT_EQ(spatial_blocks(split(32, {2, 1, 1})), 4) << "conv5's input is 2^3: blocks of 1 would not pool";
+  EXPECT_EQ(spatial_blocks(split(64, {4, 1, 1})), 4);
+  EXPECT_EQ(spatial_blocks(split(64, {2, 2, 2})), 5);
+  EXPECT_EQ(spatial_blocks(split(128, {2, 1, 1})), 5);
+  EXPECT_EQ(spatial_blocks(split(512, {8, 1, 1})), 5);
+  EXPECT_EQ(refusal(split(32, {3, 1, 1})),
+            "'parallel.spatial' = 3x1x1: data.edge 32 does not split along D into 3 blocks of an even size of at "
+            "least 2 (every block is max-pooled by 2 and holds a halo of 1)");
+  EXPECT_EQ(refusal(split(32, {1, 1, 32})),
+            "'parallel.spatial' = 1x1x32: data.edge 32 does not split along W into 32 blocks of an even size of at "
+            "least 2 (every block is max-pooled by 2 and holds a halo of 1)");
+}
+
+TEST(CosmoFlowSpatial, TheSplitGraphHasTheWholeGraphsWeights) {
+  sdk::GraphBuilder whole, parts;
+  build_model(whole, split(32, {1, 1, 1}), 0.9, 2, 7);
+  build_model(parts, split(32, {1, 2, 2}), 0.9, 2, 7);
+  const MLPH_Graph &a = *whole.graph(), &b = *parts.graph();
+  ASSERT_EQ(a.n_params, b.n_params);
+  for (size_t p = 0; p < a.n_params; ++p) {
+    const MLPH_Value &va = a.values[a.params[p].value], &vb = b.values[b.params[p].value];
+    EXPECT_STREQ(va.name, vb.name);
+    ASSERT_EQ(sdk::numel(va), sdk::numel(vb)) << va.name;
+    EXPECT_TRUE(std::equal(a.params[p].init, a.params[p].init + sdk::numel(va), b.params[p].init)) << va.name;
+  }
+  EXPECT_EQ(a.n_nodes + 4 + 1, b.n_nodes) << "a halo exchange before each of 4 split convs, one gather";
+  EXPECT_EQ(b.values[b.inputs[0]].shape[1], 32);
+  EXPECT_EQ(b.values[b.inputs[0]].shape[2], 16);
+}
+
+namespace {
+
+// A tiny dataset (8^3) in a format, read through storage/posix, or through a copy of its table
+// without read_range (whole files only).
+class Reader {
+ public:
+  Reader(const fs::path& dir, Format format, bool ranges)
+      : plugin_(core::PluginLoader::load_file(std::string(MLPH_PLUGIN_DIR) + "/libmlph-storage-posix.so",
+                                              MLPH_KIND_STORAGE, "posix")) {
+    write_dataset(dir.string(), 2, 1, kEdge, format, 3);
+    table_ = *plugin_.api<MLPH_StorageApi>();
+    if (!ranges) table_.read_range = nullptr;
+    core::check(table_.create(core::host_api(), nullptr, 0, &storage_), "storage");
+    DataSettings data;
+    data.dir = dir.string();
+    data.format = format == Format::npy ? "npy" : "tfrecord";
+    data.edge = kEdge;
+    dataset_ = std::make_unique<CosmoDataset>(core::host_api(), data, MLPH_SPLIT_TRAIN,
+                                              MLPH_StorageHandle{sizeof(MLPH_StorageHandle), nullptr, &table_, storage_});
+  }
+  ~Reader() {
+    dataset_.reset();
+    table_.destroy(storage_);
+  }
+  CosmoDataset& dataset() { return *dataset_; }
+  uint64_t bytes_read() {
+    MLPH_IoStats stats{};
+    stats.struct_size = sizeof stats;
+    core::check(table_.stats(storage_, &stats), "stats");
+    return stats.bytes_read;
+  }
+  static constexpr int64_t kEdge = 8;
+
+ private:
+  core::LoadedPlugin plugin_;
+  MLPH_StorageApi table_{};
+  MLPH_Storage* storage_ = nullptr;
+  std::unique_ptr<CosmoDataset> dataset_;
+};
+
+// Samples 1 and 0, whole or the part at `at` of `size` voxels.
+std::vector<int16_t> read(CosmoDataset& d, sdk::spatial::Dims at = {}, sdk::spatial::Dims size = {8, 8, 8}) {
+  const uint64_t indices[2] = {1, 0};
+  const int64_t x_shape[5] = {2, size[0], size[1], size[2], 4}, y_shape[2] = {2, 4};
+  std::vector<int16_t> x(static_cast<size_t>(2 * size[0] * size[1] * size[2] * 4));
+  std::vector<float> y(8);
+  MLPH_Tensor inputs[2] = {sdk::host_tensor(MLPH_DTYPE_I16, x_shape, 5, x.data()),
+                           sdk::host_tensor(MLPH_DTYPE_F32, y_shape, 2, y.data())};
+  if (at.empty()) {
+    d.read(indices, 2, inputs, 2);
+  } else {
+    int64_t offsets[2 * MLPH_MAX_DIMS] = {};
+    for (size_t k = 0; k < 3; ++k) offsets[k + 1] = at[k];
+    d.read_part(indices, 2, inputs, 2, MLPH_SamplePart{sizeof(MLPH_SamplePart), nullptr, offsets, 2});
+  }
+  return x;
+}
+
+// The box of two whole samples [2, 8, 8, 8, 4].
+std::vector<int16_t> cut(const std::vector<int16_t>& whole, sdk::spatial::Dims at, sdk::spatial::Dims size) {
+  const sdk::spatial::Dims extent{2, size[0], size[1], size[2], 4};
+  std::vector<int16_t> out(static_cast<size_t>(sdk::spatial::volume(extent)));
+  sdk::spatial::copy_box(whole.data(), {{2, 8, 8, 8, 4}, {0, at[0], at[1], at[2], 0}}, out.data(),
+                         {extent, {0, 0, 0, 0, 0}}, extent);
+  return out;
+}
+
+}  // namespace
+
+TEST(CosmoFlowSpatial, APartIsThatBoxOfTheWholeSample) {
+  const fs::path root = fs::temp_directory_path() / ("mlph-spatial-parts-" + std::to_string(getpid()));
+  const std::vector<std::pair<sdk::spatial::Dims, sdk::spatial::Dims>> parts = {
+      {{4, 0, 0}, {4, 8, 8}},  // a D split: one byte range per sample
+      {{0, 2, 0}, {8, 2, 8}},  // an H split: a range per plane
+      {{2, 4, 6}, {4, 4, 2}},  // everything split: W cut from whole rows
+  };
+  for (const Format format : {Format::npy, Format::tfrecord_gzip})
+    for (const bool ranges : {true, false}) {
+      const fs::path dir = root / (std::string(format_name(format)) + (ranges ? "-ranges" : "-whole"));
+      Reader reader(dir, format, ranges);
+      const std::vector<int16_t> whole = read(reader.dataset());
+      for (const auto& [at, size] : parts) {
+        const uint64_t before = reader.bytes_read();
+        EXPECT_EQ(read(reader.dataset(), at, size), cut(whole, at, size))
+            << format_name(format) << (ranges ? " with" : " without") << " read_range, part at " << at[0] << ","
+            << at[1] << "," << at[2];
+        if (format == Format::npy && ranges && at == sdk::spatial::Dims{4, 0, 0}) {
+          EXPECT_LT(reader.bytes_read() - before, 2 * (8 * 8 * 8 * 4 * 2 / 2 + 1024)) << "half of each sample, headers, labels";
+        }
+      }
+      try {
+        read(reader.dataset(), {6, 0, 0}, {4, 8, 8});
+        ADD_FAILURE() << "a part outside the volume was read";
+      } catch (const sdk::Error& e) {
+        EXPECT_STREQ(e.what(), "CosmoFlow read: the part [6:10, 0:8, 0:8] lies outside the 8^3x4 volume");
+      }
+    }
+  fs::remove_all(root);
+}
