@@ -112,7 +112,9 @@ Session::Session(const RunOptions& options_) {
 
   KeyValues workload_config;
   for (const auto& [key, value] : config_.values()) workload_config.add(key, value.text);
-  workload_config.add("run.world_size", std::to_string(topology_.size));
+  // The data-parallel width (global batch = local batch x it): the sample groups, since the ranks of a
+  // spatially split sample share its samples.
+  workload_config.add("run.world_size", std::to_string(sample_groups()));
   workload_config.add("run.seed_value", std::to_string(seed_));
   workload_ = create<MLPH_Workload>(workload_api(), std::move(workload_config), workload);
   info_.struct_size = sizeof info_;

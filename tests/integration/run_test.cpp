@@ -167,6 +167,28 @@ TEST(BadInput, ClosedDivisionOutOfRange) {
   EXPECT_NE(fixed.output.find("not allowed in the closed division"), std::string::npos) << fixed.output;
 }
 
+// parallel.spatial: a grid that does not tile the ranks (the core), one CosmoFlow cannot use (its
+// workload), and text that is no grid, each one line before anything starts.
+TEST(BadInput, SpatialGridThatDoesNotFit) {
+  const CliResult ranks = run_cli("--workload cosmoflow --set parallel.spatial=2x1x1");
+  EXPECT_EQ(ranks.exit_code, 2) << ranks.output;
+  EXPECT_NE(ranks.output.find("'parallel.spatial' = 2x1x1 splits each sample over 2 ranks, which do not divide the 1 "
+                              "ranks of this run"),
+            std::string::npos)
+      << ranks.output;
+  const CliResult dims = run_cli("--workload cosmoflow --set parallel.spatial=1x1");
+  EXPECT_EQ(dims.exit_code, 2) << dims.output;
+  EXPECT_NE(dims.output.find("'parallel.spatial' = 1x1: CosmoFlow splits D, H and W: give three factors, e.g. 2x1x1"),
+            std::string::npos)
+      << dims.output;
+  const CliResult text = run_cli("--workload cosmoflow --set parallel.spatial=2by2");
+  EXPECT_EQ(text.exit_code, 2) << text.output;
+  EXPECT_NE(text.output.find("'parallel.spatial' = '2by2': expected ranks per spatial dim as positive integers joined "
+                             "by x, e.g. 2x1x1"),
+            std::string::npos)
+      << text.output;
+}
+
 TEST(BadInput, MissingPlugin) {
   const CliResult r = run_cli("--workload cosmoflow --backend nosuch");
   EXPECT_EQ(r.exit_code, 2) << r.output;

@@ -152,6 +152,34 @@ TEST(MpiRun, DeepCamWithGroupBatchNormOnOnednnCpu) {
   EXPECT_EQ(check.exit_code, 0) << check.output;
 }
 
+// Spatial parallelism end to end: 2 ranks share each sample (2x1x1, one sample group), each reading
+// its half: from npy files by byte ranges, from TFRecord by decoding the sample and cutting it. After
+// an epoch the validation error equals one rank's with whole samples (same seed, weights and order;
+// dropout 0, as its masks follow the graph's node positions, which the halo nodes shift).
+TEST(MpiRun, SpatialSplitTrainsLikeOneRankWithWholeSamples) {
+  const std::string run = kTiny + "--set model.dropout=0 --set train.epochs=1 --set train.target_mae=10 ";
+  for (const std::string format : {"npy", "tfrecord"}) {
+    const fs::path dir = fresh_dir("mpi-spatial-" + format);
+    ASSERT_EQ(run_cli(kTiny + "--set data.synthetic.train=8 --set data.synthetic.valid=4 --set data.synthetic.format=" +
+                      format + " --generate-data " + (dir / "data").string())
+                  .exit_code,
+              0);
+    const std::string data = "--set data.format=" + format + " --data " + (dir / "data").string();
+    const CliResult whole = run_cli(run + data + " --output " + (dir / "whole").string());
+    ASSERT_EQ(whole.exit_code, 0) << whole.output;
+    const CliResult split = run_command(mpirun() + run + data + " --comms mpi --set parallel.spatial=2x1x1 --output " +
+                                        (dir / "split").string());
+    ASSERT_EQ(split.exit_code, 0) << split.output;
+    std::map<std::string, std::string> one = mllog_values(dir / "whole" / "result_0.txt"),
+                                       two = mllog_values(dir / "split" / "result_0.txt");
+    EXPECT_EQ(two["number_of_ranks"], "2");
+    EXPECT_EQ(two["global_batch_size"], "2") << "one sample group of 2 ranks, batch 2";
+    EXPECT_EQ(two["eval_samples"], one["eval_samples"]);
+    const double a = std::stod(one["eval_error"]), b = std::stod(two["eval_error"]);
+    EXPECT_NEAR(b, a, 1e-5 * a) << format << ": eval_error " << two["eval_error"] << " vs " << one["eval_error"];
+  }
+}
+
 namespace {
 
 // Starts a 2-rank run, sends `signal` to rank 1 once training runs, and returns what the job printed
