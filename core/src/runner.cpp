@@ -265,7 +265,7 @@ void Run::check_eval_outputs() const {
 
 // The validation samples one evaluation covers, over all ranks.
 uint64_t Run::eval_samples() const {
-  const uint64_t global_batch = static_cast<uint64_t>(batch_) * static_cast<uint64_t>(session_->sample_groups());
+  const uint64_t global_batch = static_cast<uint64_t>(batch_) * static_cast<uint64_t>(data_shard_.count);
   return session_->eval_per_sample() ? eval_total_ : eval_total_ / global_batch * global_batch;
 }
 

@@ -259,6 +259,20 @@ TEST(ReferenceApi, InconsistentShapesAreInvalidNamingNodeAndBothShapes) {
   EXPECT_NE(e.message.find("[1,8,8,8,16]"), std::string::npos) << e.message;
 }
 
+// A spatial op over 2 ranks compiled for one: one line naming the node, the grid and the ranks.
+TEST(ReferenceApi, ASpatialGridNeedsItsRanks) {
+  sdk::GraphBuilder g;
+  const int32_t x = g.value("x", MLPH_DTYPE_F32, {1, 4, 4, 2});
+  g.parameter(x, std::vector<float>(32, 0.5f));
+  const int32_t y = g.node("halo_exchange", "halo", {x}, {g.value("y", MLPH_DTYPE_F32, {1, 6, 4, 2})},
+                           {{"grid", {2, 1}}, {"halo", {1, 0}}});
+  g.loss(g.node("mse", "loss", {y, y}, {g.value("loss", MLPH_DTYPE_F32, {})}));
+  g.optimizer("sgd_keras", {});
+  const CallResult e = compile_error(g.graph());
+  EXPECT_EQ(e.code, MLPH_INVALID_ARGUMENT);
+  EXPECT_EQ(e.message, "reference backend: node 'halo' (halo_exchange): grid 2x1 needs 2 ranks; this run has 1");
+}
+
 TEST(ReferenceApi, InvalidGraphsAreRejectedAtCompile) {
   {  // the loss must be a scalar
     Regression r;

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
-#include <functional>
 #include <map>
 #include <memory>
 #include <string>
