@@ -180,6 +180,17 @@ TEST(MpiRun, SpatialSplitTrainsLikeOneRankWithWholeSamples) {
   }
 }
 
+// A workload that does not build spatial graphs (DeepCAM) is refused in one line before anything starts.
+TEST(MpiRun, SpatialGridWithAWorkloadThatCannotSplit) {
+  if (!fs::exists(fs::path(MLPH_PLUGIN_DIR) / "libmlph-workload-deepcam.so")) GTEST_SKIP() << "deepcam not built (HDF5)";
+  const CliResult r = run_command(mpirun() + "--workload deepcam --comms mpi --set parallel.spatial=2x1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("workload deepcam does not split samples over ranks (spatial parallelism, ABI 1.5): set "
+                          "parallel.spatial to 1"),
+            std::string::npos)
+      << r.output;
+}
+
 namespace {
 
 // Starts a 2-rank run, sends `signal` to rank 1 once training runs, and returns what the job printed

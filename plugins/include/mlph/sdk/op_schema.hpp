@@ -297,8 +297,9 @@ inline const std::vector<Op>& ops() {
        "spatial parallelism (ABI 1.5): the blocks of the sample's `prod(grid)` ranks (see `halo_exchange`) put "
        "together: every one of them gets the whole, and what follows runs alike on each. Backward: the sum over "
        "those ranks of the output's gradient, this rank's block (the ops after the gather run on every rank of the "
-       "sample, so the blocks before it receive `prod(grid)` times their share: averaging the gradients over all "
-       "ranks then gives the whole-sample gradient, with no other reduction). `grid` all 1: the identity",
+       "sample, so the blocks before it receive `prod(grid)` times their share: the usual average of the parameters' "
+       "gradients over all ranks then gives each the mean over the sample groups of its whole-sample gradient, with "
+       "no other reduction). `grid` all 1: the identity",
        2},
   };
   return table;
