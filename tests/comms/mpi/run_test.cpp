@@ -195,10 +195,10 @@ namespace {
 
 // Starts a 2-rank run, sends `signal` to rank 1 once training runs, and returns what the job printed
 // (the job must end within `bound` of the signal). Expects every rank non-zero and the log aborted.
-std::string fault_rank_1(const std::string& name, int signal, std::chrono::seconds bound) {
+std::string fault_rank_1(const std::string& name, int signal, std::chrono::seconds bound, const std::string& more = "") {
   const fs::path out = fresh_dir(name);
   const fs::path printed = out.parent_path() / ("mlph-test-" + name + ".txt");
-  const std::string command = "exec " + mpirun() + kTiny +
+  const std::string command = "exec " + mpirun() + kTiny + more +
                               "--comms mpi --set comms.timeout_s=3 --set train.epochs=50 " +
                               "--set train.target_mae=0.0001 --data " + dataset().string() + " --output " +
                               out.string() + " > " + printed.string() + " 2>&1";
@@ -274,4 +274,13 @@ TEST(MpiRun, AFailedRankLeavesNoStagedCopy) {
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find(train[3].filename().string()), std::string::npos) << "the error names the file\n" << r.output;
   EXPECT_TRUE(fs::is_empty(dir / "target")) << "the staged copy was left behind\n" << r.output;
+}
+
+TEST(MpiRun, HungNeighbourOfASplitSampleTimesOutAndAbortsEveryRank) {
+  // Both ranks hold half of every sample (2x1x1): rank 1 stops, and rank 0's next halo exchange, gather
+  // or gradient allreduce times out (3 s) naming it; the job ends and the log says "aborted".
+  const std::string output =
+      fault_rank_1("mpi-spatial-hang", SIGSTOP, std::chrono::seconds(15), "--set parallel.spatial=2x1x1 ");
+  EXPECT_NE(output.find("did not complete within 3 s (comms.timeout_s): rank(s) 1 did not reach it"), std::string::npos)
+      << output;
 }
