@@ -450,6 +450,13 @@ void Run::check_checkpoints_and_export() {
                                         "pending sum would have to be saved, which is not done; use one rank or no "
                                         "accumulation",
                                         session_->gradient_accumulation(), session_->topology().size));
+    // No test yet shows a run with split samples resumed exactly (each rank's part of the sample,
+    // the sample groups' data order): refused rather than risk a wrong resume.
+    if (session_->sample_ranks() > 1)
+      throw CheckpointError(fmt::format("checkpoints with parallel.spatial = {} (samples split over ranks) are not "
+                                        "supported yet; set parallel.spatial to 1 or run without --checkpoint-dir "
+                                        "and --resume",
+                                        sdk::spatial::grid_text(session_->spatial_grid())));
   }
   if (!checkpoints_.dir.empty()) {
     const std::vector<std::filesystem::path> existing = list_checkpoints(checkpoints_.dir);

@@ -191,6 +191,26 @@ TEST(MpiRun, SpatialGridWithAWorkloadThatCannotSplit) {
       << r.output;
 }
 
+// Saving or resuming a run that splits samples over ranks is refused in one line before anything
+// starts (not yet shown to resume exactly): with --checkpoint-dir, and with --resume of a checkpoint.
+TEST(MpiRun, CheckpointsOfASpatialRunAreRefused) {
+  const fs::path dir = fresh_dir("mpi-spatial-checkpoint");
+  const std::string run = kTiny + "--set train.epochs=1 --set train.target_mae=10 --data " + dataset().string();
+  const std::string refused = "checkpoints with parallel.spatial = 2x1x1 (samples split over ranks) are not supported yet";
+  const CliResult save = run_command(mpirun() + run + " --comms mpi --set parallel.spatial=2x1x1 --checkpoint-dir " +
+                                     (dir / "split").string());
+  EXPECT_EQ(save.exit_code, 2) << save.output;
+  EXPECT_NE(save.output.find(refused), std::string::npos) << save.output;
+  EXPECT_FALSE(fs::exists(dir / "split" / "latest"));
+
+  const CliResult whole = run_command(mpirun() + run + " --comms mpi --checkpoint-dir " + (dir / "whole").string());
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const CliResult resume = run_command(mpirun() + run + " --comms mpi --set parallel.spatial=2x1x1 --resume " +
+                                       (dir / "whole" / "epoch-000001").string());
+  EXPECT_EQ(resume.exit_code, 2) << resume.output;
+  EXPECT_NE(resume.output.find(refused), std::string::npos) << resume.output;
+}
+
 namespace {
 
 // Starts a 2-rank run, sends `signal` to rank 1 once training runs, and returns what the job printed
