@@ -3,9 +3,13 @@
 // each sample (npy read by byte ranges, or with whole-file storage and TFRecord decoded whole and
 // cut) is exactly that box of the whole sample.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 
+#include "data/npy.hpp"
 #include "data/synthetic.hpp"
 #include "dataset.hpp"
 #include "mlph/core/host.hpp"
@@ -167,5 +171,68 @@ TEST(CosmoFlowSpatial, APartIsThatBoxOfTheWholeSample) {
         EXPECT_STREQ(e.what(), "CosmoFlow read: the part [6:10, 0:8, 0:8] lies outside the 8^3x4 volume");
       }
     }
+  fs::remove_all(root);
+}
+
+namespace {
+
+// The sorted *_data.npy training files of a Reader's directory: sample i is file i.
+std::vector<fs::path> npy_files(const fs::path& dir) {
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(dir / "train"))
+    if (entry.path().string().ends_with("_data.npy")) files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// What reading a part of samples 1 and 0 (D split, at D = 4) throws; "" when it reads.
+std::string part_refusal(CosmoDataset& d) {
+  try {
+    read(d, {4, 0, 0}, {4, 8, 8});
+  } catch (const sdk::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+// A part read by byte ranges checks what a whole read checks (issue 16): counts >= 0 (the voxel named
+// in the whole volume's coordinates), the file's end, and regular files only.
+TEST(CosmoFlowSpatial, APartReadRefusesBadDataAsAWholeReadDoes) {
+  const fs::path root = fs::temp_directory_path() / ("mlph-spatial-bad-" + std::to_string(getpid()));
+  {
+    Reader reader(root / "negative", Format::npy, true);
+    const fs::path file = npy_files(root / "negative").at(0);
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    std::vector<std::byte> head(64);
+    f.read(reinterpret_cast<char*>(head.data()), 64);
+    const uint64_t voxel = ((5 * 8 + 1) * 8 + 2) * 4 + 3;  // (5, 1, 2) channel 3: in the part
+    f.seekp(static_cast<std::streamoff>(npy_data_offset(head, file.string()) + voxel * 2));
+    f.write("\xff\xff", 2);  // -1
+    f.close();
+    const std::string error = part_refusal(reader.dataset());
+    EXPECT_NE(error.find(file.string() + ": voxel (5, 1, 2) channel 3 holds -1: particle counts cannot be negative"),
+              std::string::npos)
+        << error;
+  }
+  {
+    Reader reader(root / "short", Format::npy, true);
+    const fs::path file = npy_files(root / "short").at(1);
+    fs::resize_file(file, fs::file_size(file) - 100);
+    const std::string error = part_refusal(reader.dataset());
+    EXPECT_NE(error.find(file.string() + ": bytes "), std::string::npos) << error;
+    EXPECT_NE(error.find("lie past the end of the file (" + std::to_string(fs::file_size(file)) + " bytes)"),
+              std::string::npos)
+        << error;
+  }
+  {
+    Reader reader(root / "fifo", Format::npy, true);
+    const fs::path file = npy_files(root / "fifo").at(1);
+    fs::remove(file);
+    ASSERT_EQ(mkfifo(file.c_str(), 0600), 0);
+    const std::string error = part_refusal(reader.dataset());  // must not block on the FIFO
+    EXPECT_NE(error.find(file.string() + ": is a FIFO, not a regular file"), std::string::npos) << error;
+  }
   fs::remove_all(root);
 }
