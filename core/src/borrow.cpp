@@ -1,17 +1,16 @@
 #include "mlph/core/borrow.hpp"
 
 #include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cstdlib>
-#include <fstream>
 #include <optional>
 
 #include "mlph/core/benchmark.hpp"
 #include "mlph/core/config.hpp"
 #include "mlph/core/host.hpp"
-#include "mlph/core/mllog_reader.hpp"
+#include "mlph/core/text_input.hpp"
+#include "mlph/sdk/numbers.hpp"
 #include "mlph/sdk/options.hpp"
 
 namespace mlph::core {
@@ -26,60 +25,6 @@ BenchmarkFacts borrowing_facts(const LoadedPlugin& workload) {
                                   workload.descriptor->name, workload.descriptor->abi_major,
                                   workload.descriptor->abi_minor));
   return facts;
-}
-
-bool listed(const BenchmarkFacts& facts, const std::string& key) {
-  return std::find(facts.hparam_log_keys.begin(), facts.hparam_log_keys.end(), key) != facts.hparam_log_keys.end();
-}
-
-bool looks_like_mllog(const std::filesystem::path& source) {
-  std::ifstream in(source);
-  for (std::string line; std::getline(in, line);)
-    if (line.find(":::MLLOG ") != std::string::npos) return true;
-  return false;
-}
-
-Hparams from_log(const std::filesystem::path& source, const BenchmarkFacts& facts) {
-  const ParsedLog log = read_mllog(source);
-  if (!log.errors.empty()) throw BorrowError(log.errors.front());
-  if (const LogLine* b = log.find("submission_benchmark"); b && b->value.IsScalar() && b->value.Scalar() != facts.name)
-    throw BorrowError(fmt::format("{}:{}: the log is a {} run, this is {}", source.string(), b->line,
-                                  b->value.Scalar(), facts.name));
-  Hparams found;
-  for (const LogLine& l : log.lines)
-    if (listed(facts, l.key) &&
-        std::none_of(found.begin(), found.end(), [&](const auto& kv) { return kv.first == l.key; }))
-      found.emplace_back(l.key, json_text(l.value));
-  if (found.empty())
-    throw BorrowError(fmt::format("{}: no {} hyperparameters in the log", source.string(), facts.name));
-  return found;
-}
-
-Hparams from_yaml(const std::filesystem::path& source, const BenchmarkFacts& facts) {
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(source.string());
-  } catch (const YAML::Exception& e) {
-    throw BorrowError(fmt::format("{}: {}", source.string(), e.what()));
-  }
-  if (!root.IsMap()) throw BorrowError(fmt::format("{}: expected a map of MLPerf log keys to values", source.string()));
-  Hparams found;
-  for (const auto& kv : root) {
-    const std::string key = kv.first.Scalar();
-    const std::string where = fmt::format("{}:{}", source.string(), kv.first.Mark().line + 1);
-    if (key == "benchmark") {
-      if (kv.second.Scalar() != facts.name)
-        throw BorrowError(fmt::format("{}: benchmark {} does not match this run's {}", where, kv.second.Scalar(), facts.name));
-      continue;
-    }
-    if (!listed(facts, key))
-      throw BorrowError(fmt::format("{}: '{}' is not a {} hyperparameter log key", where, key, facts.name));
-    // Plain YAML scalars become JSON text; quoted ones (and words) are strings.
-    const YAML::Node& v = kv.second;
-    const bool text = v.IsScalar() && (v.Tag() == "!" || !json_number_value(v));
-    found.emplace_back(key, text ? fmt::format("\"{}\"", v.Scalar()) : json_text(v));
-  }
-  return found;
 }
 
 // Receives the workload's assignments and checks each at once against the schema, one key at a time
@@ -116,9 +61,11 @@ struct Assignments {
 
 Hparams read_hparams(const std::filesystem::path& source, const LoadedPlugin& workload) {
   const BenchmarkFacts facts = borrowing_facts(workload);
-  if (!std::filesystem::is_regular_file(source))
-    throw BorrowError(fmt::format("{}: no such file", source.string()));
-  return looks_like_mllog(source) ? from_log(source, facts) : from_yaml(source, facts);
+  try {
+    return parse_hparams(read_text_file(source, kMaxLogBytes, "hyperparameter file"), source.string(), facts);
+  } catch (const InputError& e) {
+    throw BorrowError(e.what());
+  }
 }
 
 std::vector<std::string> map_hparams(const Hparams& hparams, const LoadedPlugin& workload, bool closed,
@@ -147,7 +94,8 @@ std::vector<std::string> map_hparams(const Hparams& hparams, const LoadedPlugin&
 
 long long launcher_world_size() {
   for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"})
-    if (const char* v = std::getenv(name); v && std::atoll(v) > 0) return std::atoll(v);
+    if (const char* v = std::getenv(name))
+      if (const auto n = sdk::integer_value<long long>(v); n && *n > 0) return *n;
   return 1;
 }
 

@@ -1,7 +1,6 @@
 #include "mlph/core/campaign.hpp"
 
 #include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <atomic>
@@ -11,6 +10,7 @@
 #include <sstream>
 
 #include "mlph/core/benchmark.hpp"
+#include "mlph/core/config.hpp"
 #include "mlph/core/results_tree.hpp"
 #include "mlph/core/spawn.hpp"
 #include "mlph/core/system_probe.hpp"
@@ -22,17 +22,12 @@ namespace {
 std::atomic<bool> g_stop{false};
 extern "C" void on_stop(int) { g_stop = true; }
 
-// A `mlperf:` key as the run will see it: the last --set, else the config file, else "".
+// A `mlperf:` key as the run will see it: the last --set, else the config file, else "". A broken
+// config file is refused here (ConfigError), before any run.
 std::string configured(const RunOptions& run, const std::string& key) {
   for (auto it = run.sets.rbegin(); it != run.sets.rend(); ++it)
     if (it->rfind("mlperf." + key + "=", 0) == 0) return it->substr(key.size() + 8);
-  if (run.config_file.empty()) return "";
-  try {
-    const YAML::Node node = YAML::LoadFile(run.config_file)["mlperf"][key];
-    return node && node.IsScalar() ? node.Scalar() : "";
-  } catch (const YAML::Exception&) {
-    return "";  // the run itself reports a broken config file
-  }
+  return run.config_file.empty() ? "" : Config::peek(run.config_file, "mlperf." + key).value_or("");
 }
 
 // Distinct positive seeds: from --seed upwards, or drawn fresh.
@@ -101,8 +96,13 @@ std::vector<int> run_all(const RunOptions& each, const CampaignOptions& c, const
 
 int run_campaign(const RunOptions& run, const CampaignOptions& c) {
   BenchmarkFacts benchmark;
-  try {
+  std::string org, system;
+  SystemFields system_info;
+  try {  // everything that can be wrong with the command line, before the first run
     benchmark = benchmark_facts(load_workload(run, "--runs"));
+    org = c.org.empty() ? configured(run, "org") : c.org;
+    system = c.system.empty() ? configured(run, "platform") : c.system;
+    if (!c.system_info.empty()) system_info = read_system_info(c.system_info);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mlperf-run: error: %s\n", e.what());
     return 2;
@@ -114,9 +114,7 @@ int run_campaign(const RunOptions& run, const CampaignOptions& c) {
     return 2;
   }
   const int runs = c.runs > 0 ? c.runs : required;
-  std::string org = c.org.empty() ? configured(run, "org") : c.org;
   if (org.empty()) org = "mlperf-hpc";
-  std::string system = c.system.empty() ? configured(run, "platform") : c.system;
   if (system.empty()) system = host_name();
   const ResultsTree tree(run.output_dir, org, system, benchmark.name, c.weak);
   if (tree.holds_results()) {
@@ -154,7 +152,7 @@ int run_campaign(const RunOptions& run, const CampaignOptions& c) {
   }
   if (first_log >= 0) {
     try {
-      write_system_json(tree.system_json(), tree.result(first_log), org, system, c.version, c.system_info);
+      write_system_json(tree.system_json(), tree.result(first_log), org, system, c.version, system_info);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "mlperf-run: error: writing the system description: %s\n", e.what());
       return 2;

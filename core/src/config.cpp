@@ -5,7 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
+#include <cstring>
+#include <utility>
+
+#include "mlph/core/text_input.hpp"
+#include "mlph/sdk/numbers.hpp"
 
 namespace mlph::core {
 namespace {
@@ -29,6 +33,8 @@ std::string suggestion(const std::string& key, const std::vector<MLPH_ParamSpec>
   std::string best;
   size_t best_distance = 4;  // farther than this is no help
   for (const MLPH_ParamSpec& spec : schema) {
+    const size_t length = std::strlen(spec.key);
+    if (std::max(length, key.size()) - std::min(length, key.size()) >= best_distance) continue;  // no closer
     size_t d = edit_distance(key, spec.key);
     if (d < best_distance) best_distance = d, best = spec.key;
   }
@@ -74,17 +80,24 @@ void flatten(const YAML::Node& node, const std::string& prefix, const std::strin
   }
 }
 
-YAML::Node parse_file(const std::string& file) {
-  if (!std::filesystem::is_regular_file(file)) throw ConfigError(fmt::format("{}: config file not found", file));
+std::string read_file(const std::string& file) {
   try {
-    return YAML::LoadFile(file);
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(fmt::format("{}:{}: invalid YAML: {}", file, e.mark.line + 1, e.msg));
+    return read_text_file(file, kMaxConfigBytes, "config file");
+  } catch (const InputError& e) {
+    throw ConfigError(e.what());
+  }
+}
+
+YAML::Node parse_text(const std::string& text, const std::string& file) {
+  try {
+    return load_yaml(text, kMaxConfigNodes);
+  } catch (const YamlError& e) {
+    throw ConfigError(fmt::format("{}:{}: {}", file, e.line, e.reason));
   }
 }
 
 std::string where(const std::string& key, const ConfigValue& v) {
-  return fmt::format("{}: '{}' = {}", v.origin, key, v.text.empty() ? "(empty)" : v.text);
+  return fmt::format("{}: '{}' = {}", v.origin, key, v.text.empty() ? "(empty)" : escaped(v.text, 120));
 }
 
 void check_bounds(const MLPH_ParamSpec& spec, const std::string& key, const ConfigValue& v, double x) {
@@ -97,25 +110,32 @@ void check_bounds(const MLPH_ParamSpec& spec, const std::string& key, const Conf
   if (spec.bounds & MLPH_BOUND_MIN) range += fmt::format("{} {}", (spec.bounds & MLPH_BOUND_MIN_EXCLUSIVE) ? ">" : ">=", spec.min);
   if (spec.bounds & MLPH_BOUND_MAX)
     range += fmt::format("{}{} {}", range.empty() ? "" : " and ", (spec.bounds & MLPH_BOUND_MAX_EXCLUSIVE) ? "<" : "<=", spec.max);
+  // A tunable's bounds are its closed-division rule; other keys' bounds are what the workload can run.
+  const bool rule = spec.closed == MLPH_CLOSED_TUNABLE && spec.rule && *spec.rule;
   throw ConfigError(fmt::format("{} is out of range: must be {}{}", where(key, v), range,
-                                spec.rule && *spec.rule ? fmt::format(" ({})", spec.rule) : ""));
+                                rule ? fmt::format(" ({})", spec.rule) : ""));
 }
 
+// The value parsed as its type (a number for INT and FLOAT, each element for lists), then bounded.
 void check_type(const MLPH_ParamSpec& spec, const std::string& key, const ConfigValue& v) {
-  switch (spec.type) {
-    case MLPH_TYPE_INT: check_bounds(spec, key, v, static_cast<double>(as_int(key, v.text))); break;
-    case MLPH_TYPE_FLOAT: check_bounds(spec, key, v, as_number(key, v.text)); break;
-    case MLPH_TYPE_BOOL: as_bool(key, v.text); break;
-    case MLPH_TYPE_STRING: break;
-    case MLPH_TYPE_INT_LIST:
-    case MLPH_TYPE_FLOAT_LIST:
-      for (double x : as_number_list(key, v.text)) {
-        if (spec.type == MLPH_TYPE_INT_LIST && x != std::floor(x))
-          throw ConfigError(fmt::format("{}: every element must be an integer", where(key, v)));
-        check_bounds(spec, key, v, x);
-      }
-      break;
+  std::vector<double> numbers;
+  try {
+    switch (spec.type) {
+      case MLPH_TYPE_INT: numbers = {static_cast<double>(as_int(key, v.text))}; break;
+      case MLPH_TYPE_FLOAT: numbers = {as_number(key, v.text)}; break;
+      case MLPH_TYPE_BOOL: as_bool(key, v.text); break;
+      case MLPH_TYPE_STRING: break;
+      case MLPH_TYPE_INT_LIST:
+        for (const std::string& item : list_items(key, v.text)) numbers.push_back(static_cast<double>(as_int(key, item)));
+        break;
+      case MLPH_TYPE_FLOAT_LIST:
+        for (const std::string& item : list_items(key, v.text)) numbers.push_back(as_number(key, item));
+        break;
+    }
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("{}: {}", v.origin, e.what()));
   }
+  for (double x : numbers) check_bounds(spec, key, v, x);
 }
 
 // Two YAML texts mean the same value of this type.
@@ -135,66 +155,107 @@ bool same_value(const MLPH_ParamSpec& spec, const std::string& key, const std::s
 
 double as_number(const std::string& key, const std::string& text) {
   try {
-    size_t used = 0;
-    double v = std::stod(text, &used);
-    if (used == text.size()) return v;
-  } catch (const std::exception&) {
+    return sdk::parse_finite(text, key);
+  } catch (const sdk::Error& e) {
+    throw ConfigError(e.what());
   }
-  throw ConfigError(fmt::format("'{}': '{}' is not a number", key, text));
 }
 
 long long as_int(const std::string& key, const std::string& text) {
   try {
-    size_t used = 0;
-    long long v = std::stoll(text, &used);
-    if (used == text.size()) return v;
-  } catch (const std::exception&) {
+    return sdk::parse_integer<long long>(text, key);
+  } catch (const sdk::Error& e) {
+    throw ConfigError(e.what());
   }
-  throw ConfigError(fmt::format("'{}': '{}' is not an integer", key, text));
 }
 
 bool as_bool(const std::string& key, const std::string& text) {
   if (text == "true" || text == "True" || text == "yes" || text == "1") return true;
   if (text == "false" || text == "False" || text == "no" || text == "0") return false;
-  throw ConfigError(fmt::format("'{}': '{}' is not true or false", key, text));
+  throw ConfigError(fmt::format("'{}': '{}' is not true or false", key, escaped(text, 120)));
+}
+
+std::vector<std::string> list_items(const std::string& key, const std::string& text) {
+  YAML::Node node;
+  try {
+    node = load_yaml(text, kMaxConfigNodes);
+  } catch (const YamlError& e) {
+    throw ConfigError(fmt::format("'{}': {}", key, e.reason.starts_with("invalid YAML") ? "'" + escaped(text, 120) + "' is not a list" : e.reason));
+  }
+  if (node.IsNull()) return {};
+  if (!node.IsSequence()) throw ConfigError(fmt::format("'{}': '{}' is not a list such as [16, 32]", key, escaped(text, 120)));
+  std::vector<std::string> items;
+  for (const auto& item : node) {
+    if (!item.IsScalar()) throw ConfigError(fmt::format("'{}': '{}' is not a list of numbers", key, escaped(text, 120)));
+    items.push_back(item.Scalar());
+  }
+  return items;
 }
 
 std::vector<double> as_number_list(const std::string& key, const std::string& text) {
-  YAML::Node node;
-  try {
-    node = YAML::Load(text);
-  } catch (const YAML::Exception&) {
-    throw ConfigError(fmt::format("'{}': '{}' is not a list", key, text));
-  }
-  if (node.IsNull()) return {};
-  if (!node.IsSequence()) throw ConfigError(fmt::format("'{}': '{}' is not a list such as [16, 32]", key, text));
   std::vector<double> out;
-  for (const auto& item : node) out.push_back(as_number(key, item.Scalar()));
+  for (const std::string& item : list_items(key, text)) out.push_back(as_number(key, item));
   return out;
 }
 
-std::optional<std::string> Config::peek_workload(const std::string& file) {
-  if (file.empty()) return std::nullopt;
-  YAML::Node root = parse_file(file);
-  if (root.IsMap() && root["workload"] && root["workload"].IsScalar()) return root["workload"].Scalar();
-  return std::nullopt;
+std::vector<MLPH_ParamSpec> core_schema() {
+  const auto free = [](const char* key, MLPH_ParamType type, const char* value, const char* help) {
+    return MLPH_ParamSpec{key, type, value, help, MLPH_CLOSED_FREE, 0, 0, 0, ""};
+  };
+  return {
+      free("plugins.backend", MLPH_TYPE_STRING, "reference", "compute backend plug-in"),
+      free("plugins.comms", MLPH_TYPE_STRING, "local", "comms plug-in"),
+      free("plugins.storage", MLPH_TYPE_STRING, "posix", "storage plug-in"),
+      free("mlperf.org", MLPH_TYPE_STRING, "mlperf-hpc", "submission_org"),
+      free("mlperf.platform", MLPH_TYPE_STRING, "", "submission_platform (default: the host name)"),
+      free("mlperf.status", MLPH_TYPE_STRING, "onprem", "submission_status: cloud, onprem, preview or research"),
+      free("mlperf.division", MLPH_TYPE_STRING, "closed", "closed or open"),
+      {"mlperf.accelerators_per_node", MLPH_TYPE_INT, "0", "accelerators_per_node (0 for CPU runs)", MLPH_CLOSED_FREE,
+       MLPH_BOUND_MIN, 0, 0, ""},
+      {"run.seed", MLPH_TYPE_INT, "0", "seed of weights and data order; 0 draws a fresh one", MLPH_CLOSED_FREE,
+       MLPH_BOUND_MIN, 0, 0, ""},
+      free("run.staging", MLPH_TYPE_STRING, "timed",
+           "timed: stage data after run_start (hpc 1.0/2.0 rules, the reference); untimed: before it (allowed from hpc 3.0)"),
+      free("parallel.spatial", MLPH_TYPE_STRING, "1",
+           "ranks per sample along each spatial dim, e.g. 2x1x1 (D, H, W): each rank holds its block of every sample, "
+           "halos exchanged before each convolution; the ranks count in sample groups of that many; 1: none"),
+  };
 }
+
+std::optional<std::string> Config::peek(const std::string& file, const std::string& key) {
+  if (file.empty()) return std::nullopt;
+  YAML::Node node = parse_text(read_file(file), file);
+  for (size_t start = 0; start <= key.size();) {
+    const size_t dot = std::min(key.find('.', start), key.size());
+    if (!node.IsMap()) return std::nullopt;
+    const YAML::Node child = std::as_const(node)[key.substr(start, dot - start)];  // const: looks, adds nothing
+    if (!child) return std::nullopt;
+    node.reset(child);  // (assigning would overwrite the parent's value)
+    start = dot + 1;
+  }
+  return node.IsScalar() ? std::optional(node.Scalar()) : std::nullopt;
+}
+
+std::optional<std::string> Config::peek_workload(const std::string& file) { return peek(file, "workload"); }
 
 Config Config::load(const std::vector<MLPH_ParamSpec>& schema, const std::string& file,
                     const std::vector<std::string>& sets) {
+  return load_text(schema, file.empty() ? "" : read_file(file), file, sets);
+}
+
+Config Config::load_text(const std::vector<MLPH_ParamSpec>& schema, const std::string& text, const std::string& file,
+                         const std::vector<std::string>& sets) {
   Config config;
   for (const MLPH_ParamSpec& spec : schema) config.values_[spec.key] = {spec.default_value, "default"};
 
   std::vector<std::pair<std::string, ConfigValue>> layered;
-  if (!file.empty()) {
-    YAML::Node root = parse_file(file);
-    if (!root.IsNull() && !root.IsMap()) throw ConfigError(fmt::format("{}:1: expected a mapping of keys", file));
-    if (root.IsMap()) flatten(root, "", file, layered);
-  }
+  const YAML::Node root = parse_text(text, file);
+  if (!root.IsNull() && !root.IsMap()) throw ConfigError(fmt::format("{}:1: expected a mapping of keys", file));
+  if (root.IsMap()) flatten(root, "", file, layered);
   for (const std::string& assignment : sets) {
     const size_t eq = assignment.find('=');
     if (eq == std::string::npos || eq == 0)
-      throw ConfigError(fmt::format("--set '{}': expected key=value", assignment));
+      throw ConfigError(fmt::format("--set '{}': expected key=value", escaped(assignment, 120)));
     layered.emplace_back(assignment.substr(0, eq), ConfigValue{assignment.substr(eq + 1), "--set"});
   }
   for (auto& [key, value] : layered) {
@@ -204,7 +265,7 @@ Config Config::load(const std::vector<MLPH_ParamSpec>& schema, const std::string
     } else if (is_passthrough(key)) {
       config.passthrough_[key] = value;
     } else {
-      throw ConfigError(fmt::format("{}: unknown key '{}'{}", value.origin, key, suggestion(key, schema)));
+      throw ConfigError(fmt::format("{}: unknown key '{}'{}", value.origin, escaped(key, 120), suggestion(key, schema)));
     }
   }
   return config;

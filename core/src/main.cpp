@@ -32,9 +32,38 @@ int list_plugins(const std::vector<std::filesystem::path>& dirs) {
   return 0;
 }
 
+// Where --output points must be a directory, or not exist yet with a directory as its nearest
+// existing ancestor: the log (or the submission tree) goes there. Empty when it can.
+std::string output_problem(const std::filesystem::path& output) {
+  std::error_code error;
+  for (std::filesystem::path p = output; !p.empty(); p = p.parent_path()) {
+    const std::filesystem::file_status status = std::filesystem::status(p, error);
+    if (std::filesystem::exists(status))
+      return std::filesystem::is_directory(status) ? ""
+             : p == output ? fmt::format("--output {}: is not a directory", output.string())
+                           : fmt::format("--output {}: {} is not a directory", output.string(), p.string());
+    if (p == p.parent_path()) break;
+  }
+  return "";
+}
+
+int main_checked(int argc, char** argv);
+
 }  // namespace
 
+// Every error is one line: what the paths below do not catch themselves ends here.
 int main(int argc, char** argv) {
+  try {
+    return main_checked(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mlperf-run: error: %s\n", e.what());
+    return 2;
+  }
+}
+
+namespace {
+
+int main_checked(int argc, char** argv) {
   RunOptions options;
   CampaignOptions campaign;
   std::vector<std::string> plugin_dirs;
@@ -108,6 +137,16 @@ int main(int argc, char** argv) {
                          "--export-weights with it\n");
     return 2;
   }
+  if (const std::string problem = output_problem(options.output_dir); !problem.empty()) {
+    std::fprintf(stderr, "mlperf-run: error: %s\n", problem.c_str());
+    return 2;
+  }
+  if (vm.count("log-name") && (options.log_name.empty() || options.log_name.find('/') != std::string::npos ||
+                               options.log_name == "." || options.log_name == "..")) {
+    std::fprintf(stderr, "mlperf-run: error: --log-name '%s': a file name in --output, without a directory\n",
+                 options.log_name.c_str());
+    return 2;
+  }
   if (vm.count("runs")) {
     if (campaign.runs < 0) {
       std::fprintf(stderr, "mlperf-run: error: --runs must be >= 0\n");
@@ -141,3 +180,5 @@ int main(int argc, char** argv) {
   }
   return run(options);
 }
+
+}  // namespace

@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "mlph/core/text_input.hpp"
 #include "mlph/sdk/json.hpp"
 #include <stdexcept>
 
@@ -18,19 +19,9 @@ Json json(bool v) { return {v ? "true" : "false"}; }
 Json json(const char* v) { return json(std::string(v)); }
 Json json(const std::string& v) {
   std::string out = "\"";
-  for (unsigned char c : v) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (c < 0x20) out += fmt::format("\\u{:04x}", c);
-        else out += static_cast<char>(c);
-    }
-  }
-  return {out + "\""};
+  out += escaped(v);
+  out += '"';
+  return {out};
 }
 Json json_list(const std::vector<double>& v, bool integers) {
   std::string out = "[";

@@ -2,16 +2,20 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
-#include <fstream>
+
+#include "mlph/core/mllog.hpp"
+#include "mlph/core/text_input.hpp"
 
 namespace mlph::core {
 namespace {
 
 constexpr std::string_view kMarker = ":::MLLOG ";
+constexpr size_t kMaxErrors = 100;  // a log of garbage lines is reported, not copied into memory
 
-LogLine parse_line(std::string text, size_t line_number) {
-  const YAML::Node object = YAML::Load(text.substr(kMarker.size()));
+LogLine parse_line(std::string text, size_t line_number, size_t max_nodes, size_t& nodes) {
+  const YAML::Node object = load_yaml(text.substr(kMarker.size()), max_nodes, &nodes);
   if (!object.IsMap()) throw std::runtime_error("not a JSON object");
   for (const char* field : {"time_ms", "key", "value", "metadata"})
     if (!object[field]) throw std::runtime_error(fmt::format("no \"{}\" field", field));
@@ -43,25 +47,49 @@ std::vector<const LogLine*> ParsedLog::all(const std::string& key) const {
   return found;
 }
 
-ParsedLog read_mllog(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw LogError(fmt::format("{}: cannot open the log", file.string()));
+ParsedLog parse_mllog(std::string_view text, const std::filesystem::path& file) {
   ParsedLog log;
   log.file = file;
-  size_t number = 0;
-  for (std::string raw; std::getline(in, raw);) {
+  size_t number = 0, nodes = 0, unreadable = 0;
+  const auto refuse_line = [&](const std::string& why) {
+    if (++unreadable <= kMaxErrors) log.errors.push_back(fmt::format("{}:{}: unreadable MLLOG line: {}", file.string(), number, why));
+  };
+  for (size_t start = 0; start < text.size();) {
+    const size_t end = std::min(text.find('\n', start), text.size());
+    const std::string_view raw = text.substr(start, end - start);
+    start = end + 1;
     ++number;
     const size_t at = raw.rfind(kMarker);  // the parser strips everything before the last marker
-    if (at == std::string::npos) continue;
-    std::string text = raw.substr(at);
-    while (!text.empty() && (text.back() == '\r' || text.back() == ' ')) text.pop_back();
+    if (at == std::string_view::npos) continue;
+    if (raw.size() > kMaxLogLineBytes) {
+      refuse_line(fmt::format("{} bytes, more than the {} allowed for a line", raw.size(), kMaxLogLineBytes));
+      continue;
+    }
+    std::string line(raw.substr(at));
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
     try {
-      log.lines.push_back(parse_line(std::move(text), number));
+      size_t line_nodes = 0;
+      log.lines.push_back(parse_line(std::move(line), number, kMaxLogNodes - nodes, line_nodes));
+      nodes += line_nodes;
+    } catch (const YamlTooLarge&) {
+      throw LogError(fmt::format("{}:{}: more than {} YAML nodes in the log's JSON: refused", file.string(), number,
+                                 kMaxLogNodes));
+    } catch (const YamlError& e) {
+      refuse_line(e.reason);
     } catch (const std::exception& e) {
-      log.errors.push_back(fmt::format("{}:{}: unreadable MLLOG line: {}", file.string(), number, e.what()));
+      refuse_line(e.what());
     }
   }
+  if (unreadable > kMaxErrors) log.errors.push_back(fmt::format("{}: {} more unreadable MLLOG lines", file.string(), unreadable - kMaxErrors));
   return log;
+}
+
+ParsedLog read_mllog(const std::filesystem::path& file) {
+  try {
+    return parse_mllog(read_text_file(file, kMaxLogBytes, "MLPerf log"), file);
+  } catch (const InputError& e) {
+    throw LogError(e.what());
+  }
 }
 
 bool is_json_string(const YAML::Node& v) { return v.IsScalar() && v.Tag() == "!"; }
@@ -80,7 +108,11 @@ bool is_json_number(const YAML::Node& v) { return json_number_value(v).has_value
 
 std::string json_text(const YAML::Node& v) {
   if (!v || v.IsNull()) return "null";
-  if (v.IsScalar()) return is_json_string(v) ? fmt::format("\"{}\"", v.Scalar()) : v.Scalar();
+  if (v.IsScalar()) {  // a number, true, false or null as written; anything else as a JSON string
+    const std::string& s = v.Scalar();
+    const bool literal = !is_json_string(v) && (s == "true" || s == "false" || s == "null" || is_json_number(v));
+    return literal ? s : json(s).text;
+  }
   if (v.IsSequence()) {
     std::string out = "[";
     for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + json_text(v[i]);
@@ -89,7 +121,7 @@ std::string json_text(const YAML::Node& v) {
   std::string out = "{";
   bool first = true;
   for (const auto& kv : v) {
-    out += fmt::format("{}\"{}\": {}", first ? "" : ", ", kv.first.Scalar(), json_text(kv.second));
+    out += fmt::format("{}{}: {}", first ? "" : ", ", json(kv.first.Scalar()).text, json_text(kv.second));
     first = false;
   }
   return out + "}";

@@ -4,7 +4,6 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <fstream>
 #include <map>
 
@@ -12,6 +11,8 @@
 #include "mlph/core/mllog.hpp"
 #include "mlph/core/mllog_reader.hpp"
 #include "mlph/core/system_probe.hpp"
+#include "mlph/core/text_input.hpp"
+#include "mlph/sdk/numbers.hpp"
 
 namespace mlph::core {
 namespace fs = std::filesystem;
@@ -53,7 +54,7 @@ namespace {
 
 // Writes `fields` as a JSON object of strings: the official system-description checker joins
 // the counts as text and fails on JSON numbers.
-void write_json(const fs::path& file, const std::vector<std::pair<std::string, std::string>>& fields) {
+void write_json(const fs::path& file, const SystemFields& fields) {
   std::ofstream out(file);
   out << "{\n";
   for (size_t i = 0; i < fields.size(); ++i)
@@ -72,8 +73,28 @@ std::string availability(const std::string& status) {
 
 }  // namespace
 
+SystemFields read_system_info(const fs::path& file) {
+  YAML::Node root;
+  try {
+    root = load_yaml(read_text_file(file, kMaxConfigBytes, "system description"), kMaxConfigNodes);
+  } catch (const InputError& e) {
+    throw ConfigError(fmt::format("--system-info {}", e.what()));
+  } catch (const YamlError& e) {
+    throw ConfigError(fmt::format("--system-info {}:{}: {}", file.string(), e.line, e.reason));
+  }
+  if (!root.IsMap()) throw ConfigError(fmt::format("--system-info {}: expected a map of system-description fields", file.string()));
+  SystemFields fields;
+  for (const auto& kv : root) {
+    if (!kv.first.IsScalar() || !(kv.second.IsScalar() || kv.second.IsNull()))
+      throw ConfigError(fmt::format("--system-info {}:{}: expected a field name and a single value", file.string(),
+                                    kv.first.Mark().line + 1));
+    fields.emplace_back(kv.first.Scalar(), kv.second.IsScalar() ? kv.second.Scalar() : "");
+  }
+  return fields;
+}
+
 void write_system_json(const fs::path& file, const fs::path& log_file, const std::string& org,
-                       const std::string& system, const std::string& version, const fs::path& system_info) {
+                       const std::string& system, const std::string& version, const SystemFields& system_info) {
   const ParsedLog log = read_mllog(log_file);
   const auto value = [&](const std::string& key) {
     const LogLine* l = log.find(key);
@@ -86,8 +107,8 @@ void write_system_json(const fs::path& file, const fs::path& log_file, const std
     if (kind == "backend") backend = name;
   }
   std::map<std::string, std::string> machine = detect_system();
-  const long long accelerators = std::atoll(value("accelerators_per_node").c_str());
-  std::vector<std::pair<std::string, std::string>> fields = {
+  const long long accelerators = sdk::integer_value<long long>(value("accelerators_per_node")).value_or(0);
+  SystemFields fields = {
       {"submitter", org},
       {"division", value("submission_division")},
       {"status", availability(value("submission_status"))},
@@ -122,15 +143,10 @@ void write_system_json(const fs::path& file, const fs::path& log_file, const std
       {"operating_system", machine["operating_system"]},
       {"sw_notes", ""},
   };
-  if (!system_info.empty()) {
-    const YAML::Node extra = YAML::LoadFile(system_info.string());
-    if (!extra.IsMap()) throw ConfigError(fmt::format("{}: expected a map of system-description fields", system_info.string()));
-    for (const auto& kv : extra) {
-      const std::string key = kv.first.Scalar(), v = kv.second.IsScalar() ? kv.second.Scalar() : "";
-      auto it = std::find_if(fields.begin(), fields.end(), [&](const auto& f) { return f.first == key; });
-      if (it != fields.end()) it->second = v;
-      else fields.emplace_back(key, v);
-    }
+  for (const auto& [key, v] : system_info) {
+    auto it = std::find_if(fields.begin(), fields.end(), [&](const auto& f) { return f.first == key; });
+    if (it != fields.end()) it->second = v;
+    else fields.emplace_back(key, v);
   }
   write_json(file, fields);
 }

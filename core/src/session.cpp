@@ -7,34 +7,12 @@
 
 #include "mlph/core/benchmark.hpp"
 #include "mlph/core/host.hpp"
+#include "mlph/core/text_input.hpp"
 #include "mlph/sdk/options.hpp"
 #include "mlph/sdk/tensor.hpp"
 
 namespace mlph::core {
 namespace {
-
-// The core's own configuration keys; the workload's come from its plug-in.
-std::vector<MLPH_ParamSpec> core_schema() {
-  const auto free = [](const char* key, MLPH_ParamType type, const char* value, const char* help) {
-    return MLPH_ParamSpec{key, type, value, help, MLPH_CLOSED_FREE, 0, 0, 0, ""};
-  };
-  return {
-      free("plugins.backend", MLPH_TYPE_STRING, "reference", "compute backend plug-in"),
-      free("plugins.comms", MLPH_TYPE_STRING, "local", "comms plug-in"),
-      free("plugins.storage", MLPH_TYPE_STRING, "posix", "storage plug-in"),
-      free("mlperf.org", MLPH_TYPE_STRING, "mlperf-hpc", "submission_org"),
-      free("mlperf.platform", MLPH_TYPE_STRING, "", "submission_platform (default: the host name)"),
-      free("mlperf.status", MLPH_TYPE_STRING, "onprem", "submission_status: cloud, onprem, preview or research"),
-      free("mlperf.division", MLPH_TYPE_STRING, "closed", "closed or open"),
-      free("mlperf.accelerators_per_node", MLPH_TYPE_INT, "0", "accelerators_per_node (0 for CPU runs)"),
-      free("run.seed", MLPH_TYPE_INT, "0", "seed of weights and data order; 0 draws a fresh one"),
-      free("run.staging", MLPH_TYPE_STRING, "timed",
-           "timed: stage data after run_start (hpc 1.0/2.0 rules, the reference); untimed: before it (allowed from hpc 3.0)"),
-      free("parallel.spatial", MLPH_TYPE_STRING, "1",
-           "ranks per sample along each spatial dim, e.g. 2x1x1 (D, H, W): each rank holds its block of every sample, "
-           "halos exchanged before each convolution; the ranks count in sample groups of that many; 1: none"),
-  };
-}
 
 using sdk::KeyValues;
 
@@ -86,12 +64,12 @@ Session::Session(const RunOptions& options_) {
   const std::string division = config_.get("mlperf.division");
   if (division != "closed" && division != "open")
     throw ConfigError(fmt::format("{}: 'mlperf.division' = {}: must be closed or open",
-                                  config_.entry("mlperf.division").origin, division));
+                                  config_.entry("mlperf.division").origin, escaped(division, 120)));
   config_.validate(schema_, division == "closed");
   const std::string staging = config_.get("run.staging");
   if (staging != "timed" && staging != "untimed")
     throw ConfigError(fmt::format("{}: 'run.staging' = {}: must be timed or untimed", config_.entry("run.staging").origin,
-                                  staging));
+                                  escaped(staging, 120)));
 
   backend_lib_ = loader.load(MLPH_KIND_BACKEND, config_.get("plugins.backend"));
   comms_lib_ = loader.load(MLPH_KIND_COMMS, config_.get("plugins.comms"));
@@ -106,7 +84,7 @@ Session::Session(const RunOptions& options_) {
   storage_handle_ = {sizeof(MLPH_StorageHandle), nullptr, storage_lib_.api<MLPH_StorageApi>(), storage_.get()};
 
   // Every rank must use the same seed: rank 0 draws it and broadcasts it.
-  seed_ = static_cast<uint64_t>(as_int("run.seed", config_.get("run.seed")));
+  seed_ = static_cast<uint64_t>(as_int("run.seed", config_.get("run.seed")));  // >= 0: validated
   if (seed_ == 0) seed_ = fresh_seed();
   check(comms_api()->broadcast(comm_.get(), &seed_, sizeof seed_, 0), "comms: broadcasting the seed");
 

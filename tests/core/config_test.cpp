@@ -18,6 +18,10 @@ const std::vector<MLPH_ParamSpec>& schema() {
       {"optimizer.decay_factors", MLPH_TYPE_FLOAT_LIST, "[0.25, 0.125]", "", MLPH_CLOSED_TUNABLE,
        MLPH_BOUND_MIN | MLPH_BOUND_MIN_EXCLUSIVE | MLPH_BOUND_MAX | MLPH_BOUND_MAX_EXCLUSIVE, 0, 1, "factors in (0,1)"},
       {"data.dir", MLPH_TYPE_STRING, "", "", MLPH_CLOSED_FREE, 0, 0, 0, ""},
+      {"optimizer.lr", MLPH_TYPE_FLOAT, "0.001", "", MLPH_CLOSED_TUNABLE, MLPH_BOUND_MIN | MLPH_BOUND_MIN_EXCLUSIVE, 0, 0,
+       "lr > 0"},
+      {"optimizer.decay_boundaries", MLPH_TYPE_INT_LIST, "[32, 64]", "", MLPH_CLOSED_TUNABLE,
+       MLPH_BOUND_MIN | MLPH_BOUND_MIN_EXCLUSIVE, 0, 0, "positive"},
   };
   return specs;
 }
@@ -82,7 +86,58 @@ TEST(Config, OutOfRangeTunableIsRefused) {
 
 TEST(Config, TypeErrorsNameTheKey) {
   Config c = Config::load(schema(), "", {"model.kernel_size=three"});
-  EXPECT_EQ(error_of([&] { c.validate(schema(), false); }), "'model.kernel_size': 'three' is not an integer");
+  EXPECT_EQ(error_of([&] { c.validate(schema(), false); }), "--set: 'model.kernel_size': 'three' is not an integer");
+  const std::string file = write_yaml("types.yaml", "model:\n  kernel_size: 3.5\n");
+  Config f = Config::load(schema(), file, {});
+  EXPECT_EQ(error_of([&] { f.validate(schema(), false); }), file + ":2: 'model.kernel_size': '3.5' is not an integer");
+}
+
+// Past 64 bits an integer is out of range, not cut; list elements are integers, not 1e300.
+TEST(Config, IntegersAreRangeCheckedAsIntegers) {
+  Config big = Config::load(schema(), "", {"model.kernel_size=99999999999999999999"});
+  EXPECT_EQ(error_of([&] { big.validate(schema(), false); }),
+            "--set: 'model.kernel_size': '99999999999999999999' is out of range: must be an integer from "
+            "-9223372036854775808 to 9223372036854775807");
+  Config list = Config::load(schema(), "", {"optimizer.decay_boundaries=[32, 1e300]"});
+  EXPECT_EQ(error_of([&] { list.validate(schema(), false); }),
+            "--set: 'optimizer.decay_boundaries': '1e300' is not an integer");
+  EXPECT_NO_THROW(Config::load(schema(), "", {"optimizer.decay_boundaries=[3, 9]"}).validate(schema(), true));
+}
+
+// Non-finite numbers pass no bound: refused in the open division too (issue 16, item 16).
+TEST(Config, FloatsMustBeFiniteInEveryDivision) {
+  for (const char* text : {"inf", ".inf", "nan", ".nan", "1e400", "Infinity"}) {
+    Config c = Config::load(schema(), "", {std::string("optimizer.lr=") + text});
+    EXPECT_EQ(error_of([&] { c.validate(schema(), false); }),
+              std::string("--set: 'optimizer.lr': '") + text + "' is not a finite number");
+  }
+  Config list = Config::load(schema(), "", {"optimizer.decay_factors=[0.5, .nan]"});
+  EXPECT_EQ(error_of([&] { list.validate(schema(), false); }),
+            "--set: 'optimizer.decay_factors': '.nan' is not a finite number");
+}
+
+// An alias's expansion is unbounded ("billion laughs"): anchors and aliases are refused before
+// anything is built, naming the line (the bombs themselves run in tests/integration/bad_input_test).
+TEST(Config, AnchorsAndAliasesAreRefused) {
+  const std::string file = write_yaml("alias.yaml", "model:\n  dropout: 0.25\ndata: &d\n  dir: x\nother: *d\n");
+  EXPECT_EQ(error_of([&] { Config::load(schema(), file, {}); }),
+            file + ":3: YAML anchors and aliases are not accepted (an alias can expand without bound)");
+  const std::string alias_only = write_yaml("alias2.yaml", "model:\n  dropout: *d\n");
+  EXPECT_NE(error_of([&] { Config::load(schema(), alias_only, {}); }).find(alias_only + ":2: "), std::string::npos);
+  Config list = Config::load(schema(), "", {"optimizer.decay_factors=[&a 0.5, *a]"});
+  EXPECT_EQ(error_of([&] { list.validate(schema(), false); }),
+            "--set: 'optimizer.decay_factors': YAML anchors and aliases are not accepted (an alias can expand without "
+            "bound)");
+}
+
+TEST(Config, TheFileMustBeASmallRegularFile) {
+  const auto dir = std::filesystem::temp_directory_path() / "config-dir.yaml";
+  std::filesystem::create_directories(dir);
+  EXPECT_EQ(error_of([&] { Config::load(schema(), dir.string(), {}); }), dir.string() + ": is a directory, not a file");
+  const std::string big = write_yaml("big.yaml", "");
+  std::filesystem::resize_file(big, 3u << 20);  // sparse: nothing is written
+  EXPECT_EQ(error_of([&] { Config::load(schema(), big, {}); }),
+            big + ": config file of 3145728 bytes: more than the 1048576 bytes allowed");
 }
 
 TEST(Config, InvalidYamlNamesTheLine) {

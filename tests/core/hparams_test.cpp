@@ -51,7 +51,7 @@ TEST(SdkHparams, RowsInOrderAndErrorsNameTheLogKey) {
   EXPECT_EQ(error_of({{"global_batch_size", "512"}, {"lr", "0.25"}}, 1), "lr = 0.25: must be a string");
   EXPECT_EQ(error_of({{"global_batch_size", "512"}}, 3),
             "global_batch_size = 512: does not split over 3 ranks (the per-rank batch must be a whole number)");
-  EXPECT_EQ(error_of({{"global_batch_size", "\"512\""}}, 1), "global_batch_size = \"512\": must be a number");
+  EXPECT_EQ(error_of({{"global_batch_size", "\"512\""}}, 1), "global_batch_size = \"512\": must be a positive integer");
   EXPECT_EQ(error_of({{"lr", "0.5"}}, 1), "lr = 0.5: must be a string");  // the second lr row
   const std::vector<const char*> keys = sdk::log_keys(kRules);  // each once, in order
   ASSERT_EQ(keys.size(), 2u);

@@ -2,12 +2,15 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
+#include <sys/resource.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <vector>
 
 namespace mlph::test {
@@ -30,6 +33,60 @@ inline CliResult run_command(const std::string& command_line) {
 }
 
 inline CliResult run_cli(const std::string& args) { return run_command(std::string(MLPH_BINARY_DIR "/bin/mlperf-run ") + args); }
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;  // the shadow memory of a sanitized program takes terabytes of address space
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
+struct BoundedResult : CliResult {
+  double seconds = 0;       // wall time
+  long max_rss_mib = 0;     // the child's peak resident memory
+  bool signaled = false;    // ended by a signal (a crash, or a limit below)
+};
+
+// mlperf-run `args` in a child held to `memory_mib` of address space (not under a sanitizer) and
+// `cpu_seconds` of CPU, so that a regression that hangs or grows ends the test instead of the machine;
+// its peak memory and time come back for the test to bound.
+inline BoundedResult run_cli_bounded(const std::string& args, long memory_mib = 2048, long cpu_seconds = 30) {
+  BoundedResult result;
+  int out[2];
+  if (pipe(out) != 0) return result;
+  const auto started = std::chrono::steady_clock::now();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out[1], 1);
+    dup2(out[1], 2);
+    close(out[0]);
+    close(out[1]);
+    const rlimit memory{static_cast<rlim_t>(memory_mib) << 20, static_cast<rlim_t>(memory_mib) << 20};
+    const rlimit cpu{static_cast<rlim_t>(cpu_seconds), static_cast<rlim_t>(cpu_seconds)};
+    if (!kSanitized) setrlimit(RLIMIT_AS, &memory);
+    setrlimit(RLIMIT_CPU, &cpu);
+    const std::string command = std::string("exec " MLPH_BINARY_DIR "/bin/mlperf-run ") + args;
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out[1]);
+  std::array<char, 4096> buffer{};
+  for (ssize_t n; (n = read(out[0], buffer.data(), buffer.size())) > 0;) result.output.append(buffer.data(), static_cast<size_t>(n));
+  close(out[0]);
+  int status = 0;
+  rusage usage{};
+  wait4(pid, &status, 0, &usage);
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  result.max_rss_mib = usage.ru_maxrss / 1024;
+  result.signaled = WIFSIGNALED(status);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
 
 inline std::vector<std::string> read_lines(const std::filesystem::path& file) {
   std::vector<std::string> lines;

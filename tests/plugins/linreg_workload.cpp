@@ -113,16 +113,16 @@ class LinReg final : public sdk::Workload {
 
   LinReg(const MLPH_HostApi* host, const sdk::Options& c)
       : host_(host),
-        features_(c.get_int("model.features", 8)),
-        batch_(static_cast<uint32_t>(c.get_int("train.batch_size", 4))),
-        epochs_(static_cast<uint32_t>(c.get_int("train.epochs", 20))),
+        features_(c.get_int<int64_t>("model.features", 8)),
+        batch_(c.get_int<uint32_t>("train.batch_size", 4)),
+        epochs_(c.get_int<uint32_t>("train.epochs", 20)),
         lr_(c.get_number("optimizer.lr")),
         momentum_(c.get_number("optimizer.momentum")),
         target_(c.get_number("train.target_mae")),
         dir_(c.get("data.dir")),
-        train_(static_cast<uint64_t>(c.get_int("data.synthetic.train", 256))),
-        valid_(static_cast<uint64_t>(c.get_int("data.synthetic.valid", 30))),
-        seed_(static_cast<uint64_t>(c.get_int("data.synthetic.seed", 1))),
+        train_(c.get_int<uint64_t>("data.synthetic.train", 256)),
+        valid_(c.get_int<uint64_t>("data.synthetic.valid", 30)),
+        seed_(c.get_int<uint64_t>("data.synthetic.seed", 1)),
         log_({{"opt_base_learning_rate", sdk::json_number(lr_)}, {"sgd_opt_momentum", sdk::json_number(momentum_)}}) {}
 
   MLPH_WorkloadInfo describe() override {

@@ -243,6 +243,34 @@ TEST(Official, ResultSummarizerCsvIsIdentical) {
   EXPECT_EQ(ours, theirs) << official.output;
 }
 
+// What mlperf-score reads is someone's file: a system description with YAML aliases (a "billion
+// laughs" when walked) is refused naming it; counts too large for their type are no counts, not casts.
+TEST(Untrusted, SystemDescriptionAliasesAndHugeCounts) {
+  const fs::path org = test::fresh_tree("untrusted") / "test-org";
+  write_runs(strong_dir(org), {12, 10, 15, 11, 19, 13, 14, 16, 18, 17});
+  test::write_system_json(org, "test-system");
+  const fs::path json = org / "systems" / "test-system.json";
+  std::ofstream(json, std::ios::app) << "# x: &a [1]\n";
+  EXPECT_TRUE(score_submission(org, "3.0.0").systems[0].errors.empty());  // a comment is no anchor
+  std::ofstream(json, std::ios::trunc) << "{\"a\": &a [1, 1, 1], \"b\": [*a, *a, *a]}\n";
+  const Submission bomb = score_submission(org, "3.0.0");
+  ASSERT_EQ(bomb.systems.size(), 1u);
+  ASSERT_FALSE(bomb.systems[0].errors.empty());
+  EXPECT_EQ(bomb.systems[0].errors[0],
+            json.string() + ":1: YAML anchors and aliases are not accepted (an alias can expand without bound)");
+  // 2^40 nodes of 2^40 processors: their product does not fit 64 bits, and the column stays empty.
+  test::write_system_json(org, "test-system");
+  std::string text;
+  std::ifstream in(json);
+  for (std::string line; std::getline(in, line); text += line + "\n")
+    for (const char* field : {"number_of_nodes", "host_processors_per_node"})
+      if (line.find(field) != std::string::npos) line = fmt::format("  \"{}\": \"1099511627776\",", field);
+  in.close();
+  std::ofstream(json, std::ios::trunc) << text;
+  const std::string csv = summary_csv(score_submission(org, "3.0.0"));
+  EXPECT_NE(csv.find(",1099511627776,\"Test CPU, 2.0 GHz\",,"), std::string::npos) << csv;
+}
+
 namespace {
 core::LoadedPlugin load_workload(const std::string& workload = "cosmoflow") {
   return core::PluginLoader({MLPH_PLUGIN_DIR}).load(MLPH_KIND_WORKLOAD, workload);

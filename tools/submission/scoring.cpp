@@ -9,7 +9,9 @@
 #include <regex>
 #include <set>
 
+#include "mlph/core/text_input.hpp"
 #include "mlph/sdk/json.hpp"
+#include "mlph/sdk/numbers.hpp"
 
 namespace mlph::submission {
 namespace fs = std::filesystem;
@@ -17,9 +19,19 @@ namespace {
 
 std::string scalar_text(const YAML::Node& v) { return v && v.IsScalar() ? v.Scalar() : ""; }
 
+// A logged count (number_of_nodes, global_batch_size...) read as an integer; 0 when the log has none.
 long long as_ll(const core::LogLine* l) {
-  const auto n = l ? core::json_number_value(l->value) : std::nullopt;
-  return n ? static_cast<long long>(*n) : 0;
+  return l ? sdk::integer_value<long long>(scalar_text(l->value)).value_or(0) : 0;
+}
+
+// A JSON or YAML file of the submission (a system description, scaling.json), read within the bounds
+// of core/text_input.hpp; std::runtime_error naming the file otherwise.
+YAML::Node load_submission_file(const fs::path& file) {
+  try {
+    return core::load_yaml(core::read_text_file(file, core::kMaxConfigBytes, "submission file"), core::kMaxConfigNodes);
+  } catch (const core::YamlError& e) {
+    throw std::runtime_error(fmt::format("{}:{}: {}", file.string(), e.line, e.reason));
+  }
 }
 
 // Seconds spent between each `start` line and the next `stop` line.
@@ -72,7 +84,12 @@ std::string number_text(std::optional<double> v) { return v ? sdk::json_number(*
 // The summarizer's system columns, in its order.
 std::vector<std::pair<std::string, std::string>> system_columns(const SystemResult& s) {
   auto d = s.desc;
-  const auto integer = [](const std::string& v) { return std::atoll(v.c_str()); };
+  // The product of two integer fields as text; "" when one is none or it does not fit.
+  const auto product = [](const std::string& a, const std::string& b) {
+    const auto x = sdk::integer_value<long long>(a), y = sdk::integer_value<long long>(b);
+    long long p = 0;
+    return x && y && !__builtin_mul_overflow(*x, *y, &p) ? std::to_string(p) : std::string();
+  };
   std::string notes;
   for (const char* k : {"hw_notes", "sw_notes"})
     if (!d[k].empty()) {
@@ -86,9 +103,9 @@ std::vector<std::pair<std::string, std::string>> system_columns(const SystemResu
       {"system", d["system_name"]},
       {"number_of_nodes", d["number_of_nodes"]},
       {"host_processor_model_name", d["host_processor_model_name"]},
-      {"host_processors_count", std::to_string(integer(d["host_processors_per_node"]) * integer(d["number_of_nodes"]))},
+      {"host_processors_count", product(d["host_processors_per_node"], d["number_of_nodes"])},
       {"accelerator_model_name", d["accelerator_model_name"]},
-      {"accelerators_count", std::to_string(integer(d["accelerators_per_node"]) * integer(d["number_of_nodes"]))},
+      {"accelerators_count", product(d["accelerators_per_node"], d["number_of_nodes"])},
       {"framework", d["framework"]},
       {"notes", notes},
       {"private_id", ""},
@@ -202,7 +219,7 @@ RunResult read_run(const fs::path& file, const std::string& ruleset) {
   r.metric_key = log.find("eval_accuracy") ? "eval_accuracy" : "eval_error";
   for (const core::LogLine* l : log.all(r.metric_key))
     if (const auto v = core::json_number_value(l->value))
-      r.metric.push_back({static_cast<int>(std::atoll(scalar_text(l->metadata["epoch_num"]).c_str())), *v});
+      r.metric.push_back({sdk::integer_value<int>(scalar_text(l->metadata["epoch_num"])).value_or(0), *v});
   if (r.status == "success" && !r.metric.empty()) r.epochs_to_converge = r.metric.back().epoch;
   return r;
 }
@@ -261,7 +278,7 @@ BenchmarkResult score_directory(const fs::path& dir, const std::string& scaling,
     }
   }
 
-  if (fs::exists(dir / "scaling.json")) b.scaling_factor = YAML::LoadFile((dir / "scaling.json").string())["scaling_factor"].as<double>();
+  if (fs::exists(dir / "scaling.json")) b.scaling_factor = load_submission_file(dir / "scaling.json")["scaling_factor"].as<double>();
 
   if (scaling == "strong") {
     std::vector<double> minutes;
@@ -300,15 +317,15 @@ Submission score_submission(const fs::path& org_dir, const std::string& ruleset)
     s.system = system_dir.filename().string();
     const fs::path json = org_dir / "systems" / (s.system + ".json");
     try {
-      const YAML::Node desc = YAML::LoadFile(json.string());
+      const YAML::Node desc = load_submission_file(json);
       for (const auto& kv : desc)
         if (kv.second.IsScalar()) s.desc[kv.first.Scalar()] = kv.second.Scalar();
       for (const char* field : {"division", "status", "submitter", "system_name", "host_processor_model_name",
                                 "number_of_nodes", "host_processor_core_count", "host_processors_per_node",
                                 "accelerator_model_name", "accelerators_per_node", "framework", "hw_notes", "sw_notes"})
         if (!desc[field]) s.errors.push_back(fmt::format("{}: \"{}\" field missing", json.string(), field));
-    } catch (const YAML::Exception& e) {
-      s.errors.push_back(fmt::format("{}: {}", json.string(), fs::exists(json) ? e.what() : "missing"));
+    } catch (const std::exception& e) {
+      s.errors.push_back(fs::exists(json) ? e.what() : fmt::format("{}: missing", json.string()));
     }
     s.desc["__dir"] = system_dir.string();
     const bool closed = s.desc["division"] == "closed";

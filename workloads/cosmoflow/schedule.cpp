@@ -16,11 +16,11 @@ double lr_scale(const ScheduleSettings& s) {
 
 double learning_rate(const ScheduleSettings& s, uint32_t epoch) {
   const double peak = s.base_lr * lr_scale(s);
-  if (static_cast<int>(epoch) < s.warmup_epochs) return s.base_lr + epoch * (peak - s.base_lr) / s.warmup_epochs;
+  if (int64_t{epoch} < s.warmup_epochs) return s.base_lr + epoch * (peak - s.base_lr) / s.warmup_epochs;
   double factor = 1.0;
   int largest = -1;
   for (size_t i = 0; i < s.decay_boundaries.size(); ++i)
-    if (s.decay_boundaries[i] < static_cast<int>(epoch) && s.decay_boundaries[i] > largest)
+    if (s.decay_boundaries[i] < int64_t{epoch} && s.decay_boundaries[i] > largest)
       largest = s.decay_boundaries[i], factor = s.decay_factors[i];
   return peak * factor;
 }

@@ -1,7 +1,6 @@
 #include "settings.hpp"
 
-#include <cmath>
-#include <sstream>
+#include <string>
 
 #include "mlph/sdk/error.hpp"
 #include "mlph/sdk/spatial.hpp"
@@ -10,37 +9,36 @@ namespace mlph::cosmoflow {
 using sdk::fail;
 Settings parse_settings(const sdk::Options& c) {
   Settings s;
-  s.model.kernel_size = static_cast<int>(c.get_int("model.kernel_size", 3));
-  s.model.conv_size = static_cast<int>(c.get_int("model.conv_size", 32));
-  s.model.n_conv_layers = static_cast<int>(c.get_int("model.n_conv_layers", 5));
-  s.model.fc1_size = static_cast<int>(c.get_int("model.fc1_size", 128));
-  s.model.fc2_size = static_cast<int>(c.get_int("model.fc2_size", 64));
+  s.model.kernel_size = c.get_int<int>("model.kernel_size", 3);
+  s.model.conv_size = c.get_int<int>("model.conv_size", 32);
+  s.model.n_conv_layers = c.get_int<int>("model.n_conv_layers", 5);
+  s.model.fc1_size = c.get_int<int>("model.fc1_size", 128);
+  s.model.fc2_size = c.get_int<int>("model.fc2_size", 64);
   s.model.dropout = c.get_number("model.dropout");
   s.model.weight_decay = c.get_number("optimizer.weight_decay");
   s.momentum = c.get_number("optimizer.momentum");
   s.schedule.base_lr = c.get_number("optimizer.base_lr");
   s.schedule.scaling = c.get("optimizer.scaling");
-  s.schedule.base_batch_size = static_cast<int>(c.get_int("optimizer.base_batch_size", 64));
-  s.schedule.warmup_epochs = static_cast<int>(c.get_int("optimizer.warmup_epochs", 4));
-  s.schedule.decay_boundaries.clear();
-  for (double b : c.get_numbers("optimizer.decay_boundaries")) s.schedule.decay_boundaries.push_back(static_cast<int>(b));
+  s.schedule.base_batch_size = c.get_int<int>("optimizer.base_batch_size", 64, 1);
+  s.schedule.warmup_epochs = c.get_int<int>("optimizer.warmup_epochs", 4);
+  s.schedule.decay_boundaries = c.get_ints<int>("optimizer.decay_boundaries");
   s.schedule.decay_factors = c.get_numbers("optimizer.decay_factors");
-  s.batch_size = static_cast<uint32_t>(c.get_int("train.batch_size", 4));
-  s.epochs = static_cast<uint32_t>(c.get_int("train.epochs", 128));
+  s.batch_size = c.get_int<uint32_t>("train.batch_size", 4);
+  s.epochs = c.get_int<uint32_t>("train.epochs", 128);
   s.target_mae = c.get_number("train.target_mae");
   s.data.dir = c.get("data.dir");
   s.data.format = c.get("data.format");
-  s.data.edge = static_cast<int>(c.get_int("data.edge", 128));
-  s.data.train_samples = static_cast<uint64_t>(c.get_int("data.train_samples", 0));
-  s.data.valid_samples = static_cast<uint64_t>(c.get_int("data.valid_samples", 0));
-  s.data.records_per_file = static_cast<int>(c.get_int("data.records_per_file", 1));
+  s.data.edge = c.get_int<int>("data.edge", 128, 1);
+  s.data.train_samples = c.get_int<uint64_t>("data.train_samples", 0);
+  s.data.valid_samples = c.get_int<uint64_t>("data.valid_samples", 0);
+  s.data.records_per_file = c.get_int<int>("data.records_per_file", 1);
   s.data.cache = c.get("data.cache") == "true" || c.get("data.cache") == "True";
   s.model.edge = s.data.edge;
-  s.synthetic_train = static_cast<uint64_t>(c.get_int("data.synthetic.train", 256));
-  s.synthetic_valid = static_cast<uint64_t>(c.get_int("data.synthetic.valid", 64));
-  s.synthetic_seed = static_cast<uint64_t>(c.get_int("data.synthetic.seed", 1));
+  s.synthetic_train = c.get_int<uint64_t>("data.synthetic.train", 256);
+  s.synthetic_valid = c.get_int<uint64_t>("data.synthetic.valid", 64);
+  s.synthetic_seed = c.get_int<uint64_t>("data.synthetic.seed", 1);
   s.synthetic_format = c.get("data.synthetic.format", "tfrecord_gzip");
-  s.schedule.global_batch_size = s.batch_size * static_cast<uint64_t>(c.get_int("run.world_size", 1));
+  s.schedule.global_batch_size = s.batch_size * c.get_int<uint64_t>("run.world_size", 1);
 
   if (s.schedule.scaling != "linear" && s.schedule.scaling != "sqrt" && s.schedule.scaling != "none")
     fail(MLPH_INVALID_ARGUMENT, "'optimizer.scaling' = '" + s.schedule.scaling + "': must be linear, sqrt or none");
@@ -48,10 +46,15 @@ Settings parse_settings(const sdk::Options& c) {
     fail(MLPH_INVALID_ARGUMENT, "'optimizer.decay_boundaries' and 'optimizer.decay_factors' must have the same length");
   if (s.data.format != "tfrecord" && s.data.format != "npy")
     fail(MLPH_INVALID_ARGUMENT, "'data.format' = '" + s.data.format + "': must be tfrecord or npy");
-  const int shrink = 1 << s.model.n_conv_layers;
-  if (s.data.edge % shrink != 0)
+  // Each block halves the edge: it must divide by 2^n_conv_layers (halved in a loop, so that no
+  // count shifts a 1 out of range).
+  const int n = s.model.n_conv_layers;
+  int halvings = 0;
+  for (int e = s.data.edge; e % 2 == 0 && halvings < n; e /= 2) ++halvings;
+  if (halvings < n)
     fail(MLPH_INVALID_ARGUMENT, "'data.edge' = " + std::to_string(s.data.edge) + ": must be a multiple of " +
-                                    std::to_string(shrink) + " (2^model.n_conv_layers: each block halves it)");
+                                    (n < 63 ? std::to_string(uint64_t{1} << n) : "2^" + std::to_string(n)) +
+                                    " (2^model.n_conv_layers: each block halves it)");
   const std::string grid = c.get("parallel.spatial", "1");
   s.model.grid = sdk::spatial::parse_grid(grid, "parallel.spatial");
   if (s.model.grid == std::vector<int64_t>{1}) s.model.grid = {1, 1, 1};

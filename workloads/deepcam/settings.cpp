@@ -8,8 +8,9 @@ namespace mlph::deepcam {
 namespace {
 using sdk::fail;
 
-uint32_t positive(const sdk::Options& c, const std::string& key, long long fallback) {
-  return static_cast<uint32_t>(c.get_int(key, fallback));
+// A count of at least one, as uint32_t (the schema bounds it the same way).
+uint32_t positive(const sdk::Options& c, const std::string& key, uint32_t fallback) {
+  return c.get_int<uint32_t>(key, fallback, 1);
 }
 
 }  // namespace
@@ -32,12 +33,11 @@ Settings parse_settings(const sdk::Options& c) {
   ScheduleSettings& sc = s.schedule;
   sc.start_lr = o.lr;
   sc.type = c.get("scheduler.type", sc.type);
-  sc.milestones.clear();
-  for (double m : c.get_numbers("scheduler.milestones")) sc.milestones.push_back(static_cast<int64_t>(m));
+  sc.milestones = c.get_ints<int64_t>("scheduler.milestones");
   sc.decay_rate = c.get_number("scheduler.decay_rate");
-  sc.t_max = c.get_int("scheduler.t_max", sc.t_max);
+  sc.t_max = c.get_int<int64_t>("scheduler.t_max", sc.t_max);
   sc.eta_min = c.get_number("scheduler.eta_min");
-  sc.warmup_steps = c.get_int("scheduler.lr_warmup_steps", sc.warmup_steps);
+  sc.warmup_steps = c.get_int<int64_t>("scheduler.lr_warmup_steps", sc.warmup_steps);
   sc.warmup_factor = c.get_number("scheduler.lr_warmup_factor");
   if (sc.type != "multistep" && sc.type != "cosine_annealing")
     fail(MLPH_INVALID_ARGUMENT, "'scheduler.type' = '" + sc.type + "': must be multistep or cosine_annealing");
@@ -48,26 +48,26 @@ Settings parse_settings(const sdk::Options& c) {
   TrainingSettings& t = s.training;
   t.batchnorm_group_size = positive(c, "train.batchnorm_group_size", 1);
   t.gradient_accumulation_frequency = positive(c, "train.gradient_accumulation_frequency", 1);
-  if (const int64_t world = c.get_int("run.world_size", 1); world % t.batchnorm_group_size != 0)
+  if (const int64_t world = c.get_int<int64_t>("run.world_size", 1); world % t.batchnorm_group_size != 0)
     fail(MLPH_INVALID_ARGUMENT, "'train.batchnorm_group_size' = " + std::to_string(t.batchnorm_group_size) +
                                     ": must divide the " + std::to_string(world) + " ranks of this run");
 
   DataSettings& d = s.data;
   d.dir = c.get("data.dir");
-  d.height = static_cast<int>(c.get_int("data.height", d.height));
-  d.width = static_cast<int>(c.get_int("data.width", d.width));
-  d.channels = static_cast<int>(c.get_int("data.channels", d.channels));
-  d.train_samples = static_cast<uint64_t>(c.get_int("data.train_samples", 0));
-  d.valid_samples = static_cast<uint64_t>(c.get_int("data.valid_samples", 0));
+  d.height = c.get_int<int>("data.height", d.height);
+  d.width = c.get_int<int>("data.width", d.width);
+  d.channels = c.get_int<int>("data.channels", d.channels);
+  d.train_samples = c.get_int<uint64_t>("data.train_samples", 0);
+  d.valid_samples = c.get_int<uint64_t>("data.valid_samples", 0);
   for (const char* key : {"data.height", "data.width"}) {
-    const long long v = c.get_int(key, 16);
+    const int v = c.get_int<int>(key, 16);
     if (v % 16 != 0)
       fail(MLPH_INVALID_ARGUMENT, std::string("'") + key + "' = " + std::to_string(v) +
                                       ": must be a multiple of 16 (the encoder's output stride)");
   }
-  s.synthetic.train = static_cast<uint64_t>(c.get_int("data.synthetic.train", 256));
-  s.synthetic.valid = static_cast<uint64_t>(c.get_int("data.synthetic.valid", 64));
-  s.synthetic.seed = static_cast<uint64_t>(c.get_int("data.synthetic.seed", 1));
+  s.synthetic.train = c.get_int<uint64_t>("data.synthetic.train", 256);
+  s.synthetic.valid = c.get_int<uint64_t>("data.synthetic.valid", 64);
+  s.synthetic.seed = c.get_int<uint64_t>("data.synthetic.seed", 1);
   return s;
 }
 

@@ -12,6 +12,10 @@ extern "C" {
 typedef struct MLPH_Workload MLPH_Workload;
 typedef struct MLPH_Dataset MLPH_Dataset;
 
+/* Values are YAML text. The core refuses an INT that is no decimal integer of 64 bits and a FLOAT
+ * that is not finite (inf, nan), in every division; a workload reads each into its own type with
+ * the SDK's range-checked getters (sdk::Options::get_int<T>), and states in `max` what that type
+ * (or the model) can take, so the core names the key and its origin. */
 typedef enum MLPH_ParamType {
   MLPH_TYPE_INT = 0,
   MLPH_TYPE_FLOAT = 1,

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "mlph/core/benchmark.hpp"
 #include "mlph/core/plugin_loader.hpp"
 #include "mlph/core/runner.hpp"
 
@@ -27,6 +28,9 @@ using Hparams = std::vector<std::pair<std::string, std::string>>;
 // key the workload lists; others are ignored) or a YAML map of log keys (an unknown key is an
 // error). A `benchmark` key in the YAML, or submission_benchmark in the log, must be the workload's.
 Hparams read_hparams(const std::filesystem::path& source, const LoadedPlugin& workload);
+// The same from the text of `source`, for the benchmark `facts` describe (name, log keys). A text with
+// an ":::MLLOG " line is a log, any other a YAML; both are read within the bounds of text_input.hpp.
+Hparams parse_hparams(const std::string& text, const std::string& source, const BenchmarkFacts& facts);
 
 // Maps `hparams` to "config.key=value" overrides through the workload and checks each against its
 // schema (the closed rules when `closed`). `world_size`: the ranks that share the global batch.

@@ -22,11 +22,17 @@ struct ConfigValue {
   std::string origin;  // "default", "configs/x.yaml:12", "--set"
 };
 
-// Parsed views of YAML text; throw ConfigError naming `key`.
+// Parsed views of YAML text (numbers as sdk/numbers.hpp reads them: an integer of 64 bits, a finite
+// float); throw ConfigError naming `key` and the text.
 double as_number(const std::string& key, const std::string& text);
 long long as_int(const std::string& key, const std::string& text);
 bool as_bool(const std::string& key, const std::string& text);
+std::vector<std::string> list_items(const std::string& key, const std::string& text);  // "[16, 32]": "16", "32"
 std::vector<double> as_number_list(const std::string& key, const std::string& text);
+
+// The core's own configuration keys (plug-ins, the MLPerf log's submission keys, the seed...);
+// the workload's come from its plug-in.
+std::vector<MLPH_ParamSpec> core_schema();
 
 class Config {
  public:
@@ -34,9 +40,14 @@ class Config {
   // `sets` are "key=value" strings from --set; later ones win.
   static Config load(const std::vector<MLPH_ParamSpec>& schema, const std::string& file,
                      const std::vector<std::string>& sets);
+  // The same with the config's text given; `file` names it in messages.
+  static Config load_text(const std::vector<MLPH_ParamSpec>& schema, const std::string& text, const std::string& file,
+                          const std::vector<std::string>& sets);
 
   // Reads only the top-level `workload:` key of a config file, if any (the schema depends on it).
   static std::optional<std::string> peek_workload(const std::string& file);
+  // The scalar at the dotted `key` of a config file, if any; ConfigError for a file that cannot be read.
+  static std::optional<std::string> peek(const std::string& file, const std::string& key);
 
   const std::string& get(const std::string& key) const;
   const ConfigValue& entry(const std::string& key) const;

@@ -9,6 +9,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mlph::core {
@@ -41,8 +42,12 @@ struct ParsedLog {
 };
 
 // Reads every MLLOG line of `file` (latin-1 bytes kept as they are). Throws LogError only when
-// the file cannot be opened; unparsable lines go to `errors`.
+// the file cannot be read or is beyond the bounds of text_input.hpp (its size, its YAML nodes in
+// all); unparsable lines (too long, not JSON, with YAML anchors or aliases) go to `errors`, the
+// first 100 of them and a count of the rest.
 ParsedLog read_mllog(const std::filesystem::path& file);
+// The same for the log's text, read from `file`.
+ParsedLog parse_mllog(std::string_view text, const std::filesystem::path& file);
 
 // JSON value views. A JSON string is a quoted scalar (tag "!"), a number or bool a plain one.
 bool is_json_string(const YAML::Node& v);

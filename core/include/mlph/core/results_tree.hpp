@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mlph::core {
@@ -27,10 +28,17 @@ struct ResultsTree {
 void write_code_reference(const std::filesystem::path& dir, const std::string& version,
                           const std::vector<std::string>& command, int runs, const std::string& config_file);
 
+// System-description fields, in order: name, value.
+using SystemFields = std::vector<std::pair<std::string, std::string>>;
+
+// The fields of a YAML map (--system-info); ConfigError naming the file (and line) otherwise. Read
+// before the first run, so that a bad file costs no run.
+SystemFields read_system_info(const std::filesystem::path& file);
+
 // The system description: the fields the package checker requires, from `log_file` (the campaign's
-// first log) and this machine, then whatever the YAML `system_info` (may be empty) says.
+// first log) and this machine, then whatever `system_info` says.
 void write_system_json(const std::filesystem::path& file, const std::filesystem::path& log_file,
                        const std::string& org, const std::string& system, const std::string& version,
-                       const std::filesystem::path& system_info);
+                       const SystemFields& system_info);
 
 }  // namespace mlph::core

@@ -10,8 +10,8 @@
 //   };
 #pragma once
 
-#include <cmath>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -19,6 +19,7 @@
 
 #include "mlph/sdk/error.hpp"
 #include "mlph/sdk/json.hpp"
+#include "mlph/sdk/numbers.hpp"
 #include "mlph/workload.h"
 
 namespace mlph::sdk {
@@ -87,15 +88,15 @@ struct HparamRule {
 inline std::string as_is(const LoggedHparams& h, const std::string& key) { return h.text(key); }
 // A JSON string as the word a string key holds.
 inline std::string as_word(const LoggedHparams& h, const std::string& key) { return h.word(key); }
-// A global batch size as the per-rank train.batch_size of this run.
+// A global batch size as the per-rank train.batch_size of this run. An integer, read as one: a
+// logged 1e300 is refused, not cast.
 inline std::string per_rank_batch(const LoggedHparams& h, const std::string& key) {
-  const double global = h.number(key);
-  if (global <= 0 || global != std::floor(global)) fail(MLPH_INVALID_ARGUMENT, "must be a positive integer");
-  const auto g = static_cast<long long>(global);
-  if (g % h.world_size() != 0)
+  const std::optional<int64_t> global = integer_value<int64_t>(h.text(key));
+  if (!global || *global <= 0) fail(MLPH_INVALID_ARGUMENT, "must be a positive integer");
+  if (h.world_size() < 1 || *global % h.world_size() != 0)
     fail(MLPH_INVALID_ARGUMENT, "does not split over " + std::to_string(h.world_size()) +
                                     " ranks (the per-rank batch must be a whole number)");
-  return std::to_string(g / h.world_size());
+  return std::to_string(*global / h.world_size());
 }
 
 // Applies `rules` in order to the logged values they name: `assign(log_key, config_key, value)` for

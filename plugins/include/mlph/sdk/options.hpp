@@ -2,7 +2,9 @@
 #pragma once
 
 #include <deque>
+#include <concepts>
 #include <initializer_list>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -11,6 +13,7 @@
 
 #include "mlph/common.h"
 #include "mlph/sdk/error.hpp"
+#include "mlph/sdk/numbers.hpp"
 
 namespace mlph::sdk {
 
@@ -25,32 +28,26 @@ class Options {
     auto it = values_.find(key);
     return it == values_.end() ? fallback : it->second;
   }
-  long long get_int(const std::string& key, long long fallback) const {
-    if (!has(key)) return fallback;
-    try {
-      size_t used = 0;
-      long long v = std::stoll(get(key), &used);
-      if (used == get(key).size()) return v;
-    } catch (const std::exception&) {
-    }
-    fail(MLPH_INVALID_ARGUMENT, "option '" + key + "': '" + get(key) + "' is not an integer");
+  // An integer of the setting's own type T (and within [min, max] when given): a value that is
+  // not one, or does not fit, is an error naming the key and the range; `fallback` if absent.
+  template <std::integral T>
+  T get_int(const std::string& key, T fallback, T min = std::numeric_limits<T>::min(),
+            T max = std::numeric_limits<T>::max()) const {
+    return has(key) ? parse_integer<T>(get(key), key, min, max) : fallback;
   }
-  // A number; a value that is not one is an error naming the key.
-  double get_number(const std::string& key) const {
-    try {
-      return std::stod(get(key));
-    } catch (const std::exception&) {
-      fail(MLPH_INVALID_ARGUMENT, "'" + key + "' = '" + get(key) + "' is not a number");
-    }
-  }
-  // A list of numbers written as YAML flow ("[1, 2]") or separated by commas or spaces.
+  // A finite number; a value that is not one is an error naming the key.
+  double get_number(const std::string& key) const { return parse_finite(get(key), key); }
+  // A list of finite numbers written as YAML flow ("[1, 2]") or separated by commas or spaces.
   std::vector<double> get_numbers(const std::string& key) const {
-    std::string text = get(key);
-    for (char& ch : text)
-      if (ch == '[' || ch == ']' || ch == ',') ch = ' ';
-    std::istringstream in(text);
     std::vector<double> out;
-    for (double v; in >> v;) out.push_back(v);
+    for (const std::string& item : list_items(key)) out.push_back(parse_finite(item, key));
+    return out;
+  }
+  // A list of integers of type T, each as get_int checks it.
+  template <std::integral T>
+  std::vector<T> get_ints(const std::string& key) const {
+    std::vector<T> out;
+    for (const std::string& item : list_items(key)) out.push_back(parse_integer<T>(item, key));
     return out;
   }
   // Throws naming the first key not in `known`.
@@ -70,6 +67,16 @@ class Options {
   }
 
  private:
+  std::vector<std::string> list_items(const std::string& key) const {
+    std::string text = get(key);
+    for (char& ch : text)
+      if (ch == '[' || ch == ']' || ch == ',') ch = ' ';
+    std::istringstream in(text);
+    std::vector<std::string> items;
+    for (std::string item; in >> item;) items.push_back(item);
+    return items;
+  }
+
   std::map<std::string, std::string> values_;
 };
 

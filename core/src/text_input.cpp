@@ -1,0 +1,129 @@
+#include "mlph/core/text_input.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
+
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+
+namespace mlph::core {
+namespace {
+
+const char* kind_of(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+constexpr const char* kNoAliases = "YAML anchors and aliases are not accepted (an alias can expand without bound)";
+
+// Counts the nodes of a document as the parser reports them and refuses anchors and aliases.
+class BoundedDocument : public YAML::EventHandler {
+ public:
+  explicit BoundedDocument(size_t max_nodes) : max_nodes_(max_nodes) {}
+  size_t nodes() const { return nodes_; }
+
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override { node(mark, anchor); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { throw YamlError(mark.line + 1, kNoAliases); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor, const std::string&) override {
+    node(mark, anchor);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
+    node(mark, anchor);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor, YAML::EmitterStyle::value) override {
+    node(mark, anchor);
+  }
+  void OnMapEnd() override {}
+  void OnAnchor(const YAML::Mark& mark, const std::string&) override { throw YamlError(mark.line + 1, kNoAliases); }
+
+ private:
+  void node(const YAML::Mark& mark, YAML::anchor_t anchor) {
+    if (anchor != YAML::NullAnchor) throw YamlError(mark.line + 1, kNoAliases);
+    if (++nodes_ > max_nodes_) throw YamlTooLarge(mark.line + 1, fmt::format("more than {} YAML nodes", max_nodes_));
+  }
+  size_t max_nodes_, nodes_ = 0;
+};
+
+}  // namespace
+
+std::string escaped(std::string_view text, size_t max_shown) {
+  std::string out;
+  for (const unsigned char c : text.substr(0, max_shown)) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (c < 0x20) out += fmt::format("\\u{:04x}", c);
+        else out += static_cast<char>(c);
+    }
+  }
+  return text.size() > max_shown ? out + "..." : out;
+}
+
+YamlError::YamlError(int line_, const std::string& reason_)
+    : std::runtime_error(fmt::format("line {}: {}", line_, reason_)), line(line_), reason(reason_) {}
+
+std::string read_text_file(const std::filesystem::path& file, uint64_t max_bytes, std::string_view what) {
+  const Fd fd{::open(file.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)};
+  if (fd.fd < 0) {
+    if (errno == ENOENT) throw InputError(fmt::format("{}: {} not found", file.string(), what));
+    throw InputError(fmt::format("{}: cannot open: {}", file.string(), std::strerror(errno)));
+  }
+  struct stat info {};
+  if (::fstat(fd.fd, &info) != 0) throw InputError(fmt::format("{}: cannot stat: {}", file.string(), std::strerror(errno)));
+  if (!S_ISREG(info.st_mode)) throw InputError(fmt::format("{}: is {}, not a file", file.string(), kind_of(info.st_mode)));
+  const auto size = static_cast<uint64_t>(info.st_size);
+  if (size > max_bytes)
+    throw InputError(fmt::format("{}: {} of {} bytes: more than the {} bytes allowed", file.string(), what, size, max_bytes));
+  std::string text(size, '\0');
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = ::read(fd.fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw InputError(fmt::format("{}: cannot read: {}", file.string(), std::strerror(errno)));
+    if (n == 0) {  // it shrank while read
+      text.resize(done);
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return text;
+}
+
+YAML::Node load_yaml(const std::string& text, size_t max_nodes, size_t* nodes) {
+  try {
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    BoundedDocument document(max_nodes);
+    parser.HandleNextDocument(document);
+    if (nodes) *nodes = document.nodes();
+    return YAML::Load(text);
+  } catch (const YAML::DeepRecursion& e) {  // its message is "bad file"
+    throw YamlError(e.mark.line + 1, fmt::format("invalid YAML: nested {} levels deep", e.depth()));
+  } catch (const YAML::Exception& e) {
+    throw YamlError(e.mark.line + 1, "invalid YAML: " + e.msg);
+  }
+}
+
+}  // namespace mlph::core
