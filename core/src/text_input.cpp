@@ -1,33 +1,15 @@
 #include "mlph/core/text_input.hpp"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/eventhandler.h>
 
-#include <cerrno>
-#include <cstring>
 #include <sstream>
+
+#include "mlph/sdk/storage.hpp"
 
 namespace mlph::core {
 namespace {
-
-const char* kind_of(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
-struct Fd {
-  int fd;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 constexpr const char* kNoAliases = "YAML anchors and aliases are not accepted (an alias can expand without bound)";
 
@@ -86,27 +68,15 @@ YamlError::YamlError(int line_, const std::string& reason_)
     : std::runtime_error(fmt::format("line {}: {}", line_, reason_)), line(line_), reason(reason_) {}
 
 std::string read_text_file(const std::filesystem::path& file, uint64_t max_bytes, std::string_view what) {
-  const Fd fd{::open(file.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)};
-  if (fd.fd < 0) {
-    if (errno == ENOENT) throw InputError(fmt::format("{}: {} not found", file.string(), what));
-    throw InputError(fmt::format("{}: cannot open: {}", file.string(), std::strerror(errno)));
-  }
-  struct stat info {};
-  if (::fstat(fd.fd, &info) != 0) throw InputError(fmt::format("{}: cannot stat: {}", file.string(), std::strerror(errno)));
-  if (!S_ISREG(info.st_mode)) throw InputError(fmt::format("{}: is {}, not a file", file.string(), kind_of(info.st_mode)));
-  const auto size = static_cast<uint64_t>(info.st_size);
-  if (size > max_bytes)
-    throw InputError(fmt::format("{}: {} of {} bytes: more than the {} bytes allowed", file.string(), what, size, max_bytes));
-  std::string text(size, '\0');
-  for (size_t done = 0; done < text.size();) {
-    const ssize_t n = ::read(fd.fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw InputError(fmt::format("{}: cannot read: {}", file.string(), std::strerror(errno)));
-    if (n == 0) {  // it shrank while read
-      text.resize(done);
-      break;
-    }
-    done += static_cast<size_t>(n);
+  std::string text;
+  try {
+    sdk::read_regular_file(file.string(), max_bytes, [&](size_t size) {
+      text.resize(size);
+      return text.data();
+    });
+  } catch (const sdk::Error& e) {
+    if (e.code() == MLPH_NOT_FOUND) throw InputError(fmt::format("{}: {} not found", file.string(), what));
+    throw InputError(e.what());
   }
   return text;
 }

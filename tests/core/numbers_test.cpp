@@ -35,20 +35,20 @@ TEST(SdkNumbers, IntegersParseIntoTheirFinalTypeOrNameTheRange) {
   EXPECT_EQ(sdk::parse_integer<uint64_t>("18446744073709551615", "k"), UINT64_MAX);
   // 4294967300 was cut to 4 by a 32-bit cast, 4294967296 to 0
   EXPECT_EQ(error_of([] { sdk::parse_integer<uint32_t>("4294967300", "train.batch_size"); }),
-            "'train.batch_size': '4294967300' is out of range: must be an integer from 0 to 4294967295");
+            "'train.batch_size' = \"4294967300\" is out of range: must be an integer from 0 to 4294967295");
   EXPECT_EQ(error_of([] { sdk::parse_integer<int>("4294967296", "optimizer.base_batch_size"); }),
-            "'optimizer.base_batch_size': '4294967296' is out of range: must be an integer from -2147483648 to "
+            "'optimizer.base_batch_size' = \"4294967296\" is out of range: must be an integer from -2147483648 to "
             "2147483647");
   EXPECT_EQ(error_of([] { sdk::parse_integer<uint32_t>("-1", "k"); }),
-            "'k': '-1' is out of range: must be an integer from 0 to 4294967295");
+            "'k' = \"-1\" is out of range: must be an integer from 0 to 4294967295");
   EXPECT_EQ(error_of([] { sdk::parse_integer<int64_t>("9223372036854775808", "k"); }),
-            "'k': '9223372036854775808' is out of range: must be an integer from -9223372036854775808 to "
+            "'k' = \"9223372036854775808\" is out of range: must be an integer from -9223372036854775808 to "
             "9223372036854775807");
   EXPECT_EQ(error_of([] { sdk::parse_integer<int>("99999999999999999999999", "k"); }),
-            "'k': '99999999999999999999999' is out of range: must be an integer from -2147483648 to 2147483647");
-  EXPECT_EQ(error_of([] { sdk::parse_integer<int>("7", "k", 1, 5); }), "'k': '7' is out of range: must be an integer from 1 to 5");
+            "'k' = \"99999999999999999999999\" is out of range: must be an integer from -2147483648 to 2147483647");
+  EXPECT_EQ(error_of([] { sdk::parse_integer<int>("7", "k", 1, 5); }), "'k' = \"7\" is out of range: must be an integer from 1 to 5");
   for (const char* text : {"", "4.0", "1e3", "0x10", " 4", "4 ", "--4", "+", "-", "four", "1_000"})
-    EXPECT_EQ(error_of([&] { sdk::parse_integer<int>(text, "k"); }), std::string("'k': '") + text + "' is not an integer")
+    EXPECT_EQ(error_of([&] { sdk::parse_integer<int>(text, "k"); }), std::string("'k' = \"") + text + "\" is not an integer")
         << text;
   EXPECT_EQ(sdk::integer_value<uint8_t>("255"), uint8_t{255});
   EXPECT_FALSE(sdk::integer_value<uint8_t>("256"));
@@ -62,7 +62,7 @@ TEST(SdkNumbers, FloatsMustBeFinite) {
   EXPECT_EQ(sdk::parse_finite("1e30", "k"), 1e30);  // finite: schemas bound what is absurd
   for (const char* text : {"inf", "-inf", "Infinity", ".inf", "nan", "NaN", "1e400", "", "0.5abc", "0.5 ", "abc", "1,5"})
     EXPECT_EQ(error_of([&] { sdk::parse_finite(text, "optimizer.base_lr"); }),
-              std::string("'optimizer.base_lr': '") + text + "' is not a finite number")
+              std::string("'optimizer.base_lr' = \"") + text + "\" is not a finite number")
         << text;
   EXPECT_FALSE(sdk::finite_value("nan"));
   EXPECT_EQ(sdk::finite_value("2"), 2.0);
@@ -82,16 +82,16 @@ TEST(SdkOptions, GettersTakeTheTargetType) {
   EXPECT_EQ(o.get_int("threads", 0LL), 8LL);
   EXPECT_EQ(o.get_int<uint32_t>("absent", 4), 4u);
   EXPECT_EQ(error_of([&] { o.get_int<uint32_t>("train.batch_size", 4); }),
-            "'train.batch_size': '4294967300' is out of range: must be an integer from 0 to 4294967295");
+            "'train.batch_size' = \"4294967300\" is out of range: must be an integer from 0 to 4294967295");
   EXPECT_EQ(error_of([&] { o.get_int<uint32_t>("train.epochs", 128); }),
-            "'train.epochs': '4294967296' is out of range: must be an integer from 0 to 4294967295");
-  EXPECT_EQ(error_of([&] { o.get_number("optimizer.base_lr"); }), "'optimizer.base_lr': 'inf' is not a finite number");
-  EXPECT_EQ(error_of([&] { o.get_number("model.dropout"); }), "'model.dropout': '0.5abc' is not a finite number");
+            "'train.epochs' = \"4294967296\" is out of range: must be an integer from 0 to 4294967295");
+  EXPECT_EQ(error_of([&] { o.get_number("optimizer.base_lr"); }), "'optimizer.base_lr' = \"inf\" is not a finite number");
+  EXPECT_EQ(error_of([&] { o.get_number("model.dropout"); }), "'model.dropout' = \"0.5abc\" is not a finite number");
   EXPECT_EQ(error_of([&] { o.get_numbers("optimizer.decay_factors"); }),
-            "'optimizer.decay_factors': '2x' is not a finite number");
-  EXPECT_EQ(error_of([&] { o.get_numbers("optimizer.betas"); }), "'optimizer.betas': 'nan' is not a finite number");
+            "'optimizer.decay_factors' = \"2x\" is not a finite number");
+  EXPECT_EQ(error_of([&] { o.get_numbers("optimizer.betas"); }), "'optimizer.betas' = \"nan\" is not a finite number");
   EXPECT_EQ(error_of([&] { o.get_ints<int>("optimizer.decay_boundaries"); }),
-            "'optimizer.decay_boundaries': '1e300' is not an integer");
+            "'optimizer.decay_boundaries' = \"1e300\" is not an integer");
   EXPECT_EQ(o.get_ints<int64_t>("scheduler.milestones"), (std::vector<int64_t>{800, 1600}));
 }
 

@@ -48,10 +48,9 @@ inline constexpr size_t kMaxLogNodes = 1'000'000;
 // log's strings, and what a file said quoted in a message). Past `max_shown` bytes it is cut, "..." after.
 std::string escaped(std::string_view text, size_t max_shown = std::string_view::npos);
 
-// The whole of `file`, unless it is no regular file or larger than `max_bytes`: then an InputError
-// naming it (`what` names its kind: "x.yaml: config file not found", "x.yaml: config file of 3145728
-// bytes: more than the 1048576 bytes allowed").
-// A FIFO is refused without blocking.
+// The whole of `file`, read with sdk::read_regular_file: refused (InputError naming it) unless a
+// regular file of at most `max_bytes` (a FIFO without blocking). `what` names its kind when it is
+// missing: "x.yaml: config file not found".
 std::string read_text_file(const std::filesystem::path& file, uint64_t max_bytes, std::string_view what);
 
 // The first YAML document of `text`. Refused (YamlError) when it is not YAML, holds an anchor or an

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "mlph/sdk/error.hpp"
+#include "mlph/sdk/text.hpp"
 
 namespace mlph::sdk {
 namespace detail {
@@ -48,22 +49,8 @@ IntegerText read_integer(std::string_view text, T& out) {
   }
 }
 
-// "'key': 'text'" for a message: the text is someone's input, so bytes that are not printable ASCII
-// are shown as \xNN and a long text is cut, keeping the message one short line.
-inline std::string quoted_key(const std::string& key, std::string_view text) {
-  constexpr size_t kShown = 120;
-  std::string shown;
-  for (const char ch : text.substr(0, kShown)) {
-    const auto byte = static_cast<unsigned char>(ch);
-    if (byte >= 0x20 && byte < 0x7f) {
-      shown += ch;
-    } else {
-      constexpr char kHex[] = "0123456789abcdef";
-      shown += {'\\', 'x', kHex[byte >> 4], kHex[byte & 15]};
-    }
-  }
-  return "'" + key + "': '" + shown + (text.size() > kShown ? "'..." : "'");
-}
+// "'key' = "text"" for a message: the text is someone's input, shown quoted (sdk::quoted).
+inline std::string key_and_text(const std::string& key, std::string_view text) { return "'" + key + "' = " + quoted(text); }
 
 }  // namespace detail
 
@@ -76,16 +63,16 @@ std::optional<T> integer_value(std::string_view text) {
 }
 
 // The integer `text` states, within [min, max] (by default all of T). Otherwise throws
-// MLPH_INVALID_ARGUMENT: "'key': 'text' is not an integer" or "'key': 'text' is out of range:
+// MLPH_INVALID_ARGUMENT: "'key' = "text" is not an integer" or "'key' = "text" is out of range:
 // must be an integer from min to max".
 template <std::integral T>
 T parse_integer(std::string_view text, const std::string& key, T min = std::numeric_limits<T>::min(),
                 T max = std::numeric_limits<T>::max()) {
   T v{};
   const detail::IntegerText read = detail::read_integer(text, v);
-  if (read == detail::IntegerText::not_integer) fail(MLPH_INVALID_ARGUMENT, detail::quoted_key(key, text) + " is not an integer");
+  if (read == detail::IntegerText::not_integer) fail(MLPH_INVALID_ARGUMENT, detail::key_and_text(key, text) + " is not an integer");
   if (read == detail::IntegerText::out_of_range || v < min || v > max)
-    fail(MLPH_INVALID_ARGUMENT, detail::quoted_key(key, text) + " is out of range: must be an integer from " +
+    fail(MLPH_INVALID_ARGUMENT, detail::key_and_text(key, text) + " is out of range: must be an integer from " +
                                     std::to_string(min) + " to " + std::to_string(max));
   return v;
 }
@@ -102,10 +89,10 @@ inline std::optional<double> finite_value(std::string_view text) {
   return v;
 }
 
-// A finite number, or a throw: "'key': 'text' is not a finite number" (inf, nan and 1e400 are not).
+// A finite number, or a throw: "'key' = "text" is not a finite number" (inf, nan and 1e400 are not).
 inline double parse_finite(std::string_view text, const std::string& key) {
   const std::optional<double> v = finite_value(text);
-  if (!v) fail(MLPH_INVALID_ARGUMENT, detail::quoted_key(key, text) + " is not a finite number");
+  if (!v) fail(MLPH_INVALID_ARGUMENT, detail::key_and_text(key, text) + " is not a finite number");
   return *v;
 }
 
