@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "mlph/core/borrow.hpp"
-#include "mlph/core/mllog.hpp"
+#include "mlph/core/json.hpp"
 #include "mlph/core/mllog_reader.hpp"
 #include "mlph/core/text_input.hpp"
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "mlph/core/mllog.hpp"
+#include "mlph/core/json.hpp"
 #include "mlph/core/text_input.hpp"
 
 namespace mlph::core {

@@ -12,22 +12,9 @@
 #include <utility>
 #include <vector>
 
-namespace mlph::core {
+#include "mlph/core/json.hpp"
 
-// A JSON value, already encoded. Build with the helpers below.
-struct Json {
-  std::string text = "null";
-};
-Json json(double v);  // Python repr: 3.0, 0.001, 1e-06, NaN, Infinity
-Json json(long long v);
-Json json(int v);
-Json json(unsigned long long v);
-Json json(unsigned long v);
-Json json(bool v);
-Json json(const char* v);
-Json json(const std::string& v);
-Json json_list(const std::vector<double>& v, bool integers);
-Json json_raw(std::string encoded);  // trusted, already-valid JSON text
+namespace mlph::core {
 
 using Metadata = std::vector<std::pair<std::string, Json>>;
 
