@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# CI: fuzzes the data readers (tests/fuzz: TFRecord+gzip, npy, HDF5 sample and stats, storage/stage's
-# pack manifest and tar.zst parts) with libFuzzer, ASan and UBSan. Installs what it needs (Debian 12's
-# clang 14 and its runtimes), builds the harnesses in a build tree of their own, replays every
-# committed corpus file once (a crash that was fixed stays fixed), then fuzzes each harness for a
-# bounded time. Fails on any crash, leak, timeout or out-of-memory, printing the reproducer.
+# CI: fuzzes the readers of untrusted input (tests/fuzz: TFRecord+gzip, npy, HDF5 sample and stats,
+# storage/stage's pack manifest and tar.zst parts, YAML configs, MLPerf logs and YAML of log keys)
+# with libFuzzer, ASan and UBSan. Installs what it needs (Debian 12's clang 14 and its runtimes),
+# builds the harnesses in a build tree of their own, replays every committed corpus file once (a
+# crash that was fixed stays fixed), then fuzzes each harness for a bounded time. Fails on any
+# crash, leak, timeout or out-of-memory, printing the reproducer.
 #   tools/ci/fuzz.sh [SECONDS_PER_HARNESS]   default 30; 0 replays the corpus only
 # Environment: FUZZ_BUILD_DIR (default build-fuzz), JOBS (default: all cores).
 set -euo pipefail
@@ -14,7 +15,7 @@ jobs=${JOBS:-$(nproc)}
 corpus=$root/tests/fuzz/corpus
 started=$SECONDS
 
-packages=(clang-14 libclang-rt-14-dev cmake ninja-build zlib1g-dev libhdf5-dev libarchive-dev)
+packages=(clang-14 libclang-rt-14-dev cmake ninja-build zlib1g-dev libhdf5-dev libarchive-dev libyaml-cpp-dev libfmt-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
