@@ -450,4 +450,10 @@ TEST(DeepCamSettings, RejectsWhatItCannotRun) {
   EXPECT_EQ(options({{"train.batchnorm_group_size", "4"}, {"run.world_size", "8"}}).training.batchnorm_group_size, 4u);
   EXPECT_NE(message({{"train.batchnorm_group_size", "4"}, {"run.world_size", "6"}}).find("must divide the 6 ranks"),
             std::string::npos);
+  // Issue 16, 1: 2^32 was cut to 0 by a 32-bit cast and divided by (SIGFPE); the settings take it as
+  // uint32_t or refuse it, whatever the schema let through.
+  EXPECT_EQ(message({{"train.batchnorm_group_size", "4294967296"}}),
+            "'train.batchnorm_group_size' = \"4294967296\" is out of range: must be an integer from 1 to 4294967295");
+  EXPECT_EQ(message({{"train.gradient_accumulation_frequency", "0"}}),
+            "'train.gradient_accumulation_frequency' = \"0\" is out of range: must be an integer from 1 to 4294967295");
 }
