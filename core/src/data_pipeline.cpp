@@ -2,9 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
 #include <stdexcept>
 #include <utility>
 
+#include "mlph/core/crash.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/sdk/tensor.hpp"
 
@@ -22,6 +25,15 @@ Batch make_batch(const MLPH_Graph& graph) {
     batch.tensors.push_back(sdk::host_tensor(v.dtype, v.shape, v.ndim, batch.buffers[i].data()));
   }
   return batch;
+}
+
+// "17, 4, 9" (the first 8, then how many more).
+std::string sample_list(const uint64_t* indices, uint32_t n) {
+  constexpr uint32_t kShown = 8;
+  std::string list;
+  for (uint32_t k = 0; k < std::min(n, kShown); ++k) list += fmt::format("{}{}", k ? ", " : "", indices[k]);
+  if (n > kShown) list += fmt::format(" and {} more", n - kShown);
+  return list;
 }
 
 }  // namespace
@@ -88,8 +100,8 @@ PartOffsets part_offsets(const MLPH_Graph& graph, const std::vector<int32_t>& sp
 }
 
 Prefetcher::Prefetcher(const MLPH_WorkloadApi* api, MLPH_Dataset* dataset, const MLPH_Graph& graph,
-                       std::vector<uint64_t> order, uint32_t batch, const PartOffsets& part)
-    : api_(api), dataset_(dataset), order_(std::move(order)), batch_(batch), part_(part) {
+                       std::vector<uint64_t> order, uint32_t batch, ReadPlan plan, const PartOffsets& part)
+    : api_(api), dataset_(dataset), order_(std::move(order)), batch_(batch), part_(part), plan_(std::move(plan)) {
   slots_[0] = make_batch(graph);
   slots_[1] = make_batch(graph);
   if (steps() > 0) pending_ = std::async(std::launch::async, [this] { fill(0); });
@@ -100,14 +112,26 @@ Prefetcher::~Prefetcher() {
 }
 
 Batch& Prefetcher::get(uint64_t i) {
+  if (pending_.wait_for(std::chrono::duration<double>(plan_.timeout_s)) == std::future_status::timeout) {
+    const std::string file = last_file_of(reader_);
+    abandon_run(fmt::format("{} (samples {}) was not read within {} s (data.read_timeout_s){}", batch_name(i),
+                            sample_list(order_.data() + i * batch_, batch_), plan_.timeout_s,
+                            file.empty() ? "" : "; the file being read: " + file));
+  }
   pending_.get();
   if (i + 1 < steps()) pending_ = std::async(std::launch::async, [this, i] { fill(i + 1); });
   return slots_[i % 2];
 }
 
+std::string Prefetcher::batch_name(uint64_t i) const {
+  return fmt::format("{} batch {} of epoch {}", plan_.split, i + 1, plan_.epoch + 1);
+}
+
 void Prefetcher::fill(uint64_t i) {
-  Batch& b = slots_[i % 2];
+  reader_ = current_thread();
   const uint64_t* indices = order_.data() + i * batch_;
+  const Activity reading(fmt::format("reading {} (samples {})", batch_name(i), sample_list(indices, batch_)));
+  Batch& b = slots_[i % 2];
   if (part_.empty()) {
     check(api_->dataset_read(dataset_, indices, batch_, b.tensors.data(), b.tensors.size()), "reading data");
     return;

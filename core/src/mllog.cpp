@@ -38,18 +38,30 @@ void MlLogger::end(const std::string& key, const Json& value, const Metadata& me
   write("INTERVAL_END", key, value, metadata, where);
 }
 
+std::string MlLogger::format_line(const char* event_type, const std::string& key, const Json& value,
+                                  const Metadata& metadata, const std::source_location& where, const std::string& time_ms) {
+  std::string meta = fmt::format("\"file\": {}, \"lineno\": {}", json(relative_source(where.file_name())).text,
+                                 where.line());
+  for (const auto& [k, v] : metadata) meta += fmt::format(", {}: {}", json(k).text, v.text);
+  return fmt::format(":::MLLOG {{\"namespace\": \"\", \"time_ms\": {}, \"event_type\": \"{}\", \"key\": {}, "
+                     "\"value\": {}, \"metadata\": {{{}}}}}\n",
+                     time_ms, event_type, json(key).text, value.text, meta);
+}
+
+MlLogger::LineTemplate MlLogger::line_template(const char* event_type, const std::string& key, Metadata metadata,
+                                               const std::string& text_key, std::source_location where) const {
+  metadata.emplace_back(text_key, json_raw("\"\x02\""));  // the marks cannot come out of json()
+  const std::string line = format_line(event_type, key, {}, metadata, where, "\x01");
+  const size_t time = line.find('\x01'), text = line.find('\x02');
+  return {line.substr(0, time), line.substr(time + 1, text - time - 1), line.substr(text + 1)};
+}
+
 void MlLogger::write(const char* event_type, const std::string& key, const Json& value, const Metadata& metadata,
                      const std::source_location& where) {
   const long long time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                 std::chrono::system_clock::now().time_since_epoch())
                                 .count();
-  std::string meta = fmt::format("\"file\": {}, \"lineno\": {}", json(relative_source(where.file_name())).text,
-                                 where.line());
-  for (const auto& [k, v] : metadata) meta += fmt::format(", {}: {}", json(k).text, v.text);
-  const std::string line =
-      fmt::format(":::MLLOG {{\"namespace\": \"\", \"time_ms\": {}, \"event_type\": \"{}\", \"key\": {}, "
-                  "\"value\": {}, \"metadata\": {{{}}}}}\n",
-                  time_ms, event_type, json(key).text, value.text, meta);
+  const std::string line = format_line(event_type, key, value, metadata, where, std::to_string(time_ms));
   if (file_) {
     std::fputs(line.c_str(), file_);
     std::fflush(file_);

@@ -1,7 +1,8 @@
 // The timed run: init, run_start, the epochs (train, evaluate), run_stop, exactly as the MLPerf HPC
-// rules time them. Its helpers: signals.cpp (interrupts), data_pipeline.cpp (order, shards, reading
-// ahead), run_report.cpp (where the time went), progress.cpp (the terminal), checkpoint.cpp (saving
-// and resuming), export.cpp (the trained weights for PyTorch).
+// rules time them. Its helpers: signals.cpp (interrupts), crash.cpp (last words on a crash or a
+// stuck read; the runner publishes its phases as activities), data_pipeline.cpp (order, shards,
+// reading ahead), run_report.cpp (where the time went), progress.cpp (the terminal), checkpoint.cpp
+// (saving and resuming), export.cpp (the trained weights for PyTorch).
 #include "mlph/core/runner.hpp"
 
 #include <fmt/format.h>
@@ -16,6 +17,7 @@
 
 #include "mlph/core/checkpoint.hpp"
 #include "mlph/core/config.hpp"
+#include "mlph/core/crash.hpp"
 #include "mlph/core/data_pipeline.hpp"
 #include "mlph/core/export.hpp"
 #include "mlph/core/host.hpp"
@@ -55,7 +57,7 @@ class Run {
   bool train_and_evaluate(MlLogger& log);
   void check_eval_outputs() const;
   void train_epoch(uint32_t epoch, Progress& progress);
-  double evaluate();
+  double evaluate(uint32_t epoch);
   uint64_t eval_samples() const;
   void open_datasets();
   void stage_data(MlLogger& log);
@@ -65,6 +67,9 @@ class Run {
   const MLPH_WorkloadApi* workload() const { return session_->workload_api(); }
   const MLPH_BackendApi* backend() const { return session_->backend_api(); }
   const MLPH_CommsApi* comms() const { return session_->comms_api(); }
+  ReadPlan read_plan(const char* split, uint32_t epoch) const {
+    return {split, epoch, as_number("data.read_timeout_s", session_->config().get("data.read_timeout_s"))};
+  }
 
   RunOptions options_;  // a copy: a resumed run takes the checkpoint's seed
   SignalWatcher& signals_;
@@ -91,6 +96,7 @@ class Run {
 
 int Run::generate_data() {
   if (session_->topology().rank != 0) return 0;  // under mpirun: one writer
+  const Activity doing("generating data in " + options_.generate_data_dir);
   check(workload()->generate_data(session_->workload(), options_.generate_data_dir.c_str()), "generating data");
   std::fprintf(stderr, "wrote a synthetic %s dataset to %s\n", session_->info().benchmark, options_.generate_data_dir.c_str());
   return 0;
@@ -123,13 +129,18 @@ void Run::initialize(MlLogger& log) {
   for (const LoadedPlugin* p : session_->plugins()) log_plugin(log, *p);
 
   batch_ = session_->info().local_batch_size;
-  if (!graph_)  // a resumed run built it already, to compare it with the checkpoint's
+  if (!graph_) {  // a resumed run built it already, to compare it with the checkpoint's
+    const Activity doing("building the model");
     check(workload()->build_graph(session_->workload(), batch_, session_->seed(), &graph_), "building the model");
+  }
   check_eval_outputs();
   if (session_->sample_ranks() > 1)
     part_ = part_offsets(*graph_, session_->spatial_dims(), session_->spatial_grid(),
                          sdk::spatial::coordinates(session_->spatial_grid(), session_->rank_in_sample()));
-  model_ = session_->compile(*graph_);
+  {
+    const Activity doing("compiling the model");
+    model_ = session_->compile(*graph_);
+  }
   if (resume_) resume_training(log);
   if (!checkpoints_.dir.empty()) check_state_readable(*session_, model_.get(), *graph_);
   check(comms()->barrier(session_->comm()), "comms");
@@ -140,7 +151,10 @@ void Run::initialize(MlLogger& log) {
 // tensors go into the model and the runner takes up its counters. The log says the run is resumed: its
 // time to train covers only the epochs after the checkpoint, so it is no timed MLPerf result.
 void Run::resume_training(MlLogger& log) {
-  restore_checkpoint(*resume_, *session_, model_.get(), *graph_);
+  {
+    const Activity doing("restoring the checkpoint " + resume_->dir().string());
+    restore_checkpoint(*resume_, *session_, model_.get(), *graph_);
+  }
   const RunnerState& state = resume_->manifest().state;
   first_epoch_ = state.epochs_done;
   micro_batches_ = state.micro_batches;
@@ -161,6 +175,7 @@ void Run::resume_training(MlLogger& log) {
 void Run::save_checkpoint_if_due(MlLogger& log, Progress& progress, uint32_t epochs_done) {
   if (checkpoints_.dir.empty() || epochs_done % checkpoints_.every != 0 || session_->topology().rank != 0) return;
   Stopwatch watch(time_.checkpoint_s);
+  const Activity doing(fmt::format("saving the checkpoint after epoch {}", epochs_done));
   const uint32_t window = session_->gradient_accumulation();
   const RunnerState state{epochs_done, micro_batches_, micro_batches_ / window, metrics_};
   const SavedCheckpoint saved =
@@ -174,10 +189,17 @@ void Run::save_checkpoint_if_due(MlLogger& log, Progress& progress, uint32_t epo
 
 void Run::open_datasets() {
   MLPH_Dataset* raw = nullptr;
-  check(workload()->dataset_open(session_->workload(), MLPH_SPLIT_TRAIN, session_->storage_handle(), &raw), "training data");
-  train_set_ = Owned<MLPH_Dataset>(raw, workload()->dataset_close);
-  check(workload()->dataset_open(session_->workload(), MLPH_SPLIT_VALIDATION, session_->storage_handle(), &raw), "validation data");
-  eval_set_ = Owned<MLPH_Dataset>(raw, workload()->dataset_close);
+  {
+    const Activity doing("opening the training data");
+    check(workload()->dataset_open(session_->workload(), MLPH_SPLIT_TRAIN, session_->storage_handle(), &raw), "training data");
+    train_set_ = Owned<MLPH_Dataset>(raw, workload()->dataset_close);
+  }
+  {
+    const Activity doing("opening the validation data");
+    check(workload()->dataset_open(session_->workload(), MLPH_SPLIT_VALIDATION, session_->storage_handle(), &raw),
+          "validation data");
+    eval_set_ = Owned<MLPH_Dataset>(raw, workload()->dataset_close);
+  }
   check(workload()->dataset_size(train_set_.get(), &train_size_), "training data");
   check(workload()->dataset_size(eval_set_.get(), &eval_size_), "validation data");
   // Staged, each node lists only its own files: the totals are the node sizes summed.
@@ -205,6 +227,7 @@ void Run::stage_data(MlLogger& log) {
   data_shard_ = {session_->sample_group(), session_->sample_groups()};
   if (storage.api->struct_size < MLPH_STRUCT_SIZE(MLPH_StorageApi, stage) || !storage.api->stage || dir.empty()) return;
   Stopwatch watch(time_.staging_s);
+  const Activity doing("staging " + dir);
   log.start("staging_start");
   MLPH_StageStats stats{};
   stats.struct_size = sizeof stats;
@@ -222,12 +245,15 @@ void Run::stage_data(MlLogger& log) {
 
 void Run::train_epoch(uint32_t epoch, Progress& progress) {
   Stopwatch watch(time_.train_s);
+  const Activity training(fmt::format("training epoch {}", epoch + 1));
   // Each rank takes its shard of the shared order: the reference's shuffle-then-shard.
   const std::vector<uint64_t> order = epoch_order(workload(), session_->workload(), epoch, train_size_, session_->seed());
-  Prefetcher reader(workload(), train_set_.get(), *graph_, shard(order, data_shard_, batch_), batch_, part_);
+  Prefetcher reader(workload(), train_set_.get(), *graph_, shard(order, data_shard_, batch_), batch_,
+                    read_plan("training", epoch), part_);
   for (uint64_t step = 0; step < reader.steps(); ++step) {
     if (interrupted()) throw RunFailure("interrupted");
     Batch& batch = reader.get(step);
+    const Activity doing(fmt::format("running training step {} of epoch {}", step + 1, epoch + 1));
     // Gradient accumulation: the window counts micro-batches globally, across epochs (as the
     // references do); the workload's schedule is asked once per update, whether it goes by epoch or
     // by step.
@@ -271,14 +297,16 @@ uint64_t Run::eval_samples() const {
 
 // Per-sample outputs: every validation sample, a partial last batch padded and the padding left
 // out of the sums. Outputs summed over the batch cannot be split: whole global batches only.
-double Run::evaluate() {
+double Run::evaluate(uint32_t epoch) {
   Stopwatch watch(time_.eval_s);
+  const Activity evaluating(fmt::format("evaluating after epoch {}", epoch + 1));
   std::vector<uint64_t> order(eval_size_);
   std::iota(order.begin(), order.end(), uint64_t{0});
   std::vector<uint64_t> mine = session_->eval_per_sample() ? deal(order, data_shard_) : shard(order, data_shard_, batch_);
   const uint64_t real = mine.size();
   while (mine.size() % batch_ != 0) mine.push_back(mine.back());  // padding, left out of the sums
-  Prefetcher reader(workload(), eval_set_.get(), *graph_, std::move(mine), batch_, part_);
+  Prefetcher reader(workload(), eval_set_.get(), *graph_, std::move(mine), batch_, read_plan("validation", epoch),
+                    part_);
   std::vector<std::vector<float>> outputs(graph_->n_eval_outputs);
   std::vector<MLPH_Tensor> output_tensors;
   for (size_t i = 0; i < graph_->n_eval_outputs; ++i) {
@@ -290,6 +318,7 @@ double Run::evaluate() {
   for (uint64_t step = 0; step < reader.steps(); ++step) {
     if (interrupted()) throw RunFailure("interrupted");
     Batch& batch = reader.get(step);
+    const Activity doing(fmt::format("running evaluation step {} of epoch {}", step + 1, epoch + 1));
     check(backend()->eval_step(model_.get(), batch.tensors.data(), batch.tensors.size(), output_tensors.data(),
                                output_tensors.size()),
           "evaluation step");
@@ -331,7 +360,7 @@ bool Run::train_and_evaluate(MlLogger& log) {
     train_epoch(epoch, progress);
     session_->average_non_trainable(model_.get(), *graph_);
     log.start("eval_start", {}, epoch_num);
-    const double metric = evaluate();
+    const double metric = evaluate(epoch);
     log.end("eval_stop", {}, epoch_num);
     log.end("epoch_stop", {}, epoch_num);
     log.event(session_->info().metric_key, json(metric), epoch_num);
@@ -359,6 +388,7 @@ int Run::timed_run() {
   const bool rank0 = session_->topology().rank == 0;
   const std::filesystem::path log_path = rank0 ? options_.output_dir / options_.log_name : std::filesystem::path();
   MlLogger log(log_path, false);
+  const LogWatch crash_words(log, run_stopped_);  // a crash or a stuck read ends the log too
   // A signal that finds this rank blocked (see SignalWatcher) ends the log from the watcher.
   signals_.set_last_words([&](int signal) {
     const std::string why = fmt::format("{} while blocked in a step or collective: the job is being ended "
@@ -491,6 +521,7 @@ void Run::check_checkpoints_and_export() {
 
 int Run::execute() {
   try {
+    const Activity doing("setting up the run");
     if (!options_.resume_from.empty()) open_resume();
     session_ = std::make_unique<Session>(options_);
     if (options_.generate_data_dir.empty()) check_checkpoints_and_export();
@@ -498,6 +529,7 @@ int Run::execute() {
     std::fprintf(stderr, "mlperf-run: error: %s\n", e.what());
     return 2;
   }
+  CrashHandler::set_rank(session_->topology().rank, session_->topology().size);
   if (!options_.generate_data_dir.empty()) {
     try {
       return generate_data();
@@ -512,6 +544,8 @@ int Run::execute() {
 }  // namespace
 
 int run(const RunOptions& options) {
+  const CrashHandler crash("mlperf-run");
+  const Activity running("starting the run");  // the main thread's, for the whole run
   SignalWatcher signals;
   Run run(options, signals);
   return run.execute();

@@ -81,7 +81,8 @@ Session::Session(const RunOptions& options_) {
   comms_handle_ = {sizeof(MLPH_CommsHandle), nullptr, comms_api(), comm_.get()};
   storage_ = create<MLPH_Storage>(storage_lib_.api<MLPH_StorageApi>(), passthrough_options(config_, "storage."),
                                   "storage");
-  storage_handle_ = {sizeof(MLPH_StorageHandle), nullptr, storage_lib_.api<MLPH_StorageApi>(), storage_.get()};
+  watched_storage_ = std::make_unique<WatchedStorage>(
+      MLPH_StorageHandle{sizeof(MLPH_StorageHandle), nullptr, storage_lib_.api<MLPH_StorageApi>(), storage_.get()});
 
   // Every rank must use the same seed: rank 0 draws it and broadcasts it.
   seed_ = static_cast<uint64_t>(as_int("run.seed", config_.get("run.seed")));  // >= 0: validated
@@ -196,7 +197,7 @@ void Session::average_non_trainable(MLPH_Model* model, const MLPH_Graph& graph) 
 }
 
 void Session::abandon() const {
-  const MLPH_StorageApi* api = storage_handle_.api;
+  const MLPH_StorageApi* api = storage_lib_.api<MLPH_StorageApi>();
   if (storage_ && api->struct_size >= MLPH_STRUCT_SIZE(MLPH_StorageApi, abandon) && api->abandon)
     api->abandon(storage_.get());
 }

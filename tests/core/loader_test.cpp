@@ -84,16 +84,18 @@ TEST(PluginLoader, ErrorsAreOneLine) {
 
 TEST(PluginLoader, ScanReportsBrokenLibrariesWithoutThrowing) {
   PluginLoader loader({MLPH_TEST_PLUGIN_DIR});
-  // The five broken libraries, plus four loadable test backends: the conformance suite's faulty
-  // one, the tracing one and its ABI 1.3 build, and one built against ABI 1.1 (an older minor
-  // loads); and the two linear-regression test workloads, one of them built as ABI 1.2.
+  // The five broken libraries, plus five loadable test backends: the conformance suite's faulty
+  // one, the tracing one and its ABI 1.3 build, one built against ABI 1.1 (an older minor loads)
+  // and the crashing one; the two linear-regression test workloads, one of them built as ABI 1.2;
+  // and the stalling storage.
   const auto entries = loader.scan();
-  ASSERT_EQ(entries.size(), 11u);
+  ASSERT_EQ(entries.size(), 13u);
   for (const ScanEntry& e : entries) {
     const std::string file = e.file.filename().string();
     const bool loadable = file == "libmlph-backend-faulty.so" || file == "libmlph-backend-tracing.so" ||
                           file == "libmlph-backend-tracing-abi13.so" || file == "libmlph-backend-abi11.so" ||
-                          file == "libmlph-workload-linreg.so" || file == "libmlph-workload-linreg-abi12.so";
+                          file == "libmlph-backend-crashing.so" || file == "libmlph-workload-linreg.so" ||
+                          file == "libmlph-workload-linreg-abi12.so" || file == "libmlph-storage-stalling.so";
     EXPECT_EQ(e.ok, loadable) << e.file;
     EXPECT_EQ(e.error.empty(), loadable) << e.file;
   }

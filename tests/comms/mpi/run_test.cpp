@@ -304,3 +304,10 @@ TEST(MpiRun, HungNeighbourOfASplitSampleTimesOutAndAbortsEveryRank) {
   EXPECT_NE(output.find("did not complete within 3 s (comms.timeout_s): rank(s) 1 did not reach it"), std::string::npos)
       << output;
 }
+
+TEST(MpiRun, CrashedRankSaysWhatItDidAndAbortsEveryRank) {
+  // Rank 1 crashes (SIGSEGV, as a library reading a corrupt file raises it): its handler names the
+  // rank and what it was doing and exits 1; mpirun ends rank 0, whose log ends "aborted".
+  const std::string output = fault_rank_1("mpi-crash", SIGSEGV, std::chrono::seconds(10));
+  EXPECT_NE(output.find("mlperf-run: rank 1: crashed (SIGSEGV) while "), std::string::npos) << output;
+}

@@ -4,7 +4,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <atomic>
 #include <future>
+#include <string>
+#include <sys/types.h>
 #include <vector>
 
 #include "mlph/sdk/spatial.hpp"
@@ -45,12 +48,23 @@ struct Batch {
   std::vector<MLPH_Tensor> tensors;
 };
 
+// Which batches a Prefetcher reads, as its messages name them ("training batch 3 of epoch 1"), and
+// how long a batch may take (data.read_timeout_s).
+struct ReadPlan {
+  std::string split;  // "training", "validation"
+  uint32_t epoch = 0;
+  double timeout_s = 600;
+};
+
 // Reads the batches of `order` (whole batches; a remainder is not read) one ahead on a second thread:
-// whole samples, or with `part` (not empty) this rank's part of each (dataset_read_part).
+// whole samples, or with `part` (not empty) this rank's part of each (dataset_read_part). The thread
+// publishes what it reads (Activity). A batch not read within the plan's timeout ends the
+// process (abandon_run) naming the batch and the reader's samples and file: a reader stuck in a
+// library cannot be cancelled, and waiting for it would hang the run.
 class Prefetcher {
  public:
   Prefetcher(const MLPH_WorkloadApi* api, MLPH_Dataset* dataset, const MLPH_Graph& graph, std::vector<uint64_t> order,
-             uint32_t batch, const PartOffsets& part = {});
+             uint32_t batch, ReadPlan plan, const PartOffsets& part = {});
   ~Prefetcher();
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
@@ -61,12 +75,15 @@ class Prefetcher {
 
  private:
   void fill(uint64_t i);
+  std::string batch_name(uint64_t i) const;
 
   const MLPH_WorkloadApi* api_;
   MLPH_Dataset* dataset_;
   std::vector<uint64_t> order_;
   uint32_t batch_;
   PartOffsets part_;
+  ReadPlan plan_;
+  std::atomic<pid_t> reader_{0};  // the thread reading (its activity names the samples and file)
   Batch slots_[2];
   std::future<void> pending_;
 };

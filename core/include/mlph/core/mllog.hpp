@@ -36,9 +36,21 @@ class MlLogger {
 
   const std::filesystem::path& path() const { return path_; }
 
+  // A line to be written later by code that cannot format (the crash handler, with write(2) to
+  // fd()): its text cut where the time and the text of metadata `text_key` (after `metadata`) go.
+  struct LineTemplate {
+    std::string before_time, before_text, after_text;
+  };
+  LineTemplate line_template(const char* event_type, const std::string& key, Metadata metadata,
+                             const std::string& text_key,
+                             std::source_location where = std::source_location::current()) const;
+  int fd() const { return file_ ? fileno(file_) : -1; }
+
  private:
   void write(const char* event_type, const std::string& key, const Json& value, const Metadata& metadata,
              const std::source_location& where);
+  static std::string format_line(const char* event_type, const std::string& key, const Json& value,
+                                 const Metadata& metadata, const std::source_location& where, const std::string& time_ms);
   std::filesystem::path path_;
   std::FILE* file_ = nullptr;
   bool echo_;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "mlph/core/config.hpp"
+#include "mlph/core/crash.hpp"
 #include "mlph/core/plugin_loader.hpp"
 #include "mlph/core/runner.hpp"
 #include "mlph/sdk/spatial.hpp"
@@ -63,7 +64,8 @@ class Session {
   MLPH_Workload* workload() const { return workload_.get(); }
   MLPH_Comm* comm() const { return comm_.get(); }
   const MLPH_CommsHandle* comms_handle() const { return &comms_handle_; }
-  const MLPH_StorageHandle* storage_handle() const { return &storage_handle_; }
+  // The storage plug-in, watched: each file read is noted for the last words (crash.hpp).
+  const MLPH_StorageHandle* storage_handle() const { return watched_storage_->handle(); }
   const std::string& backend_name() const { return config_.get("plugins.backend"); }
 
   // The backend object (created on first use) and a model compiled on it. With several ranks the
@@ -93,7 +95,7 @@ class Session {
   Owned<MLPH_Workload> workload_{nullptr, nullptr};
   Owned<MLPH_Backend> backend_{nullptr, nullptr};
   MLPH_CommsHandle comms_handle_{};
-  MLPH_StorageHandle storage_handle_{};
+  std::unique_ptr<WatchedStorage> watched_storage_;
   MLPH_Topology topology_{};
   MLPH_WorkloadInfo info_{};
   uint32_t gradient_accumulation_ = 1;
