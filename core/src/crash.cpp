@@ -314,11 +314,7 @@ struct WatchedStorage::Forward {
     return inner.api->list(inner.storage, dir, suffix, each, ctx);
   }
   static MLPH_Error* read(MLPH_Storage* s, const char* path, MLPH_AllocFn alloc, void* ctx, size_t* size) {
-    if (Slot* slot = slot_of(::gettid()); slot && path)
-      with_slot_text(*slot, [&] {
-        slot->file.clear();
-        slot->file.add(path);
-      });
+    note_file(path);
     const MLPH_StorageHandle& inner = self(s).inner_;
     return inner.api->read(inner.storage, path, alloc, ctx, size);
   }
@@ -330,19 +326,32 @@ struct WatchedStorage::Forward {
     const MLPH_StorageHandle& inner = self(s).inner_;
     return inner.api->stage(inner.storage, dir, comms, out);
   }
+  static MLPH_Error* read_range(MLPH_Storage* s, const char* path, uint64_t offset, size_t bytes, void* dst) {
+    note_file(path);
+    const MLPH_StorageHandle& inner = self(s).inner_;
+    return inner.api->read_range(inner.storage, path, offset, bytes, dst);
+  }
+  static void note_file(const char* path) {
+    if (Slot* slot = slot_of(::gettid()); slot && path)
+      with_slot_text(*slot, [&] {
+        slot->file.clear();
+        slot->file.add(path);
+      });
+  }
 };
 
 WatchedStorage::WatchedStorage(const MLPH_StorageHandle& inner) : inner_(inner) {
-  // The inner table's members as far as it has them; the object's lifetime functions stay its owner's.
-  std::memcpy(&api_, inner.api, std::min(inner.api->struct_size, sizeof api_));
-  api_.struct_size = std::min(inner.api->struct_size, sizeof api_);
-  api_.create = nullptr;
-  api_.destroy = nullptr;
-  if (api_.struct_size >= MLPH_STRUCT_SIZE(MLPH_StorageApi, abandon)) api_.abandon = nullptr;  // the session's call
+  // Every member forwards or stays NULL: a member copied from the inner table would be called with
+  // this object as the inner plug-in's instance. The object's lifetime functions and abandon stay
+  // the session's to call.
+  const MLPH_StorageApi& in = *inner.api;
+  const auto has = [&](size_t end) { return in.struct_size >= end; };
+  api_.struct_size = sizeof api_;
   api_.list = Forward::list;
   api_.read = Forward::read;
   api_.stats = Forward::stats;
-  if (api_.struct_size >= MLPH_STRUCT_SIZE(MLPH_StorageApi, stage) && api_.stage) api_.stage = Forward::stage;
+  if (has(MLPH_STRUCT_SIZE(MLPH_StorageApi, stage)) && in.stage) api_.stage = Forward::stage;
+  if (has(MLPH_STRUCT_SIZE(MLPH_StorageApi, read_range)) && in.read_range) api_.read_range = Forward::read_range;
   handle_ = {sizeof handle_, nullptr, &api_, reinterpret_cast<MLPH_Storage*>(this)};
 }
 
