@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Proves the README's set-up as a new user meets it: a bare Debian 12 (debootstrap minbase), root,
-# a clean clone of this checkout's HEAD, nothing else; then `tools/setup.sh MODE` inside it.
-#   tools/ci/fresh-debian.sh [run|test]      (as root; FRESH_ROOT=/tmp/mlph-fresh by default)
+# a clean clone of this checkout's HEAD, nothing else; then `tools/setup.sh MODE` inside it, or with
+# `ci` the whole of .ci/run (the README's test command, the package check, aarch64, the fuzzers).
+#   tools/ci/fresh-debian.sh [run|test|ci]   (as root; FRESH_ROOT=/tmp/mlph-fresh by default)
 # Slow (a whole Debian install and build): run by hand before a release, not in CI, which runs
 # tools/ci/check-setup-packages.py instead. ../shared, when present, is copied beside the clone.
 set -euo pipefail
@@ -27,6 +28,11 @@ mount -t tmpfs shm "$root/dev/shm"
 rm -rf "$root/work" && mkdir -p "$root/work"
 git clone --quiet "$src" "$root/work/main"
 [ -d "$src/../shared" ] && cp -r "$src/../shared" "$root/work/shared"
-echo "== tools/setup.sh $mode in the fresh Debian ($(git -C "$root/work/main" log --oneline -1))"
+case $mode in
+  run | test) command="tools/setup.sh $mode" ;;
+  ci) command=".ci/run" ;;
+  *) echo "usage: tools/ci/fresh-debian.sh [run|test|ci]" >&2; exit 2 ;;
+esac
+echo "== $command in the fresh Debian ($(git -C "$root/work/main" log --oneline -1))"
 chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin \
-  /bin/bash -c "cd /work/main && tools/setup.sh $mode"
+  /bin/bash -c "cd /work/main && $command"
