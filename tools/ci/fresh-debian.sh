@@ -18,11 +18,17 @@ if [ ! -x "$root/usr/bin/apt-get" ]; then
 fi
 
 mounts=(proc sys dev dev/shm)
-cleanup() { for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do umount "$root/${mounts[i]}" 2>/dev/null || true; done; }
+# Recursive unmounts: /sys and /dev are rbind mounts with mounts below them, which a plain umount
+# leaves in place, and a later `rm -rf` of the root would then delete the host's /dev.
+cleanup() {
+  for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do
+    ! mountpoint -q "$root/${mounts[i]}" || umount -R "$root/${mounts[i]}" || umount -R -l "$root/${mounts[i]}"
+  done
+}
 trap cleanup EXIT
 mount -t proc proc "$root/proc"
-mount --rbind /sys "$root/sys"
-mount --rbind /dev "$root/dev"
+mount --rbind /sys "$root/sys" && mount --make-rslave "$root/sys"  # (rslave: unmounting them later
+mount --rbind /dev "$root/dev" && mount --make-rslave "$root/dev"  # does not reach the host's)
 mount -t tmpfs shm "$root/dev/shm"
 
 rm -rf "$root/work" && mkdir -p "$root/work"
