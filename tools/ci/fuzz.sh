@@ -54,7 +54,7 @@ show_reproducer() {
     echo "   $build/fuzz/$name $(cat "$build/fuzz/$name.options" | tr -d '\n') FILE"
     echo "   and commit it to tests/fuzz/corpus/$name/ with the fix"
     echo "   base64: $(base64 -w0 "$artifact" | head -c 4000)"
-    xxd "$artifact" | head -n 16
+    od -A x -t x1z -v "$artifact" | head -n 16 || true  # (od: coreutils; head ends it early: SIGPIPE)
   done
 }
 
