@@ -15,7 +15,9 @@ jobs=${JOBS:-$(nproc)}
 corpus=$root/tests/fuzz/corpus
 started=$SECONDS
 
-packages=(clang-14 libclang-rt-14-dev cmake ninja-build zlib1g-dev libhdf5-dev libarchive-dev libyaml-cpp-dev libfmt-dev)
+# llvm-14: its llvm-symbolizer names the frames of a report, without which a defect inside libhdf5
+# cannot be told from one of ours.
+packages=(clang-14 libclang-rt-14-dev llvm-14 cmake ninja-build zlib1g-dev libhdf5-dev libarchive-dev libyaml-cpp-dev libfmt-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -26,6 +28,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+export ASAN_SYMBOLIZER_PATH=/usr/lib/llvm-14/bin/llvm-symbolizer
 
 echo "== building the harnesses ($build)"
 cmake -S "$root" -B "$build" -G Ninja -DMLPH_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
