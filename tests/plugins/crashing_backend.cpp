@@ -7,6 +7,7 @@
 #include <string>
 
 #include "backend.hpp"
+#include "forwarding_model.hpp"
 #include "mlph/sdk/backend.hpp"
 
 namespace {
@@ -21,31 +22,20 @@ using namespace mlph;
   return recurse(frame, depth + 1, until) + frame[0];
 }
 
-class CrashingModel final : public sdk::Model {
+class CrashingModel final : public test::ForwardingModel {
  public:
   CrashingModel(std::unique_ptr<sdk::Model> inner, std::string crash, long at_step)
-      : inner_(std::move(inner)), crash_(std::move(crash)), at_step_(at_step) {}
+      : ForwardingModel(std::move(inner)), crash_(std::move(crash)), at_step_(at_step) {}
 
   void train_step(const MLPH_Tensor* inputs, size_t n, const MLPH_StepArgs& args, MLPH_StepResult& out) override {
     if (++steps_ == at_step_) {
       if (crash_ == "segv") std::raise(SIGSEGV);
       if (crash_ == "stack_overflow") out.loss = recurse(nullptr, 0, -1);
     }
-    inner_->train_step(inputs, n, args, out);
-  }
-  void eval_step(const MLPH_Tensor* inputs, size_t n, MLPH_Tensor* outputs, size_t n_outputs) override {
-    inner_->eval_step(inputs, n, outputs, n_outputs);
-  }
-  void read_parameter(size_t index, MLPH_Tensor& dst) override { inner_->read_parameter(index, dst); }
-  void write_parameter(size_t index, const MLPH_Tensor& src) override { inner_->write_parameter(index, src); }
-  void read_gradient(size_t index, MLPH_Tensor& dst) override { inner_->read_gradient(index, dst); }
-  void read_state(size_t index, const std::string& slot, MLPH_Tensor& dst) override { inner_->read_state(index, slot, dst); }
-  void write_state(size_t index, const std::string& slot, const MLPH_Tensor& src) override {
-    inner_->write_state(index, slot, src);
+    ForwardingModel::train_step(inputs, n, args, out);
   }
 
  private:
-  std::unique_ptr<sdk::Model> inner_;
   std::string crash_;
   long at_step_, steps_ = 0;
 };

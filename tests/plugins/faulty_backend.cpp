@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "backend.hpp"
+#include "forwarding_model.hpp"
 #include "mlph/sdk/backend.hpp"
 #include "mlph/sdk/tensor.hpp"
 
@@ -25,11 +26,11 @@ void perturb(MLPH_Tensor& t) {
   std::for_each(data, data + sdk::numel(t), [](float& x) { x *= kError; });
 }
 
-class FaultyModel final : public sdk::Model {
+class FaultyModel final : public test::ForwardingModel {
  public:
   FaultyModel(std::unique_ptr<sdk::Model> inner, bool forward, bool gradient, bool accumulation, bool refuse_steps,
               bool forget_state)
-      : inner_(std::move(inner)),
+      : ForwardingModel(std::move(inner)),
         forward_(forward),
         gradient_(gradient),
         accumulation_(accumulation),
@@ -41,25 +42,21 @@ class FaultyModel final : public sdk::Model {
       sdk::fail(MLPH_UNIMPLEMENTED, "faulty backend: train_step is not implemented (fault=unimplemented_step)");
     MLPH_StepArgs every = args;
     every.apply_update = 1;
-    inner_->train_step(inputs, n, accumulation_ ? every : args, out);
+    ForwardingModel::train_step(inputs, n, accumulation_ ? every : args, out);
   }
   void eval_step(const MLPH_Tensor* inputs, size_t n, MLPH_Tensor* outputs, size_t n_outputs) override {
-    inner_->eval_step(inputs, n, outputs, n_outputs);
+    ForwardingModel::eval_step(inputs, n, outputs, n_outputs);
     for (size_t i = 0; forward_ && i < n_outputs; ++i) perturb(outputs[i]);
   }
-  void read_parameter(size_t index, MLPH_Tensor& dst) override { inner_->read_parameter(index, dst); }
-  void write_parameter(size_t index, const MLPH_Tensor& src) override { inner_->write_parameter(index, src); }
   void read_gradient(size_t index, MLPH_Tensor& dst) override {
-    inner_->read_gradient(index, dst);
+    ForwardingModel::read_gradient(index, dst);
     if (gradient_) perturb(dst);
   }
-  void read_state(size_t index, const std::string& slot, MLPH_Tensor& dst) override { inner_->read_state(index, slot, dst); }
   void write_state(size_t index, const std::string& slot, const MLPH_Tensor& src) override {
-    if (!forget_state_) inner_->write_state(index, slot, src);
+    if (!forget_state_) ForwardingModel::write_state(index, slot, src);
   }
 
  private:
-  std::unique_ptr<sdk::Model> inner_;
   bool forward_, gradient_, accumulation_, refuse_steps_, forget_state_;
 };
 

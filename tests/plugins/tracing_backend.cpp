@@ -10,16 +10,17 @@
 #include <thread>
 
 #include "backend.hpp"
+#include "forwarding_model.hpp"
 #include "mlph/sdk/backend.hpp"
 
 namespace {
 
 using namespace mlph;
 
-class TracingModel final : public sdk::Model {
+class TracingModel final : public test::ForwardingModel {
  public:
   TracingModel(std::unique_ptr<sdk::Model> inner, std::string trace, double step_seconds)
-      : inner_(std::move(inner)), trace_(std::move(trace)), step_seconds_(step_seconds) {}
+      : ForwardingModel(std::move(inner)), trace_(std::move(trace)), step_seconds_(step_seconds) {}
 
   void train_step(const MLPH_Tensor* inputs, size_t n, const MLPH_StepArgs& args, MLPH_StepResult& out) override {
     const sdk::StepPlan plan = sdk::read_step_args(args, "tracing backend");
@@ -27,22 +28,11 @@ class TracingModel final : public sdk::Model {
     if (!file) sdk::fail(MLPH_UNAVAILABLE, "tracing backend: cannot append to " + trace_);
     fmt::print(file.get(), "{} {} {} {}\n", plan.micro_step, plan.step, plan.apply_update ? 1 : 0, plan.learning_rate);
     std::fflush(file.get());
-    inner_->train_step(inputs, n, args, out);
+    ForwardingModel::train_step(inputs, n, args, out);
     std::this_thread::sleep_for(std::chrono::duration<double>(step_seconds_));
-  }
-  void eval_step(const MLPH_Tensor* inputs, size_t n, MLPH_Tensor* outputs, size_t n_outputs) override {
-    inner_->eval_step(inputs, n, outputs, n_outputs);
-  }
-  void read_parameter(size_t index, MLPH_Tensor& dst) override { inner_->read_parameter(index, dst); }
-  void write_parameter(size_t index, const MLPH_Tensor& src) override { inner_->write_parameter(index, src); }
-  void read_gradient(size_t index, MLPH_Tensor& dst) override { inner_->read_gradient(index, dst); }
-  void read_state(size_t index, const std::string& slot, MLPH_Tensor& dst) override { inner_->read_state(index, slot, dst); }
-  void write_state(size_t index, const std::string& slot, const MLPH_Tensor& src) override {
-    inner_->write_state(index, slot, src);
   }
 
  private:
-  std::unique_ptr<sdk::Model> inner_;
   std::string trace_;
   double step_seconds_;
 };
