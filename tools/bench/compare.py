@@ -64,7 +64,7 @@ def measure(args):
 def model_table(results, torch_runs, args):
     best_train = min(r["model"]["train_s"] for r in torch_runs)
     best_eval = min(r["model"]["eval_s"] for r in torch_runs)
-    peak = results[0]["fp32_peak_gflops"]
+    peak = results[0]["peak_gflops"]
     measured = f"; FP32 peak measured {peak:.0f} GFLOP/s" if peak else ""
     lines = [f"{WORKLOADS[args.workload]['title'](args)}, batch {args.batch}, float32, {args.threads} threads"
              f"{measured}; ratios against the faster PyTorch memory format", "",
@@ -104,7 +104,7 @@ def tables(results, torch_runs, args):
     lines = model_table(results, torch_runs, args)
     peer = min(torch_runs, key=lambda r: r["model"]["train_s"])  # for the per-layer table
     if all(r["layers"] for r in results + [peer]):
-        lines += layer_table(results, peer, results[0]["fp32_peak_gflops"])
+        lines += layer_table(results, peer, results[0]["peak_gflops"])
     return "\n".join(lines)
 
 

@@ -100,26 +100,42 @@ Timing time_graph(Session& session, const MLPH_Graph& graph, int steps, int warm
 
 double gflops(double flops, double s) { return s > 0 ? flops / s / 1e9 : 0; }
 
-void print_layers(const std::vector<LayerResult>& layers, double peak) {
-  fmt::print("\nper layer (each compiled alone; FP32 peak measured: {:.0f} GFLOP/s)\n", peak);
+// The peak a run's layers are measured against: bf16's where the backend computes in bf16 (its
+// `precision` option), else fp32's.
+struct Peak {
+  std::string precision;
+  double gflops = 0;
+};
+
+Peak compute_peak(const Session& session) {
+  const auto& options = session.config().passthrough();
+  const auto precision = options.find("backend.precision");
+  if (precision != options.end() && precision->second.text == "bf16")
+    return {"BF16", bench::measure_bf16_peak(std::thread::hardware_concurrency())};
+  return {"FP32", bench::measure_fp32_peak(std::thread::hardware_concurrency())};
+}
+
+void print_layers(const std::vector<LayerResult>& layers, const Peak& peak) {
+  fmt::print("\nper layer (each compiled alone; {} peak measured: {:.0f} GFLOP/s)\n", peak.precision, peak.gflops);
   fmt::print("{:<14} {:>10} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7}\n", "layer", "GFLOP fwd", "fwd ms", "fwd GF/s",
              "%peak", "train ms", "train GF/s", "%peak");
   for (const auto& [layer, t] : layers) {
     const double fwd = gflops(layer.forward_flops, t.eval_s), train = gflops(layer.train_flops(), t.train_s);
     fmt::print("{:<14} {:>10.2f} {:>10.1f} {:>10.1f} {:>7.0f} {:>10.1f} {:>10.1f} {:>7.0f}\n", layer.name,
-               layer.forward_flops / 1e9, t.eval_s * 1e3, fwd, 100 * fwd / peak, t.train_s * 1e3, train,
-               100 * train / peak);
+               layer.forward_flops / 1e9, t.eval_s * 1e3, fwd, 100 * fwd / peak.gflops, t.train_s * 1e3, train,
+               100 * train / peak.gflops);
   }
 }
 
-void write_json(const std::string& path, Session& session, uint32_t batch, double forward, double peak,
+void write_json(const std::string& path, Session& session, uint32_t batch, double forward, const Peak& peak,
                 const Timing& model, const std::vector<LayerResult>& layers) {
   std::ofstream out(path);
   auto num = [](double v) { return sdk::json_number(v); };
   out << fmt::format("{{\"workload\": \"{}\", \"backend\": \"{}\", \"batch\": {}, \"forward_flops\": {},\n",
                      session.info().benchmark, session.backend_name(), batch, num(forward));
-  out << fmt::format(" \"fp32_peak_gflops\": {}, \"model\": {{\"train_s\": {}, \"eval_s\": {}}},\n \"layers\": [",
-                     num(peak), num(model.train_s), num(model.eval_s));
+  out << fmt::format(" \"peak_precision\": \"{}\", \"peak_gflops\": {}, \"model\": {{\"train_s\": {}, \"eval_s\": "
+                     "{}}},\n \"layers\": [",
+                     peak.precision, num(peak.gflops), num(model.train_s), num(model.eval_s));
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto& [layer, t] = layers[i];
     out << fmt::format("{}\n  {{\"name\": \"{}\", \"forward_flops\": {}, \"train_flops\": {}, \"eval_s\": {}, "
@@ -215,11 +231,11 @@ int main(int argc, char** argv) {
     std::cout << std::flush;
 
     std::vector<LayerResult> layers;
-    double peak = 0;
+    Peak peak;
     if (vm.count("layers") && session.topology().size > 1)
       throw std::runtime_error("--layers times layers on one rank: run it without mpirun");
     if (vm.count("layers")) {
-      peak = bench::measure_fp32_peak(std::thread::hardware_concurrency());
+      peak = compute_peak(session);
       for (const bench::Layer& layer : bench::split_layers(*graph)) {
         sdk::GraphBuilder builder;
         layers.push_back({layer, time_graph(session, *bench::layer_graph(*graph, layer, builder), steps, warmup)});

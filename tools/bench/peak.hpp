@@ -1,4 +1,4 @@
-// The machine's FP32 multiply-add peak, measured rather than taken from a data sheet, so per-layer
+// The machine's multiply-add peaks, measured rather than taken from a data sheet, so per-layer
 // GFLOP/s can be read as a share of what these cores really sustain.
 #pragma once
 
@@ -7,5 +7,10 @@ namespace mlph::bench {
 // GFLOP/s of independent vector FMA chains on `threads` threads (the widest vectors the compiler
 // targets: AVX-512 with -march=native on this machine), best of a few short trials.
 double measure_fp32_peak(unsigned threads);
+
+// The same for bf16 dot products accumulated in fp32 (AVX512_BF16's vdpbf16ps: two products and
+// their sum per fp32 lane, counted as 4 FLOP), what a bf16 convolution's inner loop runs on.
+// 0 where the CPU has no AVX512_BF16.
+double measure_bf16_peak(unsigned threads);
 
 }  // namespace mlph::bench
