@@ -31,7 +31,8 @@ std::vector<Layer> split_layers(const MLPH_Graph& graph);
 
 // A graph computing just `layer`: its outside inputs become graph inputs (data) or trainable
 // parameters (activations that need a gradient), its parameters keep their initial values, and
-// an mse against a target input (last graph input) is the loss. Optimizer: plain SGD.
+// an mse against a target input (last graph input) is the loss, taken on the layer's output
+// averaged over its spatial dims (its evaluation output too). Optimizer: plain SGD.
 // Everything is owned by `builder`.
 const MLPH_Graph* layer_graph(const MLPH_Graph& model, const Layer& layer, sdk::GraphBuilder& builder);
 

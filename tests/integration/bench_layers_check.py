@@ -1,0 +1,47 @@
+#!/usr/bin/python3
+"""mlperf-bench --layers on CosmoFlow at 32^3 (reference backend): every layer timed, each conv's work
+as the model's arithmetic gives it (2 x outputs x 27 taps x Ci x Co; twice that in training for conv1,
+whose input is data and gets no gradient, three times for the others), the peak named.
+
+  bench_layers_check.py BUILD_DIR
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+build = sys.argv[1]
+batch, edge = 2, 32
+with tempfile.TemporaryDirectory() as tmp:
+    out = os.path.join(tmp, "bench.json")
+    subprocess.run([os.path.join(build, "bin", "mlperf-bench"), "--backend", "reference", "--set", f"data.edge={edge}",
+                    "--set", f"train.batch_size={batch}", "--set", "backend.threads=1", "--steps", "1", "--warmup", "0",
+                    "--layers", "--json", out], check=True, stdout=subprocess.DEVNULL)
+    with open(out) as f:
+        result = json.load(f)
+
+failures = []
+def expect(what, got, want):
+    if got != want:
+        failures.append(f"{what}: {got!r}, expected {want!r}")
+
+expect("peak precision", result["peak_precision"], "FP32")
+if not result["peak_gflops"] > 0:
+    failures.append(f"peak_gflops {result['peak_gflops']}")
+layers = {layer["name"]: layer for layer in result["layers"]}
+expect("layers", sorted(layers), sorted([f"conv{i}" for i in range(1, 6)] + [f"conv{i}.pool" for i in range(1, 6)] +
+                                        ["dense1", "dense2", "output"]))
+channels, e = 4, edge
+for i in range(1, 6):
+    conv = layers.get(f"conv{i}", {})
+    co = 32 << (i - 1)
+    flops = 2.0 * batch * e ** 3 * 27 * channels * co
+    expect(f"conv{i} forward_flops", conv.get("forward_flops"), flops)
+    expect(f"conv{i} train_flops", conv.get("train_flops"), flops * (2 if i == 1 else 3))
+    channels, e = co, e // 2
+for name, layer in layers.items():
+    if not (layer["train_s"] > 0 and layer["eval_s"] > 0):
+        failures.append(f"{name}: not timed ({layer['train_s']}, {layer['eval_s']})")
+print("\n".join(failures) or f"{len(layers)} layers, peak {result['peak_gflops']:.0f} GFLOP/s: as expected")
+sys.exit(1 if failures else 0)
