@@ -12,52 +12,32 @@ using sdk::fail;
 
 const std::string kName = "a64fx-sve backend";
 
-// Values that a gradient flows into: computed (through ops with a gradient) from a trainable
-// parameter, and feeding the loss.
-std::vector<bool> values_needing_gradients(const Program& p) {
-  std::vector<bool> from_param(p.values.size(), false), to_loss(p.values.size(), false);
-  for (const Param& param : p.params) from_param[static_cast<size_t>(param.value)] = param.trainable;
+// The SDK's lowering of every op but the spatial ones (halo_exchange, spatial_gather); batch norm over
+// several ranks is refused too.
+Program lowered(const MLPH_Graph& graph) {
+  Program p = sdk::host::lower_graph(graph, sdk::host::implements({OpKind::halo_exchange, OpKind::spatial_gather}));
   for (const Node& node : p.nodes)
-    for (int32_t in : node.inputs)
-      if (node.gradient && from_param[static_cast<size_t>(in)]) from_param[static_cast<size_t>(node.output)] = true;
-  to_loss[static_cast<size_t>(p.loss)] = true;
-  for (auto node = p.nodes.rbegin(); node != p.nodes.rend(); ++node)
-    if (node->gradient && to_loss[static_cast<size_t>(node->output)])
-      for (int32_t in : node->inputs) to_loss[static_cast<size_t>(in)] = true;
-  std::vector<bool> needed(p.values.size());
-  for (size_t v = 0; v < needed.size(); ++v) needed[v] = from_param[v] && to_loss[v];
-  return needed;
-}
-
-// Where each trainable parameter's gradient lies in the one buffer, and the first node reading it.
-std::vector<sdk::GradientBuckets::Param> gradient_layout(const Program& p, const std::vector<float*>& grads,
-                                                         const float* buffer) {
-  std::vector<sdk::GradientBuckets::Param> layout;
-  for (const Param& param : p.params) {
-    if (!param.trainable) continue;
-    int64_t first_use = INT64_MAX;  // read by no node: final at once
-    for (const Node& node : p.nodes)
-      if (std::find(node.inputs.begin(), node.inputs.end(), param.value) != node.inputs.end())
-        first_use = std::min(first_use, static_cast<int64_t>(node.index));
-    layout.push_back({static_cast<size_t>(grads[static_cast<size_t>(param.value)] - buffer),
-                      static_cast<size_t>(p.values[static_cast<size_t>(param.value)].numel()), first_use});
-  }
-  return layout;
+    if (node.kind == OpKind::batch_norm && node.batch_norm.group_size != 1)
+      fail(MLPH_UNIMPLEMENTED, kName + ": node '" + node.name + "' (batch_norm): group_size " +
+                                   std::to_string(node.batch_norm.group_size) +
+                                   " (batch norm over several ranks, SyncBatchNorm) is not supported yet; "
+                                   "the reference backend runs it");
+  return p;
 }
 
 }  // namespace
 
 SveModel::SveModel(const MLPH_HostApi* host, Threads threads, const MLPH_Graph& graph, const MLPH_CommsHandle* comms)
-    : host_(host), threads_(threads), comms_(comms), program_(lower_graph(graph)) {
+    : host_(host), threads_(threads), comms_(comms), program_(lowered(graph)) {
   if (comms_ && (comms_->struct_size < MLPH_STRUCT_SIZE(MLPH_CommsHandle, comm) || !comms_->api || !comms_->api->allreduce))
     fail(MLPH_INVALID_ARGUMENT, kName + ": the comms handle has no allreduce");
-  allocate();
+  const std::vector<sdk::GradientBuckets::Param> gradients = allocate();
   if (comms_ && !param_grads_.empty())
-    buckets_ = std::make_unique<sdk::GradientBuckets>(host_, *comms_, param_grads_.data(),
-                                                      gradient_layout(program_, grads_, param_grads_.data()));
+    buckets_ = std::make_unique<sdk::GradientBuckets>(host_, *comms_, param_grads_.data(), gradients);
 }
 
-void SveModel::allocate() {
+// Returns where each trainable parameter's gradient lies in param_grads_.
+std::vector<sdk::GradientBuckets::Param> SveModel::allocate() {
   Program& p = program_;
   for (const ValueInfo& v : p.values) {
     const auto n = static_cast<size_t>(v.numel());
@@ -66,27 +46,26 @@ void SveModel::allocate() {
   }
   const size_t moments = p.optimizer.state.size();  // sgd_keras: velocity; the Adams: m, v
   size_t largest = 0;
-  std::vector<size_t> offsets;
-  size_t total = 0;
   for (Param& param : p.params) {
-    const auto n = static_cast<size_t>(numel(param.value));
-    std::copy(param.init, param.init + n, data(param.value));
-    param.init = nullptr;  // the caller's graph is gone after compile; the weights live in values_
-    const size_t trained = param.trainable ? n : 0;
+    const size_t trained = param.trainable ? param.init.size() : 0;
+    std::copy(param.init.begin(), param.init.end(), data(param.value));
+    std::vector<float>().swap(param.init);  // the weights live in values_ from now on
     optimizer_state_.emplace_back(moments * trained, 0.0f);
     largest = std::max(largest, trained);
-    offsets.push_back(total), total += trained;
   }
   if (p.optimizer.kind == OptimizerKind::lamb) lamb_update_.resize(largest);
   // Trainable parameters' gradients are slices of one buffer (allocated before any pointer into it).
-  param_grads_.assign(total, 0.0f);
+  const std::vector<sdk::GradientBuckets::Param> layout = sdk::host::gradient_layout(p);
+  param_grads_.assign(layout.empty() ? 0 : layout.back().offset + layout.back().count, 0.0f);
   grads_.assign(p.values.size(), nullptr);
-  for (size_t i = 0; i < p.params.size(); ++i)
-    if (p.params[i].trainable) grads_[static_cast<size_t>(p.params[i].value)] = param_grads_.data() + offsets[i];
-  const std::vector<bool> needed = values_needing_gradients(p);
+  auto slice = layout.begin();
+  for (const Param& param : p.params)
+    if (param.trainable) grads_[static_cast<size_t>(param.value)] = param_grads_.data() + (slice++)->offset;
+  const std::vector<bool> needed = sdk::host::values_needing_gradients(p);
   for (size_t v = 0; v < p.values.size(); ++v)
     if (needed[v] && !grads_[v]) grads_[v] = other_grads_.emplace_back(values_[v].size(), 0.0f).data();
   saved_.resize(p.nodes.size());
+  return layout;
 }
 
 void SveModel::load_inputs(const MLPH_Tensor* inputs, size_t n) {
@@ -207,6 +186,9 @@ void SveModel::forward_node(const Node& c, bool training, uint64_t step) {
     case OpKind::iou:
       iou_forward(t, c.rows, c.batch, x, checked_labels(c), y);
       break;
+    case OpKind::halo_exchange:
+    case OpKind::spatial_gather:
+      fail(MLPH_INTERNAL, kName + ": node '" + c.name + "': the spatial ops were refused at compile");
   }
 }
 
@@ -288,6 +270,9 @@ void SveModel::backward_node(const Node& c) {
     case OpKind::softmax_cross_entropy:
       if (dx) softmax_cross_entropy_backward(t, c.rows, x, labels(c.inputs[1]), c.class_weights.data(), dy[0], dx);
       break;
+    case OpKind::halo_exchange:
+    case OpKind::spatial_gather:
+      fail(MLPH_INTERNAL, kName + ": node '" + c.name + "': the spatial ops were refused at compile");
   }
 }
 

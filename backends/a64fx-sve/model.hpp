@@ -9,9 +9,10 @@
 #include <new>
 #include <vector>
 
+#include "kernels.hpp"
 #include "mlph/sdk/backend.hpp"
 #include "mlph/sdk/gradient_buckets.hpp"
-#include "program.hpp"
+#include "mlph/sdk/host_program.hpp"
 
 namespace mlph::a64fx {
 
@@ -43,7 +44,7 @@ class SveModel final : public sdk::Model {
   void write_state(size_t index, const std::string& slot, const MLPH_Tensor& src) override;
 
  private:
-  void allocate();
+  std::vector<sdk::GradientBuckets::Param> allocate();
   void load_inputs(const MLPH_Tensor* inputs, size_t n);
   void forward(bool training, uint64_t step);
   void forward_node(const Node& node, bool training, uint64_t step);

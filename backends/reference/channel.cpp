@@ -190,16 +190,6 @@ void normalize(ThreadPool& pool, RowsByChannels s, const float* x, const std::ve
     for (int64_t c = 0; c < s.channels; ++c) y[r * s.channels + c] = x[r * s.channels + c] * scale[c] + shift[c];
   });
 }
-
-// `sums` followed by this rank's value count, summed over the group: the group's total count M.
-double group_total(std::vector<double>& sums, int64_t rows, const GroupSum* group) {
-  if (!group) return static_cast<double>(rows);
-  sums.push_back(static_cast<double>(rows));
-  (*group)(sums);
-  const double m = sums.back();
-  sums.pop_back();
-  return m;
-}
 }  // namespace
 
 // Two passes (mean, then the mean squared deviation) in double: no cancellation for inputs far from 0.
@@ -208,7 +198,7 @@ void batch_norm_train_forward(ThreadPool& pool, RowsByChannels s, BatchNormAttrs
                               const GroupSum* group) {
   std::vector<double> mean =
       channel_sums<1>(pool, s, [&](int64_t r, int64_t c) { return std::array<double, 1>{x[r * s.channels + c]}; });
-  const double m = group_total(mean, s.rows, group);
+  const double m = sdk::sum_over_group(mean, s.rows, group);
   for (double& v : mean) v /= m;
   std::vector<double> var = channel_sums<1>(pool, s, [&](int64_t r, int64_t c) {
     const double d = x[r * s.channels + c] - mean[static_cast<size_t>(c)];
@@ -254,7 +244,7 @@ void batch_norm_backward(ThreadPool& pool, RowsByChannels s, const float* x, con
     if (dbeta) dbeta[c] += static_cast<float>(sums[c]);
     if (dgamma) dgamma[c] += static_cast<float>(sums[channels + c]);
   }
-  const double m = group_total(sums, s.rows, group);
+  const double m = sdk::sum_over_group(sums, s.rows, group);
   std::vector<float> mean_dy(channels), mean_dy_xhat(channels), factor(channels);
   for (size_t c = 0; c < mean_dy.size(); ++c) {
     mean_dy[c] = static_cast<float>(sums[c] / m);

@@ -10,41 +10,6 @@ namespace mlph::reference {
 namespace {
 using sdk::fail;
 
-// Values that a gradient flows into: computed (through ops with a gradient) from a trainable
-// parameter, and feeding the loss.
-std::vector<bool> values_needing_gradients(const Program& p) {
-  std::vector<bool> from_param(p.values.size(), false), to_loss(p.values.size(), false);
-  for (const CompiledParam& param : p.params) from_param[static_cast<size_t>(param.value)] = param.trainable;
-  for (const CompiledNode& node : p.nodes)
-    for (int32_t in : node.inputs)
-      if (node.gradient && from_param[static_cast<size_t>(in)])
-        from_param[static_cast<size_t>(node.output)] = true;
-  to_loss[static_cast<size_t>(p.loss)] = true;
-  for (auto node = p.nodes.rbegin(); node != p.nodes.rend(); ++node)
-    if (node->gradient && to_loss[static_cast<size_t>(node->output)])
-      for (int32_t in : node->inputs) to_loss[static_cast<size_t>(in)] = true;
-  std::vector<bool> needed(p.values.size());
-  for (size_t v = 0; v < needed.size(); ++v) needed[v] = from_param[v] && to_loss[v];
-  return needed;
-}
-
-// Where each trainable parameter's gradient lies in the one buffer, and the first node reading it.
-std::vector<sdk::GradientBuckets::Param> gradient_layout(const Program& p, const std::vector<float*>& grads,
-                                                         const float* buffer,
-                                                         const std::vector<std::vector<float>>& values) {
-  std::vector<sdk::GradientBuckets::Param> layout;
-  for (const CompiledParam& param : p.params) {
-    if (!param.trainable) continue;
-    const auto v = static_cast<size_t>(param.value);
-    int64_t first_use = INT64_MAX;  // read by no node: final at once
-    for (const CompiledNode& node : p.nodes)
-      if (std::find(node.inputs.begin(), node.inputs.end(), param.value) != node.inputs.end())
-        first_use = std::min(first_use, static_cast<int64_t>(node.index));
-    layout.push_back({static_cast<size_t>(grads[v] - buffer), values[v].size(), first_use});
-  }
-  return layout;
-}
-
 void zero(ThreadPool& pool, float* data, int64_t n) {
   pool.parallel_for(n, 1 << 16, [&](int64_t begin, int64_t end) { std::fill(data + begin, data + end, 0.0f); });
 }
@@ -56,25 +21,24 @@ ReferenceModel::ReferenceModel(const MLPH_HostApi* host, std::shared_ptr<ThreadP
     : host_(host),
       pool_(std::move(pool)),
       comms_(comms),
-      program_(compile_graph(graph)),
+      program_(sdk::host::lower_graph(graph, sdk::host::implements())),
       rank_groups_(host, comms, "reference backend"),
       batch_norm_groups_(host, rank_groups_, "reference backend") {
   if (comms_ &&
       (comms_->struct_size < MLPH_STRUCT_SIZE(MLPH_CommsHandle, comm) || !comms_->api || !comms_->api->allreduce))
     fail(MLPH_INVALID_ARGUMENT, "reference backend: the comms handle has no allreduce");
-  allocate();
-  for (const CompiledNode& node : program_.nodes) {  // splits the group communicators now: compile is collective
+  const std::vector<sdk::GradientBuckets::Param> gradients = allocate();
+  for (const Node& node : program_.nodes) {  // splits the group communicators now: compile is collective
     if (node.kind == OpKind::batch_norm)
       batch_norm_groups_.join(node.batch_norm.group_size, "node '" + node.name + "' (batch_norm)");
     if (node.kind == OpKind::halo_exchange || node.kind == OpKind::spatial_gather) build_spatial_op(node);
   }
   if (comms_ && !param_grads_.empty())
-    buckets_ = std::make_unique<sdk::GradientBuckets>(host_, *comms_, param_grads_.data(),
-                                                      gradient_layout(program_, grads_, param_grads_.data(), values_));
+    buckets_ = std::make_unique<sdk::GradientBuckets>(host_, *comms_, param_grads_.data(), gradients);
 }
 
 // The sample's ranks (prod(grid) consecutive ones) share a communicator, split at compile (collective).
-void ReferenceModel::build_spatial_op(const CompiledNode& node) {
+void ReferenceModel::build_spatial_op(const Node& node) {
   const std::string where = "node '" + node.name + "' (" +
                             (node.kind == OpKind::halo_exchange ? "halo_exchange" : "spatial_gather") + "): grid " +
                             sdk::spatial::grid_text(node.grid);
@@ -87,37 +51,36 @@ void ReferenceModel::build_spatial_op(const CompiledNode& node) {
     gathers_.try_emplace(node.index, host_, group, x.shape, node.grid, "reference backend: " + where);
 }
 
-void ReferenceModel::allocate() {
+// Returns where each trainable parameter's gradient lies in param_grads_.
+std::vector<sdk::GradientBuckets::Param> ReferenceModel::allocate() {
   Program& p = program_;
   for (const ValueInfo& v : p.values) {
     const auto n = static_cast<size_t>(v.numel());
     values_.emplace_back(v.dtype == MLPH_DTYPE_I32 ? 0 : n, 0.0f);
     int_values_.emplace_back(v.dtype == MLPH_DTYPE_I32 ? n : 0, 0);
   }
-  const size_t moments = p.optimizer.kind == OptimizerKind::sgd_keras ? 1 : 2;
+  const size_t moments = p.optimizer.state.size();  // sgd_keras: velocity; the Adams: m, v
   size_t largest = 0;
-  for (CompiledParam& param : p.params) {
+  for (Param& param : p.params) {
+    const size_t trained = param.trainable ? param.init.size() : 0;
     std::copy(param.init.begin(), param.init.end(), data(param.value));
     std::vector<float>().swap(param.init);  // the weights live in values_ from now on
-    const size_t n = param.trainable ? values_[static_cast<size_t>(param.value)].size() : 0;
-    optimizer_state_.emplace_back(moments * n, 0.0f);
-    largest = std::max(largest, n);
+    optimizer_state_.emplace_back(moments * trained, 0.0f);
+    largest = std::max(largest, trained);
   }
   if (p.optimizer.kind == OptimizerKind::lamb) lamb_update_.resize(largest);
-  // Trainable parameters' gradients are slices of one buffer; their offsets first, then the pointers
-  // (the buffer must not move after).
-  std::vector<size_t> offsets;
-  size_t total = 0;
-  for (const CompiledParam& param : p.params)
-    offsets.push_back(total), total += param.trainable ? values_[static_cast<size_t>(param.value)].size() : 0;
-  param_grads_.assign(total, 0.0f);
+  // Trainable parameters' gradients are slices of one buffer (allocated before any pointer into it).
+  const std::vector<sdk::GradientBuckets::Param> layout = sdk::host::gradient_layout(p);
+  param_grads_.assign(layout.empty() ? 0 : layout.back().offset + layout.back().count, 0.0f);
   grads_.assign(p.values.size(), nullptr);
-  for (size_t i = 0; i < p.params.size(); ++i)
-    if (p.params[i].trainable) grads_[static_cast<size_t>(p.params[i].value)] = param_grads_.data() + offsets[i];
-  const std::vector<bool> needed = values_needing_gradients(p);
+  auto slice = layout.begin();
+  for (const Param& param : p.params)
+    if (param.trainable) grads_[static_cast<size_t>(param.value)] = param_grads_.data() + (slice++)->offset;
+  const std::vector<bool> needed = sdk::host::values_needing_gradients(p);
   for (size_t v = 0; v < p.values.size(); ++v)
     if (needed[v] && !grads_[v]) grads_[v] = other_grads_.emplace_back(values_[v].size(), 0.0f).data();
   saved_.resize(p.nodes.size());
+  return layout;
 }
 
 void ReferenceModel::load_inputs(const MLPH_Tensor* inputs, size_t n) {
@@ -146,10 +109,10 @@ void ReferenceModel::load_inputs(const MLPH_Tensor* inputs, size_t n) {
 }
 
 void ReferenceModel::forward(bool training, uint64_t step) {
-  for (const CompiledNode& node : program_.nodes) forward_node(node, training, step);
+  for (const Node& node : program_.nodes) forward_node(node, training, step);
 }
 
-void ReferenceModel::forward_node(const CompiledNode& c, bool training, uint64_t step) {
+void ReferenceModel::forward_node(const Node& c, bool training, uint64_t step) {
   ThreadPool& pool = *pool_;
   const float* x = data(c.inputs[0]);
   float* y = data(c.output);
@@ -251,7 +214,7 @@ void ReferenceModel::forward_node(const CompiledNode& c, bool training, uint64_t
   }
 }
 
-void ReferenceModel::backward_node(const CompiledNode& c) {
+void ReferenceModel::backward_node(const Node& c) {
   ThreadPool& pool = *pool_;
   const float* dy = grad(c.output);
   const float* x = data(c.inputs[0]);
@@ -361,7 +324,7 @@ void ReferenceModel::backward(bool apply_update) {
 // Keras kernel_regularizer: l2 * sum(w^2) joins the loss, 2 * l2 * w the gradient.
 double ReferenceModel::regularize() {
   double penalty = 0;
-  for (const CompiledParam& p : program_.params) {
+  for (const Param& p : program_.params) {
     if (p.l2 == 0.0) continue;
     penalty += l2_penalty(numel(p.value), p.l2, data(p.value));
     if (p.trainable) l2_backward(numel(p.value), p.l2, data(p.value), grad(p.value));
@@ -384,7 +347,7 @@ void ReferenceModel::apply_optimizer(double learning_rate, uint64_t step) {
     if (norm > opt.adam.max_grad_norm) clip = static_cast<float>(norm / opt.adam.max_grad_norm);
   }
   for (size_t i = 0; i < program_.params.size(); ++i) {
-    const CompiledParam& p = program_.params[i];
+    const Param& p = program_.params[i];
     if (!p.trainable) continue;
     const int64_t n = numel(p.value);
     float* m = optimizer_state_[i].data();
@@ -445,7 +408,7 @@ void ReferenceModel::eval_step(const MLPH_Tensor* inputs, size_t n_inputs, MLPH_
 
 // The labels of a softmax_cross_entropy or iou node, checked to lie in [0, C): a clear error naming the node
 // instead of a read out of bounds.
-const int32_t* ReferenceModel::checked_labels(const CompiledNode& c) const {
+const int32_t* ReferenceModel::checked_labels(const Node& c) const {
   const int32_t* l = labels(c.inputs[1]);
   const int64_t count = c.rows.rows, classes = c.rows.channels;
   for (int64_t i = 0; i < count; ++i)
@@ -457,7 +420,7 @@ const int32_t* ReferenceModel::checked_labels(const CompiledNode& c) const {
   return l;
 }
 
-const CompiledParam& ReferenceModel::param(size_t index) const {
+const Param& ReferenceModel::param(size_t index) const {
   if (index >= program_.params.size())
     fail(MLPH_OUT_OF_RANGE, "reference backend: no parameter " + std::to_string(index) + " (the graph has " +
                                 std::to_string(program_.params.size()) + ")");
@@ -465,19 +428,19 @@ const CompiledParam& ReferenceModel::param(size_t index) const {
 }
 
 void ReferenceModel::read_parameter(size_t index, MLPH_Tensor& dst) {
-  const CompiledParam& p = param(index);
+  const Param& p = param(index);
   sdk::check_matches(dst, program_.values[static_cast<size_t>(p.value)].as_value(), "reference backend: parameter");
   std::memcpy(dst.data, data(p.value), static_cast<size_t>(numel(p.value)) * sizeof(float));
 }
 
 void ReferenceModel::write_parameter(size_t index, const MLPH_Tensor& src) {
-  const CompiledParam& p = param(index);
+  const Param& p = param(index);
   sdk::check_matches(src, program_.values[static_cast<size_t>(p.value)].as_value(), "reference backend: parameter");
   std::memcpy(data(p.value), src.data, static_cast<size_t>(numel(p.value)) * sizeof(float));
 }
 
 void ReferenceModel::read_gradient(size_t index, MLPH_Tensor& dst) {
-  const CompiledParam& p = param(index);
+  const Param& p = param(index);
   if (!p.trainable)
     fail(MLPH_FAILED_PRECONDITION, "reference backend: parameter '" +
                                        program_.values[static_cast<size_t>(p.value)].name +
@@ -488,7 +451,7 @@ void ReferenceModel::read_gradient(size_t index, MLPH_Tensor& dst) {
 
 // The buffer behind state slot `slot` of parameter `index`, checked against `tensor` (docs/abi.md, ABI 1.4).
 float* ReferenceModel::state_slot(size_t index, const std::string& slot, const MLPH_Tensor& tensor, bool reading) {
-  const CompiledParam& p = param(index);
+  const Param& p = param(index);
   const ValueInfo& value = program_.values[static_cast<size_t>(p.value)];
   sdk::check_matches(tensor, value.as_value(), "reference backend: state '" + slot + "' of");
   if (!p.trainable)

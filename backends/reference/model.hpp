@@ -7,17 +7,18 @@
 #include <memory>
 #include <vector>
 
-#include "compile.hpp"
 #include "mlph/sdk/backend.hpp"
 #include "mlph/sdk/batch_norm_groups.hpp"
 #include "mlph/sdk/gradient_buckets.hpp"
+#include "mlph/sdk/host_program.hpp"
 #include "mlph/sdk/spatial.hpp"
+#include "ops.hpp"
 
 namespace mlph::reference {
 
 class ReferenceModel final : public sdk::Model {
  public:
-  // Throws sdk::Error when the graph is invalid (see compile_graph). `comms` may be null.
+  // Throws sdk::Error when the graph is invalid (see sdk::host::lower_graph). `comms` may be null.
   ReferenceModel(const MLPH_HostApi* host, std::shared_ptr<ThreadPool> pool, const MLPH_Graph& graph,
                  const MLPH_CommsHandle* comms);
 
@@ -30,17 +31,17 @@ class ReferenceModel final : public sdk::Model {
   void write_state(size_t index, const std::string& slot, const MLPH_Tensor& src) override;
 
  private:
-  void allocate();
+  std::vector<sdk::GradientBuckets::Param> allocate();
   void load_inputs(const MLPH_Tensor* inputs, size_t n);
   void forward(bool training, uint64_t step);
-  void forward_node(const CompiledNode& node, bool training, uint64_t step);
+  void forward_node(const Node& node, bool training, uint64_t step);
   void backward(bool apply_update);
-  void backward_node(const CompiledNode& node);
+  void backward_node(const Node& node);
   double regularize();
   void average_gradients();
   void apply_optimizer(double learning_rate, uint64_t step);
-  const int32_t* checked_labels(const CompiledNode& node) const;
-  const CompiledParam& param(size_t index) const;
+  const int32_t* checked_labels(const Node& node) const;
+  const Param& param(size_t index) const;
   float* state_slot(size_t index, const std::string& slot, const MLPH_Tensor& tensor, bool reading);
 
   const float* data(int32_t v) const { return values_[static_cast<size_t>(v)].data(); }
@@ -71,7 +72,7 @@ class ReferenceModel final : public sdk::Model {
   // The spatial ops by node index (docs/ops.md: halo_exchange, spatial_gather).
   std::map<uint64_t, sdk::spatial::HaloExchange> halos_;
   std::map<uint64_t, sdk::spatial::SpatialGather> gathers_;
-  void build_spatial_op(const CompiledNode& node);
+  void build_spatial_op(const Node& node);
   // With several ranks: averages param_grads_ during backward (declared last: stops before the buffer goes).
   std::unique_ptr<sdk::GradientBuckets> buckets_;
   bool accumulating_ = false;  // the last micro-batch did not end its window: param_grads_ hold a pending sum

@@ -10,34 +10,17 @@
 #include <vector>
 
 #include "mlph/sdk/batch_norm_groups.hpp"
+#include "mlph/sdk/host_program.hpp"
 #include "thread_pool.hpp"
 
 namespace mlph::reference {
 
+// The ops take the shapes and attributes of the SDK's lowering for host backends (Window, RowsByChannels,
+// DenseShape, BatchNormAttrs, AdamAttrs); the executor runs its Program.
+using namespace sdk::host;
+using sdk::GroupSum;
+
 // ---- conv.cpp, pool.cpp -----------------------------------------------------------------------
-
-// A convolution or pooling window over up to 3 spatial dims. A 2-D problem runs as 3-D with a
-// leading spatial dim of 1, so one kernel serves both.
-struct Window {
-  int64_t batch = 1;
-  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
-  int64_t kernel[3] = {1, 1, 1}, stride[3] = {1, 1, 1}, dilation[3] = {1, 1, 1};
-  int64_t pad_before[3] = {0, 0, 0}, pad_after[3] = {0, 0, 0};
-  int64_t in_channels = 1, out_channels = 1, groups = 1;
-
-  int64_t taps() const { return kernel[0] * kernel[1] * kernel[2]; }
-  int64_t in_positions() const { return batch * in[0] * in[1] * in[2]; }
-  int64_t out_positions() const { return batch * out[0] * out[1] * out[2]; }
-  // O = floor((S + p_before + p_after - d(k-1) - 1) / s) + 1 along spatial dim `d` (docs/ops.md).
-  int64_t expected_out(int d) const {
-    return (in[d] + pad_before[d] + pad_after[d] - dilation[d] * (kernel[d] - 1) - 1) / stride[d] + 1;
-  }
-  // Multiply-adds of one forward pass: for throughput reports.
-  double macs() const {
-    return static_cast<double>(out_positions()) * static_cast<double>(taps()) *
-           static_cast<double>(in_channels / groups) * static_cast<double>(out_channels);
-  }
-};
 
 // Memory the conv passes reuse from call to call (padded copies, packed weights, per-thread sums).
 // Allocated afresh, its tens of megabytes page-fault on every call, which measured slower than the
@@ -77,9 +60,6 @@ void max_pool_backward(ThreadPool& pool, const Window& g, const float* x, const 
 
 // ---- dense.cpp ----------------------------------------------------------------------------------
 
-struct DenseShape {
-  int64_t batch = 1, in = 1, out = 1;
-};
 // y = x·w + b: x [batch, in], w [in, out], b [out] or null, y [batch, out] (overwritten).
 void dense_forward(ThreadPool& pool, const DenseShape& s, const float* x, const float* w, const float* b, float* y);
 void dense_backward(ThreadPool& pool, const DenseShape& s, const float* x, const float* w, const float* dy, float* dx,
@@ -107,11 +87,6 @@ void mask_forward(ThreadPool& pool, int64_t n, const float* mask, const float* x
 void mask_backward(ThreadPool& pool, int64_t n, const float* mask, const float* dy, float* dx);
 
 // ---- channel.cpp: per-channel ops over x viewed as [rows, channels] (rows = N x spatial positions) ----
-
-struct RowsByChannels {
-  int64_t rows = 1, channels = 1;
-  int64_t size() const { return rows * channels; }
-};
 
 void add_forward(ThreadPool& pool, int64_t n, const float* a, const float* b, float* y);
 // Concatenation along the last axis: inputs[k] is [rows, widths[k]], y [rows, sum of widths].
@@ -144,14 +119,8 @@ void shift_scale_forward(ThreadPool& pool, RowsByChannels s, const float* x, con
 
 // Batch normalization. Training: normalizes with the batch statistics, saves mean and 1/sqrt(var + eps) per channel
 // into `saved` [2C] for the backward pass and updates the running statistics (PyTorch: the unbiased variance goes
-// into running_var). Evaluation: normalizes with the running statistics.
-struct BatchNormAttrs {
-  double eps = 1e-5, momentum = 0.1;
-  int64_t group_size = 1;  // ranks whose batches share the statistics (SyncBatchNorm)
-};
-// Sums per-channel statistics over the ranks of this rank's batch-norm group, in place (SyncBatchNorm);
-// null: this rank's batch alone.
-using GroupSum = sdk::GroupSum;
+// into running_var). Evaluation: normalizes with the running statistics. `group` sums per-channel statistics over
+// the ranks of this rank's batch-norm group, in place (SyncBatchNorm); null: this rank's batch alone.
 void batch_norm_train_forward(ThreadPool& pool, RowsByChannels s, BatchNormAttrs a, const float* x, const float* gamma,
                               const float* beta, float* running_mean, float* running_var, float* saved, float* y,
                               const GroupSum* group = nullptr);
@@ -193,9 +162,6 @@ void sgd_keras_update(int64_t n, double lr, double momentum, const float* g, flo
 
 // Adam-family updates of one tensor (docs/ops.md gives the formulas and their order). `t` is the 1-based step,
 // `decay` = weight_decay * the parameter's multiplier; m and v are the moments (zero before step 1).
-struct AdamAttrs {
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0, max_grad_norm = 1;
-};
 // adam: L2 coupled into the gradient; adamw: decoupled decay p *= 1 - lr*decay first.
 void adam_update(ThreadPool& pool, int64_t n, double lr, const AdamAttrs& a, uint64_t t, double decay, bool decoupled,
                  const float* g, float* m, float* v, float* w);

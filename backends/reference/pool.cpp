@@ -12,29 +12,12 @@ namespace {
 // The first maximum wins (strict '>'), and a NaN beats any number so it propagates like in PyTorch.
 inline bool beats(float v, float best) { return v > best || (v != v && best == best); }  // v != v: NaN
 
-// Offset of each window tap (row-major) relative to the window's first element.
-std::vector<int64_t> tap_offsets(const Window& g) {
-  std::vector<int64_t> offsets;
-  for (int64_t kd = 0; kd < g.kernel[0]; ++kd)
-    for (int64_t kh = 0; kh < g.kernel[1]; ++kh)
-      for (int64_t kw = 0; kw < g.kernel[2]; ++kw)
-        offsets.push_back(((kd * g.in[1] + kh) * g.in[2] + kw) * g.in_channels);
-  return offsets;
-}
-
-// Offset in x of the first element of output position `pos`'s window (pos counts [N, out...]).
-int64_t window_offset(const Window& g, int64_t pos) {
-  const int64_t ow = pos % g.out[2], oh = pos / g.out[2] % g.out[1], od = pos / (g.out[2] * g.out[1]) % g.out[0];
-  const int64_t n = pos / (g.out[2] * g.out[1] * g.out[0]);
-  return (((n * g.in[0] + od * g.stride[0]) * g.in[1] + oh * g.stride[1]) * g.in[2] + ow * g.stride[2]) * g.in_channels;
-}
-
 // Routes dy of output position `pos`, channels [c0, c1), to each window's winner. `best` and
 // `winner` are the caller's scratch for those channels. Written without branches (selects, and
 // adding 0 to the losers) so that the compiler vectorises the loops over channels.
 void route_to_winners(const Window& g, const std::vector<int64_t>& taps, const float* x, const float* dy, float* dx,
                       int64_t pos, int64_t c0, int64_t c1, float* best, int32_t* winner) {
-  const int64_t base = window_offset(g, pos), c = g.in_channels;
+  const int64_t base = g.window_offset(pos), c = g.in_channels;
   for (int64_t ch = c0; ch < c1; ++ch) best[ch] = x[base + taps[0] + ch], winner[ch] = 0;
   for (size_t t = 1; t < taps.size(); ++t) {
     const float* xt = x + base + taps[t];
@@ -53,11 +36,11 @@ void route_to_winners(const Window& g, const std::vector<int64_t>& taps, const f
 }  // namespace
 
 void max_pool_forward(ThreadPool& pool, const Window& g, const float* x, float* y) {
-  const std::vector<int64_t> taps = tap_offsets(g);
+  const std::vector<int64_t> taps = g.tap_offsets();
   const int64_t c = g.in_channels;
   pool.parallel_for(g.out_positions(), [&](int64_t begin, int64_t end) {
     for (int64_t pos = begin; pos < end; ++pos) {
-      const float* window = x + window_offset(g, pos);
+      const float* window = x + g.window_offset(pos);
       float* best = y + pos * c;
       for (int64_t ch = 0; ch < c; ++ch) best[ch] = window[taps[0] + ch];
       for (size_t t = 1; t < taps.size(); ++t)
@@ -70,7 +53,7 @@ void max_pool_forward(ThreadPool& pool, const Window& g, const float* x, float* 
 // Windows that do not overlap (stride >= kernel, CosmoFlow's case) write disjoint parts of dx, so
 // positions run in parallel; overlapping ones run in parallel over channels instead, never racing.
 void max_pool_backward(ThreadPool& pool, const Window& g, const float* x, const float* dy, float* dx) {
-  const std::vector<int64_t> taps = tap_offsets(g);
+  const std::vector<int64_t> taps = g.tap_offsets();
   const int64_t c = g.in_channels;
   bool overlapping = false;
   for (int d = 0; d < 3; ++d) overlapping = overlapping || g.stride[d] < g.kernel[d];

@@ -13,7 +13,7 @@ namespace {
 
 // f(r) for every row, rows split over the threads in chunks of about kMinChunk elements.
 template <class F>
-void for_rows(Threads t, Rows s, F&& f) {
+void for_rows(Threads t, RowsByChannels s, F&& f) {
   parallel_chunks(t, s.rows, std::max<int64_t>(1, kMinChunk / std::max<int64_t>(s.channels, 1)),
                   [&](int64_t begin, int64_t end, int64_t) {
                     for (int64_t r = begin; r < end; ++r) f(r);
@@ -118,7 +118,7 @@ void broadcast_backward(Threads t, const std::vector<int64_t>& in, const std::ve
   });
 }
 
-void channel_affine_forward(Threads t, Rows s, const float* x, const float* w, const float* b, float* y) {
+void channel_affine_forward(Threads t, RowsByChannels s, const float* x, const float* w, const float* b, float* y) {
   for_rows(t, s, [&](int64_t r) {
     const int64_t row = r * s.channels;
     for_channels(s.channels, [&](svbool_t pg, int64_t c) {
@@ -127,8 +127,8 @@ void channel_affine_forward(Threads t, Rows s, const float* x, const float* w, c
   });
 }
 
-void channel_affine_backward(Threads t, Rows s, const float* x, const float* w, const float* dy, float* dx, float* dw,
-                             float* db) {
+void channel_affine_backward(Threads t, RowsByChannels s, const float* x, const float* w, const float* dy, float* dx,
+                             float* dw, float* db) {
   if (dx)
     for_rows(t, s, [&](int64_t r) {
       const int64_t row = r * s.channels;
@@ -148,7 +148,8 @@ void channel_affine_backward(Threads t, Rows s, const float* x, const float* w, 
   }
 }
 
-void shift_scale_forward(Threads t, Rows s, const float* x, const float* shift, const float* scale, float* y) {
+void shift_scale_forward(Threads t, RowsByChannels s, const float* x, const float* shift, const float* scale,
+                         float* y) {
   for_rows(t, s, [&](int64_t r) {
     const int64_t row = r * s.channels;
     for_channels(s.channels, [&](svbool_t pg, int64_t c) {

@@ -8,10 +8,17 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <vector>
 
+#include "mlph/sdk/batch_norm_groups.hpp"
+#include "mlph/sdk/host_program.hpp"
+
 namespace mlph::a64fx {
+
+// The kernels take the shapes and attributes of the SDK's lowering for host backends (Window, RowsByChannels,
+// DenseShape, BatchNormAttrs, AdamAttrs); the executor runs its Program.
+using namespace sdk::host;
+using sdk::GroupSum;
 
 // OpenMP threads for one call; 0 means OpenMP's default.
 struct Threads {
@@ -22,24 +29,6 @@ struct Threads {
 int64_t vector_lanes();
 
 // ---- conv.cpp ---------------------------------------------------------------------------------
-
-// A convolution or pooling window over up to 3 spatial dims, right-aligned: a 2-D problem runs as
-// 3-D with a leading spatial dim of 1, so one kernel serves both.
-struct Window {
-  int64_t batch = 1;
-  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
-  int64_t kernel[3] = {1, 1, 1}, stride[3] = {1, 1, 1}, dilation[3] = {1, 1, 1};
-  int64_t pad_before[3] = {0, 0, 0}, pad_after[3] = {0, 0, 0};
-  int64_t in_channels = 1, out_channels = 1, groups = 1;
-
-  int64_t taps() const { return kernel[0] * kernel[1] * kernel[2]; }
-  int64_t in_positions() const { return batch * in[0] * in[1] * in[2]; }
-  int64_t out_positions() const { return batch * out[0] * out[1] * out[2]; }
-  double macs() const {
-    return static_cast<double>(out_positions()) * static_cast<double>(taps()) *
-           static_cast<double>(in_channels / groups) * static_cast<double>(out_channels);
-  }
-};
 
 // Memory the conv passes reuse from call to call (padded copies, packed weights): allocated once
 // per model, since page-faulting tens of megabytes every call costs as much as the arithmetic.
@@ -78,9 +67,6 @@ void max_pool_backward(Threads t, const Window& g, const float* x, const float* 
 
 // ---- dense.cpp --------------------------------------------------------------------------------
 
-struct DenseShape {
-  int64_t batch = 1, in = 1, out = 1;
-};
 // y = x·w + b: x [batch, in], w [in, out], b [out] or null, y [batch, out] (overwritten).
 // `partial` is scratch the forward reuses between calls.
 void dense_forward(Threads t, std::vector<float>& partial, const DenseShape& s, const float* x, const float* w,
@@ -112,11 +98,6 @@ void mask_backward(Threads t, int64_t n, const float* mask, const float* dy, flo
 
 // ---- channel.cpp: x viewed as [rows, channels] (rows = N x spatial positions) ------------------
 
-struct Rows {
-  int64_t rows = 1, channels = 1;
-  int64_t size() const { return rows * channels; }
-};
-
 // Concatenation along the last axis: inputs[k] is [rows, widths[k]], y [rows, sum of widths].
 void concat_forward(Threads t, int64_t rows, const std::vector<const float*>& inputs,
                     const std::vector<int64_t>& widths, float* y);
@@ -133,33 +114,28 @@ void broadcast_forward(Threads t, const std::vector<int64_t>& in, const std::vec
 void broadcast_backward(Threads t, const std::vector<int64_t>& in, const std::vector<int64_t>& out, const float* dy,
                         float* dx);
 // y = x * w[c] + b[c]
-void channel_affine_forward(Threads t, Rows s, const float* x, const float* w, const float* b, float* y);
-void channel_affine_backward(Threads t, Rows s, const float* x, const float* w, const float* dy, float* dx, float* dw,
-                             float* db);
+void channel_affine_forward(Threads t, RowsByChannels s, const float* x, const float* w, const float* b, float* y);
+void channel_affine_backward(Threads t, RowsByChannels s, const float* x, const float* w, const float* dy, float* dx,
+                             float* dw, float* db);
 // y = (x - shift[c]) * scale[c]
-void shift_scale_forward(Threads t, Rows s, const float* x, const float* shift, const float* scale, float* y);
+void shift_scale_forward(Threads t, RowsByChannels s, const float* x, const float* shift, const float* scale, float* y);
 
 // ---- norm.cpp: batch normalization ---------------------------------------------------------------
 
-struct BatchNormAttrs {
-  double eps = 1e-5, momentum = 0.1;
-};
-// Sums per-channel statistics over the ranks of this rank's batch-norm group, in place
-// (SyncBatchNorm); null: this rank's batch alone.
-using GroupSum = std::function<void(std::vector<double>&)>;
 // Training: normalizes with the batch statistics (two passes: mean, then squared deviations),
 // saves mean and 1/sqrt(var + eps) per channel into `saved` [2C] and updates the running statistics
 // (the unbiased variance, as PyTorch). Per-channel sums are taken in float over blocks of rows and
-// added in double, in an order fixed by the thread count.
-void batch_norm_train_forward(Threads t, Rows s, BatchNormAttrs a, const float* x, const float* gamma,
+// added in double, in an order fixed by the thread count. `group` sums the statistics over the ranks
+// of this rank's batch-norm group in place (SyncBatchNorm); null: this rank's batch alone.
+void batch_norm_train_forward(Threads t, RowsByChannels s, BatchNormAttrs a, const float* x, const float* gamma,
                               const float* beta, float* running_mean, float* running_var, float* saved, float* y,
                               const GroupSum* group = nullptr);
-void batch_norm_eval_forward(Threads t, Rows s, BatchNormAttrs a, const float* x, const float* gamma, const float* beta,
-                             const float* running_mean, const float* running_var, float* y);
+void batch_norm_eval_forward(Threads t, RowsByChannels s, BatchNormAttrs a, const float* x, const float* gamma,
+                             const float* beta, const float* running_mean, const float* running_var, float* y);
 // The backward pass of the training forward; dx, dgamma, dbeta may be null. With a group, dx uses
 // the group's sums while dgamma and dbeta stay this rank's.
-void batch_norm_backward(Threads t, Rows s, const float* x, const float* gamma, const float* saved, const float* dy,
-                         float* dx, float* dgamma, float* dbeta, const GroupSum* group = nullptr);
+void batch_norm_backward(Threads t, RowsByChannels s, const float* x, const float* gamma, const float* saved,
+                         const float* dy, float* dx, float* dgamma, float* dbeta, const GroupSum* group = nullptr);
 
 // ---- loss.cpp: reductions end in double, so the reported loss carries no avoidable rounding -------
 
@@ -170,14 +146,14 @@ void mse_backward(Threads t, int64_t n, const float* prediction, const float* ta
 double abs_error_sum(Threads t, int64_t n, const float* prediction, const float* target);
 // Weighted softmax cross-entropy over logits [rows, C] and labels [rows] in [0, C) (checked by the
 // caller): (1/rows) sum_r w[l_r] (logsumexp(z_r) - z_r[l_r]).
-double softmax_cross_entropy_forward(Threads t, Rows s, const float* logits, const int32_t* labels,
+double softmax_cross_entropy_forward(Threads t, RowsByChannels s, const float* logits, const int32_t* labels,
                                      const float* class_weights);
 // dlogits += dloss * w[l]/rows * (softmax(z) - onehot(l)).
-void softmax_cross_entropy_backward(Threads t, Rows s, const float* logits, const int32_t* labels,
+void softmax_cross_entropy_backward(Threads t, RowsByChannels s, const float* logits, const int32_t* labels,
                                     const float* class_weights, float dloss, float* dlogits);
 // Per sample: the mean over classes of tp/(tp+fp+fn) (argmax, lowest class on ties; a class absent from
 // both prediction and label counts 1), float32 arithmetic as the DeepCAM reference.
-void iou_forward(Threads t, Rows s, int64_t batch, const float* logits, const int32_t* labels, float* iou);
+void iou_forward(Threads t, RowsByChannels s, int64_t batch, const float* logits, const int32_t* labels, float* iou);
 
 // ---- optimizer.cpp -----------------------------------------------------------------------------
 
@@ -188,9 +164,6 @@ void l2_backward(Threads t, int64_t n, double l2, const float* w, float* dw);
 // Keras SGD with momentum: v = momentum * v - lr * g; w = w + v.
 void sgd_keras_update(Threads t, int64_t n, double lr, double momentum, const float* g, float* velocity, float* w);
 
-struct AdamAttrs {
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0, max_grad_norm = 1;
-};
 // adam (L2 coupled into the gradient) or adamw (decoupled: p *= 1 - lr*decay first); `t` is the
 // 1-based step, `decay` = weight_decay * the parameter's multiplier (docs/ops.md).
 void adam_update(Threads t, int64_t n, double lr, const AdamAttrs& a, uint64_t step, double decay, bool decoupled,

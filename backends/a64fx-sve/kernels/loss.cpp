@@ -45,7 +45,7 @@ double log_sum_exp(const float* z, int64_t classes) {
 }
 }  // namespace
 
-double softmax_cross_entropy_forward(Threads t, Rows s, const float* logits, const int32_t* labels,
+double softmax_cross_entropy_forward(Threads t, RowsByChannels s, const float* logits, const int32_t* labels,
                                      const float* class_weights) {
   const int64_t parts = part_count(t, s.rows, 4096);
   std::vector<double> partial(static_cast<size_t>(parts), 0.0);
@@ -62,7 +62,7 @@ double softmax_cross_entropy_forward(Threads t, Rows s, const float* logits, con
   return sum / static_cast<double>(s.rows);
 }
 
-void softmax_cross_entropy_backward(Threads t, Rows s, const float* logits, const int32_t* labels,
+void softmax_cross_entropy_backward(Threads t, RowsByChannels s, const float* logits, const int32_t* labels,
                                     const float* class_weights, float dloss, float* dlogits) {
   const double scale = static_cast<double>(dloss) / static_cast<double>(s.rows);
   parallel_chunks(t, s.rows, 1024, [&](int64_t begin, int64_t end, int64_t) {
@@ -77,7 +77,7 @@ void softmax_cross_entropy_backward(Threads t, Rows s, const float* logits, cons
   });
 }
 
-void iou_forward(Threads t, Rows s, int64_t batch, const float* logits, const int32_t* labels, float* iou) {
+void iou_forward(Threads t, RowsByChannels s, int64_t batch, const float* logits, const int32_t* labels, float* iou) {
   const int64_t pixels = s.rows / batch, classes = s.channels;
   parallel_items(t, batch, [&](int64_t n) {
     std::vector<int64_t> tp(static_cast<size_t>(classes)), predicted(tp.size()), actual(tp.size());

@@ -12,8 +12,8 @@ namespace mlph::a64fx {
 namespace {
 
 // y = x * scale[c] + shift[c]
-void normalize(Threads t, Rows s, const float* x, const std::vector<float>& scale, const std::vector<float>& shift,
-               float* y) {
+void normalize(Threads t, RowsByChannels s, const float* x, const std::vector<float>& scale,
+               const std::vector<float>& shift, float* y) {
   parallel_chunks(t, s.rows, std::max<int64_t>(1, kMinChunk / s.channels), [&](int64_t begin, int64_t end, int64_t) {
     for (int64_t r = begin; r < end; ++r)
       for (int64_t c = 0; c < s.channels; c += vector_lanes()) {
@@ -24,26 +24,16 @@ void normalize(Threads t, Rows s, const float* x, const std::vector<float>& scal
   });
 }
 
-// `sums` followed by this rank's value count, summed over the group: the group's total count.
-double group_total(std::vector<double>& sums, int64_t rows, const GroupSum* group) {
-  if (!group) return static_cast<double>(rows);
-  sums.push_back(static_cast<double>(rows));
-  (*group)(sums);
-  const double m = sums.back();
-  sums.pop_back();
-  return m;
-}
-
 }  // namespace
 
 // Two passes (the mean, then squared deviations from it): no cancellation for inputs far from 0.
-void batch_norm_train_forward(Threads t, Rows s, BatchNormAttrs a, const float* x, const float* gamma,
+void batch_norm_train_forward(Threads t, RowsByChannels s, BatchNormAttrs a, const float* x, const float* gamma,
                               const float* beta, float* running_mean, float* running_var, float* saved, float* y,
                               const GroupSum* group) {
   std::vector<double> mean = channel_sums<1>(t, s, [&](svbool_t pg, int64_t r, int64_t c, svfloat32_t& s0, svfloat32_t&) {
     s0 = svadd_x(pg, s0, svld1(pg, x + r * s.channels + c));
   });
-  const double m = group_total(mean, s.rows, group);
+  const double m = sdk::sum_over_group(mean, s.rows, group);
   std::vector<float> center(mean.size());
   for (size_t c = 0; c < mean.size(); ++c) mean[c] /= m, center[c] = static_cast<float>(mean[c]);
   std::vector<double> var = channel_sums<1>(t, s, [&](svbool_t pg, int64_t r, int64_t c, svfloat32_t& s0, svfloat32_t&) {
@@ -64,8 +54,8 @@ void batch_norm_train_forward(Threads t, Rows s, BatchNormAttrs a, const float* 
   normalize(t, s, x, scale, shift, y);
 }
 
-void batch_norm_eval_forward(Threads t, Rows s, BatchNormAttrs a, const float* x, const float* gamma, const float* beta,
-                             const float* running_mean, const float* running_var, float* y) {
+void batch_norm_eval_forward(Threads t, RowsByChannels s, BatchNormAttrs a, const float* x, const float* gamma,
+                             const float* beta, const float* running_mean, const float* running_var, float* y) {
   std::vector<float> scale(static_cast<size_t>(s.channels)), shift(scale.size());
   for (size_t c = 0; c < scale.size(); ++c) {
     const double inverse_std = 1.0 / std::sqrt(static_cast<double>(running_var[c]) + a.eps);
@@ -77,8 +67,8 @@ void batch_norm_eval_forward(Threads t, Rows s, BatchNormAttrs a, const float* x
 
 // With xhat = (x - mean) * inverse_std: dbeta = sum dy, dgamma = sum dy * xhat,
 // dx = gamma * inverse_std * (dy - dbeta/M - xhat * dgamma/M).
-void batch_norm_backward(Threads t, Rows s, const float* x, const float* gamma, const float* saved, const float* dy,
-                         float* dx, float* dgamma, float* dbeta, const GroupSum* group) {
+void batch_norm_backward(Threads t, RowsByChannels s, const float* x, const float* gamma, const float* saved,
+                         const float* dy, float* dx, float* dgamma, float* dbeta, const GroupSum* group) {
   const float* mean = saved;
   const float* inverse_std = saved + s.channels;
   std::vector<double> sums = channel_sums<2>(t, s, [&](svbool_t pg, int64_t r, int64_t c, svfloat32_t& s0, svfloat32_t& s1) {
@@ -94,7 +84,7 @@ void batch_norm_backward(Threads t, Rows s, const float* x, const float* gamma, 
     if (dgamma) dgamma[c] += static_cast<float>(sums[channels + c]);
   }
   if (!dx) return;
-  const double m = group_total(sums, s.rows, group);
+  const double m = sdk::sum_over_group(sums, s.rows, group);
   std::vector<float> mean_dy(channels), mean_dy_xhat(channels), factor(channels);
   for (size_t c = 0; c < channels; ++c) {
     mean_dy[c] = static_cast<float>(sums[c] / m);

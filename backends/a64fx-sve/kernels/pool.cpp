@@ -10,23 +10,6 @@
 namespace mlph::a64fx {
 namespace {
 
-// Offsets of the window taps (row-major) from the window's first element.
-std::vector<int64_t> tap_offsets(const Window& g) {
-  std::vector<int64_t> offsets;
-  for (int64_t kd = 0; kd < g.kernel[0]; ++kd)
-    for (int64_t kh = 0; kh < g.kernel[1]; ++kh)
-      for (int64_t kw = 0; kw < g.kernel[2]; ++kw)
-        offsets.push_back(((kd * g.in[1] + kh) * g.in[2] + kw) * g.in_channels);
-  return offsets;
-}
-
-// Offset in x of the first element of output position `pos`'s window (pos counts [N, out...]).
-int64_t window_offset(const Window& g, int64_t pos) {
-  const int64_t ow = pos % g.out[2], oh = pos / g.out[2] % g.out[1], od = pos / (g.out[2] * g.out[1]) % g.out[0];
-  const int64_t n = pos / (g.out[2] * g.out[1] * g.out[0]);
-  return (((n * g.in[0] + od * g.stride[0]) * g.in[1] + oh * g.stride[1]) * g.in[2] + ow * g.stride[2]) * g.in_channels;
-}
-
 // Lanes where v beats best: greater, or v is NaN while best is not (so the first NaN wins and stays).
 inline svbool_t beats(svbool_t pg, svfloat32_t v, svfloat32_t best) {
   return svorr_z(pg, svcmpgt(pg, v, best), svbic_z(pg, svcmpuo(pg, v, v), svcmpuo(pg, best, best)));
@@ -35,7 +18,7 @@ inline svbool_t beats(svbool_t pg, svfloat32_t v, svfloat32_t best) {
 // dx[winner] += dy for the window of `pos`, channels [c, c + lanes) under pg.
 void route(const Window& g, const std::vector<int64_t>& taps, const float* x, const float* dy, float* dx, int64_t pos,
            int64_t c, svbool_t pg) {
-  const int64_t base = window_offset(g, pos) + c;
+  const int64_t base = g.window_offset(pos) + c;
   svfloat32_t best = svld1(pg, x + base + taps[0]);
   svint32_t winner = svdup_n_s32(0);
   for (size_t k = 1; k < taps.size(); ++k) {
@@ -55,11 +38,11 @@ void route(const Window& g, const std::vector<int64_t>& taps, const float* x, co
 }  // namespace
 
 void max_pool_forward(Threads t, const Window& g, const float* x, float* y) {
-  const std::vector<int64_t> taps = tap_offsets(g);
+  const std::vector<int64_t> taps = g.tap_offsets();
   const int64_t c = g.in_channels;
   parallel_chunks(t, g.out_positions(), std::max<int64_t>(1, kMinChunk / (c * g.taps())), [&](int64_t begin, int64_t end, int64_t) {
     for (int64_t pos = begin; pos < end; ++pos) {
-      const float* window = x + window_offset(g, pos);
+      const float* window = x + g.window_offset(pos);
       for (int64_t ch = 0; ch < c; ch += vector_lanes()) {
         const svbool_t pg = lanes_from(ch, c);
         svfloat32_t best = svld1(pg, window + taps[0] + ch);
@@ -76,7 +59,7 @@ void max_pool_forward(Threads t, const Window& g, const float* x, float* y) {
 // Windows that do not overlap (stride >= kernel, CosmoFlow's case) write disjoint parts of dx, so
 // positions run in parallel; overlapping ones run in parallel over channel vectors, never racing.
 void max_pool_backward(Threads t, const Window& g, const float* x, const float* dy, float* dx) {
-  const std::vector<int64_t> taps = tap_offsets(g);
+  const std::vector<int64_t> taps = g.tap_offsets();
   const int64_t c = g.in_channels, lanes = vector_lanes();
   bool overlapping = false;
   for (int d = 0; d < 3; ++d) overlapping = overlapping || g.stride[d] < g.kernel[d];

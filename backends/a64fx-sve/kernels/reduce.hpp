@@ -38,7 +38,7 @@ double flat_sum(Threads t, int64_t n, Term&& term) {
 // K (1 or 2) per-channel sums over the rows of [rows, channels]: sums[k * channels + c] = sum over r of
 // the k-th term. term(predicate, r, c, s0, s1) adds the terms of row r, channels from c, into s0 (and s1).
 template <int K, class Term>
-std::vector<double> channel_sums(Threads t, Rows s, Term&& term) {
+std::vector<double> channel_sums(Threads t, RowsByChannels s, Term&& term) {
   static_assert(K == 1 || K == 2);
   constexpr int64_t kBlockRows = 256;
   const int64_t parts = part_count(t, s.rows, std::max<int64_t>(kBlockRows, kMinChunk / std::max<int64_t>(s.channels, 1)));

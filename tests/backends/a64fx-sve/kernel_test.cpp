@@ -387,7 +387,7 @@ TEST(SveChannel, ConcatBroadcastPoolingAffine) {
   broadcast_backward(kThreads, {batch, 1, 1, channels}, {batch, 3, 5, channels}, x.data(), summed.data());
   for (size_t i = 0; i < summed.size(); ++i) EXPECT_NEAR(summed[i], want[i] * positions, 1e-5);
 
-  const Rows s{batch * positions, channels};
+  const RowsByChannels s{batch * positions, channels};
   const Floats w = random_floats(static_cast<size_t>(channels), 25), b = random_floats(static_cast<size_t>(channels), 26);
   const Floats dy = random_floats(x.size(), 27);
   Floats affine(x.size()), dx(x.size(), 0.0f), dw(w.size(), 0.0f), db(b.size(), 0.0f), shifted(x.size());
@@ -408,7 +408,7 @@ TEST(SveChannel, ConcatBroadcastPoolingAffine) {
 }
 
 TEST(SveBatchNorm, TrainingEvaluationAndGradients) {
-  const Rows s{301, 19};
+  const RowsByChannels s{301, 19};
   const BatchNormAttrs a{1e-3, 0.1};
   Floats x = random_floats(static_cast<size_t>(s.size()), 30, 99.0f, 101.0f);  // far from 0: two passes needed
   const Floats gamma = random_floats(static_cast<size_t>(s.channels), 31), beta = random_floats(static_cast<size_t>(s.channels), 32);
@@ -461,7 +461,7 @@ TEST(SveLoss, ReductionsAndSegmentation) {
   EXPECT_FLOAT_EQ(dp[17], 2 * 0.5f / n * (p[17] - t[17]));
   EXPECT_FLOAT_EQ(dt[17], -dp[17]);
 
-  const Rows s{50, 3};
+  const RowsByChannels s{50, 3};
   const Floats logits = random_floats(static_cast<size_t>(s.size()), 42, -3.0f, 3.0f), weights{0.5f, 1.0f, 2.0f};
   std::vector<int32_t> labels(static_cast<size_t>(s.rows));
   for (size_t r = 0; r < labels.size(); ++r) labels[r] = static_cast<int32_t>(r % 3);

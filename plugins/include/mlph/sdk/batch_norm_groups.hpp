@@ -16,6 +16,17 @@ namespace mlph::sdk {
 // Sums per-channel statistics over the ranks of a batch-norm group, in place.
 using GroupSum = std::function<void(std::vector<double>&)>;
 
+// For the kernels: per-channel `sums` summed over the group in place, with this rank's count of
+// `rows` riding along in the same allreduce; returns the group's count (`rows` without a group).
+inline double sum_over_group(std::vector<double>& sums, int64_t rows, const GroupSum* group) {
+  if (!group) return static_cast<double>(rows);
+  sums.push_back(static_cast<double>(rows));
+  (*group)(sums);
+  const double m = sums.back();
+  sums.pop_back();
+  return m;
+}
+
 class BatchNormGroups {
  public:
   // `ranks` outlives this object; `who` starts error messages ("reference backend").
