@@ -1,14 +1,9 @@
 #include "model.hpp"
 
-#include <algorithm>
 #include <cmath>
-#include <cstring>
-
-#include "mlph/sdk/tensor.hpp"
 
 namespace mlph::a64fx {
 namespace {
-using sdk::fail;
 
 const std::string kName = "a64fx-sve backend";
 
@@ -18,7 +13,7 @@ Program lowered(const MLPH_Graph& graph) {
   Program p = sdk::host::lower_graph(graph, sdk::host::implements({OpKind::halo_exchange, OpKind::spatial_gather}));
   for (const Node& node : p.nodes)
     if (node.kind == OpKind::batch_norm && node.batch_norm.group_size != 1)
-      fail(MLPH_UNIMPLEMENTED, kName + ": node '" + node.name + "' (batch_norm): group_size " +
+      sdk::fail(MLPH_UNIMPLEMENTED, kName + ": node '" + node.name + "' (batch_norm): group_size " +
                                    std::to_string(node.batch_norm.group_size) +
                                    " (batch norm over several ranks, SyncBatchNorm) is not supported yet; "
                                    "the reference backend runs it");
@@ -28,70 +23,7 @@ Program lowered(const MLPH_Graph& graph) {
 }  // namespace
 
 SveModel::SveModel(const MLPH_HostApi* host, Threads threads, const MLPH_Graph& graph, const MLPH_CommsHandle* comms)
-    : host_(host), threads_(threads), comms_(comms), program_(lowered(graph)) {
-  if (comms_ && (comms_->struct_size < MLPH_STRUCT_SIZE(MLPH_CommsHandle, comm) || !comms_->api || !comms_->api->allreduce))
-    fail(MLPH_INVALID_ARGUMENT, kName + ": the comms handle has no allreduce");
-  const std::vector<sdk::GradientBuckets::Param> gradients = allocate();
-  if (comms_ && !param_grads_.empty())
-    buckets_ = std::make_unique<sdk::GradientBuckets>(host_, *comms_, param_grads_.data(), gradients);
-}
-
-// Returns where each trainable parameter's gradient lies in param_grads_.
-std::vector<sdk::GradientBuckets::Param> SveModel::allocate() {
-  Program& p = program_;
-  for (const ValueInfo& v : p.values) {
-    const auto n = static_cast<size_t>(v.numel());
-    values_.emplace_back(v.dtype == MLPH_DTYPE_I32 ? 0 : n, 0.0f);
-    int_values_.emplace_back(v.dtype == MLPH_DTYPE_I32 ? n : 0, 0);
-  }
-  const size_t moments = p.optimizer.state.size();  // sgd_keras: velocity; the Adams: m, v
-  size_t largest = 0;
-  for (Param& param : p.params) {
-    const size_t trained = param.trainable ? param.init.size() : 0;
-    std::copy(param.init.begin(), param.init.end(), data(param.value));
-    std::vector<float>().swap(param.init);  // the weights live in values_ from now on
-    optimizer_state_.emplace_back(moments * trained, 0.0f);
-    largest = std::max(largest, trained);
-  }
-  if (p.optimizer.kind == OptimizerKind::lamb) lamb_update_.resize(largest);
-  // Trainable parameters' gradients are slices of one buffer (allocated before any pointer into it).
-  const std::vector<sdk::GradientBuckets::Param> layout = sdk::host::gradient_layout(p);
-  param_grads_.assign(layout.empty() ? 0 : layout.back().offset + layout.back().count, 0.0f);
-  grads_.assign(p.values.size(), nullptr);
-  auto slice = layout.begin();
-  for (const Param& param : p.params)
-    if (param.trainable) grads_[static_cast<size_t>(param.value)] = param_grads_.data() + (slice++)->offset;
-  const std::vector<bool> needed = sdk::host::values_needing_gradients(p);
-  for (size_t v = 0; v < p.values.size(); ++v)
-    if (needed[v] && !grads_[v]) grads_[v] = other_grads_.emplace_back(values_[v].size(), 0.0f).data();
-  saved_.resize(p.nodes.size());
-  return layout;
-}
-
-void SveModel::load_inputs(const MLPH_Tensor* inputs, size_t n) {
-  if (n != program_.inputs.size())
-    fail(MLPH_INVALID_ARGUMENT, kName + ": expected " + std::to_string(program_.inputs.size()) + " inputs, got " + std::to_string(n));
-  for (size_t i = 0; i < n; ++i) {
-    const int32_t id = program_.inputs[i];
-    const ValueInfo& v = info(id);
-    if (inputs[i].struct_size < MLPH_STRUCT_SIZE(MLPH_Tensor, data) || !inputs[i].data)
-      fail(MLPH_INVALID_ARGUMENT, kName + ": input '" + v.name + "' is not a valid tensor");
-    sdk::check_matches(inputs[i], v.as_value(), kName + ": input");
-    const auto count = static_cast<size_t>(v.numel());
-    if (v.dtype == MLPH_DTYPE_I32)
-      std::memcpy(int_values_[static_cast<size_t>(id)].data(), inputs[i].data, count * sizeof(int32_t));
-    else if (v.dtype == MLPH_DTYPE_F32)
-      copy(threads_, v.numel(), static_cast<const float*>(inputs[i].data), data(id));
-    else if (v.dtype == MLPH_DTYPE_I16)
-      int16_to_float(threads_, v.numel(), static_cast<const int16_t*>(inputs[i].data), data(id));
-    else
-      fail(MLPH_UNIMPLEMENTED, kName + ": input '" + v.name + "' must be float32, int16 or int32");
-  }
-}
-
-void SveModel::forward(bool training, uint64_t step) {
-  for (const Node& node : program_.nodes) forward_node(node, training, step);
-}
+    : Executor(host, comms, lowered(graph), kName), threads_(threads) {}
 
 void SveModel::forward_node(const Node& c, bool training, uint64_t step) {
   const Threads t = threads_;
@@ -188,7 +120,7 @@ void SveModel::forward_node(const Node& c, bool training, uint64_t step) {
       break;
     case OpKind::halo_exchange:
     case OpKind::spatial_gather:
-      fail(MLPH_INTERNAL, kName + ": node '" + c.name + "': the spatial ops were refused at compile");
+      sdk::fail(MLPH_INTERNAL, who_ + ": node '" + c.name + "': the spatial ops were refused at compile");
   }
 }
 
@@ -272,23 +204,7 @@ void SveModel::backward_node(const Node& c) {
       break;
     case OpKind::halo_exchange:
     case OpKind::spatial_gather:
-      fail(MLPH_INTERNAL, kName + ": node '" + c.name + "': the spatial ops were refused at compile");
-  }
-}
-
-// `apply_update`: this micro-batch ends the accumulation window, so its buckets are averaged over the
-// ranks as backward finishes them. The parameters' gradients add up across a window: zeroed only at its start.
-void SveModel::backward(bool apply_update) {
-  sdk::GradientBuckets* buckets = apply_update ? buckets_.get() : nullptr;
-  if (buckets) buckets->start();
-  if (!accumulating_) fill_zero(threads_, static_cast<int64_t>(param_grads_.size()), param_grads_.data());
-  accumulating_ = !apply_update;
-  for (Buffer& g : other_grads_) fill_zero(threads_, static_cast<int64_t>(g.size()), g.data());
-  if (!grad(program_.loss)) return;  // no trainable parameter reaches the loss
-  grad(program_.loss)[0] = 1.0f;
-  for (auto node = program_.nodes.rbegin(); node != program_.nodes.rend(); ++node) {
-    if (grad(node->output)) backward_node(*node);
-    if (buckets) buckets->node_done(static_cast<int64_t>(node->index));  // overlaps the allreduce of finished layers
+      sdk::fail(MLPH_INTERNAL, who_ + ": node '" + c.name + "': the spatial ops were refused at compile");
   }
 }
 
@@ -335,105 +251,13 @@ void SveModel::apply_optimizer(double learning_rate, uint64_t step) {
   }
 }
 
-void SveModel::train_step(const MLPH_Tensor* inputs, size_t n_inputs, const MLPH_StepArgs& args, MLPH_StepResult& out) {
-  const sdk::StepPlan plan = sdk::read_step_args(args, kName);
-  load_inputs(inputs, n_inputs);
-  forward(true, plan.micro_step);
-  backward(plan.apply_update);
-  // A NaN or Inf stays in the reported loss: the core decides what divergence means.
-  const double loss = static_cast<double>(data(program_.loss)[0]);
-  if (!plan.apply_update) {
-    out.loss = loss;  // the gradient waits for the rest of its window
-    return;
-  }
-  // Regularization joins after the averaging, once per update (the weights are the same on every rank).
-  if (buckets_) buckets_->finish();
-  out.loss = loss + regularize();
-  apply_optimizer(plan.learning_rate, plan.step);
-}
+void SveModel::zero(float* data, int64_t n) { fill_zero(threads_, n, data); }
 
-void SveModel::eval_step(const MLPH_Tensor* inputs, size_t n_inputs, MLPH_Tensor* outputs, size_t n_outputs) {
-  if (n_outputs != program_.eval_outputs.size())
-    fail(MLPH_INVALID_ARGUMENT, kName + ": expected " + std::to_string(program_.eval_outputs.size()) +
-                                    " eval outputs, got " + std::to_string(n_outputs));
-  for (size_t i = 0; i < n_outputs; ++i)
-    sdk::check_matches(outputs[i], info(program_.eval_outputs[i]).as_value(), kName + ": eval output");
-  load_inputs(inputs, n_inputs);
-  forward(false, 0);
-  for (size_t i = 0; i < n_outputs; ++i) {
-    const int32_t v = program_.eval_outputs[i];
-    if (info(v).dtype == MLPH_DTYPE_I32)
-      std::memcpy(outputs[i].data, labels(v), int_values_[static_cast<size_t>(v)].size() * sizeof(int32_t));
-    else
-      std::memcpy(outputs[i].data, data(v), static_cast<size_t>(numel(v)) * sizeof(float));
-  }
-}
-
-// The labels of a softmax_cross_entropy or iou node, checked to lie in [0, C): a clear error naming the node
-// instead of a read out of bounds.
-const int32_t* SveModel::checked_labels(const Node& c) const {
-  const int32_t* l = labels(c.inputs[1]);
-  const int64_t count = c.rows.rows, classes = c.rows.channels;
-  for (int64_t i = 0; i < count; ++i)
-    if (l[i] < 0 || l[i] >= classes)
-      fail(MLPH_INVALID_ARGUMENT, kName + ": node '" + c.name + "': label " + std::to_string(l[i]) + " at position " +
-                                      std::to_string(i) + " of '" + info(c.inputs[1]).name + "' is outside [0, " +
-                                      std::to_string(classes) + ")");
-  return l;
-}
-
-const Param& SveModel::param(size_t index) const {
-  if (index >= program_.params.size())
-    fail(MLPH_OUT_OF_RANGE, kName + ": no parameter " + std::to_string(index) + " (the graph has " +
-                                std::to_string(program_.params.size()) + ")");
-  return program_.params[index];
-}
-
-void SveModel::read_parameter(size_t index, MLPH_Tensor& dst) {
-  const Param& p = param(index);
-  sdk::check_matches(dst, info(p.value).as_value(), kName + ": parameter");
-  std::memcpy(dst.data, data(p.value), static_cast<size_t>(numel(p.value)) * sizeof(float));
-}
-
-void SveModel::write_parameter(size_t index, const MLPH_Tensor& src) {
-  const Param& p = param(index);
-  sdk::check_matches(src, info(p.value).as_value(), kName + ": parameter");
-  std::memcpy(data(p.value), src.data, static_cast<size_t>(numel(p.value)) * sizeof(float));
-}
-
-void SveModel::read_gradient(size_t index, MLPH_Tensor& dst) {
-  const Param& p = param(index);
-  if (!p.trainable)
-    fail(MLPH_FAILED_PRECONDITION, kName + ": parameter '" + info(p.value).name + "' is not trainable and has no gradient");
-  sdk::check_matches(dst, info(p.value).as_value(), kName + ": gradient");
-  std::memcpy(dst.data, grad(p.value), static_cast<size_t>(numel(p.value)) * sizeof(float));
-}
-
-// The buffer behind state slot `slot` of parameter `index`, checked against `tensor` (docs/abi.md, ABI 1.4).
-float* SveModel::state_slot(size_t index, const std::string& slot, const MLPH_Tensor& tensor, bool reading) {
-  const Param& p = param(index);
-  sdk::check_matches(tensor, info(p.value).as_value(), kName + ": state '" + slot + "' of");
-  if (!p.trainable) fail(MLPH_NOT_FOUND, kName + ": parameter '" + info(p.value).name + "' is not trainable and has no state");
-  if (slot == sdk::kPendingGradientSlot) {
-    if (reading && !accumulating_)
-      fail(MLPH_FAILED_PRECONDITION, kName + ": no accumulation window is open: no pending gradient");
-    return grad(p.value);
-  }
-  const std::vector<std::string>& slots = program_.optimizer.state;
-  const auto found = std::find(slots.begin(), slots.end(), slot);
-  if (found == slots.end()) fail(MLPH_NOT_FOUND, kName + ": the optimizer has no state slot '" + slot + "'");
-  return optimizer_state_[index].data() + (found - slots.begin()) * numel(p.value);
-}
-
-void SveModel::read_state(size_t index, const std::string& slot, MLPH_Tensor& dst) {
-  const float* state = state_slot(index, slot, dst, true);
-  std::memcpy(dst.data, state, static_cast<size_t>(sdk::numel(dst)) * sizeof(float));
-}
-
-void SveModel::write_state(size_t index, const std::string& slot, const MLPH_Tensor& src) {
-  float* state = state_slot(index, slot, src, false);
-  std::memcpy(state, src.data, static_cast<size_t>(sdk::numel(src)) * sizeof(float));
-  if (slot == sdk::kPendingGradientSlot) accumulating_ = true;  // the next micro-batch adds to it
+void SveModel::load_floats(MLPH_DType dtype, const void* src, int64_t n, float* dst) {
+  if (dtype == MLPH_DTYPE_F32)
+    copy(threads_, n, static_cast<const float*>(src), dst);
+  else  // int16
+    int16_to_float(threads_, n, static_cast<const int16_t*>(src), dst);
 }
 
 }  // namespace mlph::a64fx

@@ -3,38 +3,19 @@
 #include <algorithm>
 #include <cstring>
 
-#include "mlph/sdk/comms.hpp"
-#include "mlph/sdk/tensor.hpp"
-
 namespace mlph::reference {
-namespace {
-using sdk::fail;
-
-void zero(ThreadPool& pool, float* data, int64_t n) {
-  pool.parallel_for(n, 1 << 16, [&](int64_t begin, int64_t end) { std::fill(data + begin, data + end, 0.0f); });
-}
-
-}  // namespace
 
 ReferenceModel::ReferenceModel(const MLPH_HostApi* host, std::shared_ptr<ThreadPool> pool, const MLPH_Graph& graph,
                                const MLPH_CommsHandle* comms)
-    : host_(host),
+    : Executor(host, comms, sdk::host::lower_graph(graph, sdk::host::implements()), "reference backend"),
       pool_(std::move(pool)),
-      comms_(comms),
-      program_(sdk::host::lower_graph(graph, sdk::host::implements())),
-      rank_groups_(host, comms, "reference backend"),
-      batch_norm_groups_(host, rank_groups_, "reference backend") {
-  if (comms_ &&
-      (comms_->struct_size < MLPH_STRUCT_SIZE(MLPH_CommsHandle, comm) || !comms_->api || !comms_->api->allreduce))
-    fail(MLPH_INVALID_ARGUMENT, "reference backend: the comms handle has no allreduce");
-  const std::vector<sdk::GradientBuckets::Param> gradients = allocate();
+      rank_groups_(host, comms, who_),
+      batch_norm_groups_(host, rank_groups_, who_) {
   for (const Node& node : program_.nodes) {  // splits the group communicators now: compile is collective
     if (node.kind == OpKind::batch_norm)
       batch_norm_groups_.join(node.batch_norm.group_size, "node '" + node.name + "' (batch_norm)");
     if (node.kind == OpKind::halo_exchange || node.kind == OpKind::spatial_gather) build_spatial_op(node);
   }
-  if (comms_ && !param_grads_.empty())
-    buckets_ = std::make_unique<sdk::GradientBuckets>(host_, *comms_, param_grads_.data(), gradients);
 }
 
 // The sample's ranks (prod(grid) consecutive ones) share a communicator, split at compile (collective).
@@ -46,70 +27,9 @@ void ReferenceModel::build_spatial_op(const Node& node) {
   const ValueInfo& x = program_.values[static_cast<size_t>(node.inputs[0])];
   if (node.kind == OpKind::halo_exchange)
     halos_.try_emplace(node.index, host_, group, x.shape, node.grid, node.before, node.after,
-                       "reference backend: " + where);
+                       who_ + ": " + where);
   else
-    gathers_.try_emplace(node.index, host_, group, x.shape, node.grid, "reference backend: " + where);
-}
-
-// Returns where each trainable parameter's gradient lies in param_grads_.
-std::vector<sdk::GradientBuckets::Param> ReferenceModel::allocate() {
-  Program& p = program_;
-  for (const ValueInfo& v : p.values) {
-    const auto n = static_cast<size_t>(v.numel());
-    values_.emplace_back(v.dtype == MLPH_DTYPE_I32 ? 0 : n, 0.0f);
-    int_values_.emplace_back(v.dtype == MLPH_DTYPE_I32 ? n : 0, 0);
-  }
-  const size_t moments = p.optimizer.state.size();  // sgd_keras: velocity; the Adams: m, v
-  size_t largest = 0;
-  for (Param& param : p.params) {
-    const size_t trained = param.trainable ? param.init.size() : 0;
-    std::copy(param.init.begin(), param.init.end(), data(param.value));
-    std::vector<float>().swap(param.init);  // the weights live in values_ from now on
-    optimizer_state_.emplace_back(moments * trained, 0.0f);
-    largest = std::max(largest, trained);
-  }
-  if (p.optimizer.kind == OptimizerKind::lamb) lamb_update_.resize(largest);
-  // Trainable parameters' gradients are slices of one buffer (allocated before any pointer into it).
-  const std::vector<sdk::GradientBuckets::Param> layout = sdk::host::gradient_layout(p);
-  param_grads_.assign(layout.empty() ? 0 : layout.back().offset + layout.back().count, 0.0f);
-  grads_.assign(p.values.size(), nullptr);
-  auto slice = layout.begin();
-  for (const Param& param : p.params)
-    if (param.trainable) grads_[static_cast<size_t>(param.value)] = param_grads_.data() + (slice++)->offset;
-  const std::vector<bool> needed = sdk::host::values_needing_gradients(p);
-  for (size_t v = 0; v < p.values.size(); ++v)
-    if (needed[v] && !grads_[v]) grads_[v] = other_grads_.emplace_back(values_[v].size(), 0.0f).data();
-  saved_.resize(p.nodes.size());
-  return layout;
-}
-
-void ReferenceModel::load_inputs(const MLPH_Tensor* inputs, size_t n) {
-  if (n != program_.inputs.size())
-    fail(MLPH_INVALID_ARGUMENT,
-         "reference backend: expected " + std::to_string(program_.inputs.size()) + " inputs, got " + std::to_string(n));
-  for (size_t i = 0; i < n; ++i) {
-    const int32_t id = program_.inputs[i];
-    const ValueInfo& info = program_.values[static_cast<size_t>(id)];
-    if (inputs[i].struct_size < MLPH_STRUCT_SIZE(MLPH_Tensor, data) || !inputs[i].data)
-      fail(MLPH_INVALID_ARGUMENT, "reference backend: input '" + info.name + "' is not a valid tensor");
-    sdk::check_matches(inputs[i], info.as_value(), "reference backend: input");
-    if (info.dtype == MLPH_DTYPE_I32) {
-      std::memcpy(int_values_[static_cast<size_t>(id)].data(), inputs[i].data,
-                  static_cast<size_t>(info.numel()) * sizeof(int32_t));
-      continue;
-    }
-    float* dst = data(id);
-    if (info.dtype == MLPH_DTYPE_F32) {
-      std::memcpy(dst, inputs[i].data, static_cast<size_t>(numel(id)) * sizeof(float));
-    } else {  // int16, as the validator guarantees
-      const auto* src = static_cast<const int16_t*>(inputs[i].data);
-      std::transform(src, src + numel(id), dst, [](int16_t v) { return static_cast<float>(v); });
-    }
-  }
-}
-
-void ReferenceModel::forward(bool training, uint64_t step) {
-  for (const Node& node : program_.nodes) forward_node(node, training, step);
+    gathers_.try_emplace(node.index, host_, group, x.shape, node.grid, who_ + ": " + where);
 }
 
 void ReferenceModel::forward_node(const Node& c, bool training, uint64_t step) {
@@ -304,23 +224,6 @@ void ReferenceModel::backward_node(const Node& c) {
   }
 }
 
-// `apply_update`: this micro-batch ends the accumulation window, so its buckets are averaged over the
-// ranks as backward finishes them. The parameters' gradients add up across a window: zeroed only at
-// its start.
-void ReferenceModel::backward(bool apply_update) {
-  sdk::GradientBuckets* buckets = apply_update ? buckets_.get() : nullptr;
-  if (buckets) buckets->start();
-  if (!accumulating_) zero(*pool_, param_grads_.data(), static_cast<int64_t>(param_grads_.size()));
-  accumulating_ = !apply_update;
-  for (std::vector<float>& g : other_grads_) zero(*pool_, g.data(), static_cast<int64_t>(g.size()));
-  if (!grad(program_.loss)) return;  // no trainable parameter reaches the loss
-  grad(program_.loss)[0] = 1.0f;
-  for (auto node = program_.nodes.rbegin(); node != program_.nodes.rend(); ++node) {
-    if (grad(node->output)) backward_node(*node);
-    if (buckets) buckets->node_done(static_cast<int64_t>(node->index));  // overlaps the allreduce of finished layers
-  }
-}
-
 // Keras kernel_regularizer: l2 * sum(w^2) joins the loss, 2 * l2 * w the gradient.
 double ReferenceModel::regularize() {
   double penalty = 0;
@@ -330,11 +233,6 @@ double ReferenceModel::regularize() {
     if (p.trainable) l2_backward(numel(p.value), p.l2, data(p.value), grad(p.value));
   }
   return penalty;
-}
-
-// Waits for the bucket allreduces that backward started (see GradientBuckets).
-void ReferenceModel::average_gradients() {
-  if (buckets_) buckets_->finish();
 }
 
 void ReferenceModel::apply_optimizer(double learning_rate, uint64_t step) {
@@ -369,114 +267,17 @@ void ReferenceModel::apply_optimizer(double learning_rate, uint64_t step) {
   }
 }
 
-void ReferenceModel::train_step(const MLPH_Tensor* inputs, size_t n_inputs, const MLPH_StepArgs& args,
-                                MLPH_StepResult& out) {
-  const sdk::StepPlan plan = sdk::read_step_args(args, "reference backend");
-  load_inputs(inputs, n_inputs);
-  forward(true, plan.micro_step);
-  backward(plan.apply_update);
-  // A NaN or Inf stays in the reported loss: the core decides what divergence means.
-  const double loss = static_cast<double>(data(program_.loss)[0]);
-  if (!plan.apply_update) {
-    out.loss = loss;  // the gradient waits for the rest of its window
-    return;
+void ReferenceModel::zero(float* data, int64_t n) {
+  pool_->parallel_for(n, 1 << 16, [&](int64_t begin, int64_t end) { std::fill(data + begin, data + end, 0.0f); });
+}
+
+void ReferenceModel::load_floats(MLPH_DType dtype, const void* src, int64_t n, float* dst) {
+  if (dtype == MLPH_DTYPE_F32) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  } else {  // int16
+    const auto* from = static_cast<const int16_t*>(src);
+    std::transform(from, from + n, dst, [](int16_t v) { return static_cast<float>(v); });
   }
-  // Regularization joins after the averaging, once per update: the weights, hence 2 * l2 * w, are the
-  // same on every rank and across the window.
-  average_gradients();
-  out.loss = loss + regularize();
-  apply_optimizer(plan.learning_rate, plan.step);
-}
-
-void ReferenceModel::eval_step(const MLPH_Tensor* inputs, size_t n_inputs, MLPH_Tensor* outputs, size_t n_outputs) {
-  if (n_outputs != program_.eval_outputs.size())
-    fail(MLPH_INVALID_ARGUMENT, "reference backend: expected " + std::to_string(program_.eval_outputs.size()) +
-                                    " eval outputs, got " + std::to_string(n_outputs));
-  for (size_t i = 0; i < n_outputs; ++i)
-    sdk::check_matches(outputs[i], program_.values[static_cast<size_t>(program_.eval_outputs[i])].as_value(),
-                       "reference backend: eval output");
-  load_inputs(inputs, n_inputs);
-  forward(false, 0);
-  for (size_t i = 0; i < n_outputs; ++i) {
-    const int32_t v = program_.eval_outputs[i];
-    if (program_.values[static_cast<size_t>(v)].dtype == MLPH_DTYPE_I32)
-      std::memcpy(outputs[i].data, labels(v), int_values_[static_cast<size_t>(v)].size() * sizeof(int32_t));
-    else
-      std::memcpy(outputs[i].data, data(v), static_cast<size_t>(numel(v)) * sizeof(float));
-  }
-}
-
-// The labels of a softmax_cross_entropy or iou node, checked to lie in [0, C): a clear error naming the node
-// instead of a read out of bounds.
-const int32_t* ReferenceModel::checked_labels(const Node& c) const {
-  const int32_t* l = labels(c.inputs[1]);
-  const int64_t count = c.rows.rows, classes = c.rows.channels;
-  for (int64_t i = 0; i < count; ++i)
-    if (l[i] < 0 || l[i] >= classes)
-      fail(MLPH_INVALID_ARGUMENT, "reference backend: node '" + c.name + "': label " + std::to_string(l[i]) +
-                                      " at position " + std::to_string(i) + " of '" +
-                                      program_.values[static_cast<size_t>(c.inputs[1])].name + "' is outside [0, " +
-                                      std::to_string(classes) + ")");
-  return l;
-}
-
-const Param& ReferenceModel::param(size_t index) const {
-  if (index >= program_.params.size())
-    fail(MLPH_OUT_OF_RANGE, "reference backend: no parameter " + std::to_string(index) + " (the graph has " +
-                                std::to_string(program_.params.size()) + ")");
-  return program_.params[index];
-}
-
-void ReferenceModel::read_parameter(size_t index, MLPH_Tensor& dst) {
-  const Param& p = param(index);
-  sdk::check_matches(dst, program_.values[static_cast<size_t>(p.value)].as_value(), "reference backend: parameter");
-  std::memcpy(dst.data, data(p.value), static_cast<size_t>(numel(p.value)) * sizeof(float));
-}
-
-void ReferenceModel::write_parameter(size_t index, const MLPH_Tensor& src) {
-  const Param& p = param(index);
-  sdk::check_matches(src, program_.values[static_cast<size_t>(p.value)].as_value(), "reference backend: parameter");
-  std::memcpy(data(p.value), src.data, static_cast<size_t>(numel(p.value)) * sizeof(float));
-}
-
-void ReferenceModel::read_gradient(size_t index, MLPH_Tensor& dst) {
-  const Param& p = param(index);
-  if (!p.trainable)
-    fail(MLPH_FAILED_PRECONDITION, "reference backend: parameter '" +
-                                       program_.values[static_cast<size_t>(p.value)].name +
-                                       "' is not trainable and has no gradient");
-  sdk::check_matches(dst, program_.values[static_cast<size_t>(p.value)].as_value(), "reference backend: gradient");
-  std::memcpy(dst.data, grad(p.value), static_cast<size_t>(numel(p.value)) * sizeof(float));
-}
-
-// The buffer behind state slot `slot` of parameter `index`, checked against `tensor` (docs/abi.md, ABI 1.4).
-float* ReferenceModel::state_slot(size_t index, const std::string& slot, const MLPH_Tensor& tensor, bool reading) {
-  const Param& p = param(index);
-  const ValueInfo& value = program_.values[static_cast<size_t>(p.value)];
-  sdk::check_matches(tensor, value.as_value(), "reference backend: state '" + slot + "' of");
-  if (!p.trainable)
-    fail(MLPH_NOT_FOUND, "reference backend: parameter '" + value.name + "' is not trainable and has no state");
-  if (slot == sdk::kPendingGradientSlot) {
-    if (reading && !accumulating_)
-      fail(MLPH_FAILED_PRECONDITION, "reference backend: no accumulation window is open: no pending gradient");
-    return grad(p.value);
-  }
-  const std::vector<std::string>& slots = program_.optimizer.state;
-  const auto found = std::find(slots.begin(), slots.end(), slot);
-  if (found == slots.end())
-    fail(MLPH_NOT_FOUND, "reference backend: the optimizer has no state slot '" + slot + "'");
-  return optimizer_state_[index].data() + (found - slots.begin()) * numel(p.value);
-}
-
-void ReferenceModel::read_state(size_t index, const std::string& slot, MLPH_Tensor& dst) {
-  const float* state = state_slot(index, slot, dst, true);
-  std::memcpy(dst.data, state, static_cast<size_t>(sdk::numel(dst)) * sizeof(float));
-}
-
-void ReferenceModel::write_state(size_t index, const std::string& slot, const MLPH_Tensor& src) {
-  float* state = state_slot(index, slot, src, false);
-  std::memcpy(state, src.data, static_cast<size_t>(sdk::numel(src)) * sizeof(float));
-  if (slot == sdk::kPendingGradientSlot) accumulating_ = true;  // the next micro-batch adds to it
 }
 
 }  // namespace mlph::reference

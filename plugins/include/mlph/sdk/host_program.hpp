@@ -146,7 +146,7 @@ struct Node {
 struct Param {
   int32_t value = -1;
   // A copy of the caller's initial contents, so that the Program outlives the graph: the executor
-  // moves or copies it into its own buffer and frees it (DeepCAM's ~57M weights hold 228 MB until then).
+  // copies it into its own buffer and frees it (DeepCAM's 56.5 M weights: 226 MB held until then).
   std::vector<float> init;
   double l2 = 0;
   double weight_decay = 1;  // the multiplier on the optimizer's weight decay
