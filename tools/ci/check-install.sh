@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI: the installed SDK builds a plug-in outside this tree. Installs a build tree to a temporary
-# prefix, builds examples/mlp-backend against that prefix alone, from a copy outside this checkout,
-# then checks with the installed programs that the plug-in loads and passes the conformance suite.
+# prefix, compiles each SDK header there on its own, builds examples/mlp-backend against that prefix
+# alone, from a copy outside this checkout, then checks with the installed programs that the plug-in
+# loads and passes the conformance suite.
 # Exits non-zero at the first step that fails.
 #   tools/ci/check-install.sh [BUILD_DIR]     (default: build)
 set -euo pipefail
@@ -24,8 +25,15 @@ quiet() {
 step "cmake --install $build --prefix $prefix"
 quiet "cmake --install" cmake --install "$build" --prefix "$prefix"
 for file in bin/mlperf-run bin/mlperf-conformance lib/mlperf-hpc-1/libmlph-backend-reference.so \
-            include/mlph/sdk/backend.hpp lib/cmake/mlperf_hpc/mlperf_hpcConfig.cmake share/mlperf-hpc/plot_report.py; do
+            include/mlph/sdk/backend.hpp include/mlph/sdk/host_executor.hpp include/mlph/sdk/host_program.hpp \
+            lib/cmake/mlperf_hpc/mlperf_hpcConfig.cmake share/mlperf-hpc/plot_report.py; do
   [ -e "$prefix/$file" ] || fail "$prefix/$file was not installed"
+done
+# A plug-in may include any SDK header alone: each compiles on its own against the prefix.
+for header in "$prefix"/include/mlph/sdk/*.hpp; do
+  echo "#include \"mlph/sdk/${header##*/}\"" |
+    quiet "compiling ${header#"$prefix/"} alone" c++ -std=c++20 -fsyntax-only -Wall -Wextra -Wpedantic -Werror \
+      -I"$prefix/include" -x c++ -
 done
 # Every program starts from the prefix (a missing library would exit 127); --help is usage (0 or 2).
 for program in "$prefix"/bin/*; do
