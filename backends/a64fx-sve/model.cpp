@@ -4,6 +4,7 @@
 
 namespace mlph::a64fx {
 namespace {
+using sdk::fail;
 
 const std::string kName = "a64fx-sve backend";
 
@@ -13,7 +14,7 @@ Program lowered(const MLPH_Graph& graph) {
   Program p = sdk::host::lower_graph(graph, sdk::host::implements({OpKind::halo_exchange, OpKind::spatial_gather}));
   for (const Node& node : p.nodes)
     if (node.kind == OpKind::batch_norm && node.batch_norm.group_size != 1)
-      sdk::fail(MLPH_UNIMPLEMENTED, kName + ": node '" + node.name + "' (batch_norm): group_size " +
+      fail(MLPH_UNIMPLEMENTED, kName + ": node '" + node.name + "' (batch_norm): group_size " +
                                    std::to_string(node.batch_norm.group_size) +
                                    " (batch norm over several ranks, SyncBatchNorm) is not supported yet; "
                                    "the reference backend runs it");
@@ -120,7 +121,7 @@ void SveModel::forward_node(const Node& c, bool training, uint64_t step) {
       break;
     case OpKind::halo_exchange:
     case OpKind::spatial_gather:
-      sdk::fail(MLPH_INTERNAL, who_ + ": node '" + c.name + "': the spatial ops were refused at compile");
+      fail(MLPH_INTERNAL, who_ + ": node '" + c.name + "': the spatial ops were refused at compile");
   }
 }
 
@@ -204,7 +205,7 @@ void SveModel::backward_node(const Node& c) {
       break;
     case OpKind::halo_exchange:
     case OpKind::spatial_gather:
-      sdk::fail(MLPH_INTERNAL, who_ + ": node '" + c.name + "': the spatial ops were refused at compile");
+      fail(MLPH_INTERNAL, who_ + ": node '" + c.name + "': the spatial ops were refused at compile");
   }
 }
 
