@@ -52,8 +52,8 @@ ASAN_SKIP+='|^DeepCamRun\.(EveryValidationSampleCountsOnceWhateverTheBatch|Accum
 # core (its loader with the broken plug-ins, logs, checkpoint files), storage/stage, the reference
 # backend. Not the end-to-end binaries (integration, submission, MPI, workloads' runs): each builds
 # and runs mlperf-run trainings, past CI's time under ASan on 2 cores.
-ASAN_CI_BINARIES=(core_test sdk_validate_test cosmoflow_data_test deepcam_data_test storage_posix_test
-                  storage_stage_test reference_backend_test reference_thread_pool_test)
+ASAN_CI_BINARIES=(core_test sdk_validate_test sdk_host_program_test cosmoflow_data_test deepcam_data_test
+                  storage_posix_test storage_stage_test reference_backend_test reference_thread_pool_test)
 
 # ThreadSanitizer, the threads: the reference backend's pool (ReferenceThreadPool, ReferenceApi) and
 # gradient buckets' comms thread (comms_mpi_collectives' GradientBuckets; comms_mpi_dp_equivalence,
