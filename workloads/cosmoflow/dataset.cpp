@@ -57,6 +57,17 @@ std::vector<int16_t> CosmoDataset::cut(std::vector<int16_t> volume) const {
   return part;
 }
 
+// A whole read refuses a file whose size is not what its header's shape needs; read by ranges, the
+// same check is that no byte lies at `end`.
+void CosmoDataset::refuse_bytes_past(const std::string& path, uint64_t end) const {
+  std::byte beyond{};
+  MLPH_Error* past_the_end = storage_.api->read_range(storage_.storage, path.c_str(), end, 1, &beyond);
+  if (!past_the_end)
+    fail(MLPH_DATA_LOSS, path + ": holds bytes past the " + std::to_string(end) +
+                             " that its header's shape accounts for (a whole read refuses it too)");
+  host_->error_free(past_the_end);
+}
+
 // An npy sample's box_ read alone: whole (D) planes in one range, else per plane the rows of the box
 // with whole W rows (a W split cuts them here).
 CosmoDataset::Decoded CosmoDataset::read_npy_box(const std::string& path) const {
@@ -68,6 +79,7 @@ CosmoDataset::Decoded CosmoDataset::read_npy_box(const std::string& path) const 
   const uint64_t data = npy_data_offset(head, path);
   if (data > head.size()) head.resize(data), range(0, head);
   check_npy_volume(parse_npy_header(head, path), path, settings_.edge);
+  refuse_bytes_past(path, data + volume_bytes(settings_.edge));
 
   const int64_t e = settings_.edge;
   const bool whole_planes = box_.size[1] == e && box_.size[2] == e;

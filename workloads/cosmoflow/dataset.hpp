@@ -41,6 +41,7 @@ class CosmoDataset final : public sdk::Dataset {
   std::vector<std::byte> read_file(const std::string& path, size_t max_bytes) const;
   std::vector<Decoded> decode_file(size_t file_index) const;
   Decoded read_npy_box(const std::string& path) const;
+  void refuse_bytes_past(const std::string& path, uint64_t end) const;
   std::vector<int16_t> cut(std::vector<int16_t> volume) const;
   const Decoded& sample(uint64_t index);
 

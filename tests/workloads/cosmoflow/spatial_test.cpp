@@ -198,7 +198,7 @@ std::string part_refusal(CosmoDataset& d) {
 }  // namespace
 
 // A part read by byte ranges checks what a whole read checks (issue 16): counts >= 0 (the voxel named
-// in the whole volume's coordinates), the file's end, and regular files only.
+// in the whole volume's coordinates), the file's end (neither short nor long), and regular files only.
 TEST(CosmoFlowSpatial, APartReadRefusesBadDataAsAWholeReadDoes) {
   const fs::path root = fs::temp_directory_path() / ("mlph-spatial-bad-" + std::to_string(getpid()));
   {
@@ -223,6 +223,16 @@ TEST(CosmoFlowSpatial, APartReadRefusesBadDataAsAWholeReadDoes) {
     const std::string error = part_refusal(reader.dataset());
     EXPECT_NE(error.find(file.string() + ": bytes "), std::string::npos) << error;
     EXPECT_NE(error.find("lie past the end of the file (" + std::to_string(fs::file_size(file)) + " bytes)"),
+              std::string::npos)
+        << error;
+  }
+  {
+    Reader reader(root / "long", Format::npy, true);
+    const fs::path file = npy_files(root / "long").at(1);
+    const auto size = fs::file_size(file);
+    std::ofstream(file, std::ios::binary | std::ios::app) << "trailing bytes";
+    const std::string error = part_refusal(reader.dataset());
+    EXPECT_NE(error.find(file.string() + ": holds bytes past the " + std::to_string(size) + " that its header's shape"),
               std::string::npos)
         << error;
   }
