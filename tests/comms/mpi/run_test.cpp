@@ -155,7 +155,8 @@ TEST(MpiRun, DeepCamWithGroupBatchNormOnOnednnCpu) {
 // Spatial parallelism end to end: 2 ranks share each sample (2x1x1, one sample group), each reading
 // its half: from npy files by byte ranges, from TFRecord by decoding the sample and cutting it. After
 // an epoch the validation error equals one rank's with whole samples (same seed, weights and order;
-// dropout 0, as its masks follow the graph's node positions, which the halo nodes shift).
+// dropout 0, as its masks follow the graph's node positions, which the halo nodes shift). The
+// weights each run exports are the same model: the same names and shapes, values as close.
 TEST(MpiRun, SpatialSplitTrainsLikeOneRankWithWholeSamples) {
   const std::string run = kTiny + "--set model.dropout=0 --set train.epochs=1 --set train.target_mae=10 ";
   for (const std::string format : {"npy", "tfrecord"}) {
@@ -165,11 +166,20 @@ TEST(MpiRun, SpatialSplitTrainsLikeOneRankWithWholeSamples) {
                   .exit_code,
               0);
     const std::string data = "--set data.format=" + format + " --data " + (dir / "data").string();
-    const CliResult whole = run_cli(run + data + " --output " + (dir / "whole").string());
+    const CliResult whole = run_cli(run + data + " --output " + (dir / "whole").string() + " --export-weights " +
+                                    (dir / "whole.npz").string());
     ASSERT_EQ(whole.exit_code, 0) << whole.output;
     const CliResult split = run_command(mpirun() + run + data + " --comms mpi --set parallel.spatial=2x1x1 --output " +
-                                        (dir / "split").string());
+                                        (dir / "split").string() + " --export-weights " + (dir / "split.npz").string());
     ASSERT_EQ(split.exit_code, 0) << split.output;
+    const CliResult same = run_command(
+        "/usr/bin/python3 -c 'import numpy, sys; a, b = numpy.load(sys.argv[1]), numpy.load(sys.argv[2]); "
+        "assert sorted(a) == sorted(b), (sorted(a), sorted(b)); "
+        "assert all(a[k].shape == b[k].shape for k in a), [(k, a[k].shape, b[k].shape) for k in a]; "
+        "gap = max(float(abs(a[k] - b[k]).max() / max(abs(a[k]).max(), 1e-30)) for k in a); "
+        "print(len(a), \"arrays, largest relative gap\", gap); sys.exit(gap > 1e-4)' " +
+        (dir / "whole.npz").string() + " " + (dir / "split.npz").string());
+    EXPECT_EQ(same.exit_code, 0) << format << ": " << same.output;
     std::map<std::string, std::string> one = mllog_values(dir / "whole" / "result_0.txt"),
                                        two = mllog_values(dir / "split" / "result_0.txt");
     EXPECT_EQ(two["number_of_ranks"], "2");
