@@ -8,6 +8,7 @@
 // rank is done, each rank lists the node's staged files and takes files[local_rank::local_size] of
 // the (shuffled) listing. With one rank per node that is exactly files[rank::size].
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 #include <archive.h>
@@ -27,6 +28,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -207,8 +209,11 @@ class StageStorage final : public mlph::sdk::Storage {
     MLPH_StageStats out{sizeof(MLPH_StageStats), nullptr, 0, 0, 0, 0.0, t.local_rank, t.local_size};
     std::optional<Error> error;
     try {
+      remove_stale_copies();
       plan(t);
       check_space(t);
+      make_directory(root_);
+      if (!keep_) hold_alive_lock(t.rank);
       copy_all(t, out);
     } catch (const Error& e) {
       error.emplace(e.code(), who + e.what());
@@ -257,6 +262,53 @@ class StageStorage final : public mlph::sdk::Storage {
     const fs::path rel = path.lexically_relative(source_);
     if (rel.empty() || *rel.begin() == "..") return path;
     return rel == "." ? root_ : root_ / rel;
+  }
+
+  // ---- copies left behind ----------------------------------------------------------------------
+  // A run that crashes or is killed (SIGKILL, the OOM killer) cannot remove its copy, and under
+  // /dev/shm that holds RAM until someone does. So each rank holds an flock on <copy>/.alive-<rank>
+  // while it runs, which the kernel drops however the process ends, and a later run removes a copy
+  // in which no such lock is held any more. A copy staged with `keep` has no lock file: it stays.
+
+  static constexpr std::string_view kAlivePrefix = ".alive-";
+
+  // The lock file appears under its final name only once locked (made under another, then renamed),
+  // so that another run never sees this copy's lock free while it starts.
+  void hold_alive_lock(int32_t rank) {
+    const fs::path lock = root_ / (std::string(kAlivePrefix) + std::to_string(rank));
+    const fs::path locking = root_ / (".locking-" + std::to_string(rank));
+    mlph::sdk::detail::Fd fd(::open(locking.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600));
+    std::error_code ec;
+    if (fd.get() < 0 || ::flock(fd.get(), LOCK_EX | LOCK_NB) != 0 || (fs::rename(locking, lock, ec), ec))
+      fail(MLPH_PERMISSION_DENIED, lock.string() + ": cannot create and lock: " + std::strerror(errno));
+    std::lock_guard guard(mutex_);
+    files_.push_back(lock);  // removed with the copy; the lock goes when the process does
+    alive_.emplace(std::move(fd));
+  }
+
+  // A copy is stale when it has lock files and every one of them can be locked: no rank holds it.
+  static bool is_stale(const fs::path& copy) {
+    bool any = false;
+    std::error_code ec;
+    for (fs::directory_iterator it(copy, ec), end; !ec && it != end; it.increment(ec)) {
+      if (it->path().filename().string().rfind(kAlivePrefix, 0) != 0) continue;
+      any = true;
+      const mlph::sdk::detail::Fd fd(::open(it->path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+      if (fd.get() < 0 || ::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) return false;  // held: a run is using it
+    }
+    return any && !ec;
+  }
+
+  void remove_stale_copies() const {
+    std::error_code ec;
+    for (fs::directory_iterator it(target_base_, ec), end; !ec && it != end; it.increment(ec)) {
+      const fs::path copy = it->path();
+      if (copy.filename().string().rfind("mlperf-stage-", 0) != 0 || copy == root_ || !is_stale(copy)) continue;
+      std::error_code removing;
+      if (fs::remove_all(copy, removing) > 0 && !removing)
+        host_->log(MLPH_LOG_WARNING, "storage/stage",
+                   (copy.string() + ": removed, a copy staged by a run that ended without removing it").c_str());
+    }
   }
 
   // Removes what this rank staged, files first, then the directories it made, innermost first:
@@ -458,6 +510,7 @@ class StageStorage final : public mlph::sdk::Storage {
   std::mutex mutex_;  // guards what follows
   std::vector<fs::path> files_, dirs_;  // what this rank created, for the clean-up
   bool abandoned_ = false;
+  std::optional<mlph::sdk::detail::Fd> alive_;  // holds this rank's lock on its copy (hold_alive_lock)
   MLPH_IoStats io_{sizeof(MLPH_IoStats), nullptr, 0, 0, 0.0};
 };
 

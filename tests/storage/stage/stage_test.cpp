@@ -517,10 +517,31 @@ TEST_F(Stage, AbandonWhileTheCopyThreadsWorkLeavesNothing) {
 // and a failing stage that ends the log aborted naming the rank.
 class StageRun : public Stage {
  protected:
-  CliResult run(const fs::path& out, const std::string& extra) {
+  CliResult run(const fs::path& out, const std::string& extra, const fs::path& target = dir("run-target")) {
     return run_cli("--config " MLPH_SOURCE_DIR "/configs/cosmoflow/mini.yaml --storage stage --set train.epochs=1 "
-                   "--seed 5 --set storage.target=" + dir("run-target").string() + " --data " + data().string() +
+                   "--seed 5 --set storage.target=" + target.string() + " --data " + data().string() +
                    " --output " + out.string() + " " + extra);
+  }
+  // mlperf-run staging into `target` with steps of 60 s (the tracing backend), started in `pid` and
+  // left running once its first step has begun, its copy in place.
+  static void start_long_run(const fs::path& out, const fs::path& target, pid_t& pid) {
+    const fs::path trace = out / "trace.txt";
+    const std::string command =
+        "exec " MLPH_BINARY_DIR "/bin/mlperf-run --config " MLPH_SOURCE_DIR "/configs/cosmoflow/mini.yaml --storage stage "
+        "--set storage.target=" + target.string() + " --data " + data().string() + " --output " + out.string() +
+        " --plugin-dir " MLPH_TEST_PLUGIN_DIR " --backend tracing --set backend.trace=" + trace.string() +
+        " --set backend.step_seconds=60 > " + (out / "printed.txt").string() + " 2>&1";
+    pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    const auto started = std::chrono::steady_clock::now();
+    while (read_lines(trace).empty() && std::chrono::steady_clock::now() - started < std::chrono::seconds(60))
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ASSERT_FALSE(read_lines(trace).empty()) << "no step started";
+    ASSERT_FALSE(fs::is_empty(target)) << "nothing staged";
   }
   static std::vector<std::string> keys(const fs::path& log) {
     std::vector<std::string> out;
@@ -580,23 +601,9 @@ TEST_F(StageRun, AFailedStageEndsTheLogAbortedNamingTheRank) {
 TEST_F(StageRun, ASignalDuringALongStepLeavesNoStagedCopy) {
   for (const int signal : {SIGTERM, SIGINT}) {
     const fs::path out = dir("run-signal"), target = dir("run-target");
-    const fs::path trace = out / "trace.txt", printed = out / "printed.txt";
-    const std::string command =
-        "exec " MLPH_BINARY_DIR "/bin/mlperf-run --config " MLPH_SOURCE_DIR "/configs/cosmoflow/mini.yaml --storage stage "
-        "--set storage.target=" + target.string() + " --data " + data().string() + " --output " + out.string() +
-        " --plugin-dir " MLPH_TEST_PLUGIN_DIR " --backend tracing --set backend.trace=" + trace.string() +
-        " --set backend.step_seconds=60 > " + printed.string() + " 2>&1";
-    const pid_t run = fork();
-    ASSERT_GE(run, 0);
-    if (run == 0) {
-      execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    const auto started = std::chrono::steady_clock::now();
-    while (read_lines(trace).empty() && std::chrono::steady_clock::now() - started < std::chrono::seconds(60))
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    ASSERT_FALSE(read_lines(trace).empty()) << "no step started";
-    ASSERT_FALSE(fs::is_empty(target)) << "nothing staged";
+    pid_t run = -1;
+    start_long_run(out, target, run);
+    if (HasFatalFailure()) return;
     kill(run, signal);
     const auto signalled = std::chrono::steady_clock::now();
     int status = 0;
@@ -615,6 +622,42 @@ TEST_F(StageRun, ASignalDuringALongStepLeavesNoStagedCopy) {
     EXPECT_NE(last.find(signal == SIGTERM ? "SIGTERM while blocked" : "SIGINT while blocked"), std::string::npos) << last;
     EXPECT_TRUE(fs::is_empty(target)) << "the staged copy was left behind";
   }
+}
+
+// A run killed outright (SIGKILL: nothing of it runs again) cannot remove its copy; the next run
+// staging into the same place finds no rank holding the copy's lock and removes it, naming it.
+TEST_F(StageRun, ACopyLeftByAKilledRunIsRemovedByTheNext) {
+  const fs::path target = dir("run-killed-target");
+  pid_t killed = -1;
+  start_long_run(dir("run-killed"), target, killed);
+  if (HasFatalFailure()) return;
+  kill(killed, SIGKILL);
+  waitpid(killed, nullptr, 0);
+  std::vector<fs::path> left;
+  for (const auto& item : fs::directory_iterator(target)) left.push_back(item.path());
+  ASSERT_EQ(left.size(), 1u) << "the killed run's copy";
+  ASSERT_TRUE(fs::exists(left[0] / ".alive-0"));
+
+  const CliResult next = run(dir("run-after-kill"), "", target);
+  EXPECT_EQ(next.exit_code, 1) << next.output;  // one epoch: not converged
+  EXPECT_NE(next.output.find(left[0].string() + ": removed, a copy staged by a run that ended without removing it"),
+            std::string::npos)
+      << next.output;
+  EXPECT_TRUE(fs::is_empty(target)) << "the stale copy, or the next run's own, was left behind";
+}
+
+// A copy in use is not stale: a second run staging beside a running one leaves its copy alone.
+TEST_F(StageRun, ACopyInUseIsLeftAlone) {
+  const fs::path target = dir("run-busy-target");
+  pid_t busy = -1;
+  start_long_run(dir("run-busy"), target, busy);
+  if (HasFatalFailure()) return;
+  const CliResult beside = run(dir("run-beside"), "", target);
+  kill(busy, SIGTERM);
+  waitpid(busy, nullptr, 0);
+  EXPECT_EQ(beside.exit_code, 1) << beside.output;
+  EXPECT_EQ(beside.output.find("removed, a copy staged"), std::string::npos) << beside.output;
+  EXPECT_TRUE(fs::is_empty(target)) << "each run removes its own copy";
 }
 
 }  // namespace
