@@ -187,18 +187,8 @@ class OnednnModel final : public sdk::Model {
   // Values a gradient flows into (from a trainable parameter, towards the loss), and how many ops
   // contribute to each.
   void plan_gradients() {
-    const size_t n = graph_.values.size();
-    std::vector<bool> from_param(n, false), to_loss(n, false), needed(n);
-    for (const sdk::ValidParam& p : graph_.params) from_param[size_t(p.value)] = p.trainable;
-    for (const sdk::ValidNode& node : graph_.nodes)
-      for (int32_t in : node.inputs)
-        if (node.gradient() && from_param[size_t(in)]) from_param[size_t(node.output)] = true;
-    to_loss[size_t(graph_.loss)] = true;
-    for (auto node = graph_.nodes.rbegin(); node != graph_.nodes.rend(); ++node)
-      if (node->gradient() && to_loss[size_t(node->output)])
-        for (int32_t in : node->inputs) to_loss[size_t(in)] = true;
-    for (size_t v = 0; v < n; ++v) needed[v] = from_param[v] && to_loss[v];
-    std::vector<int> contributors(n, 0);
+    std::vector<bool> needed = sdk::values_needing_gradients(graph_);
+    std::vector<int> contributors(graph_.values.size(), 0);
     for (const sdk::ValidNode& node : graph_.nodes)
       if (node.gradient() && needed[size_t(node.output)])
         for (int32_t in : node.inputs) ++contributors[size_t(in)];

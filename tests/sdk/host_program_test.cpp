@@ -143,7 +143,7 @@ TEST(HostProgram, AttributesParametersAndTheOptimizerLandTyped) {
 // parameters' gradients tile one buffer in graph order, each final after the first node reading it.
 TEST(HostProgram, GradientsAndTheirLayout) {
   const sdk::host::Program p = lowered_segmentation_graph();
-  const std::vector<bool> needed = sdk::host::values_needing_gradients(p);
+  const std::vector<bool>& needed = p.needs_gradient;
   std::vector<std::string> with_gradient;
   for (size_t v = 0; v < needed.size(); ++v)
     if (needed[v]) with_gradient.push_back(p.values[v].name);

@@ -278,9 +278,11 @@ class StageStorage final : public mlph::sdk::Storage {
     const fs::path lock = root_ / (std::string(kAlivePrefix) + std::to_string(rank));
     const fs::path locking = root_ / (".locking-" + std::to_string(rank));
     mlph::sdk::detail::Fd fd(::open(locking.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600));
+    if (fd.get() < 0 || ::flock(fd.get(), LOCK_EX | LOCK_NB) != 0)
+      fail(MLPH_PERMISSION_DENIED, locking.string() + ": cannot create and lock: " + std::strerror(errno));
     std::error_code ec;
-    if (fd.get() < 0 || ::flock(fd.get(), LOCK_EX | LOCK_NB) != 0 || (fs::rename(locking, lock, ec), ec))
-      fail(MLPH_PERMISSION_DENIED, lock.string() + ": cannot create and lock: " + std::strerror(errno));
+    fs::rename(locking, lock, ec);
+    if (ec) fail(MLPH_PERMISSION_DENIED, lock.string() + ": cannot name the lock: " + ec.message());
     std::lock_guard guard(mutex_);
     files_.push_back(lock);  // removed with the copy; the lock goes when the process does
     alive_.emplace(std::move(fd));

@@ -125,9 +125,8 @@ std::vector<GradientBuckets::Param> Executor<Buffer>::allocate() {
   auto slice = layout.begin();
   for (const Param& param : p.params)
     if (param.trainable) grads_[static_cast<size_t>(param.value)] = param_grads_.data() + (slice++)->offset;
-  const std::vector<bool> needed = values_needing_gradients(p);
   for (size_t v = 0; v < p.values.size(); ++v)
-    if (needed[v] && !grads_[v]) grads_[v] = other_grads_.emplace_back(values_[v].size(), 0.0f).data();
+    if (p.needs_gradient[v] && !grads_[v]) grads_[v] = other_grads_.emplace_back(values_[v].size(), 0.0f).data();
   saved_.resize(p.nodes.size());
   return layout;
 }

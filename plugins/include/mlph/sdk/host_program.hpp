@@ -169,6 +169,7 @@ struct Program {
   int32_t loss = -1;
   OptimizerSpec optimizer;
   uint64_t seed = 0;
+  std::vector<bool> needs_gradient;  // per value: does a gradient flow into it (values_needing_gradients)
 
   const ValueInfo& value(int32_t v) const { return values[static_cast<size_t>(v)]; }
 };
@@ -353,6 +354,7 @@ inline Implements implements(std::initializer_list<OpKind> missing = {}) {
 inline Program lower_graph(const MLPH_Graph& graph, const Implements& implemented) {
   ValidGraph g = validate_graph(graph, implemented);
   Program p;
+  p.needs_gradient = values_needing_gradients(g);
   p.values = std::move(g.values);
   for (const ValidNode& node : g.nodes) p.nodes.push_back(detail::lower(node, p.values));
   for (const ValidParam& param : g.params)
@@ -370,23 +372,6 @@ inline Program lower_graph(const MLPH_Graph& graph, const Implements& implemente
 }
 
 // ---- what an executor derives from a program -------------------------------------------------
-
-// Values that a gradient flows into: computed (through ops with a gradient) from a trainable
-// parameter, and feeding the loss.
-inline std::vector<bool> values_needing_gradients(const Program& p) {
-  std::vector<bool> from_param(p.values.size(), false), to_loss(p.values.size(), false);
-  for (const Param& param : p.params) from_param[static_cast<size_t>(param.value)] = param.trainable;
-  for (const Node& node : p.nodes)
-    for (int32_t in : node.inputs)
-      if (node.gradient && from_param[static_cast<size_t>(in)]) from_param[static_cast<size_t>(node.output)] = true;
-  to_loss[static_cast<size_t>(p.loss)] = true;
-  for (auto node = p.nodes.rbegin(); node != p.nodes.rend(); ++node)
-    if (node->gradient && to_loss[static_cast<size_t>(node->output)])
-      for (int32_t in : node->inputs) to_loss[static_cast<size_t>(in)] = true;
-  std::vector<bool> needed(p.values.size());
-  for (size_t v = 0; v < needed.size(); ++v) needed[v] = from_param[v] && to_loss[v];
-  return needed;
-}
 
 // The trainable parameters' gradients as slices of one buffer (one allreduce), in graph order: each
 // one's offset and size, and the first node reading it (sdk::GradientBuckets takes this layout).

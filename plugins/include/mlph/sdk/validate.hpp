@@ -110,6 +110,23 @@ struct ValidGraph {
   const GraphValue& value(int32_t v) const { return values[static_cast<size_t>(v)]; }
 };
 
+// Values a gradient flows into: computed (through ops that pass gradients) from a trainable
+// parameter, and feeding the loss. Every backend's backward pass starts from this.
+inline std::vector<bool> values_needing_gradients(const ValidGraph& g) {
+  std::vector<bool> from_param(g.values.size(), false), to_loss(g.values.size(), false);
+  for (const ValidParam& param : g.params) from_param[static_cast<size_t>(param.value)] = param.trainable;
+  for (const ValidNode& node : g.nodes)
+    for (int32_t in : node.inputs)
+      if (node.gradient() && from_param[static_cast<size_t>(in)]) from_param[static_cast<size_t>(node.output)] = true;
+  to_loss[static_cast<size_t>(g.loss)] = true;
+  for (auto node = g.nodes.rbegin(); node != g.nodes.rend(); ++node)
+    if (node->gradient() && to_loss[static_cast<size_t>(node->output)])
+      for (int32_t in : node->inputs) to_loss[static_cast<size_t>(in)] = true;
+  std::vector<bool> needed(g.values.size());
+  for (size_t v = 0; v < needed.size(); ++v) needed[v] = from_param[v] && to_loss[v];
+  return needed;
+}
+
 // The ops and optimizers a backend implements.
 struct Implements {
   std::vector<std::string> ops, optimizers;
