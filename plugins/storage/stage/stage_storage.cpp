@@ -275,6 +275,8 @@ class StageStorage final : public mlph::sdk::Storage {
   // The lock file appears under its final name only once locked (made under another, then renamed),
   // so that another run never sees this copy's lock free while it starts.
   void hold_alive_lock(int32_t rank) {
+    std::lock_guard guard(mutex_);  // as create_file: abandon comes wholly before (nothing made) or after
+    if (abandoned_) fail(MLPH_ABORTED, root_.string() + ": no lock taken: the run is ending");
     const fs::path lock = root_ / (std::string(kAlivePrefix) + std::to_string(rank));
     const fs::path locking = root_ / (".locking-" + std::to_string(rank));
     mlph::sdk::detail::Fd fd(::open(locking.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600));
@@ -283,7 +285,6 @@ class StageStorage final : public mlph::sdk::Storage {
     std::error_code ec;
     fs::rename(locking, lock, ec);
     if (ec) fail(MLPH_PERMISSION_DENIED, lock.string() + ": cannot name the lock: " + ec.message());
-    std::lock_guard guard(mutex_);
     files_.push_back(lock);  // removed with the copy; the lock goes when the process does
     alive_.emplace(std::move(fd));
   }
