@@ -15,7 +15,11 @@ extern "C" int mlph_c_compile_check(void);
   static_assert(sizeof(T) - MLPH_STRUCT_SIZE(T, m) < alignof(T), #T ": " #m " is not the last member")
 MLPH_LAST_MEMBER(MLPH_Plugin, api);
 MLPH_LAST_MEMBER(MLPH_HostApi, error_free);
-MLPH_LAST_MEMBER(MLPH_BackendApi, write_state);  // 1.4 appended `read_state`, `write_state` after 1.0's `read_gradient`
+MLPH_LAST_MEMBER(MLPH_BackendApi, read_loss);  // 1.4 appended `read_state`, `write_state` after 1.0's `read_gradient`;
+                                                // 1.6 `create_with`, `attributes`, `alloc_input`, `free_input`, `read_loss`
+MLPH_LAST_MEMBER(MLPH_BackendCreateArgs, topology);
+MLPH_LAST_MEMBER(MLPH_BackendAttributes, deterministic);
+MLPH_LAST_MEMBER(MLPH_DeviceCollectives, status);
 // 1.2 appended `sample_order`, 1.3 `benchmark_info`, `borrow_hparams`, 1.4 `reference_layout`,
 // 1.5 `dataset_read_part`
 MLPH_LAST_MEMBER(MLPH_WorkloadApi, dataset_read_part);
@@ -28,7 +32,7 @@ MLPH_LAST_MEMBER(MLPH_HaloSpec, periodic);
 MLPH_LAST_MEMBER(MLPH_StorageApi, read_range);  // 1.1 appended `stage` after 1.0's `stats`, 1.4 `abandon`, 1.5 `read_range`
 MLPH_LAST_MEMBER(MLPH_StageStats, shard_count);
 MLPH_LAST_MEMBER(MLPH_Graph, opset);  // 1.3 appended `opset` after 1.0's `seed`
-MLPH_LAST_MEMBER(MLPH_StepArgs, apply_update);               // 1.2 appended micro_step, apply_update after `step`
+MLPH_LAST_MEMBER(MLPH_StepArgs, defer_loss);  // 1.2 appended micro_step, apply_update after `step`, 1.6 defer_loss
 MLPH_LAST_MEMBER(MLPH_WorkloadInfo, n_spatial_dims);  // 1.2 appended gradient_accumulation, 1.3 eval_per_sample,
                                                      // 1.5 spatial_dims, n_spatial_dims
 MLPH_LAST_MEMBER(MLPH_Tensor, data);
@@ -44,6 +48,24 @@ static_assert(offsetof(MLPH_BackendApi, read_state) / sizeof(void*) == 11 &&
                   offsetof(MLPH_BackendApi, write_state) / sizeof(void*) == 12,
               "MLPH_BackendApi 1.4 layout changed");
 static_assert(offsetof(MLPH_WorkloadApi, reference_layout) / sizeof(void*) == 17, "MLPH_WorkloadApi 1.4 layout changed");
+static_assert(offsetof(MLPH_BackendApi, create_with) / sizeof(void*) == 13 &&
+                  offsetof(MLPH_BackendApi, attributes) / sizeof(void*) == 14 &&
+                  offsetof(MLPH_BackendApi, alloc_input) / sizeof(void*) == 15 &&
+                  offsetof(MLPH_BackendApi, free_input) / sizeof(void*) == 16 &&
+                  offsetof(MLPH_BackendApi, read_loss) / sizeof(void*) == 17,
+              "MLPH_BackendApi 1.6 layout changed");
+static_assert(offsetof(MLPH_BackendCreateArgs, host) == 16 && offsetof(MLPH_BackendCreateArgs, options) == 24 &&
+                  offsetof(MLPH_BackendCreateArgs, n_options) == 32 && offsetof(MLPH_BackendCreateArgs, topology) == 40,
+              "MLPH_BackendCreateArgs 1.6 layout changed");
+static_assert(offsetof(MLPH_BackendAttributes, device) == 16 && offsetof(MLPH_BackendAttributes, device_name) == 24 &&
+                  offsetof(MLPH_BackendAttributes, devices_per_node) == 32 &&
+                  offsetof(MLPH_BackendAttributes, device_memory_bytes) == 40 &&
+                  offsetof(MLPH_BackendAttributes, precision) == 48 &&
+                  offsetof(MLPH_BackendAttributes, deterministic) == 56,
+              "MLPH_BackendAttributes 1.6 layout changed");
+static_assert(offsetof(MLPH_DeviceCollectives, device_type) == 24 && offsetof(MLPH_DeviceCollectives, bind) == 32 &&
+                  offsetof(MLPH_DeviceCollectives, status) == 80 && sizeof(MLPH_DeviceCollectives) == 88,
+              "MLPH_DeviceCollectives 1.6 layout changed");
 static_assert(offsetof(MLPH_ExportEntry, key) == 16 && offsetof(MLPH_ExportEntry, kind) == 24 &&
                   offsetof(MLPH_ExportEntry, ndim) == 28 && offsetof(MLPH_ExportEntry, shape) == 32 &&
                   offsetof(MLPH_ExportEntry, perm) == 96 && sizeof(MLPH_ExportEntry) == 128,
@@ -66,6 +88,9 @@ static_assert(offsetof(MLPH_HostApi, error_free) / sizeof(void*) == 8, "MLPH_Hos
 static_assert(offsetof(MLPH_StepArgs, step) == 24 && offsetof(MLPH_StepArgs, micro_step) == 32 &&
                   offsetof(MLPH_StepArgs, apply_update) == 40,
               "MLPH_StepArgs 1.2 layout changed");
+// 1.6's defer_loss fills 1.2's trailing padding (sizeof stays 48): a 1.2-1.5 caller's struct_size
+// covers it with garbage, so a backend reads it only from a core of ABI 1.6 or later (host->abi_minor).
+static_assert(offsetof(MLPH_StepArgs, defer_loss) == 44 && sizeof(MLPH_StepArgs) == 48, "MLPH_StepArgs 1.6 layout changed");
 static_assert(offsetof(MLPH_Graph, seed) == 128 && offsetof(MLPH_Graph, opset) == 136, "MLPH_Graph 1.3 layout changed");
 static_assert(offsetof(MLPH_WorkloadInfo, n_log_entries) == 64 && offsetof(MLPH_WorkloadInfo, gradient_accumulation) == 72,
               "MLPH_WorkloadInfo 1.2 layout changed");

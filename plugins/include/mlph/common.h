@@ -24,19 +24,36 @@ extern "C" {
  * appended. The core accepts plug-ins with an equal major and a minor in [MLPH_ABI_MIN_MINOR, MLPH_ABI_MINOR]
  * or newer (a newer plug-in's extra members are simply not called). */
 #define MLPH_ABI_MAJOR 1
-#define MLPH_ABI_MINOR 5
+#define MLPH_ABI_MINOR 6
 #define MLPH_ABI_MIN_MINOR 0
 
 /* Size of T up to and including `member`: what a receiver requires of a struct it reads. */
 #define MLPH_STRUCT_SIZE(T, member) (offsetof(T, member) + sizeof(((T*)0)->member))
 
-/* Optional capabilities hang off a chain of extensions (e.g. halo exchange, CUDA streams). */
+/* Optional capabilities hang off a chain of extensions. A typed extension is a struct whose first
+ * member is an MLPH_Extension with `type` one of MLPH_EXT_* and `struct_size` the whole struct's size
+ * (ABI 1.6; PJRT's extension chain). A receiver walks the chain (mlph_find_extension), checks
+ * `version` and `struct_size` as for any struct, and ignores types it does not know. */
 typedef struct MLPH_Extension {
   size_t struct_size;
   uint32_t type;                     /* MLPH_EXT_* */
   uint32_t version;                  /* the extension's own version */
   const struct MLPH_Extension* next; /* NULL ends the chain */
 } MLPH_Extension;
+
+/* The extension types (ABI 1.6). Never renumbered. */
+typedef enum MLPH_ExtensionType {
+  MLPH_EXT_DEVICE_COLLECTIVES = 1 /* comms: stream-ordered collectives on device memory (comms.h) */
+} MLPH_ExtensionType;
+
+/* The first extension of `type` on `chain`, or NULL. A chain longer than 64 links is taken as
+ * corrupt (a cycle) and ends the search. */
+static inline const MLPH_Extension* mlph_find_extension(const MLPH_Extension* chain, uint32_t type) {
+  int links = 0;
+  for (; chain && links < 64; chain = chain->next, ++links)
+    if (chain->type == type && chain->struct_size >= sizeof(MLPH_Extension)) return chain;
+  return NULL;
+}
 
 /* Status codes, modelled on the abseil/gRPC canonical codes. */
 typedef enum MLPH_Code {
@@ -84,13 +101,19 @@ typedef enum MLPH_DType {
 typedef enum MLPH_DeviceType {
   MLPH_DEVICE_HOST = 1,
   MLPH_DEVICE_CUDA = 2,
-  MLPH_DEVICE_HOST_PINNED = 3 /* host memory registered with an accelerator */
+  MLPH_DEVICE_HOST_PINNED = 3, /* host memory registered with an accelerator */
+  MLPH_DEVICE_EMULATED = 4     /* ABI 1.6: a device emulated on the host, for testing device code paths */
 } MLPH_DeviceType;
 
 typedef struct MLPH_Device {
   MLPH_DeviceType type;
   int32_t id;
 } MLPH_Device;
+
+/* ABI 1.6: a device's ordered queue of work, owned by the backend that made it and opaque to everyone
+ * else: for MLPH_DEVICE_CUDA a cudaStream_t. Work enqueued on a stream runs in order; a call taking a
+ * stream returns once the work is enqueued. NULL means the device's default stream. */
+typedef void* MLPH_Stream;
 
 #define MLPH_MAX_DIMS 8
 
@@ -135,21 +158,29 @@ typedef struct MLPH_HostApi {
   void (*error_free)(MLPH_Error* error);
 } MLPH_HostApi;
 
+/* ABI 1.6: functions that device code calls too (CUDA or HIP kernels); plain inline elsewhere. */
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define MLPH_HOST_DEVICE __host__ __device__
+#else
+#define MLPH_HOST_DEVICE
+#endif
+
 /* Counter-based random stream shared by all backends, so that dropout masks (and any other
- * randomness inside a step) are bitwise identical across backends: element `index` of stream
- * (`seed`, `stream`, `counter`) is uniform in [0, 1). SplitMix64 finalizer over the combined key. */
-static inline uint64_t mlph_mix64(uint64_t z) {
+ * randomness inside a step) are bitwise identical across backends, host or device: element `index`
+ * of stream (`seed`, `stream`, `counter`) is uniform in [0, 1). SplitMix64 finalizer over the
+ * combined key; integer arithmetic and one exact conversion, so every device computes it alike. */
+MLPH_HOST_DEVICE static inline uint64_t mlph_mix64(uint64_t z) {
   z += 0x9e3779b97f4a7c15ULL;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
 }
-static inline float mlph_uniform(uint64_t seed, uint64_t stream, uint64_t counter, uint64_t index) {
+MLPH_HOST_DEVICE static inline float mlph_uniform(uint64_t seed, uint64_t stream, uint64_t counter, uint64_t index) {
   uint64_t h = mlph_mix64(seed ^ mlph_mix64(stream ^ mlph_mix64(counter ^ mlph_mix64(index))));
   return (float)(h >> 40) * (1.0f / 16777216.0f); /* 24 random bits: exact in float */
 }
 
-static inline size_t mlph_dtype_size(MLPH_DType t) {
+MLPH_HOST_DEVICE static inline size_t mlph_dtype_size(MLPH_DType t) {
   switch (t) {
     case MLPH_DTYPE_F64: case MLPH_DTYPE_I64: return 8;
     case MLPH_DTYPE_F32: case MLPH_DTYPE_I32: return 4;

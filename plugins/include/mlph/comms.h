@@ -81,6 +81,40 @@ typedef struct MLPH_CommsApi {
   MLPH_Error* (*halo_accumulate)(MLPH_Comm* comm, void* data, const MLPH_HaloSpec* spec);
 } MLPH_CommsApi;
 
+/* ABI 1.6: collectives on a device's memory, ordered on the caller's stream (NCCL's model). A comms
+ * plug-in that has them hangs this struct on its MLPH_CommsApi's `ext` chain (`base.type`
+ * MLPH_EXT_DEVICE_COLLECTIVES, `base.version` 1, `base.struct_size` sizeof this struct); a backend
+ * finds it with mlph_find_extension and falls back to host collectives (copying through host memory)
+ * without it. Every communicator of the plug-in, split ones included, takes these calls.
+ *
+ *  - `bind` comes first, once per communicator: collective over its ranks, it makes the communicator
+ *    ready for `device` (e.g. an NCCL communicator on that GPU). Binding again to the same device is a
+ *    no-op; to another one is MLPH_FAILED_PRECONDITION. A device of another type than `device_type`
+ *    is MLPH_INVALID_ARGUMENT.
+ *  - Each collective is enqueued on `stream` (the backend's; see MLPH_Stream) after the work already
+ *    there, and returns once enqueued: `data`, `send` and `recv` are device memory that must stay
+ *    valid until the stream has run the collective. Semantics, dtypes and argument checks are those
+ *    of the host calls of the same name (MLPH_CommsApi); errors found at enqueue are returned at once.
+ *  - Every collective is bounded by the communicator's timeout (comms.timeout_s): one that does not
+ *    complete in time (a dead or hung peer) is aborted so that the stream drains rather than hangs,
+ *    and the communicator is failed. `status` returns that failure (MLPH_DEADLINE_EXCEEDED or
+ *    MLPH_UNAVAILABLE, naming the rank where it is known) or NULL while all is well: a backend asks
+ *    after each synchronization of a stream that ran collectives, since the data they left is then
+ *    not to be used. A failed communicator fails every later call. */
+typedef struct MLPH_DeviceCollectives {
+  MLPH_Extension base;
+  MLPH_DeviceType device_type; /* the memory and streams these calls take, e.g. MLPH_DEVICE_CUDA */
+  MLPH_Error* (*bind)(MLPH_Comm* comm, MLPH_Device device);
+  MLPH_Error* (*allreduce)(MLPH_Comm* comm, void* data, size_t count, MLPH_DType dtype, MLPH_ReduceOp op,
+                           MLPH_Stream stream);
+  MLPH_Error* (*broadcast)(MLPH_Comm* comm, void* data, size_t bytes, int32_t root, MLPH_Stream stream);
+  MLPH_Error* (*allgather)(MLPH_Comm* comm, const void* send, void* recv, size_t bytes_per_rank,
+                           MLPH_Stream stream);
+  MLPH_Error* (*halo_exchange)(MLPH_Comm* comm, void* data, const MLPH_HaloSpec* spec, MLPH_Stream stream);
+  MLPH_Error* (*halo_accumulate)(MLPH_Comm* comm, void* data, const MLPH_HaloSpec* spec, MLPH_Stream stream);
+  MLPH_Error* (*status)(MLPH_Comm* comm);
+} MLPH_DeviceCollectives;
+
 /* What a backend receives at compile time: the table and the communicator, both borrowed. */
 typedef struct MLPH_CommsHandle {
   size_t struct_size;
