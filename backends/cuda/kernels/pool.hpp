@@ -19,6 +19,16 @@ struct PoolShape {
   MLPH_KERNEL int64_t in_positions() const { return batch * in[0] * in[1] * in[2]; }
 };
 
+// From the lowering's window (sdk::host::Window: batch, in, out, kernel, stride, in_channels), taken as
+// a template so that this header needs no SDK header under nvcc.
+template <class Window>
+PoolShape pool_shape(const Window& w) {
+  PoolShape s;
+  s.batch = w.batch, s.channels = w.in_channels;
+  for (int d = 0; d < 3; ++d) s.in[d] = w.in[d], s.out[d] = w.out[d], s.kernel[d] = w.kernel[d], s.stride[d] = w.stride[d];
+  return s;
+}
+
 // The reference's rule: the first maximum wins (strict '>'), and a NaN beats any number.
 MLPH_KERNEL bool pool_beats(float v, float best) { return v > best || (is_nan(v) && !is_nan(best)); }
 
@@ -48,7 +58,7 @@ MLPH_KERNEL int64_t pool_winner(const PoolShape& s, const float* window, int64_t
 // y[pos, c]: the maximum of its window.
 MLPH_KERNEL void max_pool_forward_at(int64_t pos, int64_t c, const PoolShape& s, const float* x, float* y) {
   const float* window = x + pool_window_offset(s, pos);
-  y[pos * s.channels + c] = window[pool_winner(s, window, c)];
+  y[pos * s.channels + c] = window[pool_winner(s, window, c) + c];
 }
 
 // dx[p, c] += dy of every window that p is the winner of, over the windows containing p in
