@@ -390,21 +390,27 @@ TEST(CudaKernelBodies, BatchNormBackwardMatchesTheReferenceAloneAndInAGroup) {
   ref::batch_norm_backward(pool(), {rows, channels}, x.data(), gamma.data(), saved.data(), dy.data(),
                            expected_dx.data(), expected_dgamma.data(), expected_dbeta.data());
 
-  // As the launchers run: sums, this rank's dgamma/dbeta, [allreduce of the sums], coefficients, dx.
+  // As the launchers run: sums, this rank's dgamma/dbeta, [allreduce of the sums], coefficients, dx. In a
+  // group of 2, dx must be the whole batch's; each rank's dgamma and dbeta its own rows' share (the
+  // reference's backward over those rows alone, with the same statistics).
   for (int ranks : {1, 2}) {
     const int64_t mine = rows / ranks;
     std::vector<std::vector<double>> sums;
-    std::vector<float> dx = dx0, dgamma = dgamma0, dbeta = dbeta0;
+    std::vector<float> dx = dx0;
     for (int k = 0; k < ranks; ++k) {
       const size_t first = static_cast<size_t>(k * mine * channels);
       sums.push_back(test::channel_sums(BatchNormBackwardTerm{x.data() + first, dy.data() + first, saved.data(), channels},
                                         1, mine, channels));
       sums.back().push_back(static_cast<double>(mine));
-      // Each rank adds its own share before the allreduce (here all into one buffer: the ranks' sum, which
-      // the gradients' averaging makes of them later).
+      std::vector<float> dgamma = dgamma0, dbeta = dbeta0;
       each(channels, [&](int64_t c) {
         batch_norm_backward_params_at(c, channels, sums.back().data(), dgamma.data(), dbeta.data());
       });
+      std::vector<float> own_dgamma = dgamma0, own_dbeta = dbeta0;
+      ref::batch_norm_backward(pool(), {mine, channels}, x.data() + first, gamma.data(), saved.data(),
+                               dy.data() + first, nullptr, own_dgamma.data(), own_dbeta.data());
+      expect_near(dgamma, own_dgamma, "batch_norm dgamma (sums over rows)");
+      expect_near(dbeta, own_dbeta, "batch_norm dbeta (sums over rows)");
     }
     for (size_t i = 0; i < sums[0].size(); ++i) {  // the group's allreduce
       double total = 0;
@@ -424,9 +430,15 @@ TEST(CudaKernelBodies, BatchNormBackwardMatchesTheReferenceAloneAndInAGroup) {
       });
     }
     expect_near(dx, expected_dx, "batch_norm dx (sums over rows)");
-    expect_near(dgamma, expected_dgamma, "batch_norm dgamma (sums over rows)");
-    expect_near(dbeta, expected_dbeta, "batch_norm dbeta (sums over rows)");
   }
+  if (HasFatalFailure()) return;
+  // The whole batch's parameter gradients, as one rank has them.
+  std::vector<double> sums = test::channel_sums(BatchNormBackwardTerm{x.data(), dy.data(), saved.data(), channels}, 1,
+                                                rows, channels);
+  std::vector<float> dgamma = dgamma0, dbeta = dbeta0;
+  each(channels, [&](int64_t c) { batch_norm_backward_params_at(c, channels, sums.data(), dgamma.data(), dbeta.data()); });
+  expect_near(dgamma, expected_dgamma, "batch_norm dgamma, whole batch");
+  expect_near(dbeta, expected_dbeta, "batch_norm dbeta, whole batch");
 }
 
 // ---- max pooling -----------------------------------------------------------------------------------
@@ -518,7 +530,8 @@ TEST(CudaKernelBodies, WeightedSoftmaxCrossEntropyMatchesTheReference) {
 
 TEST(CudaKernelBodies, CrossEntropyWithALabelOutOfRangeIsNanAndReadsNothingOutside) {
   const int64_t rows = 4, classes = 3;
-  const std::vector<float> logits = random_floats(rows * classes, 95), weights = {1.0f, 2.0f, 3.0f};
+  // A fourth weight past the three classes': a body reading class_weights[3] would find it, not fault.
+  const std::vector<float> logits = random_floats(rows * classes, 95), weights = {1.0f, 2.0f, 3.0f, 7.0f};
   const std::vector<int32_t> labels = {0, 2, 3, 1};  // 3 is outside [0, 3)
   const SoftmaxCrossEntropyTerm term{logits.data(), labels.data(), weights.data(), classes};
   EXPECT_TRUE(std::isnan(softmax_cross_entropy_loss(test::flat_sums(term, rows)[0], rows)));
