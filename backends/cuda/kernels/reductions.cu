@@ -290,13 +290,14 @@ bool fits_multi_tensor(const DeviceChunks& chunks, void* workspace, size_t bytes
 cudaError_t channel_affine_backward(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
                                     const float* w, const float* dy, float* dx, float* dw, float* db, void* workspace,
                                     size_t workspace_bytes) {
+  const ChannelScratch scratch = channel_scratch(workspace, workspace_bytes, 1, rows, channels);
+  if ((dw || db) && !scratch.fits) return cudaErrorInvalidValue;
   if (dx)
     if (const cudaError_t e = each_row_channel<channel_affine_backward_data_at>(stream, rows, channels, channels, w, dy,
                                                                                dx);
         e != cudaSuccess)
       return e;
   if (!dw && !db) return cudaSuccess;
-  const ChannelScratch scratch = channel_scratch(workspace, workspace_bytes, 1, rows, channels);
   if (const cudaError_t e = channel_sums(stream, ChannelAffineParamTerm{x, dy, channels}, 1, rows, channels,
                                          scratch.sums, workspace, workspace_bytes);
       e != cudaSuccess)
@@ -325,6 +326,7 @@ cudaError_t batch_norm_sum(cudaStream_t stream, int64_t rows, int64_t channels, 
 
 cudaError_t batch_norm_variance(cudaStream_t stream, int64_t rows, int64_t channels, const float* x, double* stats,
                                 void* workspace, size_t workspace_bytes) {
+  if (!channel_scratch(workspace, workspace_bytes, 1, rows, channels).fits) return cudaErrorInvalidValue;
   if (const cudaError_t e = each<batch_norm_mean_at>(stream, channels, channels, stats); e != cudaSuccess) return e;
   return channel_sums(stream, BatchNormDeviationTerm{x, stats, channels}, 1, rows, channels, stats + channels + 1,
                       workspace, workspace_bytes);
