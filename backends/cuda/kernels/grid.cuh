@@ -50,12 +50,4 @@ cudaError_t each_row_channel(cudaStream_t stream, int64_t rows, int64_t channels
   return cudaGetLastError();
 }
 
-// Runs the launches in order and stops at the first error.
-template <class... Launches>
-cudaError_t in_order(Launches&&... launches) {
-  cudaError_t error = cudaSuccess;
-  ((error == cudaSuccess ? error = launches() : error), ...);
-  return error;
-}
-
 }  // namespace mlph::cuda
