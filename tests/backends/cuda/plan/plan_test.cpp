@@ -366,6 +366,7 @@ TEST(CudaPlanConv, TransposeIsTheAdjointsBackwardData) {
       {{1, 3, 3, 2, 2}, 2, 3, 2, 1, 1, {1, 1, 1}, {0, 0, 0}, {0, 0, 0}, false},  // symmetric 1 is exact
       {{1, 3, 3, 2, 2}, 2, 3, 2, 1, 1, {0, 0, 0}, {1, 1, 1}, {0, 0, 0}, true},
       {{1, 4, 4, 2}, 2, 3, 1, 2, 1, {2, 2}, {2, 2}, {0, 0}, false},  // dilated
+      {{1, 4, 4, 2}, 2, 3, 2, 1, 1, {1, 1}, {0, 0}, {1, 1}, true},   // the last row and column: no window
   };
   for (const ConvCase& t : cases) {
     Net net;
@@ -889,6 +890,19 @@ TEST(CudaPlanBuckets, TileTheBufferLastLayersFirstAndAreReadyWhenBackwardIsDoneW
   EXPECT_EQ(make_plan(p, {}).buckets.size(), 1u);  // 25 MiB hold it all
 }
 #endif
+
+TEST(CudaPlanBuckets, ABucketWaitsForTheEarliestReaderOfAnyOfItsParameters) {
+  Net net;  // w2 is declared before w1 but read after it
+  const int32_t x = net.input("x", {2, 3});
+  const int32_t w2 = net.param("w2", {3, 3}), w1 = net.param("w1", {3, 3});
+  int32_t h = net.op("dense", "d1", {x, w1}, {2, 3});
+  h = net.op("dense", "d2", {h, w2}, {2, 3});
+  const Program p = net.lower(h);
+  const DevicePlan plan = make_plan(p, {});
+  ASSERT_EQ(plan.buckets.size(), 1u);
+  EXPECT_EQ(plan.buckets[0].ready_node, static_cast<int64_t>(index_of(p, "d1")));
+  EXPECT_EQ(plan.buckets[0].after_step, plan.schedule.backward[index_of(p, "d1")]);
+}
 
 // ---- the real graphs -------------------------------------------------------------------------------------
 
