@@ -910,6 +910,8 @@ void report(const std::string& name, const Program& p, Precision precision) {
   const DevicePlan plan = make_plan(p, {precision});
   expect_no_overlap(plan.memory, plan.schedule);
   EXPECT_GE(plan.memory.arena_bytes, plan.memory.live_bytes_peak);
+  EXPECT_LE(plan.memory.arena_bytes, plan.memory.live_bytes_peak / 20 * 21);  // the placement wastes < 5%
+  for (const NodeLowering& l : plan.nodes) EXPECT_FALSE(l.conv && l.conv->explicit_padding);  // cuDNN pads them all
   std::printf("%s, %s: %s  %zu gradient buckets of ~25 MiB over %zu trainable floats\n", name.c_str(), name_of(precision),
               describe(plan.memory, plan.schedule).c_str(), plan.buckets.size(), plan.memory.params.trainable_floats);
 }
