@@ -7,7 +7,7 @@
 //   conv_transpose  cuDNN backward-data of its adjoint conv (docs/ops.md: conv_transpose is that adjoint)
 //   batch_norm      cuDNN spatial batch norm when group_size is 1: its training forward normalizes with
 //                   the biased variance, saves mean and 1/sqrt(var+eps), and updates the running
-//                   variance with the unbiased one, times `exponentialAverageFactor` = our momentum,
+//                   variance with the unbiased one, exponentialAverageFactor being our momentum:
 //                   exactly docs/ops.md (PyTorch calls cuDNN so). group_size > 1 (SyncBatchNorm) needs
 //                   the group's sums between its two halves: our kernels.
 //   dense           cuBLASLt, on the graph's [in, out] weights as they are (see DensePlan)
@@ -64,6 +64,10 @@ struct FilterDesc {
 // crops dx out of its gradient); conv_transpose has backward-data write the padded buffer and crops
 // y out of it (and pads dy for its backward). `padded` spans exactly the windows' extent
 // (out-1)*stride + dilation*(kernel-1) + 1; input positions past it are never read (gradient 0).
+//
+// Types (precision.hpp, PrecisionPlan::nodes of the node): `data` for the tensors and the filter
+// (cudnnDataType_t), always CUDNN_DATA_FLOAT for the convolution descriptor's compute type, `math`
+// for its math type.
 struct ConvPlan {
   bool transpose = false;
   int spatial = 2;  // 2 or 3; the arrays below hold `spatial` entries

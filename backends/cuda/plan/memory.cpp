@@ -195,11 +195,11 @@ class Planner {
     const Saves saves = saved_by_backward(node);
     const auto& conv = lowering_[k].conv;
     const bool explicit_padding = conv && conv->explicit_padding;
+    const bool pads_input = explicit_padding && !conv->transpose;  // conv: x is kept (and dx made) padded
     for (size_t i = 0; i < node.inputs.size(); ++i)
-      if (saves.inputs >> i & 1u) touch(explicit_padding && !conv->transpose && i == 0 ? m.padded : m.reads[i], s);
+      if (saves.inputs >> i & 1u) touch(pads_input && i == 0 ? m.padded : m.reads[i], s);
     if (saves.output) touch(m.output, s);
     touch(m.statistics, s);
-    if (explicit_padding && !conv->transpose) touch(m.padded, s);  // dw reads the padded input
     m.output_gradient = gradient_at(node.output);
     touch(m.output_gradient, s);
     if (explicit_padding) {  // conv: d(padded x), cropped into dx; conv_transpose: dy padded
@@ -220,7 +220,7 @@ class Planner {
         if (conv)
           m.weight_gradient = scratch(RegionKind::weight_gradient, k, "weight gradient", numel(v) * bytes_of(type));
         touch(m.weight_gradient, s);
-      } else if (type != stored(v) && !(explicit_padding && !conv->transpose && i == 0)) {
+      } else if (type != stored(v) && !(pads_input && i == 0)) {  // the crop casts
         m.gradient_scratch[i] = scratch(RegionKind::gradient_scratch, k, "d input " + std::to_string(i) + " as " + name_of(type),
                                         numel(v) * bytes_of(type));
         touch(m.gradient_scratch[i], s);
