@@ -91,15 +91,17 @@ struct UnscaleTerm {
   }
 };
 
-// PyTorch's GradScaler update: back off after a step with non-finite gradients, grow after
-// `interval` good steps in a row (unless that overflows).
+// PyTorch's GradScaler update (_amp_update_scale_, its defaults): back off after a step with non-finite
+// gradients, grow after `interval` good steps in a row unless that overflows; the factors in double, as
+// PyTorch's. On the device, so that a captured CUDA graph needs no read-back per step; it is the rule
+// of plan::LossScaler (backends/cuda/plan/precision.hpp), the host's copy of the state for checkpoints.
 struct LossScaleRule {
-  float growth = 2.0f, backoff = 0.5f;
+  double growth = 2.0, backoff = 0.5;
   int32_t interval = 2000;
 };
 MLPH_KERNEL void loss_scale_step(const LossScaleRule& rule, double nonfinite, float* scale, int32_t* good_steps) {
   if (nonfinite > 0) {
-    *scale *= rule.backoff;
+    *scale = static_cast<float>(*scale * rule.backoff);
     *good_steps = 0;
     return;
   }
@@ -108,7 +110,8 @@ MLPH_KERNEL void loss_scale_step(const LossScaleRule& rule, double nonfinite, fl
     *good_steps = good;
     return;
   }
-  if (is_finite(*scale * rule.growth)) *scale *= rule.growth;
+  const auto grown = static_cast<float>(*scale * rule.growth);
+  if (is_finite(grown)) *scale = grown;
   *good_steps = 0;
 }
 

@@ -24,6 +24,7 @@
 #include "kernels/pool.hpp"
 #include "kernels/precision.hpp"
 #include "ops.hpp"
+#include "plan/precision.hpp"
 
 namespace mlph::cuda {
 namespace {
@@ -825,7 +826,7 @@ TEST(CudaKernelBodies, UnscaleCountsNonFiniteGradientsAndDividesByTheScale) {
 }
 
 TEST(CudaKernelBodies, LossScaleBacksOffOnOverflowAndGrowsAfterTheInterval) {
-  const LossScaleRule rule{2.0f, 0.5f, 3};
+  const LossScaleRule rule{2.0, 0.5, 3};
   float scale = 65536.0f;
   int32_t good = 0;
   loss_scale_step(rule, 1.0, &scale, &good);
@@ -843,6 +844,26 @@ TEST(CudaKernelBodies, LossScaleBacksOffOnOverflowAndGrowsAfterTheInterval) {
   loss_scale_step(rule, 0.0, &scale, &good);  // growing would overflow: kept
   EXPECT_EQ(scale, std::numeric_limits<float>::max());
   EXPECT_EQ(good, 0);
+}
+
+// The device's rule and the host's (plan::LossScaler, which keeps the state for checkpoints) are one
+// rule: the same scale and count after every step of a long run with overflows, non-power-of-two
+// factors included.
+TEST(CudaKernelBodies, LossScaleStepIsThePlansLossScaler) {
+  for (const LossScaleRule rule : {LossScaleRule{}, LossScaleRule{3.0, 0.3, 7}}) {
+    plan::LossScaler host({65536.0f, rule.growth, rule.backoff, rule.interval});
+    float scale = host.scale();
+    int32_t good = 0;
+    std::mt19937 gen(160);
+    for (int step = 0; step < 20000; ++step) {
+      const bool overflow = gen() % 500 == 0 || (step > 15000 && gen() % 3 == 0);
+      host.update(overflow);
+      loss_scale_step(rule, overflow ? 1.0 : 0.0, &scale, &good);
+      ASSERT_EQ(std::bit_cast<uint32_t>(scale), std::bit_cast<uint32_t>(host.scale())) << step;
+      ASSERT_EQ(good, host.good_steps()) << step;
+    }
+    EXPECT_NE(host.scale(), 65536.0f) << "the run means to move the scale";
+  }
 }
 
 // ---- the reductions' shapes -----------------------------------------------------------------------
