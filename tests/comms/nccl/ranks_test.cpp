@@ -128,17 +128,18 @@ TEST(NcclRanks, EveryRankFailingGivesEachItsOwnLine) {
 }
 
 // Rank 1's process stops making device collectives after #1 (its host thread hung), while its
-// watchdog thread still answers: rank 0's #2 times out and names rank 1 and how far it got.
+// watchdog thread still answers: rank 0's #2 times out and names rank 1 and how far it got. (A 2 s
+// timeout: the others' answers are awaited for as long, at most 2 s.)
 TEST(NcclRanks, TheWatchdogNamesTheRankThatDidNotReachADeviceCollective) {
   auto part = comm().split_mpi(0, comm().rank());  // its own questions, apart from the other tests'
   std::atomic<int> aborts{0};
-  auto watchdog = watchdog_over(*part, 1.0, aborts);
+  auto watchdog = watchdog_over(*part, 2.0, aborts);
   watchdog->watch(work(1, true));
   if (comm().rank() == 0) {
     watchdog->watch(work(2, false));
     EXPECT_EQ(wait_for_failure(*watchdog),
               "comms/nccl: rank 0 (0 of 2 in a split communicator): device allreduce #2 (64 bytes) did not complete "
-              "within 1 s (comms.timeout_s): rank(s) 1 (at #1) did not reach it; the NCCL communicator was aborted");
+              "within 2 s (comms.timeout_s): rank(s) 1 (at #1) did not reach it; the NCCL communicator was aborted");
     EXPECT_EQ(aborts, 1);
   }
   comm().barrier();  // rank 1's watchdog answers meanwhile
@@ -152,10 +153,10 @@ TEST(NcclRanks, TheWatchdogNamesTheRankThatDidNotReachADeviceCollective) {
 TEST(NcclRanks, WhenEveryRankReachedTheCollectiveTheWatchdogSaysSo) {
   auto part = comm().split_mpi(0, comm().rank());
   std::atomic<int> aborts{0};
-  auto watchdog = watchdog_over(*part, 1.0, aborts);
+  auto watchdog = watchdog_over(*part, 2.0, aborts);
   watchdog->watch(work(1, false));
   EXPECT_EQ(wait_for_failure(*watchdog),
-            part->where() + ": device allreduce #1 (64 bytes) did not complete within 1 s (comms.timeout_s): every "
+            part->where() + ": device allreduce #1 (64 bytes) did not complete within 2 s (comms.timeout_s): every "
                             "rank reached it; NCCL or the network is stuck; the NCCL communicator was aborted");
   comm().barrier();
 }
