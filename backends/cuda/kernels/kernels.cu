@@ -193,4 +193,42 @@ cudaError_t update_loss_scale(cudaStream_t stream, const LossScaleRule& rule, co
   return cudaGetLastError();
 }
 
+// ---- layout and types ----
+
+cudaError_t convert(cudaStream_t stream, int64_t n, FloatType from, const void* x, FloatType to, void* y) {
+  if (from == to && n > 0)
+    return cudaMemcpyAsync(y, x, static_cast<size_t>(n) * (to == FloatType::f32 ? 4 : 2), cudaMemcpyDeviceToDevice,
+                           stream);
+  return each<convert_at>(stream, n, from, x, to, y);
+}
+cudaError_t convert_add(cudaStream_t stream, int64_t n, FloatType from, const void* dx, float* sum) {
+  return each<convert_add_at>(stream, n, from, dx, sum);
+}
+cudaError_t bias_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* b, float* y) {
+  return each_row_channel<bias_forward_at>(stream, rows, channels, channels, b, y);
+}
+cudaError_t transpose(cudaStream_t stream, int64_t rows, int64_t cols, const float* w, FloatType to, void* device) {
+  return each<transpose_at>(stream, rows * cols, rows, cols, w, to, device);
+}
+cudaError_t transpose_add(cudaStream_t stream, int64_t rows, int64_t cols, FloatType from, const void* device_dw,
+                          float* dw) {
+  return each<transpose_add_at>(stream, rows * cols, rows, cols, from, device_dw, dw);
+}
+cudaError_t box_copy(cudaStream_t stream, const Box& box, FloatType from, const void* x, FloatType to, void* y,
+                     bool accumulate) {
+  if (accumulate && to != FloatType::f32) return cudaErrorInvalidValue;
+  return each<box_copy_at>(stream, box.size(), box, from, x, to, y, accumulate);
+}
+
+namespace {
+__global__ void latch_bad_label_kernel(const int64_t* first, const int32_t* labels, int64_t* latched) {
+  latch_bad_label(first, labels, latched);
+}
+}  // namespace
+
+cudaError_t latch_bad_label(cudaStream_t stream, const int64_t* first, const int32_t* labels, int64_t* latched) {
+  latch_bad_label_kernel<<<1, 1, 0, stream>>>(first, labels, latched);
+  return cudaGetLastError();
+}
+
 }  // namespace mlph::cuda

@@ -32,6 +32,7 @@
 #include "batch_norm.hpp"
 #include "channel.hpp"
 #include "eltwise.hpp"
+#include "layout.hpp"
 #include "loss.hpp"
 #include "optimizer.hpp"
 #include "pool.hpp"
@@ -204,5 +205,30 @@ inline size_t multi_tensor_workspace_bytes(int64_t chunks, int32_t tensors) {
                                             double* nonfinite, void* workspace, size_t workspace_bytes);
 [[nodiscard]] cudaError_t update_loss_scale(cudaStream_t stream, const LossScaleRule& rule, const double* nonfinite,
                                             float* scale, int32_t* good_steps);
+
+// ---- layout and types around cuDNN and cuBLASLt (layout.hpp) ----
+
+// y = x converted (f32, bf16, f16 either way; the same type is a copy).
+[[nodiscard]] cudaError_t convert(cudaStream_t stream, int64_t n, FloatType from, const void* x, FloatType to, void* y);
+// sum += dx converted to fp32: a gradient written in a half type, added into its fp32 sum.
+[[nodiscard]] cudaError_t convert_add(cudaStream_t stream, int64_t n, FloatType from, const void* dx, float* sum);
+// y [rows, C] += b[c] (a convolution's bias).
+[[nodiscard]] cudaError_t bias_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* b, float* y);
+// db += the sum of dy over rows; workspace: channel_sums_workspace_bytes(1, rows, channels).
+[[nodiscard]] cudaError_t bias_backward(cudaStream_t stream, int64_t rows, int64_t channels, const float* dy, float* db,
+                                        void* workspace, size_t workspace_bytes);
+// The device's copy of conv weights: w [rows, cols] fp32 (the graph's) -> device [cols, rows] in `to`.
+[[nodiscard]] cudaError_t transpose(cudaStream_t stream, int64_t rows, int64_t cols, const float* w, FloatType to,
+                                    void* device);
+// dw [rows, cols] += device_dw [cols, rows] (cuDNN's filter gradient, in `from`).
+[[nodiscard]] cudaError_t transpose_add(cudaStream_t stream, int64_t rows, int64_t cols, FloatType from,
+                                        const void* device_dw, float* dw);
+// The box's positions of x copied into y (accumulate: added, y fp32), converted; see Box.
+[[nodiscard]] cudaError_t box_copy(cudaStream_t stream, const Box& box, FloatType from, const void* x, FloatType to,
+                                   void* y, bool accumulate);
+// latched [2] keeps the first {position, label} find_bad_label reported into `first` since the host
+// cleared it (position -1).
+[[nodiscard]] cudaError_t latch_bad_label(cudaStream_t stream, const int64_t* first, const int32_t* labels,
+                                          int64_t* latched);
 
 }  // namespace mlph::cuda

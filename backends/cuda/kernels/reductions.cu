@@ -316,6 +316,16 @@ cudaError_t global_avg_pool_forward(cudaStream_t stream, int64_t batch, int64_t 
                                          y);
 }
 
+cudaError_t bias_backward(cudaStream_t stream, int64_t rows, int64_t channels, const float* dy, float* db,
+                          void* workspace, size_t workspace_bytes) {
+  const ChannelScratch scratch = channel_scratch(workspace, workspace_bytes, 1, rows, channels);
+  if (const cudaError_t e = channel_sums(stream, SumTerm{dy, channels}, 1, rows, channels, scratch.sums, workspace,
+                                         workspace_bytes);
+      e != cudaSuccess)
+    return e;
+  return each<bias_backward_at>(stream, channels, static_cast<const double*>(scratch.sums), db);
+}
+
 // ---- batch normalization ----
 
 cudaError_t batch_norm_sum(cudaStream_t stream, int64_t rows, int64_t channels, const float* x, double* stats,

@@ -56,6 +56,7 @@ class Planner {
     touch(value_at(p_.loss), last_step_);
     for (const Step& step : schedule_.steps)
       if (step.phase == Phase::backward) backward(static_cast<size_t>(step.node));
+    update();
     out_.values.resize(p_.values.size());
     out_.value_gradients.resize(p_.values.size());
     for (size_t v = 0; v < p_.values.size(); ++v) {
@@ -146,8 +147,6 @@ class Planner {
     out_.gradients = persistent(RegionKind::gradients, "gradients", trainable);
     for (const std::string& slot : p_.optimizer.state)
       out_.optimizer_slots.push_back(persistent(RegionKind::optimizer_slot, "optimizer " + slot, trainable));
-    if (p_.optimizer.kind == sdk::host::OptimizerKind::lamb)  // ||p|| and ||u|| per tensor, and the global norm
-      persistent(RegionKind::optimizer_scratch, "lamb norms", (2 * p_.params.size() + 1) * sizeof(float));
     if (precision_.loss_scaling) persistent(RegionKind::loss_scale, "loss scale", 2 * sizeof(float));
     // The device's weight copies: conv weights always (cuDNN's filter layout), dense ones in half types.
     out_.weights.resize(p_.values.size());
@@ -169,19 +168,31 @@ class Planner {
     NodeMemory& m = node_memory(k);
     m.output = value_at(node.output);
     for (size_t i = 0; i < node.inputs.size(); ++i) m.reads.push_back(read_at(k, i));
+    m.makes_cast.assign(node.inputs.size(), false);
     if (lowering_[k].engine == Engine::alias) return;  // no step of its own
     const int s = schedule_.forward[k];
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       const Region& read = out_.regions[static_cast<size_t>(m.reads[i].region)];
-      if (read.kind == RegionKind::cast && read.last < 0) touch(value_at(node.inputs[i]), s);  // made here, from it
+      if (read.kind == RegionKind::cast && read.last < 0) {  // made here, from the value
+        m.makes_cast[i] = true;
+        touch(value_at(node.inputs[i]), s);
+      }
       touch(m.reads[i], s);
     }
     touch(m.output, s);
+    const auto& conv = lowering_[k].conv;
+    const bool crops_output = conv && conv->transpose && conv->explicit_padding;  // from the padded buffer, casting
+    const DType writes = precision_.nodes[k].writes;
+    if (writes != stored(node.output) && !crops_output) {
+      m.output_scratch = scratch(RegionKind::output_scratch, k, std::string("output as ") + name_of(writes),
+                                 numel(node.output) * bytes_of(writes));
+      touch(m.output_scratch, s);
+    }
     if (node.kind == OpKind::batch_norm) {
       m.statistics = scratch(RegionKind::statistics, k, "saved statistics", 2 * node.rows.channels * sizeof(float));
       touch(m.statistics, s);
     }
-    if (const auto& conv = lowering_[k].conv; conv && conv->explicit_padding) {
+    if (conv && conv->explicit_padding) {
       m.padded = scratch(RegionKind::padded, k, "padded", padded_bytes(k));
       touch(m.padded, s);
     }
@@ -202,6 +213,13 @@ class Planner {
     touch(m.statistics, s);
     m.output_gradient = gradient_at(node.output);
     touch(m.output_gradient, s);
+    // The library reads dy in its type: cast down first (conv_transpose's explicit padding pads and casts at once).
+    const DType data = precision_.nodes[k].data;
+    if (lowering_[k].engine != Engine::kernel && data != stored(node.output) && !(explicit_padding && conv->transpose)) {
+      m.output_gradient_cast = scratch(RegionKind::gradient_cast, k, std::string("d output as ") + name_of(data),
+                                       numel(node.output) * bytes_of(data));
+      touch(m.output_gradient_cast, s);
+    }
     if (explicit_padding) {  // conv: d(padded x), cropped into dx; conv_transpose: dy padded
       m.padded_gradient = scratch(RegionKind::padded_gradient, k, "padded gradient", padded_bytes(k));
       touch(m.padded_gradient, s);
@@ -215,18 +233,33 @@ class Planner {
       m.gradients[i] = gradient_at(v);
       touch(m.gradients[i], s);
       m.accumulate[i] = param_slot(v) || !written_.insert(root(v)).second;
-      const DType type = precision_.nodes[k].reads[i];
       if (is_weight_slot(node, i)) {
         if (conv)
-          m.weight_gradient = scratch(RegionKind::weight_gradient, k, "weight gradient", numel(v) * bytes_of(type));
+          m.weight_gradient = scratch(RegionKind::weight_gradient, k, "weight gradient",
+                                      numel(v) * bytes_of(precision_.nodes[k].reads[i]));
         touch(m.weight_gradient, s);
-      } else if (type != stored(v) && !(pads_input && i == 0)) {  // the crop casts
+        continue;
+      }
+      const DType type = precision_.nodes[k].reads[i] == stored(v) ? stored(v) : precision_.nodes[k].writes;
+      if (type != stored(v) && !(pads_input && i == 0)) {  // the crop casts
         m.gradient_scratch[i] = scratch(RegionKind::gradient_scratch, k, "d input " + std::to_string(i) + " as " + name_of(type),
                                         numel(v) * bytes_of(type));
         touch(m.gradient_scratch[i], s);
       }
     }
     m.backward_workspace = workspace(k, workspaces_.backward, "backward workspace", s);
+  }
+
+  void update() {
+    const int s = schedule_.update;
+    if (p_.optimizer.kind == sdk::host::OptimizerKind::lamb && out_.params.trainable_floats > 0) {
+      out_.lamb_update = {add_region(RegionKind::optimizer_scratch, "lamb update", out_.params.trainable_floats * sizeof(float)), 0};
+      touch(out_.lamb_update, s);
+    }
+    if (workspaces_.update > 0) {
+      out_.update_workspace = {add_region(RegionKind::workspace, "update workspace", workspaces_.update), 0};
+      touch(out_.update_workspace, s);
+    }
   }
 
   size_t padded_bytes(size_t k) const {
@@ -332,7 +365,8 @@ const char* name_of(RegionKind kind) {
   static const char* const names[] = {"master weights", "state parameters", "gradient buffer", "optimizer state",
                                       "device weights", "optimizer scratch", "loss scale", "values",
                                       "casts", "value gradients", "batch-norm statistics", "padded inputs",
-                                      "padded gradients", "weight gradients", "gradient scratch", "workspaces"};
+                                      "padded gradients", "weight gradients", "gradient scratch", "workspaces",
+                                      "output scratch", "gradient casts"};
   return names[static_cast<size_t>(kind)];
 }
 

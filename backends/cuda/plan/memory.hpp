@@ -12,19 +12,24 @@
 //     offsets (one allreduce, in buckets; read_gradient); each optimizer slot with the same offsets
 //     (so the update is one pass over one index range); the non-trainable parameters (running
 //     statistics, normalization constants) likewise in a block of their own; the device copy of
-//     each conv/dense weight (compute type, cuDNN's filter layout: precision.hpp); LAMB's per-tensor
-//     norms; fp16's loss scale; the loss and eval outputs (read after the step).
+//     each conv/dense weight (compute type, cuDNN's filter layout: precision.hpp); fp16's loss
+//     scale; the loss and eval outputs (read after the step).
 //   values: each node's output from its forward to its last reader, a backward that saves it
 //     included (batch_norm, conv, dense, channel_affine and max_pool keep their input; relu, tanh and
 //     leaky_relu with alpha >= 0 their output; losses their inputs; dropout regenerates its mask).
 //     Graph inputs from step 0. A reshape's output is its input's region.
-//   casts: a value read in another type (precision.hpp), from its first such reader to its last.
+//   casts: a value read in another type (precision.hpp), from its first such reader (which makes it)
+//     to its last.
 //   gradients: a value's gradient from the backward of its last consumer (which writes it; later
 //     ones add) to the backward of its producer (which reads it).
 //   per node, at its steps only: batch_norm's saved mean and inverse std (forward to backward),
 //     explicit padding (lowering.hpp), conv's weight gradient in the device layout (transposed and
-//     added into the gradient buffer in the same step), gradient scratch of another type, and the
-//     cuDNN/cuBLASLt workspaces given by the caller (sizes known once algorithms are chosen).
+//     added into the gradient buffer in the same step), the output written in another type before
+//     it is cast up, the output's gradient cast down, input gradients written in another type before
+//     they are cast and added, and the workspaces given by the caller (sizes known once algorithms
+//     are chosen: cuDNN's, cuBLASLt's and our kernels' scratch).
+//   the update's, at its step only: LAMB's update (as large as the trainable parameters) and the
+//     caller's update workspace (the optimizer's and the loss scaler's sums).
 // Every region starts at a multiple of 256 bytes.
 #pragma once
 
@@ -84,7 +89,9 @@ enum class RegionKind {
   padded_gradient,
   weight_gradient,
   gradient_scratch,
-  workspace
+  workspace,
+  output_scratch,
+  gradient_cast
 };
 const char* name_of(RegionKind kind);
 
@@ -113,6 +120,9 @@ struct NodeMemory {
   std::vector<Location> gradients;         // per input: its gradient (a parameter's: its slice of the buffer)
   std::vector<Location> gradient_scratch;  // per input: written there first, in the node's type, then cast and added
   std::vector<bool> accumulate;            // per input: add into `gradients` (written before, or a parameter's)
+  std::vector<bool> makes_cast;            // per input: forward makes the cast copy `reads` (its first reader)
+  Location output_scratch;                 // forward writes its output here first, then casts it up into `output`
+  Location output_gradient_cast;           // backward: the output's gradient cast to the node's type
   Location statistics;                     // batch_norm: [2, C] fp32 mean and inverse std
   Location padded, padded_gradient;        // explicit padding (ConvPlan)
   Location weight_gradient;                // conv, conv_transpose: dw as cuDNN writes it
@@ -122,6 +132,7 @@ struct NodeMemory {
 // cuDNN/cuBLASLt workspace bytes per node (empty: none), as the algorithms chosen need.
 struct Workspaces {
   std::vector<size_t> forward, backward;
+  size_t update = 0;  // the update step's
 };
 
 struct MemoryPlan {
@@ -136,6 +147,8 @@ struct MemoryPlan {
   std::vector<Location> value_gradients; // per value: its gradient, where it has one
   std::vector<Location> weights;         // per value: the device copy of a conv/dense weight
   std::vector<NodeMemory> nodes;
+  Location lamb_update;       // LAMB: its update, as large as the trainable parameters (the update step)
+  Location update_workspace;  // Workspaces::update (the update step)
 
   size_t address(const Location& at) const { return regions[static_cast<size_t>(at.region)].offset + at.offset; }
 };

@@ -1,26 +1,25 @@
 // The precision plan (`backend.precision`): per value the type it is stored in, per node the type
 // it reads each input in and writes its output in; and fp16's dynamic loss scaling.
 //
-// Ops fall in three classes (a table in precision.cpp):
-//   compute   conv, conv_transpose, dense: data and weights in compute_dtype(precision) (f32 for
-//             fp32 and tf32, else bf16/f16), fp32 accumulation, math_of(precision); bias fp32
-//   fp32      preprocessing (log1p, shift_scale), losses (mse, softmax_cross_entropy), metrics
-//             (abs_error_sum, iou): fp32 in and out
-//   follow    everything else (activations, dropout, add, concat, pools, broadcast, batch_norm,
-//             channel_affine, reshape): in the widest type of its data inputs (fp32 if any is
-//             fp32, else the half type), so activations between convs stay half; batch_norm computes
-//             its statistics in fp32 (cuDNN and our kernels) and global_avg_pool accumulates in fp32
-// Per-channel parameters (batch_norm's gamma, beta and running statistics, channel_affine's w and b,
-// shift_scale's shift and scale, biases) are always read in fp32 from their masters. Integer inputs
-// (int16 data, int32 labels) are read as they are.
+// For now every value is stored in its graph type (float32 activations, int16 data, int32 labels)
+// and every op runs on our fp32 kernels, except the three the catalogue marks reduced_precision:
+//   conv, conv_transpose  cuDNN in compute_dtype(precision): x (a cast copy) and the weights (the
+//                         device's copy) in that type, y and dx written in it too (cuDNN's x, w and y
+//                         share a type), accumulating in fp32; y cast up into its fp32 value, dx cast
+//                         and added into its fp32 gradient; dy cast down before backward
+//   dense                 cuBLASLt with A and B in compute_dtype(precision) and C/D in fp32: y, dx and
+//                         dw are written in fp32 directly, only x (a cast copy), the weights and dy are
+//                         half
+// Biases are fp32 in every precision (added by our kernels or cuBLASLt's epilogue). In fp32 and tf32
+// nothing is cast: fp32 multiplies with FMA only (TF32 off), tf32 with TF32 tensor cores.
+// Keeping activations in half between the convolutions (templated kernels) is the next speed step:
+// backends/cuda/README.md.
 //
 // A node reading a value in a type other than the value's is a cast: the memory plan makes one copy
-// per (value, type), before the first node reading it, kept for every reader (and backward). The
-// gradient of a value has the value's type; a node writing an input's gradient in another type
-// writes a scratch buffer that is cast and added into it. Conv and dense weights are never cast
-// this way: the device keeps a copy in the compute type and layout (memory.hpp: compute_weights),
-// made from the fp32 masters after each update; master weights, the gradient buffer and the
-// optimizer's state are always fp32.
+// per (value, type), made by the first node reading it, kept for every reader (and backward). Conv
+// and dense weights are never cast this way: the device keeps a copy in the compute type and layout
+// (memory.hpp: weights), made from the fp32 masters after each update; master weights, the gradient
+// buffer and the optimizer's state are always fp32.
 #pragma once
 
 #include <vector>
@@ -30,7 +29,8 @@
 namespace mlph::cuda::plan {
 
 struct NodePrecision {
-  DType data = DType::f32;  // its data inputs, its output, and their gradients, as it reads and writes them
+  DType data = DType::f32;    // its data input, weights and output gradient, as its library reads them
+  DType writes = DType::f32;  // its output and its data inputs' gradients, as its library writes them
   MathMode math = MathMode::fma;  // conv, conv_transpose, dense: the math it multiplies with
   std::vector<DType> reads;       // per input, the type the node reads it in
 };

@@ -19,6 +19,7 @@
 #include "kernels/batch_norm.hpp"
 #include "kernels/channel.hpp"
 #include "kernels/eltwise.hpp"
+#include "kernels/layout.hpp"
 #include "kernels/loss.hpp"
 #include "kernels/optimizer.hpp"
 #include "kernels/pool.hpp"
@@ -881,6 +882,112 @@ TEST(CudaKernelBodies, ReductionPartsDependOnSizesOnlyAndFitTheirWorkspace) {
   const int64_t parts = channel_parts(4, 1000, 40);
   EXPECT_EQ(channel_sums_workspace_bytes(4, 1000, 40), static_cast<size_t>((parts + 1) * 4 * 3 * 40) * sizeof(double));
   EXPECT_EQ(flat_sums_workspace_bytes(20000), static_cast<size_t>(4 * 3) * sizeof(double));
+}
+
+// ---- layout and types around cuDNN and cuBLASLt ---------------------------------------------------
+
+TEST(CudaKernelBodies, ConvertsRoundToNearestEvenAndCastAndAddAddsTheRoundedValue) {
+  const std::vector<float> x = special_floats(200, 31);
+  for (FloatType to : {FloatType::bf16, FloatType::f16}) {
+    std::vector<uint16_t> half(x.size());
+    each(static_cast<int64_t>(x.size()), [&](int64_t i) { convert_at(i, FloatType::f32, x.data(), to, half.data()); });
+    std::vector<float> back(x.size()), sum(x.size(), 1.0f), expected(x.size()), expected_sum(x.size());
+    each(static_cast<int64_t>(x.size()), [&](int64_t i) {
+      convert_at(i, to, half.data(), FloatType::f32, back.data());
+      convert_add_at(i, to, half.data(), sum.data());
+    });
+    for (size_t i = 0; i < x.size(); ++i) {
+      expected[i] = to == FloatType::bf16 ? bfloat16_to_float(float_to_bfloat16(x[i])) : half_to_float(float_to_half(x[i]));
+      expected_sum[i] = 1.0f + expected[i];
+    }
+    expect_same_bits(back, expected, to == FloatType::bf16 ? "bf16 round trip" : "f16 round trip");
+    expect_same_bits(sum, expected_sum, "cast and add");
+  }
+  std::vector<float> copy(x.size());  // f32 to f32: the same bits, NaN included
+  each(static_cast<int64_t>(x.size()), [&](int64_t i) { convert_at(i, FloatType::f32, x.data(), FloatType::f32, copy.data()); });
+  expect_same_bits(copy, x, "f32 copy");
+}
+
+TEST(CudaKernelBodies, ConvWeightsTransposeToCudnnsFilterLayoutAndTheirGradientBack) {
+  // w [taps * Ci, Co] = [3 * 2, 4] (the graph's), the device's [Co, taps, Ci]: element (o, t, i) is w[t * 2 + i][o].
+  const int64_t rows = 6, cols = 4;
+  const std::vector<float> w = random_floats(rows * cols, 32);
+  std::vector<float> device(w.size());
+  each(rows * cols, [&](int64_t i) { transpose_at(i, rows, cols, w.data(), FloatType::f32, device.data()); });
+  for (int64_t o = 0; o < cols; ++o)
+    for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(device[static_cast<size_t>(o * rows + r)], w[static_cast<size_t>(r * cols + o)]);
+  std::vector<uint16_t> half(w.size());
+  each(rows * cols, [&](int64_t i) { transpose_at(i, rows, cols, w.data(), FloatType::bf16, half.data()); });
+  EXPECT_EQ(half[1], float_to_bfloat16(w[static_cast<size_t>(1 * cols + 0)]));  // (o 0, r 1)
+  // The gradient goes back through the same map, added: dw = 1 + device.
+  std::vector<float> dw(w.size(), 1.0f);
+  each(rows * cols, [&](int64_t i) { transpose_add_at(i, rows, cols, FloatType::f32, device.data(), dw.data()); });
+  for (size_t i = 0; i < w.size(); ++i) ASSERT_EQ(dw[i], 1.0f + w[i]) << i;
+  std::vector<float> from_half(w.size(), 0.0f);
+  each(rows * cols, [&](int64_t i) { transpose_add_at(i, rows, cols, FloatType::bf16, half.data(), from_half.data()); });
+  for (size_t i = 0; i < w.size(); ++i) ASSERT_EQ(from_half[i], bfloat16_to_float(float_to_bfloat16(w[i]))) << i;
+}
+
+TEST(CudaKernelBodies, BoxCopiesPadAnInputAndCropItsGradientBack) {
+  // x [2, 3, 4, 2] (a 2-D input: depth 1) into a zeroed padded [2, 5, 5, 2] at offset (1, 0): one row
+  // of padding above, one below, one column after.
+  Box pad;
+  pad.batch = 2, pad.channels = 2;
+  pad.src[1] = 3, pad.src[2] = 4, pad.dst[1] = 5, pad.dst[2] = 5;
+  pad.extent[1] = 3, pad.extent[2] = 4, pad.dst_offset[1] = 1, pad.dst_offset[2] = 0;
+  const std::vector<float> x = random_floats(2 * 3 * 4 * 2, 33);
+  std::vector<float> padded(2 * 5 * 5 * 2, 0.0f);
+  each(pad.size(), [&](int64_t i) { box_copy_at(i, pad, FloatType::f32, x.data(), FloatType::f32, padded.data(), false); });
+  auto at = [](int64_t n, int64_t h, int64_t w, int64_t c, int64_t H, int64_t W) { return static_cast<size_t>(((n * H + h) * W + w) * 2 + c); };
+  for (int64_t n = 0; n < 2; ++n)
+    for (int64_t h = 0; h < 5; ++h)
+      for (int64_t w = 0; w < 5; ++w)
+        for (int64_t c = 0; c < 2; ++c) {
+          const bool inside = h >= 1 && h < 4 && w < 4;
+          ASSERT_EQ(padded[at(n, h, w, c, 5, 5)], inside ? x[at(n, h - 1, w, c, 3, 4)] : 0.0f) << n << h << w << c;
+        }
+  // Cropping is the same box read the other way, added into fp32 (from bf16 here).
+  Box crop = pad;
+  std::swap(crop.src[1], crop.dst[1]), std::swap(crop.src[2], crop.dst[2]);
+  std::swap(crop.src_offset[1], crop.dst_offset[1]), std::swap(crop.src_offset[2], crop.dst_offset[2]);
+  std::vector<uint16_t> padded_half(padded.size());
+  each(static_cast<int64_t>(padded.size()), [&](int64_t i) { convert_at(i, FloatType::f32, padded.data(), FloatType::bf16, padded_half.data()); });
+  std::vector<float> dx(x.size(), 0.5f);
+  each(crop.size(), [&](int64_t i) { box_copy_at(i, crop, FloatType::bf16, padded_half.data(), FloatType::f32, dx.data(), true); });
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(dx[i], 0.5f + bfloat16_to_float(float_to_bfloat16(x[i]))) << i;
+}
+
+TEST(CudaKernelBodies, BiasForwardAddsPerChannelAndItsGradientIsTheChannelSum) {
+  const int64_t rows = 700, channels = 5;
+  const std::vector<float> b = random_floats(channels, 34), dy = random_floats(rows * channels, 35);
+  std::vector<float> y = random_floats(rows * channels, 36), expected = y;
+  each_row_channel(rows, channels, [&](int64_t r, int64_t c) { bias_forward_at(r, c, channels, b.data(), y.data()); });
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < channels; ++c) expected[static_cast<size_t>(r * channels + c)] += b[static_cast<size_t>(c)];
+  expect_same_bits(y, expected, "bias forward");
+  const std::vector<double> sums = test::channel_sums(SumTerm{dy.data(), channels}, 1, rows, channels);
+  std::vector<float> db(channels, 2.0f);
+  each(channels, [&](int64_t c) { bias_backward_at(c, sums.data(), db.data()); });
+  for (int64_t c = 0; c < channels; ++c) {
+    double sum = 0;
+    for (int64_t r = 0; r < rows; ++r) sum += dy[static_cast<size_t>(r * channels + c)];
+    EXPECT_NEAR(db[static_cast<size_t>(c)], 2.0f + static_cast<float>(sum), kSumTolerance * (1 + std::fabs(sum))) << c;
+  }
+}
+
+TEST(CudaKernelBodies, TheFirstBadLabelOfAnyStepStaysLatched) {
+  const std::vector<int32_t> labels = {0, 1, 7, -3};
+  int64_t latched[2] = {-1, 0};
+  const int64_t none = -1, third = 2, fourth = 3;
+  latch_bad_label(&none, labels.data(), latched);
+  EXPECT_EQ(latched[0], -1);
+  latch_bad_label(&third, labels.data(), latched);
+  EXPECT_EQ(latched[0], 2);
+  EXPECT_EQ(latched[1], 7);
+  latch_bad_label(&fourth, labels.data(), latched);  // a later step's does not replace it
+  latch_bad_label(&none, labels.data(), latched);
+  EXPECT_EQ(latched[0], 2);
+  EXPECT_EQ(latched[1], 7);
 }
 
 }  // namespace

@@ -544,52 +544,58 @@ Program mini_cosmoflow(int kernel = 3) {
   return sdk::host::lower_graph(*g.graph(), implemented());
 }
 
-TEST(CudaPlanPrecision, Bf16ComputesConvAndDenseInHalfAndKeepsLossesAndPreprocessingInFp32) {
+TEST(CudaPlanPrecision, Bf16ComputesConvAndDenseInHalfAndEverythingElseInFp32) {
   const Program p = mini_cosmoflow();
+  for (Precision precision : {Precision::fp32, Precision::tf32, Precision::bf16, Precision::fp16}) {
+    const PrecisionPlan plan = plan_precision(p, precision);
+    for (size_t v = 0; v < p.values.size(); ++v)  // every value as declared: int16 data, fp32 activations
+      EXPECT_EQ(plan.values[v], dtype_of(p.values[v].dtype)) << p.values[v].name << " " << name_of(precision);
+    EXPECT_EQ(plan.loss_scaling, precision == Precision::fp16);
+  }
   const PrecisionPlan plan = plan_precision(p, Precision::bf16);
-  auto stored = [&](const std::string& v) { return plan.values[static_cast<size_t>(value_named(p, v))]; };
-  EXPECT_EQ(stored("x"), DType::i16);
-  EXPECT_EQ(stored("log1p"), DType::f32);
-  for (const char* v : {"conv1", "conv1.act", "conv1.pool", "conv2", "flatten", "dense1", "dense1.act", "dense1.dropout",
-                        "output", "output.tanh", "output.scale"})
-    EXPECT_EQ(stored(v), DType::bf16) << v;
-  EXPECT_EQ(stored("loss"), DType::f32);
-  EXPECT_EQ(stored("abs_error_sum"), DType::f32);
-  EXPECT_EQ(stored("conv1.kernel"), DType::f32);  // masters
+  EXPECT_EQ(plan.values[static_cast<size_t>(value_named(p, "x"))], DType::i16);
   const NodePrecision& conv1 = plan.nodes[index_of(p, "conv1")];
   EXPECT_EQ(conv1.reads, (std::vector<DType>{DType::bf16, DType::bf16, DType::f32}));  // x cast, weights' copy, bias
+  EXPECT_EQ(conv1.data, DType::bf16);
+  EXPECT_EQ(conv1.writes, DType::bf16);  // cuDNN writes y in x's type: cast up after
   EXPECT_EQ(conv1.math, MathMode::tensor_op);
+  const NodePrecision& dense1 = plan.nodes[index_of(p, "dense1")];
+  EXPECT_EQ(dense1.reads, (std::vector<DType>{DType::bf16, DType::bf16, DType::f32}));
+  EXPECT_EQ(dense1.writes, DType::f32);  // cuBLASLt writes D in fp32
+  for (const char* node : {"log1p", "conv1.act", "conv1.pool", "dense1.act", "dense1.dropout", "loss", "abs_error_sum"}) {
+    const NodePrecision& n = plan.nodes[index_of(p, node)];
+    EXPECT_EQ(n.data, DType::f32) << node;
+    EXPECT_EQ(n.writes, DType::f32) << node;
+  }
   EXPECT_EQ(plan.nodes[index_of(p, "loss")].reads, (std::vector<DType>{DType::f32, DType::f32}));
   EXPECT_EQ(plan.nodes[index_of(p, "log1p")].reads, (std::vector<DType>{DType::i16}));
-  EXPECT_FALSE(plan.loss_scaling);
-  EXPECT_TRUE(plan_precision(p, Precision::fp16).loss_scaling);
-  EXPECT_EQ(plan_precision(p, Precision::fp16).values[static_cast<size_t>(value_named(p, "conv2"))], DType::f16);
+  EXPECT_EQ(plan_precision(p, Precision::fp16).nodes[index_of(p, "conv2")].writes, DType::f16);
   for (Precision precision : {Precision::fp32, Precision::tf32}) {
     const PrecisionPlan full = plan_precision(p, precision);
-    for (size_t v = 0; v < p.values.size(); ++v)
-      EXPECT_EQ(full.values[v], dtype_of(p.values[v].dtype)) << p.values[v].name;
     EXPECT_EQ(full.nodes[index_of(p, "conv1")].math, precision == Precision::fp32 ? MathMode::fma : MathMode::tf32);
     EXPECT_EQ(full.nodes[index_of(p, "dense1")].reads[0], DType::f32);
+    EXPECT_EQ(full.nodes[index_of(p, "conv1")].writes, DType::f32);
   }
 }
 #endif
 
-TEST(CudaPlanPrecision, FollowingOpsTakeTheWidestInputAndPerChannelParametersStayFp32) {
+TEST(CudaPlanPrecision, BatchNormAndEveryOtherKernelOpStayFp32InHalfPrecisions) {
   Net net;
   const int32_t x = net.input("x", {2, 4, 4, 3});
   const int32_t c = net.op("conv", "conv", {x, net.param("w", {1, 1, 3, 3})}, {2, 4, 4, 3});
   const int32_t bn = net.op("batch_norm", "bn",
                             {c, net.param("g", {3}), net.param("b", {3}), net.param("m", {3}, 0), net.param("v", {3}, 0)},
                             {2, 4, 4, 3});
-  const int32_t sum = net.op("add", "add", {bn, net.param("bias_map", {2, 4, 4, 3})}, {2, 4, 4, 3});  // half + fp32
+  const int32_t sum = net.op("add", "add", {bn, net.param("bias_map", {2, 4, 4, 3})}, {2, 4, 4, 3});
   const int32_t y = net.op("relu", "relu", {sum}, {2, 4, 4, 3});
   const Program p = net.lower(y);
   const PrecisionPlan plan = plan_precision(p, Precision::fp16);
-  EXPECT_EQ(plan.nodes[index_of(p, "bn")].data, DType::f16);
+  EXPECT_EQ(plan.nodes[index_of(p, "conv")].reads, (std::vector<DType>{DType::f16, DType::f16}));
+  EXPECT_EQ(plan.values[static_cast<size_t>(c)], DType::f32);  // the conv's output, cast up
+  EXPECT_EQ(plan.nodes[index_of(p, "bn")].data, DType::f32);
   EXPECT_EQ(plan.nodes[index_of(p, "bn")].reads,
-            (std::vector<DType>{DType::f16, DType::f32, DType::f32, DType::f32, DType::f32}));
-  EXPECT_EQ(plan.nodes[index_of(p, "add")].data, DType::f32);
-  EXPECT_EQ(plan.nodes[index_of(p, "add")].reads, (std::vector<DType>{DType::f32, DType::f32}));  // bn cast up
+            (std::vector<DType>{DType::f32, DType::f32, DType::f32, DType::f32, DType::f32}));
+  EXPECT_EQ(plan.nodes[index_of(p, "add")].reads, (std::vector<DType>{DType::f32, DType::f32}));
   EXPECT_EQ(plan.nodes[index_of(p, "relu")].data, DType::f32);
 }
 
@@ -794,6 +800,7 @@ TEST(CudaPlanMemory, WorkspacesLiveOnlyAtTheirStep) {
   Workspaces w;
   w.forward = {size_t{1} << 20, size_t{1} << 20, 0};
   w.backward = {size_t{3} << 20, size_t{2} << 20, 0};
+  w.update = size_t{1} << 20;
   const MemoryPlan m = plan_memory(p, l, precision, s, w);
   const Region& f1 = region_at(m, m.nodes[0].forward_workspace);
   const Region& f2 = region_at(m, m.nodes[1].forward_workspace);
@@ -802,10 +809,32 @@ TEST(CudaPlanMemory, WorkspacesLiveOnlyAtTheirStep) {
   EXPECT_EQ(f1.offset, f2.offset);  // never live together: the same bytes
   EXPECT_EQ(region_at(m, m.nodes[0].backward_workspace).bytes, size_t{3} << 20);
   EXPECT_FALSE(m.nodes[2].forward_workspace);
+  const Region& u = region_at(m, m.update_workspace);
+  EXPECT_EQ(std::pair(u.first, u.last), std::pair(s.update, s.update));
+  EXPECT_EQ(u.offset, f1.offset);  // the update's scratch reuses what forward used
+  EXPECT_FALSE(m.lamb_update);     // sgd_keras
   const MemoryPlan without = plan_memory(p, l, precision, s);
   EXPECT_GE(m.arena_bytes, size_t{3} << 20);
   EXPECT_LE(m.arena_bytes, without.arena_bytes + (size_t{3} << 20));  // one workspace at a time
   expect_no_overlap(m, s);
+}
+
+TEST(CudaPlanMemory, LambsUpdateIsScratchOfTheUpdateStepAsLargeAsTheParameters) {
+  Net net;
+  const int32_t x = net.input("x", {2, 3});
+  const int32_t h = net.op("dense", "d", {x, net.param("w", {3, 70}), net.param("b", {70})}, {2, 70});
+  const int32_t target = net.input("target", {2, 70});
+  net.g.loss(net.op("mse", "loss", {h, target}, {}));
+  net.g.inputs(net.inputs);
+  net.g.optimizer("lamb", {{"beta1", 0.9}, {"beta2", 0.999}, {"eps", 1e-6}, {"weight_decay", 0.01}, {"max_grad_norm", 1.0}});
+  const Program p = sdk::host::lower_graph(*net.g.graph(), implemented());
+  const DevicePlan plan = make_plan(p, {});
+  const Region& update = region_at(plan.memory, plan.memory.lamb_update);
+  EXPECT_EQ(update.kind, RegionKind::optimizer_scratch);
+  EXPECT_EQ(update.bytes, (256 + 128) * sizeof(float));  // w: 210 floats padded to 256, b: 70 padded to 128
+  EXPECT_EQ(std::pair(update.first, update.last), std::pair(plan.schedule.update, plan.schedule.update));
+  EXPECT_EQ(plan.memory.optimizer_slots.size(), 2u);  // m, v
+  expect_no_overlap(plan.memory, plan.schedule);
 }
 
 #ifdef MLPH_HAVE_COSMOFLOW
@@ -814,27 +843,58 @@ TEST(CudaPlanMemory, CastsAndScratchOfMixedPrecisionLiveWhereTheyAreRead) {
   const DevicePlan plan = make_plan(p, {Precision::bf16});
   const MemoryPlan& m = plan.memory;
   const Schedule& s = plan.schedule;
-  const NodeMemory& conv1 = m.nodes[index_of(p, "conv1")];
+  const size_t c1 = index_of(p, "conv1"), c2 = index_of(p, "conv2"), d1 = index_of(p, "dense1");
+  const NodeMemory& conv1 = m.nodes[c1];
   const Region& cast = region_at(m, conv1.reads[0]);
   EXPECT_EQ(cast.kind, RegionKind::cast);
   EXPECT_EQ(cast.name, "log1p as bfloat16");
-  EXPECT_EQ(cast.first, s.forward[index_of(p, "conv1")]);
-  EXPECT_EQ(cast.last, s.backward[index_of(p, "conv1")]);  // conv keeps what it read
+  EXPECT_EQ(conv1.makes_cast, (std::vector<bool>{true, false, false}));
+  EXPECT_EQ(cast.first, s.forward[c1]);
+  EXPECT_EQ(cast.last, s.backward[c1]);  // conv keeps what it read
   const Region& log1p = region_at(m, m.values[static_cast<size_t>(value_named(p, "log1p"))]);
-  EXPECT_EQ(log1p.last, s.forward[index_of(p, "conv1")]);
+  EXPECT_EQ(log1p.last, s.forward[c1]);
+  // cuDNN writes y in bf16, cast up into the fp32 value at once; dy is cast down for backward.
+  const Region& y = region_at(m, conv1.output_scratch);
+  EXPECT_EQ(y.kind, RegionKind::output_scratch);
+  EXPECT_EQ(y.bytes, align_up(2 * 16 * 16 * 16 * 4 * 2, kAlignment));
+  EXPECT_EQ(std::pair(y.first, y.last), std::pair(s.forward[c1], s.forward[c1]));
+  EXPECT_EQ(region_at(m, conv1.output).kind, RegionKind::value);
+  const Region& dy = region_at(m, conv1.output_gradient_cast);
+  EXPECT_EQ(std::pair(dy.first, dy.last), std::pair(s.backward[c1], s.backward[c1]));
+  EXPECT_FALSE(conv1.gradient_scratch[0]);  // the input (preprocessing) needs no gradient
+  const Region& dx = region_at(m, m.nodes[c2].gradient_scratch[0]);  // conv2's dx in bf16, then cast and added
+  EXPECT_EQ(dx.kind, RegionKind::gradient_scratch);
+  EXPECT_EQ(dx.first, s.backward[c2]);
+  EXPECT_EQ(region_at(m, conv1.reads[1]).bytes, align_up(3 * 3 * 3 * 4 * 4 * 2, kAlignment));  // bf16 weights
+  const NodeMemory& dense1 = m.nodes[d1];
+  EXPECT_EQ(region_at(m, dense1.reads[1]).kind, RegionKind::weights);
+  EXPECT_FALSE(dense1.weight_gradient);      // cuBLASLt writes fp32 dw itself,
+  EXPECT_FALSE(dense1.output_scratch);       // and fp32 y,
+  EXPECT_FALSE(dense1.gradient_scratch[0]);  // and fp32 dx
+  EXPECT_TRUE(dense1.output_gradient_cast);  // from dy in bf16
   const NodeMemory& loss = m.nodes[index_of(p, "loss")];
   const NodeMemory& metric = m.nodes[index_of(p, "abs_error_sum")];
-  EXPECT_EQ(loss.reads[0].region, metric.reads[0].region);  // one fp32 copy for both readers
-  EXPECT_EQ(region_at(m, loss.gradient_scratch[0]).bytes, kAlignment);  // d prediction in fp32, then cast
-  EXPECT_EQ(region_at(m, conv1.reads[1]).bytes, align_up(3 * 3 * 3 * 4 * 4 * 2, kAlignment));  // bf16 weights
-  EXPECT_EQ(region_at(m, m.nodes[index_of(p, "dense1")].reads[1]).kind, RegionKind::weights);
-  EXPECT_FALSE(m.nodes[index_of(p, "dense1")].weight_gradient);  // cuBLASLt writes fp32 dw itself
+  EXPECT_EQ(loss.reads[0].region, metric.reads[0].region);  // the fp32 value for both readers
+  EXPECT_FALSE(loss.gradient_scratch[0]);
   for (Precision precision : {Precision::fp32, Precision::tf32, Precision::bf16, Precision::fp16}) {
     const DevicePlan each = make_plan(p, {precision});
     expect_no_overlap(each.memory, each.schedule);
-    size_t casts = 0;
-    for (const Region& r : each.memory.regions) casts += r.kind == RegionKind::cast;
-    EXPECT_EQ(casts, compute_dtype(precision) == DType::f32 ? 0u : 2u) << name_of(precision);
+    std::set<std::string> casts;
+    size_t scratch = 0;
+    for (const Region& r : each.memory.regions) {
+      if (r.kind == RegionKind::cast) casts.insert(r.name);
+      scratch += r.kind == RegionKind::output_scratch || r.kind == RegionKind::gradient_cast ||
+                 r.kind == RegionKind::gradient_scratch;
+    }
+    if (compute_dtype(precision) == DType::f32) {
+      EXPECT_TRUE(casts.empty()) << name_of(precision);
+      EXPECT_EQ(scratch, 0u) << name_of(precision);
+    } else {  // the inputs of conv1, conv2, dense1, dense2 and output
+      const std::string half = name_of(compute_dtype(precision));
+      EXPECT_EQ(casts, (std::set<std::string>{"log1p as " + half, "conv1.pool as " + half, "conv2.pool as " + half,
+                                              "dense1.dropout as " + half, "dense2.dropout as " + half}))
+          << name_of(precision);
+    }
   }
 }
 
