@@ -20,6 +20,7 @@ function(mlph_add_plugin kind name)
   set_target_properties(${target} PROPERTIES
     PREFIX "lib"
     CXX_VISIBILITY_PRESET hidden
+    CUDA_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON
     INSTALL_RPATH "$ORIGIN"
     BUILD_RPATH "$ORIGIN")

@@ -123,7 +123,7 @@ sanitize() {
   local started=$SECONDS cpu_started build_cpu built
   cpu_now && cpu_started=$cpu
   echo "== configuring $build ($sanitizer)"
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=None -DMLPH_WERROR=OFF "${configure[@]}" \
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=None -DMLPH_WERROR=OFF -DMLPH_CUDA=OFF "${configure[@]}" \
     -DCMAKE_C_FLAGS="-O1 -g1 -fno-omit-frame-pointer $flags" \
     -DCMAKE_CXX_FLAGS="-O1 -g1 -fno-omit-frame-pointer $flags" \
     -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags" -DCMAKE_MODULE_LINKER_FLAGS="$flags" \
