@@ -1,14 +1,15 @@
-// The a64fx-sve executor: runs a lowered graph node by node on the SVE kernels. Every value has its
-// own buffer, aligned to A64FX's 256-byte cache lines; the steps, parameters, gradients (averaged
-// over the ranks in buckets overlapped with backward) and checkpoint state are the SDK's host
-// executor's (sdk/host_executor.hpp), as the reference backend's.
+// The a64fx-sve model: the SDK's host executor (sdk/host_executor.hpp: buffers, steps, the dispatch
+// over the op kinds, gradients averaged over the ranks in buckets overlapped with backward,
+// checkpoint state) running the SVE kernels (kernels.hpp), every value in its own buffer aligned to
+// A64FX's 256-byte cache lines.
 #pragma once
 
+#include <memory>
 #include <new>
 #include <vector>
 
 #include "kernels.hpp"
-#include "mlph/sdk/host_executor.hpp"
+#include "mlph/sdk/backend.hpp"
 
 namespace mlph::a64fx {
 
@@ -24,24 +25,17 @@ struct LineAligned {
   void deallocate(T* p, size_t) { ::operator delete(p, kAlignment); }
   friend bool operator==(const LineAligned&, const LineAligned&) { return true; }
 };
-using Buffer = std::vector<float, LineAligned<float>>;
 
-class SveModel final : public sdk::host::Executor<Buffer> {
- public:
-  // Throws sdk::Error when the graph is invalid or uses what this backend does not run. `comms` may be null.
-  SveModel(const MLPH_HostApi* host, Threads threads, const MLPH_Graph& graph, const MLPH_CommsHandle* comms);
-
- private:
-  void forward_node(const Node& node, bool training, uint64_t step) override;
-  void backward_node(const Node& node) override;
-  double regularize() override;
-  void apply_optimizer(double learning_rate, uint64_t step) override;
-  void zero(float* data, int64_t n) override;
-  void load_floats(MLPH_DType dtype, const void* src, int64_t n, float* dst) override;
-
-  Threads threads_;
-  ConvScratch conv_scratch_;          // reused by every conv node, one at a time
-  std::vector<float> dense_partial_;  // the dense forward's partial sums
+// What the executor runs the kernels with: the thread count and one scratch per model.
+struct Kernels {
+  using Buffer = std::vector<float, LineAligned<float>>;
+  Threads count;
+  Scratch scratch;
+  Threads threads() const { return count; }
 };
+
+// Throws sdk::Error when the graph is invalid or uses what this backend does not run. `comms` may be null.
+std::unique_ptr<sdk::Model> compile_model(const MLPH_HostApi* host, Threads threads, const MLPH_Graph& graph,
+                                          const MLPH_CommsHandle* comms);
 
 }  // namespace mlph::a64fx

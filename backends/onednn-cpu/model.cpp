@@ -10,7 +10,7 @@
 #include <map>
 
 #include "onednn_backend.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/model_protocol.hpp"
 #include "ops.hpp"
 #include "optimizer.hpp"
 
@@ -71,13 +71,13 @@ struct ParamInfo {
   size_t grad_offset;  // into the flat gradient buffer (trainable only)
 };
 
-class OnednnModel final : public sdk::Model {
+class OnednnModel final : public sdk::ModelProtocol {
  public:
-  OnednnModel(const MLPH_HostApi* host, const BackendOptions& options, const MLPH_Graph& graph,
+  OnednnModel(const MLPH_HostApi* host, const BackendOptions& options, sdk::ValidGraph graph,
               const MLPH_CommsHandle* comms)
-      : host_(host),
+      : ModelProtocol(host, kName, sdk::signature_of(graph)),
         options_(options),
-        graph_(sdk::validate_graph(graph, implemented())),
+        graph_(std::move(graph)),
         rank_groups_(host, comms, kName),
         batch_norm_groups_(host, rank_groups_, kName) {
     net_.bf16_convolutions = options.bf16;
@@ -92,71 +92,55 @@ class OnednnModel final : public sdk::Model {
     net_.scratchpad.allocate(net_.engine);
   }
 
-  void train_step(const MLPH_Tensor* inputs, size_t n_inputs, const MLPH_StepArgs& args,
-                  MLPH_StepResult& out) override {
-    const sdk::StepPlan plan = sdk::read_step_args(args, kName);
+ private:
+  // ---- the SDK's step protocol (mlph/sdk/model_protocol.hpp): the steps, and where the state lives ----
+  void run_train(const MLPH_Tensor* inputs, const sdk::StepPlan& plan) override {
     use_threads();
-    load_inputs(inputs, n_inputs);
+    load_inputs(inputs);
     forward({true, plan.micro_step, graph_.seed});
     backward();
     net_.stream.wait();
-    // The parameters' gradients add up over an accumulation window: zeroed only at its start.
-    accumulating_ = !plan.apply_update;
-    const double loss = double(static_cast<float*>(net_.at(graph_.loss).mem.get_data_handle())[0]);
-    if (!plan.apply_update) {
-      out.loss = loss;
-      return;
-    }
-    out.loss = loss + regularize();  // once per update, with the weights every rank shares
+    loss_ = double(static_cast<float*>(net_.at(graph_.loss).mem.get_data_handle())[0]);
+    if (!plan.apply_update) return;  // the gradient waits for the rest of its window
+    loss_ += regularize();  // once per update, with the weights every rank shares
     if (comms_ && !grads_.empty())
       sdk::check(host_, comms_->api->allreduce(comms_->comm, grads_.data(), grads_.size(), MLPH_DTYPE_F32,
                                                MLPH_REDUCE_AVERAGE),
                  kName + ": gradient allreduce");
     apply_optimizer(optimizer_, slots_, plan.learning_rate, plan.step, optimizer_scratch_);
   }
+  double last_loss() override { return loss_; }
 
-  void eval_step(const MLPH_Tensor* inputs, size_t n_inputs, MLPH_Tensor* outputs, size_t n_outputs) override {
-    if (n_outputs != graph_.eval_outputs.size())
-      fail(MLPH_INVALID_ARGUMENT, kName + ": expected " + std::to_string(graph_.eval_outputs.size()) +
-                                      " eval outputs, got " + std::to_string(n_outputs));
-    for (size_t i = 0; i < n_outputs; ++i) sdk::check_matches(outputs[i], info(graph_.eval_outputs[i]), kName + ": eval output");
+  void run_eval(const MLPH_Tensor* inputs, MLPH_Tensor* outputs) override {
     use_threads();
-    load_inputs(inputs, n_inputs);
+    load_inputs(inputs);
     forward({false, 0, graph_.seed});
     net_.run(eval_pre_);
     net_.stream.wait();
-    for (size_t i = 0; i < n_outputs; ++i)
+    for (size_t i = 0; i < eval_plain_.size(); ++i)
       std::memcpy(outputs[i].data, eval_plain_[i].get_data_handle(), eval_plain_[i].get_desc().get_size());
   }
 
-  void read_parameter(size_t index, MLPH_Tensor& dst) override {
-    const Value& v = param_value(index);
-    sdk::check_matches(dst, info(param(index).value), kName + ": parameter");
-    std::memcpy(dst.data, v.mem.get_data_handle(), size_t(v.numel()) * sizeof(float));
-  }
-  void write_parameter(size_t index, const MLPH_Tensor& src) override {
-    const Value& v = param_value(index);
-    sdk::check_matches(src, info(param(index).value), kName + ": parameter");
-    std::memcpy(v.mem.get_data_handle(), src.data, size_t(v.numel()) * sizeof(float));
-  }
-  void read_gradient(size_t index, MLPH_Tensor& dst) override {
-    const Value& v = param_value(index);
-    if (!param(index).trainable)
-      fail(MLPH_FAILED_PRECONDITION, kName + ": parameter '" + v.name + "' is not trainable and has no gradient");
-    sdk::check_matches(dst, info(param(index).value), kName + ": gradient");
-    std::memcpy(dst.data, grads_.data() + param(index).grad_offset, size_t(v.numel()) * sizeof(float));
-  }
-  void read_state(size_t index, const std::string& slot, MLPH_Tensor& dst) override {
-    const float* state = state_slot(index, slot, dst, true);
-    std::memcpy(dst.data, state, size_t(sdk::numel(dst)) * sizeof(float));
-  }
-  void write_state(size_t index, const std::string& slot, const MLPH_Tensor& src) override {
-    float* state = state_slot(index, slot, src, false);
-    std::memcpy(state, src.data, size_t(sdk::numel(src)) * sizeof(float));
-    if (slot == sdk::kPendingGradientSlot) accumulating_ = true;  // the next micro-batch adds to it
+  // The parameters' gradients add up over an accumulation window: zeroed only at its start.
+  void zero_gradients() override { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+
+  // Parameters stay in the graph layout (fp32 masters), their gradients in one flat buffer.
+  float* host_storage(const sdk::ParamTensor& tensor) override {
+    const ParamInfo& p = params_[tensor.param];
+    switch (tensor.kind) {
+      case sdk::ParamTensor::Kind::value:
+        return static_cast<float*>(net_.at(p.value).mem.get_data_handle());
+      case sdk::ParamTensor::Kind::gradient:
+        return grads_.data() + p.grad_offset;
+      case sdk::ParamTensor::Kind::optimizer_state:
+        break;
+    }
+    // slots_ holds the trainable parameters in graph order.
+    const auto trainable_before = std::count_if(params_.begin(), params_.begin() + long(tensor.param),
+                                                [](const ParamInfo& q) { return q.trainable; });
+    return slots_[size_t(trainable_before)].state(tensor.slot).data();
   }
 
- private:
   void use_threads() const {
     if (options_.threads > 0) omp_set_num_threads(options_.threads);
   }
@@ -287,14 +271,10 @@ class OnednnModel final : public sdk::Model {
     for (int32_t v : graph_.eval_outputs) eval_plain_.push_back(net_.plain(v, eval_pre_));
   }
 
-  void load_inputs(const MLPH_Tensor* inputs, size_t n) {
-    if (n != graph_.inputs.size())
-      fail(MLPH_INVALID_ARGUMENT, kName + ": expected " + std::to_string(graph_.inputs.size()) + " inputs, got " + std::to_string(n));
-    for (size_t i = 0; i < n; ++i) {
+  // The SDK checked the inputs: the graph's dtypes and shapes, dense host tensors.
+  void load_inputs(const MLPH_Tensor* inputs) {
+    for (size_t i = 0; i < graph_.inputs.size(); ++i) {
       const Value& v = net_.at(graph_.inputs[i]);
-      if (inputs[i].struct_size < MLPH_STRUCT_SIZE(MLPH_Tensor, data) || !inputs[i].data)
-        fail(MLPH_INVALID_ARGUMENT, kName + ": input '" + v.name + "' is not a valid tensor");
-      sdk::check_matches(inputs[i], info(graph_.inputs[i]), kName + ": input");
       if (v.dtype == MLPH_DTYPE_I16) {  // held as float32 (oneDNN has no int16)
         const auto* src = static_cast<const int16_t*>(inputs[i].data);
         std::transform(src, src + v.numel(), static_cast<float*>(v.mem.get_data_handle()),
@@ -311,7 +291,6 @@ class OnednnModel final : public sdk::Model {
 
   void backward() {
     for (Value& v : net_.values) v.grad_written = v.is_param;  // parameters accumulate into zeroed buffers
-    if (!accumulating_) std::fill(grads_.begin(), grads_.end(), 0.0f);
     Value& loss = net_.at(graph_.loss);
     if (!loss.grad) return;  // no trainable parameter reaches the loss
     static_cast<float*>(loss.grad.get_data_handle())[0] = 1.0f;
@@ -350,43 +329,6 @@ class OnednnModel final : public sdk::Model {
     return penalty;
   }
 
-  MLPH_Value info(int32_t v) {
-    const Value& value = net_.at(v);
-    MLPH_Value out{};
-    out.name = value.name.c_str();
-    out.dtype = value.dtype;
-    out.ndim = int32_t(value.shape.size());
-    std::copy(value.shape.begin(), value.shape.end(), out.shape);
-    return out;
-  }
-  const ParamInfo& param(size_t index) const {
-    if (index >= params_.size())
-      fail(MLPH_OUT_OF_RANGE, kName + ": no parameter " + std::to_string(index) + " (the graph has " +
-                                  std::to_string(params_.size()) + ")");
-    return params_[index];
-  }
-  Value& param_value(size_t index) { return net_.at(param(index).value); }
-
-  // The buffer behind state slot `slot` of parameter `index`, checked against `tensor` (docs/abi.md, ABI 1.4).
-  float* state_slot(size_t index, const std::string& slot, const MLPH_Tensor& tensor, bool reading) {
-    const ParamInfo& p = param(index);
-    const Value& v = param_value(index);
-    sdk::check_matches(tensor, info(p.value), kName + ": state '" + slot + "' of");
-    if (!p.trainable) fail(MLPH_NOT_FOUND, kName + ": parameter '" + v.name + "' is not trainable and has no state");
-    if (slot == sdk::kPendingGradientSlot) {
-      if (reading && !accumulating_)
-        fail(MLPH_FAILED_PRECONDITION, kName + ": no accumulation window is open: no pending gradient");
-      return grads_.data() + p.grad_offset;
-    }
-    const auto found = std::find(optimizer_.state.begin(), optimizer_.state.end(), slot);
-    if (found == optimizer_.state.end()) fail(MLPH_NOT_FOUND, kName + ": the optimizer has no state slot '" + slot + "'");
-    // slots_ holds the trainable parameters in graph order.
-    const auto trainable_before = std::count_if(params_.begin(), params_.begin() + long(index),
-                                                [](const ParamInfo& q) { return q.trainable; });
-    return slots_[size_t(trainable_before)].state(size_t(found - optimizer_.state.begin())).data();
-  }
-
-  const MLPH_HostApi* host_;
   BackendOptions options_;
   const sdk::ValidGraph graph_;  // the validator's checked copy: ops and nodes point into it
   sdk::RankGroups rank_groups_;  // batch-norm groups, a split sample's ranks (before the ops that use them)
@@ -399,7 +341,7 @@ class OnednnModel final : public sdk::Model {
   std::vector<Step> eval_pre_;
   std::vector<ParamInfo> params_;
   std::vector<float> grads_;  // every trainable parameter's gradient: one buffer, one allreduce
-  bool accumulating_ = false;  // the last micro-batch did not end its window: grads_ hold a pending sum
+  double loss_ = 0;           // the last training step's
   std::vector<OptimizerSlot> slots_;
   std::vector<float> optimizer_scratch_;
 };
@@ -408,25 +350,30 @@ class OnednnModel final : public sdk::Model {
 
 std::unique_ptr<sdk::Model> compile_model(const MLPH_HostApi* host, const BackendOptions& options,
                                           const MLPH_Graph& graph, const MLPH_CommsHandle* comms) {
-  return std::make_unique<OnednnModel>(host, options, graph, comms);
+  return std::make_unique<OnednnModel>(host, options, sdk::validate_graph(graph, implemented()), comms);
 }
 
 OnednnBackend::OnednnBackend(const MLPH_HostApi* host, const sdk::Options& options) : host_(host) {
-  options.allow_only({"threads", "precision"}, kName);
+  options.allow_only(sdk::with_compute_options({"threads"}), kName);
   const long long threads = options.get_int("threads", 0);
   if (threads < 0 || threads > 4096)
     fail(MLPH_INVALID_ARGUMENT, kName + ": option 'threads' must be in [1, 4096], got " + options.get("threads"));
   options_.threads = int(threads);
-  const std::string precision = options.get("precision", "fp32");
-  if (precision != "fp32" && precision != "bf16")
-    fail(MLPH_INVALID_ARGUMENT, kName + ": option 'precision' must be fp32 or bf16, got '" + precision + "'");
-  options_.bf16 = precision == "bf16";
+  // oneDNN's CPU primitives are bitwise repeatable for a fixed thread count: deterministic either way.
+  options_.bf16 = sdk::read_compute_settings(options, {sdk::Precision::fp32, sdk::Precision::bf16}, kName).precision ==
+                  sdk::Precision::bf16;
   // Without the AVX512_BF16 instructions oneDNN emulates bf16 or falls back to its reference
   // loops: refuse rather than run slower than fp32. (ISA values are bit sets: avx2_vnni > bf16.)
   const auto isa = unsigned(dnnl::get_effective_cpu_isa()), bf16_isa = unsigned(dnnl::cpu_isa::avx512_core_bf16);
   if (options_.bf16 && (isa & bf16_isa) != bf16_isa)
     fail(MLPH_UNIMPLEMENTED,
          kName + ": option 'precision: bf16' needs a CPU with AVX512_BF16 (oneDNN sees a lesser ISA)");
+}
+
+sdk::DeviceAttributes OnednnBackend::attributes() const {
+  sdk::DeviceAttributes a;
+  a.precision = options_.bf16 ? "bf16" : "fp32";
+  return a;
 }
 
 std::unique_ptr<sdk::Model> OnednnBackend::compile(const MLPH_Graph& graph, const MLPH_CommsHandle* comms) {

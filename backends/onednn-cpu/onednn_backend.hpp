@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "mlph/sdk/backend.hpp"
+#include "mlph/sdk/compute.hpp"
 
 namespace mlph::onednn {
 
@@ -14,9 +15,12 @@ struct BackendOptions {
 
 class OnednnBackend final : public sdk::Backend {
  public:
-  // Options: `threads`, `precision` (fp32 | bf16). Anything else is MLPH_INVALID_ARGUMENT naming it.
+  // Options: `threads`, and the shared `precision` (fp32 | bf16) and `deterministic` (mlph/sdk/compute.hpp).
+  // Anything else is MLPH_INVALID_ARGUMENT naming it.
   OnednnBackend(const MLPH_HostApi* host, const sdk::Options& options);
   std::unique_ptr<sdk::Model> compile(const MLPH_Graph& graph, const MLPH_CommsHandle* comms) override;
+  // The host, in fp32 or bf16, deterministic (fixed thread count).
+  sdk::DeviceAttributes attributes() const override;
 
  private:
   const MLPH_HostApi* host_;

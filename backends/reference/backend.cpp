@@ -3,12 +3,16 @@
 #include <algorithm>
 #include <thread>
 
-#include "model.hpp"
+#include "mlph/sdk/compute.hpp"
+#include "mlph/sdk/host_executor.hpp"
+#include "ops.hpp"
 
 namespace mlph::reference {
 
 ReferenceBackend::ReferenceBackend(const MLPH_HostApi* host, const sdk::Options& options) : host_(host) {
-  options.allow_only({"threads"}, "reference backend");
+  options.allow_only(sdk::with_compute_options({"threads"}), "reference backend");
+  // fp32 only, and deterministic whether asked or not: bitwise repeatable for a fixed thread count.
+  sdk::read_compute_settings(options, {sdk::Precision::fp32}, "reference backend");
   const long long fallback = std::max(1u, std::thread::hardware_concurrency());
   const long long threads = options.get_int("threads", fallback);
   if (threads < 1 || threads > 4096)
@@ -18,7 +22,8 @@ ReferenceBackend::ReferenceBackend(const MLPH_HostApi* host, const sdk::Options&
 }
 
 std::unique_ptr<sdk::Model> ReferenceBackend::compile(const MLPH_Graph& graph, const MLPH_CommsHandle* comms) {
-  return std::make_unique<ReferenceModel>(host_, pool_, graph, comms);
+  return std::make_unique<sdk::host::Executor<Kernels>>(
+      host_, comms, sdk::host::lower_graph(graph, sdk::host::implements()), "reference backend", Kernels{pool_, {}});
 }
 
 }  // namespace mlph::reference

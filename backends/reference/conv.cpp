@@ -332,7 +332,7 @@ void depthwise_conv(ThreadPool& pool, const DirectConv& c, const float* src, con
 
 // dw [taps][C] += and db += : threads take disjoint output rows into private sums (each row summed on its own
 // first: blocked summation), reduced in part order at the end.
-void depthwise_weight_gradient(ThreadPool& pool, ConvScratch& scratch, const DirectConv& c, const float* src,
+void depthwise_weight_gradient(ThreadPool& pool, Scratch& scratch, const DirectConv& c, const float* src,
                                const float* dy, float* dw, float* db) {
   const std::vector<int64_t> taps = c.tap_offsets();
   const int64_t channels = c.out_channels, outputs = c.out[2], ntaps = c.taps(), rows = c.rows();
@@ -390,7 +390,7 @@ DirectConv backward_data_problem(ThreadPool& pool, const Window& g, const float*
 }
 
 // y (=|+=) conv(x, w) [+ b]: the forward pass, shared by conv and the backward data pass of conv_transpose.
-void forward_pass(ThreadPool& pool, ConvScratch& scratch, const Window& g, const float* x, const float* w,
+void forward_pass(ThreadPool& pool, Scratch& scratch, const Window& g, const float* x, const float* w,
                   const float* b, float* y, bool accumulate) {
   const DirectConv c = forward_problem(g);
   const float* source = padded_input(pool, g, x, scratch.source);
@@ -405,7 +405,7 @@ void forward_pass(ThreadPool& pool, ConvScratch& scratch, const Window& g, const
 
 }  // namespace
 
-void conv_forward(ThreadPool& pool, ConvScratch& scratch, const Window& g, const float* x, const float* w,
+void conv_forward(ThreadPool& pool, Scratch& scratch, const Window& g, const float* x, const float* w,
                   const float* b, float* y) {
   forward_pass(pool, scratch, g, x, w, b, y, false);
 }
@@ -414,7 +414,7 @@ void conv_forward(ThreadPool& pool, ConvScratch& scratch, const Window& g, const
 // the stride into u (zeros between), shifted so that u[j] = dy[o] at j = o*s + d(K-1) - p; then with the
 // kernel flipped (k' = K-1-k) and each tap transposed to [Co/g, Ci], dx[i] = sum_k' u[i + k'd] · wflip[k']:
 // a stride-1 conv with dilation d over u of size in + d(K-1), producing exactly dx.
-void conv_backward_data(ThreadPool& pool, ConvScratch& scratch, const Window& g, const float* w, const float* dy,
+void conv_backward_data(ThreadPool& pool, Scratch& scratch, const Window& g, const float* w, const float* dy,
                         float* dx) {
   const DirectConv c = backward_data_problem(pool, g, dy, scratch.source);
   if (is_depthwise(g)) {  // flipped taps, [taps][C] as the forward weights
@@ -441,7 +441,7 @@ void conv_backward_data(ThreadPool& pool, ConvScratch& scratch, const Window& g,
 // Split whichever is larger. Many positions and few weights (CosmoFlow's first layers): threads take
 // disjoint output rows into private partial sums, reduced at the end. Few positions and many weights
 // (its last layers, or tiny inputs): threads take disjoint kernel taps of dw directly, no partials.
-void conv_backward_weights(ThreadPool& pool, ConvScratch& scratch, const Window& g, const float* x, const float* dy,
+void conv_backward_weights(ThreadPool& pool, Scratch& scratch, const Window& g, const float* x, const float* dy,
                            float* dw, float* db) {
   if (!dw && !db) return;
   const float* source = padded_input(pool, g, x, scratch.source);
@@ -479,7 +479,7 @@ void conv_backward_weights(ThreadPool& pool, ConvScratch& scratch, const Window&
 // tiled kernels), then each output position gathers the columns of the (input, tap) pairs that land on it.
 // Its backward data pass is the conv forward (strided: no waste), its weight gradient the conv weight gradient
 // with the roles of x and dy exchanged.
-void conv_transpose_forward(ThreadPool& pool, ConvScratch& scratch, const Window& g, const float* x, const float* w,
+void conv_transpose_forward(ThreadPool& pool, Scratch& scratch, const Window& g, const float* x, const float* w,
                             const float* b, float* y) {
   const int64_t ci = g.out_channels, co = g.in_channels, taps = g.taps(), positions = g.out_positions();
   // Per spatial dim and output coordinate o: the (tap, input coordinate i) pairs with i*s - p_before + k*d = o.
@@ -534,7 +534,7 @@ void conv_transpose_forward(ThreadPool& pool, ConvScratch& scratch, const Window
   }
 }
 
-void conv_transpose_backward(ThreadPool& pool, ConvScratch& scratch, const Window& g, const float* x, const float* w,
+void conv_transpose_backward(ThreadPool& pool, Scratch& scratch, const Window& g, const float* x, const float* w,
                              const float* dy, float* dx, float* dw, float* db) {
   if (dx) forward_pass(pool, scratch, g, dy, w, nullptr, dx, true);
   if (dw) conv_backward_weights(pool, scratch, g, dy, x, dw, nullptr);

@@ -4,7 +4,8 @@
 namespace mlph::reference {
 
 // Parallel over blocks of output columns: with batch 1 (CosmoFlow's) the samples give no parallelism.
-void dense_forward(ThreadPool& pool, const DenseShape& s, const float* x, const float* w, const float* b, float* y) {
+void dense_forward(ThreadPool& pool, Scratch&, const DenseShape& s, const float* x, const float* w, const float* b,
+                   float* y) {
   pool.parallel_for(s.out, 16, [&](int64_t o0, int64_t o1) {
     for (int64_t n = 0; n < s.batch; ++n) {
       float* yr = y + n * s.out;

@@ -67,7 +67,15 @@ void copy_backward(ThreadPool& pool, int64_t n, const float* dy, float* dx) {
   for_each_index(pool, n, [&](int64_t i) { dx[i] += dy[i]; });
 }
 
-void dropout_mask(int64_t n, double rate, uint64_t seed, uint64_t node_index, uint64_t step, float* mask) {
+void fill_zero(ThreadPool& pool, int64_t n, float* x) {
+  pool.parallel_for(n, kMinChunk, [&](int64_t begin, int64_t end) { std::fill(x + begin, x + end, 0.0f); });
+}
+
+void int16_to_float(ThreadPool& pool, int64_t n, const int16_t* x, float* y) {
+  for_each_index(pool, n, [&](int64_t i) { y[i] = static_cast<float>(x[i]); });
+}
+
+void dropout_mask(ThreadPool&, int64_t n, double rate, uint64_t seed, uint64_t node_index, uint64_t step, float* mask) {
   // Compared as in docs/ops.md's C expression `u >= rate`: the float u is promoted to double.
   const float kept = static_cast<float>(1.0 / (1.0 - rate));
   for (int64_t i = 0; i < n; ++i)

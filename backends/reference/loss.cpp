@@ -8,7 +8,7 @@
 
 namespace mlph::reference {
 
-double mse_forward(int64_t n, const float* prediction, const float* target) {
+double mse_forward(ThreadPool&, int64_t n, const float* prediction, const float* target) {
   double sum = 0;
   for (int64_t i = 0; i < n; ++i) {
     const double e = static_cast<double>(prediction[i]) - target[i];
@@ -17,8 +17,8 @@ double mse_forward(int64_t n, const float* prediction, const float* target) {
   return sum / static_cast<double>(n);
 }
 
-void mse_backward(int64_t n, const float* prediction, const float* target, float dloss, float* dprediction,
-                  float* dtarget) {
+void mse_backward(ThreadPool&, int64_t n, const float* prediction, const float* target, float dloss,
+                  float* dprediction, float* dtarget) {
   const float scale = 2.0f * dloss / static_cast<float>(n);
   for (int64_t i = 0; i < n; ++i) {
     const float g = scale * (prediction[i] - target[i]);
@@ -27,7 +27,7 @@ void mse_backward(int64_t n, const float* prediction, const float* target, float
   }
 }
 
-double abs_error_sum(int64_t n, const float* prediction, const float* target) {
+double abs_error_sum(ThreadPool&, int64_t n, const float* prediction, const float* target) {
   double sum = 0;
   for (int64_t i = 0; i < n; ++i) sum += std::fabs(static_cast<double>(prediction[i]) - target[i]);
   return sum;
@@ -105,13 +105,13 @@ void iou_forward(ThreadPool& pool, RowsByChannels s, int64_t batch, const float*
   });
 }
 
-double l2_penalty(int64_t n, double l2, const float* w) {
+double l2_penalty(ThreadPool&, int64_t n, double l2, const float* w) {
   double sum = 0;
   for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(w[i]) * w[i];
   return l2 * sum;
 }
 
-void l2_backward(int64_t n, double l2, const float* w, float* dw) {
+void l2_backward(ThreadPool&, int64_t n, double l2, const float* w, float* dw) {
   const auto twice = static_cast<float>(2.0 * l2);
   for (int64_t i = 0; i < n; ++i) dw[i] += twice * w[i];
 }

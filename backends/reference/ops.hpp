@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "mlph/sdk/batch_norm_groups.hpp"
@@ -16,7 +17,9 @@
 namespace mlph::reference {
 
 // The ops take the shapes and attributes of the SDK's lowering for host backends (Window, RowsByChannels,
-// DenseShape, BatchNormAttrs, AdamAttrs); the executor runs its Program.
+// DenseShape, BatchNormAttrs, AdamAttrs); the SDK's executor (sdk/host_executor.hpp) runs its Program,
+// calling each op by name with Kernels::threads() first (the pool; the serial ones ignore it) and, for
+// the conv passes and dense, Kernels::scratch second.
 using namespace sdk::host;
 using sdk::GroupSum;
 
@@ -25,7 +28,7 @@ using sdk::GroupSum;
 // Memory the conv passes reuse from call to call (padded copies, packed weights, per-thread sums).
 // Allocated afresh, its tens of megabytes page-fault on every call, which measured slower than the
 // arithmetic of a 128^3 CosmoFlow layer. One per model: not for concurrent calls.
-struct ConvScratch {
+struct Scratch {
   std::vector<float> source, weights, partial;
   std::vector<float> tap_weights, columns;  // conv_transpose: w as [Ci, taps x Co], and x times it
   int64_t max_columns = int64_t{16} << 20;  // floats; more taps than fit run in several passes (64 MiB)
@@ -33,23 +36,23 @@ struct ConvScratch {
 
 // y = conv(x, w) + b: x [N, in..., Ci], w [kernel..., Ci/groups, Co], b [Co] or null, y [N, out..., Co]
 // (overwritten). Cross-correlation with zero padding.
-void conv_forward(ThreadPool& pool, ConvScratch& scratch, const Window& g, const float* x, const float* w,
+void conv_forward(ThreadPool& pool, Scratch& scratch, const Window& g, const float* x, const float* w,
                   const float* b, float* y);
 // dx += dL/dx given dy = dL/dy.
-void conv_backward_data(ThreadPool& pool, ConvScratch& scratch, const Window& g, const float* w, const float* dy,
+void conv_backward_data(ThreadPool& pool, Scratch& scratch, const Window& g, const float* w, const float* dy,
                         float* dx);
 // dw += dL/dw and db += dL/db (either may be null).
-void conv_backward_weights(ThreadPool& pool, ConvScratch& scratch, const Window& g, const float* x, const float* dy,
+void conv_backward_weights(ThreadPool& pool, Scratch& scratch, const Window& g, const float* x, const float* dy,
                            float* dw, float* db);
 
 // Transposed convolution, the adjoint of conv: y[n,o,co] = b[co] + sum over i,k,ci with o = i*s - p_before + k*d of
 // x[n,i,ci] * w[k,co,ci]. `g` describes the conv it is the adjoint of: g.in / g.in_channels are y's spatial dims
 // and channels (Co), g.out / g.out_channels are x's (Ci); w [kernel..., Co, Ci] is that conv's weight layout;
 // g.groups == 1. y is overwritten.
-void conv_transpose_forward(ThreadPool& pool, ConvScratch& scratch, const Window& g, const float* x, const float* w,
+void conv_transpose_forward(ThreadPool& pool, Scratch& scratch, const Window& g, const float* x, const float* w,
                             const float* b, float* y);
 // dx += dL/dx, dw += dL/dw, db += dL/db given dy (any of the three may be null).
-void conv_transpose_backward(ThreadPool& pool, ConvScratch& scratch, const Window& g, const float* x, const float* w,
+void conv_transpose_backward(ThreadPool& pool, Scratch& scratch, const Window& g, const float* x, const float* w,
                              const float* dy, float* dx, float* dw, float* db);
 
 // Max over each window (no padding; in_channels == out_channels). y is overwritten. The gradient
@@ -60,8 +63,9 @@ void max_pool_backward(ThreadPool& pool, const Window& g, const float* x, const 
 
 // ---- dense.cpp ----------------------------------------------------------------------------------
 
-// y = x·w + b: x [batch, in], w [in, out], b [out] or null, y [batch, out] (overwritten).
-void dense_forward(ThreadPool& pool, const DenseShape& s, const float* x, const float* w, const float* b, float* y);
+// y = x·w + b: x [batch, in], w [in, out], b [out] or null, y [batch, out] (overwritten). Plain loops: no scratch.
+void dense_forward(ThreadPool& pool, Scratch& scratch, const DenseShape& s, const float* x, const float* w,
+                   const float* b, float* y);
 void dense_backward(ThreadPool& pool, const DenseShape& s, const float* x, const float* w, const float* dy, float* dx,
                     float* dw, float* db);
 
@@ -77,12 +81,15 @@ void tanh_forward(ThreadPool& pool, int64_t n, const float* x, float* y);
 void tanh_backward(ThreadPool& pool, int64_t n, const float* y, const float* dy, float* dx);
 void scale_forward(ThreadPool& pool, int64_t n, float factor, const float* x, float* y);
 void scale_backward(ThreadPool& pool, int64_t n, float factor, const float* dy, float* dx);
-void copy_forward(ThreadPool& pool, int64_t n, const float* x, float* y);     // reshape
-void copy_backward(ThreadPool& pool, int64_t n, const float* dy, float* dx);  // reshape
+void copy_forward(ThreadPool& pool, int64_t n, const float* x, float* y);     // reshape, a float input
+void copy_backward(ThreadPool& pool, int64_t n, const float* dy, float* dx);  // reshape, add: dx += dy
+void fill_zero(ThreadPool& pool, int64_t n, float* x);
+void int16_to_float(ThreadPool& pool, int64_t n, const int16_t* x, float* y);  // an int16 input
 
 // Dropout as a multiplicative mask: mask[i] = 1/(1-rate) when mlph_uniform(seed, node_index, step, i)
 // >= rate, else 0. Forward y = x * mask, backward dx += dy * mask.
-void dropout_mask(int64_t n, double rate, uint64_t seed, uint64_t node_index, uint64_t step, float* mask);
+void dropout_mask(ThreadPool& pool, int64_t n, double rate, uint64_t seed, uint64_t node_index, uint64_t step,
+                  float* mask);
 void mask_forward(ThreadPool& pool, int64_t n, const float* mask, const float* x, float* y);
 void mask_backward(ThreadPool& pool, int64_t n, const float* mask, const float* dy, float* dx);
 
@@ -133,11 +140,11 @@ void batch_norm_backward(ThreadPool& pool, RowsByChannels s, const float* x, con
 
 // ---- loss.cpp: reductions in double, so the reported loss carries no avoidable rounding ------------
 
-double mse_forward(int64_t n, const float* prediction, const float* target);
+double mse_forward(ThreadPool& pool, int64_t n, const float* prediction, const float* target);
 // dprediction += 2 * dloss * (p - t) / n; dtarget -= the same (either may be null).
-void mse_backward(int64_t n, const float* prediction, const float* target, float dloss, float* dprediction,
-                  float* dtarget);
-double abs_error_sum(int64_t n, const float* prediction, const float* target);
+void mse_backward(ThreadPool& pool, int64_t n, const float* prediction, const float* target, float dloss,
+                  float* dprediction, float* dtarget);
+double abs_error_sum(ThreadPool& pool, int64_t n, const float* prediction, const float* target);
 // Softmax cross-entropy with class weights over logits [rows, C] and labels [rows], which must lie in [0, C) (the
 // executor checks them): (1/rows) sum_r w[l_r] (logsumexp(z_r) - z_r[l_r]).
 double softmax_cross_entropy_forward(ThreadPool& pool, RowsByChannels s, const float* logits, const int32_t* labels,
@@ -151,14 +158,15 @@ void iou_forward(ThreadPool& pool, RowsByChannels s, int64_t batch, const float*
                  float* iou);
 
 // Keras kernel_regularizer: the penalty l2 * sum(w^2), and its gradient dw += 2 * l2 * w.
-double l2_penalty(int64_t n, double l2, const float* w);
-void l2_backward(int64_t n, double l2, const float* w, float* dw);
+double l2_penalty(ThreadPool& pool, int64_t n, double l2, const float* w);
+void l2_backward(ThreadPool& pool, int64_t n, double l2, const float* w, float* dw);
 
 // ---- optimizer.cpp --------------------------------------------------------------------------------
 
 // Keras SGD with momentum: v = momentum * v - lr * g; w = w + v (lr inside the velocity, so a
 // changed lr affects only new steps; PyTorch's v = m*v + g; w -= lr*v differs when lr changes).
-void sgd_keras_update(int64_t n, double lr, double momentum, const float* g, float* velocity, float* w);
+void sgd_keras_update(ThreadPool& pool, int64_t n, double lr, double momentum, const float* g, float* velocity,
+                      float* w);
 
 // Adam-family updates of one tensor (docs/ops.md gives the formulas and their order). `t` is the 1-based step,
 // `decay` = weight_decay * the parameter's multiplier; m and v are the moments (zero before step 1).
@@ -171,5 +179,14 @@ void lamb_update(ThreadPool& pool, int64_t n, double lr, const AdamAttrs& a, uin
                  const float* g, float* m, float* v, float* w, float* update);
 // The L2 norm of n floats, summed in double (repeatable for a fixed thread count).
 double l2_norm(ThreadPool& pool, int64_t n, const float* x);
+
+// What the SDK's host executor runs these ops with (sdk/host_executor.hpp): float32 buffers, the pool
+// (shared with the backend, which the ABI destroys after its models) and one scratch per model.
+struct Kernels {
+  using Buffer = std::vector<float>;
+  std::shared_ptr<ThreadPool> pool;
+  Scratch scratch;
+  ThreadPool& threads() { return *pool; }
+};
 
 }  // namespace mlph::reference

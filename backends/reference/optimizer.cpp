@@ -7,7 +7,7 @@
 
 namespace mlph::reference {
 
-void sgd_keras_update(int64_t n, double lr, double momentum, const float* g, float* velocity, float* w) {
+void sgd_keras_update(ThreadPool&, int64_t n, double lr, double momentum, const float* g, float* velocity, float* w) {
   const auto rate = static_cast<float>(lr), m = static_cast<float>(momentum);
   for (int64_t i = 0; i < n; ++i) {
     velocity[i] = m * velocity[i] - rate * g[i];

@@ -23,11 +23,12 @@ Program compile_program(const MLPH_Graph& graph) {
   const mlph::sdk::ValidGraph g =
       mlph::sdk::validate_graph(graph, mlph::sdk::Implements{{"dense", "relu", "tanh", "scale", "mse"}, {"sgd_keras"}});
   Program p;
+  p.signature = mlph::sdk::signature_of(g);
   for (const mlph::sdk::GraphValue& v : g.values) {
     // The catalogue allows int16 and int32 inputs; these loops compute in float32 only.
     if (v.dtype != MLPH_DTYPE_F32) fail(MLPH_UNIMPLEMENTED, kName + ": value '" + v.name + "': only float32 is implemented");
     const auto n = static_cast<size_t>(v.numel());
-    p.values.push_back({v.name, v.shape, std::vector<float>(n), std::vector<float>(n)});
+    p.values.push_back({v.shape, std::vector<float>(n), std::vector<float>(n)});
   }
   for (const mlph::sdk::ValidNode& n : g.nodes) {
     Node node{op_named(n.op), n.inputs, n.output};

@@ -1,113 +1,53 @@
-// The model's steps: forward, backward, the update, and the copies in and out of the host's tensors.
+// The model's steps (forward, backward, the update) and where its state lives, for the SDK's protocol.
 #include <algorithm>
 #include <cstring>
 
-#include "mlph/sdk/tensor.hpp"
 #include "model.hpp"
 #include "ops.hpp"
 
 namespace mlp {
 
-using mlph::sdk::check_matches;
-using mlph::sdk::fail;
-
-MLPH_Value Value::info() const {
-  MLPH_Value v{};
-  v.name = name.c_str();
-  v.dtype = MLPH_DTYPE_F32;
-  v.ndim = static_cast<int32_t>(shape.size());
-  std::copy(shape.begin(), shape.end(), v.shape);
-  return v;
-}
-
-// One micro-batch: its gradient joins the window's sum; on the window's last micro-batch
-// (apply_update) the regularization and the update follow, once.
-void MlpModel::train_step(const MLPH_Tensor* inputs, size_t n_inputs, const MLPH_StepArgs& args,
-                          MLPH_StepResult& out) {
-  const mlph::sdk::StepPlan plan = mlph::sdk::read_step_args(args, kName);
-  load_inputs(inputs, n_inputs);
+// One micro-batch: its gradient joins the window's sum (the SDK zeroes it when a window starts); on
+// the window's last micro-batch (apply_update) the regularization and the update follow, once.
+void MlpModel::run_train(const MLPH_Tensor* inputs, const mlph::sdk::StepPlan& plan) {
+  load_inputs(inputs);
   forward();
   backward();
-  out.loss = value(p_.loss).data[0];
-  window_open_ = !plan.apply_update;
-  if (window_open_) return;
-  out.loss += regularize();
+  loss_ = value(p_.loss).data[0];
+  if (!plan.apply_update) return;
+  loss_ += regularize();
   update(plan.learning_rate);
 }
 
-void MlpModel::eval_step(const MLPH_Tensor* inputs, size_t n_inputs, MLPH_Tensor* outputs, size_t n_outputs) {
-  if (n_outputs != p_.eval_outputs.size())
-    fail(MLPH_INVALID_ARGUMENT, kName + ": expected " + std::to_string(p_.eval_outputs.size()) + " eval outputs, got " +
-                                    std::to_string(n_outputs));
-  for (size_t i = 0; i < n_outputs; ++i) check_matches(outputs[i], value(p_.eval_outputs[i]).info(), kName + ": eval output");
-  load_inputs(inputs, n_inputs);
+void MlpModel::run_eval(const MLPH_Tensor* inputs, MLPH_Tensor* outputs) {
+  load_inputs(inputs);
   forward();
-  for (size_t i = 0; i < n_outputs; ++i) {
+  for (size_t i = 0; i < p_.eval_outputs.size(); ++i) {
     const Value& v = value(p_.eval_outputs[i]);
     std::memcpy(outputs[i].data, v.data.data(), v.data.size() * sizeof(float));
   }
 }
 
-void MlpModel::read_parameter(size_t index, MLPH_Tensor& dst) {
-  const Value& v = value(param(index).value);
-  check_matches(dst, v.info(), kName + ": parameter");
-  std::memcpy(dst.data, v.data.data(), v.data.size() * sizeof(float));
+void MlpModel::zero_gradients() {
+  for (const Parameter& p : p_.params) std::fill(value(p.value).grad.begin(), value(p.value).grad.end(), 0.0f);
 }
 
-void MlpModel::write_parameter(size_t index, const MLPH_Tensor& src) {
-  Value& v = value(param(index).value);
-  check_matches(src, v.info(), kName + ": parameter");
-  std::memcpy(v.data.data(), src.data, v.data.size() * sizeof(float));
+// A parameter's weights, its gradient (the last update's, or the window's sum so far: the
+// checkpoint slot "pending_gradient") or its velocity (sgd_keras' one state slot).
+float* MlpModel::host_storage(const mlph::sdk::ParamTensor& tensor) {
+  Parameter& p = p_.params[tensor.param];
+  switch (tensor.kind) {
+    case mlph::sdk::ParamTensor::Kind::value: return value(p.value).data.data();
+    case mlph::sdk::ParamTensor::Kind::gradient: return value(p.value).grad.data();
+    case mlph::sdk::ParamTensor::Kind::optimizer_state: break;
+  }
+  return p.velocity.data();
 }
 
-// The gradient the last update used (regularization included), or the window's sum so far.
-void MlpModel::read_gradient(size_t index, MLPH_Tensor& dst) {
-  const Parameter& p = param(index);
-  const Value& v = value(p.value);
-  if (!p.trainable) fail(MLPH_FAILED_PRECONDITION, kName + ": parameter '" + v.name + "' is not trainable");
-  check_matches(dst, v.info(), kName + ": gradient");
-  std::memcpy(dst.data, v.grad.data(), v.grad.size() * sizeof(float));
-}
-
-// The state slots docs/ops.md names: sgd_keras' "velocity", and "pending_gradient" (the sum of an open window).
-std::vector<float>& MlpModel::state(size_t index, const std::string& slot, bool reading) {
-  Parameter& p = param(index);
-  if (!p.trainable) fail(MLPH_NOT_FOUND, kName + ": parameter '" + value(p.value).name + "' has no state");
-  if (slot == "velocity") return p.velocity;
-  if (slot != mlph::sdk::kPendingGradientSlot) fail(MLPH_NOT_FOUND, kName + ": no state slot '" + slot + "'");
-  if (reading && !window_open_) fail(MLPH_FAILED_PRECONDITION, kName + ": no accumulation window is open");
-  return value(p.value).grad;
-}
-
-void MlpModel::read_state(size_t index, const std::string& slot, MLPH_Tensor& dst) {
-  const std::vector<float>& s = state(index, slot, true);
-  check_matches(dst, value(param(index).value).info(), kName + ": state");
-  std::memcpy(dst.data, s.data(), s.size() * sizeof(float));
-}
-
-void MlpModel::write_state(size_t index, const std::string& slot, const MLPH_Tensor& src) {
-  std::vector<float>& s = state(index, slot, false);
-  check_matches(src, value(param(index).value).info(), kName + ": state");
-  std::memcpy(s.data(), src.data, s.size() * sizeof(float));
-  if (slot == mlph::sdk::kPendingGradientSlot) window_open_ = true;  // the next micro-batch adds to it
-}
-
-Parameter& MlpModel::param(size_t index) {
-  if (index >= p_.params.size())
-    fail(MLPH_OUT_OF_RANGE, kName + ": no parameter " + std::to_string(index) + " (the graph has " +
-                                std::to_string(p_.params.size()) + ")");
-  return p_.params[index];
-}
-
-void MlpModel::load_inputs(const MLPH_Tensor* inputs, size_t n) {
-  if (n != p_.inputs.size())
-    fail(MLPH_INVALID_ARGUMENT,
-         kName + ": expected " + std::to_string(p_.inputs.size()) + " inputs, got " + std::to_string(n));
-  for (size_t i = 0; i < n; ++i) {
+// The SDK checked the inputs: float32, of the graph's shapes.
+void MlpModel::load_inputs(const MLPH_Tensor* inputs) {
+  for (size_t i = 0; i < p_.inputs.size(); ++i) {
     Value& v = value(p_.inputs[i]);
-    if (inputs[i].struct_size < MLPH_STRUCT_SIZE(MLPH_Tensor, data) || !inputs[i].data)
-      fail(MLPH_INVALID_ARGUMENT, kName + ": input '" + v.name + "' is not a valid tensor");
-    check_matches(inputs[i], v.info(), kName + ": input");
     std::memcpy(v.data.data(), inputs[i].data, v.data.size() * sizeof(float));
   }
 }
@@ -142,10 +82,10 @@ void MlpModel::forward_node(const Node& node) {
 }
 
 // Every value gets a gradient (graph inputs too: simpler than tracking which need one, and unread).
-// The parameters' gradients are zeroed only when a window starts, so its micro-batches add up.
+// The parameters' gradients add up over a window's micro-batches: zero_gradients starts them.
 void MlpModel::backward() {
   for (Value& v : p_.values)
-    if (!v.parameter || !window_open_) std::fill(v.grad.begin(), v.grad.end(), 0.0f);
+    if (!v.parameter) std::fill(v.grad.begin(), v.grad.end(), 0.0f);
   value(p_.loss).grad[0] = 1.0f;
   for (auto node = p_.nodes.rbegin(); node != p_.nodes.rend(); ++node) backward_node(*node);
 }

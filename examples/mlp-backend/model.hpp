@@ -1,11 +1,13 @@
 // The example backend's compiled model: the graph's nodes in order, every value's contents and
-// gradient as float32 arrays on the host, and the optimizer's velocities. One rank.
+// gradient as float32 arrays on the host, and the optimizer's velocities. One rank. The step protocol
+// (the accumulation window, the checkpoint slots, every check of what the caller hands in) is the
+// SDK's (mlph/sdk/model_protocol.hpp); this model supplies the steps and says where its state lives.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "mlph/sdk/backend.hpp"
+#include "mlph/sdk/model_protocol.hpp"
 
 namespace mlp {
 
@@ -15,13 +17,11 @@ enum class Op { dense, relu, tanh, scale, mse };
 
 // A value of the graph: its contents and dL/dvalue, dense row-major float32.
 struct Value {
-  std::string name;
   std::vector<int64_t> shape;
   std::vector<float> data, grad;
   bool parameter = false;  // its gradient adds up over the micro-batches of an accumulation window
 
   int64_t size() const { return static_cast<int64_t>(data.size()); }
-  MLPH_Value info() const;  // what sdk::check_matches compares a tensor with
 };
 
 struct Node {
@@ -40,6 +40,7 @@ struct Parameter {
 
 // What the model keeps of a graph, which compile only borrows.
 struct Program {
+  mlph::sdk::ModelSignature signature;  // what the caller feeds and reads, for the SDK's checks
   std::vector<Value> values;
   std::vector<Node> nodes;  // topological order
   std::vector<Parameter> params;
@@ -54,34 +55,30 @@ struct Program {
 // breaks the ABI's rules.
 Program compile_program(const MLPH_Graph& graph);
 
-class MlpModel final : public mlph::sdk::Model {
+class MlpModel final : public mlph::sdk::ModelProtocol {
  public:
-  explicit MlpModel(Program program) : p_(std::move(program)) {}
-
-  void train_step(const MLPH_Tensor* inputs, size_t n_inputs, const MLPH_StepArgs& args,
-                  MLPH_StepResult& out) override;
-  void eval_step(const MLPH_Tensor* inputs, size_t n_inputs, MLPH_Tensor* outputs, size_t n_outputs) override;
-  void read_parameter(size_t index, MLPH_Tensor& dst) override;
-  void write_parameter(size_t index, const MLPH_Tensor& src) override;
-  void read_gradient(size_t index, MLPH_Tensor& dst) override;
-  // Checkpoints (ABI 1.4): the velocity, and the window's sum while one is open.
-  void read_state(size_t index, const std::string& slot, MLPH_Tensor& dst) override;
-  void write_state(size_t index, const std::string& slot, const MLPH_Tensor& src) override;
+  MlpModel(const MLPH_HostApi* host, Program program)
+      : ModelProtocol(host, kName, std::move(program.signature)), p_(std::move(program)) {}
 
  private:
+  // The SDK's hooks: the steps, and where a parameter, its gradient and its velocity live.
+  void run_train(const MLPH_Tensor* inputs, const mlph::sdk::StepPlan& plan) override;
+  double last_loss() override { return loss_; }
+  void run_eval(const MLPH_Tensor* inputs, MLPH_Tensor* outputs) override;
+  void zero_gradients() override;
+  float* host_storage(const mlph::sdk::ParamTensor& tensor) override;
+
   Value& value(int32_t index) { return p_.values[static_cast<size_t>(index)]; }
-  Parameter& param(size_t index);
-  void load_inputs(const MLPH_Tensor* inputs, size_t n);
+  void load_inputs(const MLPH_Tensor* inputs);
   void forward();
   void forward_node(const Node& node);
   void backward();
   void backward_node(const Node& node);
   double regularize();
   void update(double learning_rate);
-  std::vector<float>& state(size_t index, const std::string& slot, bool reading);
 
   Program p_;
-  bool window_open_ = false;  // micro-batches of an unfinished accumulation window are summed in
+  double loss_ = 0;  // the last training step's
 };
 
 }  // namespace mlp

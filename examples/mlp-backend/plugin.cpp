@@ -3,21 +3,24 @@
 // and the sgd_keras optimizer with l2 regularization and gradient accumulation, as plain loops on
 // one rank. Everything else it refuses at compile, naming what, as docs/ops.md asks.
 #include "mlph/sdk/backend.hpp"
+#include "mlph/sdk/compute.hpp"
 #include "model.hpp"
 
 namespace mlp {
 
 class MlpBackend final : public mlph::sdk::Backend {
  public:
-  // No options: any backend.* key given to it is an error naming the key.
+  // Only the options every backend shares (mlph/sdk/compute.hpp): it computes in fp32, deterministic
+  // whether asked or not. Any other backend.* key given to it is an error naming the key.
   MlpBackend(const MLPH_HostApi* host, const mlph::sdk::Options& options) : host_(host) {
-    options.allow_only({}, kName);
+    options.allow_only(mlph::sdk::with_compute_options({}), kName);
+    mlph::sdk::read_compute_settings(options, {mlph::sdk::Precision::fp32}, kName);
   }
 
   std::unique_ptr<mlph::sdk::Model> compile(const MLPH_Graph& graph, const MLPH_CommsHandle* comms) override {
     if (ranks(comms) > 1)
       mlph::sdk::fail(MLPH_UNIMPLEMENTED, kName + ": runs on one rank (it does not average gradients over ranks)");
-    return std::make_unique<MlpModel>(compile_program(graph));
+    return std::make_unique<MlpModel>(host_, compile_program(graph));
   }
 
  private:

@@ -229,6 +229,79 @@ TEST(Conformance, NotImplementedAfterCompileFails) {
         << row.op << " " << row.description;
 }
 
+// Every failed row gets one line that reruns it alone (as benchdnn prints its problem line), and it does.
+TEST(Conformance, AFailedRowPrintsTheCommandThatRerunsItAlone) {
+  const Outcome o = conformance(faulty() + "--set backend.fault_op=conv --ops relu,conv --cases 4");
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  std::vector<std::string> reruns;
+  std::istringstream lines(o.output);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("rerun: ", 0) == 0) reruns.push_back(line.substr(7));
+  ASSERT_EQ(reruns.size(), 4u) << "one per FAIL row, none for the relu rows\n" << o.output;
+  EXPECT_NE(reruns[2].find("/bin/mlperf-conformance --backend-file " MLPH_TEST_PLUGIN_DIR
+                           "/libmlph-backend-faulty.so --set backend.fault_op=conv --seed 1 --precision fp32 "
+                           "--ops conv --case 3"),
+            std::string::npos)
+      << reruns[2];
+  const Outcome alone = conformance(reruns[2]);
+  EXPECT_EQ(alone.exit_code, 1) << alone.output;
+  ASSERT_EQ(alone.rows.size(), 1u) << alone.output;
+  const Row& third = o.rows[4 + 2];  // after the 4 relu rows
+  EXPECT_EQ(alone.rows[0].description, third.description);
+  EXPECT_EQ(alone.rows[0].result, third.result);
+  EXPECT_EQ(alone.rows[0].forward, third.forward);
+}
+
+// Tolerances follow the precision, named as backend.precision names it, and only for the rows whose
+// graph has an op the schema computes in reduced precision; the others keep fp32's.
+TEST(Conformance, ReducedPrecisionTolerancesHoldOnlyTheOpsItApplies) {
+  const Outcome bf16 = conformance("--backend reference --precision bf16 --ops relu,conv,dense --cases 1");
+  EXPECT_EQ(bf16.exit_code, 0) << bf16.output;
+  ASSERT_EQ(bf16.rows.size(), 3u) << bf16.output;
+  EXPECT_EQ(bf16.rows[0].tolerance, "1e-04") << "relu computes in float32 at any precision";
+  EXPECT_EQ(bf16.rows[1].tolerance, "3e-02");
+  EXPECT_EQ(bf16.rows[2].tolerance, "3e-02");
+  const Outcome tf32 = conformance("--backend reference --precision tf32 --ops conv --cases 1");
+  ASSERT_EQ(tf32.rows.size(), 1u) << tf32.output;
+  EXPECT_EQ(tf32.rows[0].tolerance, "4e-03");
+  const Outcome old = conformance("--backend reference --precision f32 --ops conv --cases 1");  // the old spelling
+  EXPECT_NE(old.output.find("precision fp32"), std::string::npos) << old.output;
+  EXPECT_EQ(old.rows.at(0).tolerance, "1e-04");
+}
+
+// By default a reduced precision runs every check but the chained layers (`layers`, the models).
+TEST(Conformance, AReducedPrecisionLeavesTheChainedLayersOutUnlessNamed) {
+  const Outcome o = conformance("--backend reference --precision fp16 --cases 1");
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  std::set<std::string> seen;
+  for (const Row& row : o.rows) seen.insert(row.op);
+  std::set<std::string> expected = op_checks();
+  expected.erase("layers");
+  expected.insert("accumulation");
+  expected.insert("validation");
+  for (const char* optimizer : {"sgd_keras", "adam", "adamw", "lamb"}) expected.insert(std::string("state.") + optimizer);
+  EXPECT_EQ(seen, expected);
+  EXPECT_NE(o.output.find("layers, cosmoflow"), std::string::npos) << o.output;
+}
+
+// The state rows compare bit for bit: they run the candidate with backend.deterministic=1 and say so;
+// a backend that still reports itself not deterministic fails them saying why.
+TEST(Conformance, TheBitwiseRowsRunTheCandidateDeterministic) {
+  const Outcome reference = conformance("--backend reference --ops state");
+  ASSERT_EQ(reference.rows.size(), 4u) << reference.output;
+  for (const Row& row : reference.rows) {
+    EXPECT_EQ(row.result, "PASS") << row.op;
+    EXPECT_NE(row.description.find("(backend.deterministic=1)"), std::string::npos) << row.description;
+  }
+  const Outcome o = conformance(faulty() + "--set backend.fault_op=dense --set backend.fault=nondeterministic --ops state");
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  ASSERT_EQ(o.rows.size(), 4u) << o.output;
+  for (const Row& row : o.rows)
+    EXPECT_EQ(row.result, "FAIL (faulty reports deterministic 0 with backend.deterministic=1, and these rows compare "
+                          "bit for bit)")
+        << row.op;
+}
+
 TEST(Conformance, UnknownBackendExits2WithOneLine) {
   const CliResult r = run_command(MLPH_BINARY_DIR "/bin/mlperf-conformance --backend nosuch");
   EXPECT_EQ(r.exit_code, 2);
@@ -253,6 +326,12 @@ TEST(Conformance, BadUsageExits2NamingIt) {
   r = run_command(tool);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("--backend NAME or --backend-file PATH"), std::string::npos) << r.output;
+  r = run_command(tool + "--backend reference --case 2");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--case 2: name one check with --ops"), std::string::npos) << r.output;
+  r = run_command(tool + "--backend reference --precision fp8");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--precision fp8: expected fp32, tf32, bf16 or fp16"), std::string::npos) << r.output;
 }
 
 #ifdef MLPH_TEST_ONEDNN

@@ -5,8 +5,9 @@
 // not implement `fault_op`: compile refuses such graphs (`fault=unimplemented`, as docs/ops.md asks),
 // or compiles them and then refuses every train_step (`fault=unimplemented_step`, as it must not); or
 // it words the compile errors of every graph its own way (`fault=validation`, a backend with its own checks);
-// or it saves its training state but restores none of it (`fault=state`: write_state does nothing).
-// Other options (threads) go to the reference backend.
+// or it saves its training state but restores none of it (`fault=state`: write_state does nothing); or
+// it reports itself not deterministic even with backend.deterministic=1 (`fault=nondeterministic`).
+// Other options (threads, the shared precision and deterministic) go to the reference backend.
 #include <algorithm>
 
 #include "backend.hpp"
@@ -68,9 +69,15 @@ class FaultyBackend final : public sdk::Backend {
         fault_op_(options.get("fault_op")) {
     if (fault_op_.empty()) sdk::fail(MLPH_INVALID_ARGUMENT, "faulty backend: option 'fault_op' (an op name) is required");
     if (fault_ != "forward" && fault_ != "gradient" && fault_ != "accumulation" && fault_ != "unimplemented" &&
-        fault_ != "unimplemented_step" && fault_ != "validation" && fault_ != "state")
+        fault_ != "unimplemented_step" && fault_ != "validation" && fault_ != "state" && fault_ != "nondeterministic")
       sdk::fail(MLPH_INVALID_ARGUMENT, "faulty backend: option 'fault' must be forward, gradient, accumulation, "
-                                       "unimplemented, unimplemented_step, validation or state");
+                                       "unimplemented, unimplemented_step, validation, state or nondeterministic");
+  }
+
+  sdk::DeviceAttributes attributes() const override {
+    sdk::DeviceAttributes a = reference_.attributes();
+    a.deterministic = fault_ != "nondeterministic";
+    return a;
   }
 
   std::unique_ptr<sdk::Model> compile(const MLPH_Graph& graph, const MLPH_CommsHandle* comms) override {

@@ -26,6 +26,7 @@ step "cmake --install $build --prefix $prefix"
 quiet "cmake --install" cmake --install "$build" --prefix "$prefix"
 for file in bin/mlperf-run bin/mlperf-conformance lib/mlperf-hpc-1/libmlph-backend-reference.so \
             include/mlph/sdk/backend.hpp include/mlph/sdk/host_executor.hpp include/mlph/sdk/host_program.hpp \
+            include/mlph/sdk/model_protocol.hpp include/mlph/sdk/compute.hpp \
             lib/cmake/mlperf_hpc/mlperf_hpcConfig.cmake share/mlperf-hpc/plot_report.py; do
   [ -e "$prefix/$file" ] || fail "$prefix/$file was not installed"
 done

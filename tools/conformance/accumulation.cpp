@@ -22,16 +22,17 @@ std::vector<HostTensor> changes(std::vector<HostTensor> now, const std::vector<H
 
 }  // namespace
 
-Row check_accumulation(const LoadedBackend& backend, double tolerance, uint64_t seed) {
+Row check_accumulation(const LoadedBackend& backend, const Tolerance& precision, uint64_t seed) {
+  const Weights w = random_weights(seed);
+  const auto batch_graph = make_graph(kBatch, 1, w, sgd_momentum());
+  const auto micro_graph = make_graph(kBatch / kWindow, kWindow, w, sgd_momentum());
+  const double tolerance = tolerance_for(precision, *micro_graph->graph()).op;
   Row row("accumulation",
           fmt::format("{} updates of {} micro-batches of {} vs batch {}: dense, tanh, dense, mse, l2, sgd momentum",
                       kUpdates, kWindow, kBatch / kWindow, kBatch),
           tolerance);
-  const Weights w = random_weights(seed);
   std::vector<HostTensor> whole = random_batch(seed);
   try {
-    const auto batch_graph = make_graph(kBatch, 1, w, sgd_momentum());
-    const auto micro_graph = make_graph(kBatch / kWindow, kWindow, w, sgd_momentum());
     Trainer one(backend, *batch_graph->graph()), split(backend, *micro_graph->graph());
     const std::vector<HostTensor> initial = split.parameters();
     HostTensor expected_loss = HostTensor::zeros("loss", MLPH_DTYPE_F64, {kUpdates});

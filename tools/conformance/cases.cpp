@@ -617,17 +617,20 @@ const std::vector<std::string>& op_check_names() {
   return names;
 }
 
-std::vector<OpCase> make_cases(const std::string& name, int count, uint64_t seed) {
+OpCase make_case(const std::string& name, int index, uint64_t seed) {
   const auto it = std::find_if(makers().begin(), makers().end(), [&](const auto& m) { return m.first == name; });
   if (it == makers().end()) throw std::invalid_argument("no op check named '" + name + "'");
+  OpCase c;
+  c.op = name;
+  Rng rng(mlph_mix64(seed ^ fnv1a(name)) ^ static_cast<uint64_t>(index));
+  CaseBuilder builder(c, rng);
+  it->second(builder, rng, index);
+  return c;
+}
+
+std::vector<OpCase> make_cases(const std::string& name, int count, uint64_t seed) {
   std::vector<OpCase> cases;
-  for (int i = 0; i < count; ++i) {
-    OpCase& c = cases.emplace_back();
-    c.op = name;
-    Rng rng(mlph_mix64(seed ^ fnv1a(name)) ^ static_cast<uint64_t>(i));
-    CaseBuilder builder(c, rng);
-    it->second(builder, rng, i);
-  }
+  for (int i = 0; i < count; ++i) cases.push_back(make_case(name, i, seed));
   return cases;
 }
 

@@ -27,8 +27,9 @@ struct OpCase {
 const std::vector<std::string>& op_check_names();
 
 // `count` cases of `name`, drawn from `seed`. A case depends only on (name, index, seed), so
-// filtering with --ops never changes the others. The first cases of each op cover its variants
-// (2D and 3D, strides, groups, bias on and off...).
+// filtering with --ops never changes the others, and make_case makes one alone (--case). The first
+// cases of each op cover its variants (2D and 3D, strides, groups, bias on and off...).
 std::vector<OpCase> make_cases(const std::string& name, int count, uint64_t seed);
+OpCase make_case(const std::string& name, int index, uint64_t seed);  // index from 0
 
 }  // namespace mlph::conformance

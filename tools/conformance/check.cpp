@@ -7,30 +7,41 @@
 #include <stdexcept>
 
 #include "mlph/sdk/backend.hpp"
+#include "mlph/sdk/op_schema.hpp"
 #include "mlph/core/host.hpp"
 
 namespace mlph::conformance {
 namespace {
 
-// Tolerances on relative_error(), per compute precision.
+// Tolerances on relative_error(), per compute precision (backend.precision).
 //
-// f32, one op: 1e-4. The unit roundoff is u = 6e-8. A backend that only orders its sums
+// fp32, one op: 1e-4. The unit roundoff is u = 2^-24 = 6e-8. A backend that only orders its sums
 // differently (blocking, threads, vector lanes, a GEMM instead of loops) is off by about sqrt(K)*u
 // for a K-term sum: K <= ~300 in these cases, so ~1e-6; batch-norm and softmax backward subtract
 // nearly equal terms and lose one or two more digits (~1e-5), and the optimizers' 3 steps compound
 // that little. 1e-4 leaves a 10x margin over that, and sits 10x below a 1e-3 relative error, which
 // no re-association produces at these sizes but a real bug does (a missing or extra term, an
 // off-by-one window, a wrong constant, a half-precision intermediate).
-// f32, whole model: 1e-3. Several steps of a deep net compound the per-op differences, and a
+// fp32, whole model: 1e-3. Several steps of a deep net compound the per-op differences, and a
 // max-pool or leaky-ReLU decision near a tie may go either way; the weight updates (not the
 // weights, which hide small updates) must still agree to 0.1%.
 //
-// bf16 (a backend's documented mixed-precision option): 8 significand bits, u = 3.9e-3. Rounding
-// the inputs and weights of a product to bf16 with f32 accumulation gives errors of a few u:
-// 3e-2 per op and 1e-1 for a whole model. At this precision a 1e-3 fault cannot be told from
-// rounding; wrong indices, terms and constants (errors of order 1) still fail.
+// Reduced precisions round the operands of the ops the catalogue marks reduced_precision (conv,
+// conv_transpose, dense) and accumulate in float32; every other op stays float32, and so does a
+// row without those ops (tolerance_for(precision, graph)). The operands' rounding dominates: each
+// product is off by up to 2u relative (u the format's unit roundoff), the float32 accumulation adds
+// ~sqrt(K) * 6e-8 (nothing next to it at K <= 10^4), and a sum of random-sign products relative to
+// its own size is off by a few u. So one op: 8u; a whole model (several steps, the error carried
+// from layer to layer): 25u, both rounded to a round number.
+//   tf32: 10 stored significand bits, u = 2^-11 = 4.9e-4: 4e-3 per op, 1.2e-2 per model.
+//   fp16: the same 10 bits and u (its narrower range only matters below 6e-5, which the loss
+//         scaling of a real run and the norm-wise error here both keep away): 4e-3 and 1.2e-2.
+//   bf16: 7 stored bits, u = 2^-8 = 3.9e-3: 3e-2 per op and 1e-1 per model.
+// At these precisions a 1e-3 fault cannot be told from rounding; wrong indices, terms and constants
+// (errors of order 1) still fail.
 const std::vector<Tolerance>& tolerances() {
-  static const std::vector<Tolerance> table = {{"f32", 1e-4, 1e-3}, {"bf16", 3e-2, 1e-1}};
+  static const std::vector<Tolerance> table = {
+      {"fp32", 1e-4, 1e-3}, {"tf32", 4e-3, 1.2e-2}, {"bf16", 3e-2, 1e-1}, {"fp16", 4e-3, 1.2e-2}};
   return table;
 }
 
@@ -78,14 +89,44 @@ const HostTensor* non_finite(const Observed& seen) {
 }  // namespace
 
 const Tolerance& tolerance_for(const std::string& precision) {
+  const std::string name = precision == "f32" ? "fp32" : precision;  // the old spelling
   for (const Tolerance& t : tolerances())
-    if (precision == t.precision) return t;
-  throw std::invalid_argument("unknown precision '" + precision + "' (f32 or bf16)");
+    if (name == t.precision) return t;
+  throw std::invalid_argument("unknown precision '" + precision + "' (fp32, tf32, bf16 or fp16)");
 }
 
 const std::vector<std::string>& precisions() {
-  static const std::vector<std::string> names = {"f32", "bf16"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const Tolerance& t : tolerances()) out.emplace_back(t.precision);
+    return out;
+  }();
   return names;
+}
+
+const Tolerance& tolerance_for(const Tolerance& precision, const MLPH_Graph& graph) {
+  for (size_t i = 0; i < graph.n_nodes; ++i)
+    if (const sdk::schema::Op* op = sdk::schema::find_op(graph.nodes[i].op); op && op->reduced_precision)
+      return precision;
+  return tolerance_for("fp32");
+}
+
+std::string reduced_precision_ops() {
+  std::string names;
+  for (const sdk::schema::Op& op : sdk::schema::ops())
+    if (op.reduced_precision) names += (names.empty() ? "" : ", ") + std::string(op.name);
+  return names;
+}
+
+std::optional<Reported> reported_attributes(const LoadedBackend& backend) {
+  const MLPH_BackendApi* api = backend.api();
+  if (backend.plugin.descriptor->abi_minor < 6 || api->struct_size < MLPH_STRUCT_SIZE(MLPH_BackendApi, attributes) ||
+      !api->attributes)
+    return std::nullopt;
+  MLPH_BackendAttributes a{};
+  a.struct_size = sizeof a;
+  core::check(api->attributes(backend.backend.get(), &a), "attributes");
+  return Reported{a.precision ? a.precision : "fp32", a.deterministic != 0};
 }
 
 core::Owned<MLPH_Model> compile_model(const LoadedBackend& backend, const MLPH_Graph& graph) {

@@ -20,14 +20,28 @@ struct LoadedBackend {
   const MLPH_BackendApi* api() const { return plugin.api<MLPH_BackendApi>(); }
 };
 
-// Pass bounds on relative_error() for one precision.
+// Pass bounds on relative_error() for one compute precision (backend.precision).
 struct Tolerance {
-  const char* precision;
-  double op;     // one op (or optimizer) on small random tensors
-  double model;  // a whole model after several training steps
+  const char* precision;  // as the option names it: fp32, tf32, bf16, fp16
+  double op;              // one op (or optimizer) on small random tensors
+  double model;           // a whole model after several training steps
 };
-const Tolerance& tolerance_for(const std::string& precision);  // "f32" or "bf16"; throws otherwise
+// "fp32", "tf32", "bf16" or "fp16" ("f32" too, the old spelling of fp32); throws otherwise.
+const Tolerance& tolerance_for(const std::string& precision);
 const std::vector<std::string>& precisions();
+// The tolerance a row whose graph is `graph` is held to at `precision`: the precision's when the
+// graph has an op the catalogue computes in reduced precision (op_schema.hpp: reduced_precision),
+// fp32's otherwise, since every other op computes in float32 at any backend.precision.
+const Tolerance& tolerance_for(const Tolerance& precision, const MLPH_Graph& graph);
+// "conv, conv_transpose, dense": the ops a reduced precision applies to.
+std::string reduced_precision_ops();
+
+// What a backend of ABI 1.6 or later reports of itself (MLPH_BackendApi.attributes); empty for older ones.
+struct Reported {
+  std::string precision;
+  bool deterministic = true;
+};
+std::optional<Reported> reported_attributes(const LoadedBackend& backend);
 
 // What one backend computed for one graph (and what every backend is asked for).
 struct Observed {
@@ -57,13 +71,14 @@ struct TensorError {
 // One line of the table.
 struct Row {
   Row(std::string op_, std::string description_, double tolerance_)
-      : op(std::move(op_)), description(std::move(description_)), tolerance(tolerance_) {}
+      : op(std::move(op_)), description(std::move(description_)), tolerance(tolerance_), rerun("--ops " + op) {}
   std::string op, description;
   std::optional<double> forward, gradient, update;  // worst relative_error of each kind; empty: not compared
   double tolerance = 0;
   Verdict verdict = Verdict::pass;
   std::string reason;  // for FAIL and NOT IMPLEMENTED
   std::vector<TensorError> tensors;  // every compared tensor, in graph order
+  std::string rerun;  // the arguments that select this row alone: "--ops conv --case 3"
 };
 
 // compile_model's error when the backend refuses the graph with MLPH_UNIMPLEMENTED.

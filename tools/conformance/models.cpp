@@ -106,8 +106,8 @@ std::optional<Row> check_model(const ModelCheck& check, const ModelSettings& set
     return std::nullopt;
   }
   Row row(check.workload,
-          fmt::format("whole model, {}, {} training steps", fmt::join(check.sets, " "), settings.steps),
-          settings.tolerance);
+          fmt::format("whole model, {}, {} training steps", fmt::join(check.sets, " "), settings.steps), 0.0);
+  row.rerun += fmt::format(" --model-steps {}", settings.steps);
   try {
     core::RunOptions options;
     options.workload = check.workload;
@@ -126,6 +126,7 @@ std::optional<Row> check_model(const ModelCheck& check, const ModelSettings& set
       core::check(session.workload_api()->learning_rate(session.workload(), 0, static_cast<uint64_t>(s),
                                                         &learning_rates.emplace_back()),
                   "learning_rate");
+    row.tolerance = tolerance_for(*settings.precision, *graph).model;
     std::vector<HostTensor> inputs = random_inputs(*graph, settings.seed);
     const GraphCopy sgd = with_sgd(*graph), shifted = perturbed(*graph, settings.seed);
     if (!compiles(candidate, sgd.graph, row)) return row;  // spares the reference's runs

@@ -22,7 +22,7 @@ struct ModelSettings {
   std::vector<std::filesystem::path> plugin_dirs;
   int steps = 5;
   uint64_t seed = 1;
-  double tolerance = 0;
+  const Tolerance* precision = nullptr;  // the graph's tolerance follows from it (tolerance_for)
 };
 
 // Builds the workload's graph, feeds identical random inputs to both backends for `steps`

@@ -118,6 +118,13 @@ std::string failed_tensors(const Report& report) {
   return out;
 }
 
+std::string reruns(const Report& report) {
+  std::string out;
+  for (const Row& row : report.rows)
+    if (row.verdict == Verdict::fail) out += "rerun: " + report.rerun + " " + row.rerun + "\n";
+  return out;
+}
+
 std::string summary(const Report& report, double seconds) {
   size_t count[3] = {0, 0, 0};
   for (const Row& row : report.rows) ++count[static_cast<int>(row.verdict)];

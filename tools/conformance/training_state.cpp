@@ -36,11 +36,17 @@ double train_micro_batch(Trainer& trainer, const std::vector<HostTensor>& batch,
   return trainer.step(part, sdk::step_args(kLearningRate, update, static_cast<uint64_t>(micro), k == kWindow - 1));
 }
 
-Row check_optimizer(const LoadedBackend& backend, const Optimizer& optimizer, uint64_t seed) {
+Row check_optimizer(const Bitwise& candidate, const Optimizer& optimizer, uint64_t seed) {
   Row row("state." + optimizer.name,
-          fmt::format("read_state/write_state ({}, pending_gradient) mid-window: the copy trains bitwise alike",
-                      fmt::join(sdk::schema::find_optimizer(optimizer.name)->state, ", ")),
+          fmt::format("read_state/write_state ({}, pending_gradient) mid-window: the copy trains bitwise alike{}",
+                      fmt::join(sdk::schema::find_optimizer(optimizer.name)->state, ", "), candidate.note),
           0.0);
+  if (!candidate.backend) {
+    row.verdict = candidate.unimplemented ? Verdict::not_implemented : Verdict::fail;
+    row.reason = candidate.why;
+    return row;
+  }
+  const LoadedBackend& backend = *candidate.backend;
   if (!has_state_calls(backend)) {
     row.verdict = Verdict::not_implemented;
     row.reason = fmt::format("{}: no read_state / write_state (ABI {}.{})", backend.name,
@@ -78,9 +84,13 @@ Row check_optimizer(const LoadedBackend& backend, const Optimizer& optimizer, ui
 
 }  // namespace
 
-std::vector<Row> check_training_state(const LoadedBackend& backend, uint64_t seed) {
+std::vector<Row> check_training_state(const Bitwise& candidate, uint64_t seed, int only) {
   std::vector<Row> rows;
-  for (const Optimizer& optimizer : optimizers()) rows.push_back(check_optimizer(backend, optimizer, seed));
+  for (size_t i = 0; i < optimizers().size(); ++i) {
+    if (only != 0 && static_cast<size_t>(only) != i + 1) continue;
+    Row& row = rows.emplace_back(check_optimizer(candidate, optimizers()[i], seed));
+    row.rerun = fmt::format("--ops state --case {}", i + 1);
+  }
   return rows;
 }
 

@@ -70,10 +70,14 @@ Outcome backend_says(const LoadedBackend& backend, const MLPH_Graph& graph) {
 
 }  // namespace
 
-std::vector<Row> check_validation(const LoadedBackend& candidate) {
+std::vector<Row> check_validation(const LoadedBackend& candidate, int only) {
   std::vector<Row> rows;
-  for (const auto& bad : bad_graphs()) {
+  const auto& graphs = bad_graphs();
+  for (size_t i = 0; i < graphs.size(); ++i) {
+    if (only != 0 && static_cast<size_t>(only) != i + 1) continue;
+    const auto& bad = graphs[i];
     Row& row = rows.emplace_back("validation", bad->rule, 0.0);
+    row.rerun = fmt::format("--ops validation --case {}", i + 1);
     const Outcome expected = validator_says(bad->graph), got = backend_says(candidate, bad->graph);
     if (expected.code == MLPH_OK) {
       row.verdict = Verdict::fail;

@@ -10,7 +10,7 @@ namespace mlph::conformance {
 
 // One row per rule of the validator (bad_graphs.hpp): the candidate compiles a graph that breaks it
 // and must return exactly the validator's code and message. A backend with checks of its own
-// fails these rows even when it refuses the same graphs.
-std::vector<Row> check_validation(const LoadedBackend& candidate);
+// fails these rows even when it refuses the same graphs. `only` (1-based, 0: all) keeps one rule's row.
+std::vector<Row> check_validation(const LoadedBackend& candidate, int only);
 
 }  // namespace mlph::conformance

@@ -86,12 +86,14 @@ std::string row(const std::vector<std::string>& cells) {
 }
 
 std::string ops_table() {
-  std::string out = "| op | inputs | output | attributes | gradient | semantics |\n|---|---|---|---|---|---|\n";
+  std::string out =
+      "| op | inputs | output | attributes | gradient | precision | semantics |\n|---|---|---|---|---|---|---|\n";
   for (const Op& op : ops()) {
     std::string inputs;
     for (const Input& in : op.inputs) inputs += (inputs.empty() ? "" : ", ") + input_text(in);
     const std::string name = code(op.name) + (op.since > 1 ? " (op-set " + std::to_string(op.since) + ")" : "");
-    out += row({name, inputs, op.output, attributes_text(op.attrs), op.gradient ? "yes" : "no", op.semantics});
+    out += row({name, inputs, op.output, attributes_text(op.attrs), op.gradient ? "yes" : "no",
+                op.reduced_precision ? code("backend.precision") : "fp32", op.semantics});
   }
   return out;
 }

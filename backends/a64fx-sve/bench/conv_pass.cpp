@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   std::vector<float> x(static_cast<size_t>(g.in_positions() * ci), 0.5f), dx(x.size());
   std::vector<float> w(static_cast<size_t>(g.taps() * ci * co), 0.25f), dw(w.size()), b(static_cast<size_t>(co));
   std::vector<float> y(static_cast<size_t>(g.out_positions() * co), 1.0f);
-  ConvScratch scratch;
+  Scratch scratch;
   const Threads one{1};
   if (pass == "forward") conv_forward(one, scratch, g, x.data(), w.data(), b.data(), y.data());
   else if (pass == "backward-data") conv_backward_data(one, scratch, g, w.data(), y.data(), dx.data());

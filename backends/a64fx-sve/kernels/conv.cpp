@@ -118,7 +118,7 @@ void for_tiles(int64_t positions, int64_t rows, F&& f) {
 
 }  // namespace
 
-void conv_forward(Threads t, ConvScratch& scratch, const Window& g, const float* x, const float* w, const float* b,
+void conv_forward(Threads t, Scratch& scratch, const Window& g, const float* x, const float* w, const float* b,
                   float* y) {
   const int64_t ci = g.in_channels, co = g.out_channels, groups = g.groups, cig = ci / groups, cog = co / groups;
   // A negative padding after (a conv_transpose's output_padding) only means the last windows stop short.
@@ -166,7 +166,7 @@ void conv_forward(Threads t, ConvScratch& scratch, const Window& g, const float*
   });
 }
 
-void conv_backward_data(Threads t, ConvScratch& scratch, const Window& g, const float* w, const float* dy, float* dx) {
+void conv_backward_data(Threads t, Scratch& scratch, const Window& g, const float* w, const float* dy, float* dx) {
   const int64_t ci = g.in_channels, co = g.out_channels, groups = g.groups, cig = ci / groups, cog = co / groups;
   const int64_t taps = g.taps(), stride = g.stride[2];
 
@@ -239,7 +239,7 @@ void conv_backward_data(Threads t, ConvScratch& scratch, const Window& g, const 
   });
 }
 
-void conv_backward_weights(Threads t, ConvScratch& scratch, const Window& g, const float* x, const float* dy,
+void conv_backward_weights(Threads t, Scratch& scratch, const Window& g, const float* x, const float* dy,
                            float* dw, float* db) {
   const int64_t ci = g.in_channels, co = g.out_channels, groups = g.groups, cig = ci / groups, cog = co / groups;
   const int64_t out_rows = g.batch * g.out[0] * g.out[1], out_width = g.out[2];
@@ -334,7 +334,7 @@ void bias_backward(Threads t, int64_t rows, int64_t channels, const float* dy, f
 // The transposed convolution is its adjoint conv run backwards: forward = that conv's backward data
 // (into a zeroed y), input gradient = its forward, weight gradient = its backward weights with the roles
 // of input and output exchanged.
-void conv_transpose_forward(Threads t, ConvScratch& scratch, const Window& g, const float* x, const float* w,
+void conv_transpose_forward(Threads t, Scratch& scratch, const Window& g, const float* x, const float* w,
                             const float* b, float* y) {
   const int64_t rows = g.in_positions(), channels = g.in_channels;
   if (b)
@@ -346,7 +346,7 @@ void conv_transpose_forward(Threads t, ConvScratch& scratch, const Window& g, co
   conv_backward_data(t, scratch, g, w, x, y);
 }
 
-void conv_transpose_backward(Threads t, ConvScratch& scratch, const Window& g, const float* x, const float* w,
+void conv_transpose_backward(Threads t, Scratch& scratch, const Window& g, const float* x, const float* w,
                              const float* dy, float* dx, float* dw, float* db) {
   if (db) bias_backward(t, g.in_positions(), g.in_channels, dy, db);
   if (dw) conv_backward_weights(t, scratch, g, dy, x, dw, nullptr);

@@ -15,8 +15,9 @@ namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
-void dense_forward(Threads t, std::vector<float>& partial, const DenseShape& s, const float* x, const float* w,
-                   const float* b, float* y) {
+void dense_forward(Threads t, Scratch& scratch, const DenseShape& s, const float* x, const float* w, const float* b,
+                   float* y) {
+  std::vector<float>& partial = scratch.partial;
   const int vectors = vectors_for(s.out);
   const int64_t tile_cols = vectors * vector_lanes(), col_tiles = ceil_div(s.out, tile_cols);
   const int64_t tile_rows = max_rows(vectors), row_tiles = ceil_div(s.batch, tile_rows);

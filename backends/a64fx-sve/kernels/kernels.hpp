@@ -7,6 +7,7 @@
 // fixed thread count: every parallel loop splits its work by the thread count alone.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -16,7 +17,8 @@
 namespace mlph::a64fx {
 
 // The kernels take the shapes and attributes of the SDK's lowering for host backends (Window, RowsByChannels,
-// DenseShape, BatchNormAttrs, AdamAttrs); the executor runs its Program.
+// DenseShape, BatchNormAttrs, AdamAttrs); the SDK's executor (sdk/host_executor.hpp) runs its Program,
+// calling each kernel by name with the Threads first and, for the conv passes and dense, the Scratch second.
 using namespace sdk::host;
 using sdk::GroupSum;
 
@@ -30,21 +32,21 @@ int64_t vector_lanes();
 
 // ---- conv.cpp ---------------------------------------------------------------------------------
 
-// Memory the conv passes reuse from call to call (padded copies, packed weights): allocated once
-// per model, since page-faulting tens of megabytes every call costs as much as the arithmetic.
-// One per model: not for concurrent calls.
-struct ConvScratch {
+// Memory the conv and dense passes reuse from call to call (padded copies, packed weights, partial
+// sums): allocated once per model, since page-faulting tens of megabytes every call costs as much as
+// the arithmetic. One per model: not for concurrent calls.
+struct Scratch {
   std::vector<float> padded, packed, partial;
 };
 
 // y = conv(x, w) + b: x [N, in..., Ci], w [kernel..., Ci/groups, Co], b [Co] or null,
 // y [N, out..., Co] (overwritten). Cross-correlation with zero padding.
-void conv_forward(Threads t, ConvScratch& scratch, const Window& g, const float* x, const float* w, const float* b,
+void conv_forward(Threads t, Scratch& scratch, const Window& g, const float* x, const float* w, const float* b,
                   float* y);
 // dx += dL/dx given dy.
-void conv_backward_data(Threads t, ConvScratch& scratch, const Window& g, const float* w, const float* dy, float* dx);
+void conv_backward_data(Threads t, Scratch& scratch, const Window& g, const float* w, const float* dy, float* dx);
 // dw += dL/dw and db += dL/db (either may be null).
-void conv_backward_weights(Threads t, ConvScratch& scratch, const Window& g, const float* x, const float* dy,
+void conv_backward_weights(Threads t, Scratch& scratch, const Window& g, const float* x, const float* dy,
                            float* dw, float* db);
 // db[c] += sum over rows of dy [rows, channels].
 void bias_backward(Threads t, int64_t rows, int64_t channels, const float* dy, float* db);
@@ -53,9 +55,9 @@ void bias_backward(Threads t, int64_t rows, int64_t channels, const float* dy, f
 // g.in_channels are y's spatial dims and channels, g.out and g.out_channels are x's; w [kernel..., Co, Ci]
 // is that conv's weight layout; groups 1). y is overwritten; the backward accumulates into dx, dw, db
 // (any may be null). They run as that conv's backward-data, forward and backward-weights passes.
-void conv_transpose_forward(Threads t, ConvScratch& scratch, const Window& g, const float* x, const float* w,
+void conv_transpose_forward(Threads t, Scratch& scratch, const Window& g, const float* x, const float* w,
                             const float* b, float* y);
-void conv_transpose_backward(Threads t, ConvScratch& scratch, const Window& g, const float* x, const float* w,
+void conv_transpose_backward(Threads t, Scratch& scratch, const Window& g, const float* x, const float* w,
                              const float* dy, float* dx, float* dw, float* db);
 
 // ---- pool.cpp: max pooling without padding (in_channels == out_channels) -------------------------
@@ -67,10 +69,10 @@ void max_pool_backward(Threads t, const Window& g, const float* x, const float* 
 
 // ---- dense.cpp --------------------------------------------------------------------------------
 
-// y = x·w + b: x [batch, in], w [in, out], b [out] or null, y [batch, out] (overwritten).
-// `partial` is scratch the forward reuses between calls.
-void dense_forward(Threads t, std::vector<float>& partial, const DenseShape& s, const float* x, const float* w,
-                   const float* b, float* y);
+// y = x·w + b: x [batch, in], w [in, out], b [out] or null, y [batch, out] (overwritten). The
+// reduction's partial sums go to scratch.partial.
+void dense_forward(Threads t, Scratch& scratch, const DenseShape& s, const float* x, const float* w, const float* b,
+                   float* y);
 // dx += dy·wᵀ, dw += xᵀ·dy, db += sum of dy over the batch (each may be null).
 void dense_backward(Threads t, const DenseShape& s, const float* x, const float* w, const float* dy, float* dx,
                     float* dw, float* db);
@@ -88,6 +90,9 @@ void tanh_backward(Threads t, int64_t n, const float* y, const float* dy, float*
 void scale_forward(Threads t, int64_t n, float factor, const float* x, float* y);
 void scale_backward(Threads t, int64_t n, float factor, const float* dy, float* dx);  // also reshape (factor 1)
 void copy(Threads t, int64_t n, const float* x, float* y);
+inline void copy_forward(Threads t, int64_t n, const float* x, float* y) { copy(t, n, x, y); }  // reshape, inputs
+// dx += dy: reshape, add, dropout's identity.
+inline void copy_backward(Threads t, int64_t n, const float* dy, float* dx) { scale_backward(t, n, 1.0f, dy, dx); }
 void add_forward(Threads t, int64_t n, const float* a, const float* b, float* y);
 void fill_zero(Threads t, int64_t n, float* x);
 // Dropout's mask: 1/(1-rate) where mlph_uniform(seed, node_index, step, i) >= rate (compared in
@@ -159,8 +164,11 @@ void iou_forward(Threads t, RowsByChannels s, int64_t batch, const float* logits
 
 // sum of x[i]^2, blocks in float added in double, order fixed by the thread count.
 double sum_of_squares(Threads t, int64_t n, const float* x);
-// Keras kernel_regularizer: dw += 2 * l2 * w (the penalty is l2 * sum_of_squares).
+// Keras kernel_regularizer: the penalty l2 * sum(w^2), and dw += 2 * l2 * w.
+inline double l2_penalty(Threads t, int64_t n, double l2, const float* w) { return l2 * sum_of_squares(t, n, w); }
 void l2_backward(Threads t, int64_t n, double l2, const float* w, float* dw);
+// The L2 norm of n floats (LAMB's clipping).
+inline double l2_norm(Threads t, int64_t n, const float* x) { return std::sqrt(sum_of_squares(t, n, x)); }
 // Keras SGD with momentum: v = momentum * v - lr * g; w = w + v.
 void sgd_keras_update(Threads t, int64_t n, double lr, double momentum, const float* g, float* velocity, float* w);
 

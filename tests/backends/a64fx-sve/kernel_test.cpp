@@ -137,7 +137,7 @@ TEST_P(SveConv, MatchesTheScalarLoopsInEveryPass) {
   const Floats dy = random_floats(static_cast<size_t>(g.out_positions() * c.co), 4);
   const ConvScalar want = scalar_conv(g, x, w, b, dy);
 
-  ConvScratch scratch;
+  Scratch scratch;
   Floats y(want.y.size(), NAN);
   conv_forward(kThreads, scratch, g, x.data(), w.data(), b.data(), y.data());
   EXPECT_LT(error(y, want.y), kTolerance) << "forward";
@@ -210,7 +210,7 @@ TEST(SveConvTranspose, MatchesItsDefinitionAndItsAdjoint) {
           dw[wi] += static_cast<double>(dy[yi]) * x[xi];
         }
     });
-    ConvScratch scratch;
+    Scratch scratch;
     Floats got(y.size(), NAN), gdx(dx.size(), 0.0f), gdw(dw.size(), 0.0f), gdb(db.size(), 0.0f);
     conv_transpose_forward(kThreads, scratch, g, x.data(), w.data(), b.data(), got.data());
     conv_transpose_backward(kThreads, scratch, g, x.data(), w.data(), dy.data(), gdx.data(), gdw.data(), gdb.data());
@@ -273,9 +273,9 @@ TEST(SveDense, MatchesTheScalarLoops) {
           dw[wi] += static_cast<double>(dy[yi]) * x[xi];
         }
       }
-    std::vector<float> partial;
+    Scratch scratch;
     Floats gy(y.size(), NAN), gdx(dx.size(), 0.0f), gdw(dw.size(), 0.0f), gdb(db.size(), 0.0f);
-    dense_forward(kThreads, partial, s, x.data(), w.data(), b.data(), gy.data());
+    dense_forward(kThreads, scratch, s, x.data(), w.data(), b.data(), gy.data());
     dense_backward(kThreads, s, x.data(), w.data(), dy.data(), gdx.data(), gdw.data(), gdb.data());
     EXPECT_LT(error(gy, Floats(y.begin(), y.end())), kTolerance);
     EXPECT_LT(error(gdx, Floats(dx.begin(), dx.end())), kTolerance);

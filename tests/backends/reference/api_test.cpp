@@ -335,6 +335,29 @@ TEST(ReferenceApi, Options) {
             std::max(1u, std::thread::hardware_concurrency()));
 }
 
+// The options every backend shares (sdk/compute.hpp): fp32 only, deterministic whether asked or not,
+// and the attributes say so.
+TEST(ReferenceApi, SharedComputeOptions) {
+  EXPECT_EQ(create_error({{"precision", "fp32"}, {"deterministic", "1"}}).code, MLPH_OK);
+  EXPECT_EQ(create_error({{"deterministic", "false"}}).code, MLPH_OK);
+  const CallResult bf16 = create_error({{"precision", "bf16"}});
+  EXPECT_EQ(bf16.code, MLPH_INVALID_ARGUMENT);
+  EXPECT_EQ(bf16.message, "reference backend: option 'precision' is 'bf16'; this backend computes in fp32");
+  const CallResult maybe = create_error({{"deterministic", "maybe"}});
+  EXPECT_EQ(maybe.message, "reference backend: option 'deterministic' is 'maybe'; expected 0, 1, false or true");
+
+  MLPH_Backend* backend = nullptr;
+  const MLPH_KeyValue options[] = {{"deterministic", "0"}};
+  core::check(test::api()->create(core::host_api(), options, 1, &backend));
+  MLPH_BackendAttributes attributes{};
+  attributes.struct_size = sizeof attributes;
+  core::check(test::api()->attributes(backend, &attributes));
+  EXPECT_STREQ(attributes.precision, "fp32");
+  EXPECT_EQ(attributes.deterministic, 1u) << "bitwise repeatable for a fixed thread count, asked or not";
+  EXPECT_EQ(attributes.device.type, MLPH_DEVICE_HOST);
+  test::api()->destroy(backend);
+}
+
 }  // namespace
 }  // namespace mlph::reference#include "mlph/sdk/backend.hpp"
 

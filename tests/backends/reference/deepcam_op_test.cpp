@@ -125,7 +125,7 @@ TEST(ReferenceConvTranspose, ForwardMatchesTheDefinition) {
   const auto w = random_floats(static_cast<size_t>(9 * 5 * 6), 25);
   std::vector<float> one_pass(static_cast<size_t>(g.in_positions() * 5)), passes(one_pass.size());
   conv_transpose_forward(pool(), scratch(), g, x.data(), w.data(), nullptr, one_pass.data());
-  ConvScratch small;
+  Scratch small;
   small.max_columns = 2 * g.out_positions() * 5;
   conv_transpose_forward(pool(), small, g, x.data(), w.data(), nullptr, passes.data());
   for (size_t i = 0; i < passes.size(); ++i) ASSERT_NEAR(passes[i], one_pass[i], 1e-5) << i;

@@ -22,8 +22,8 @@ inline ThreadPool& pool() {
   return shared;
 }
 
-inline ConvScratch& scratch() {  // reused across calls, as the executor does
-  static ConvScratch shared;
+inline Scratch& scratch() {  // reused across calls, as the executor does
+  static Scratch shared;
   return shared;
 }
 

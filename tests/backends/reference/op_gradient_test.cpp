@@ -115,7 +115,7 @@ OpUnderTest dense_op(DenseShape s, bool bias) {
   if (bias) op.inputs.push_back(random_floats(static_cast<size_t>(s.out), 3));
   op.out_size = static_cast<size_t>(s.batch * s.out);
   op.forward = [s, bias](const Tensors& in, std::vector<float>& y) {
-    dense_forward(pool(), s, in[0].data(), in[1].data(), bias ? in[2].data() : nullptr, y.data());
+    dense_forward(pool(), scratch(), s, in[0].data(), in[1].data(), bias ? in[2].data() : nullptr, y.data());
   };
   op.backward = [s, bias](const Tensors& in, const std::vector<float>& dy, Tensors& grads) {
     dense_backward(pool(), s, in[0].data(), in[1].data(), dy.data(), grads[0].data(), grads[1].data(),
@@ -195,7 +195,7 @@ TEST(ReferenceOpGradients, ReshapeCopy) {
 
 TEST(ReferenceOpGradients, DropoutWithFixedMask) {
   std::vector<float> mask(300);
-  dropout_mask(300, 0.4, 5, 2, 7, mask.data());
+  dropout_mask(pool(), 300, 0.4, 5, 2, 7, mask.data());
   const auto kept = std::count(mask.begin(), mask.end(), 1.0f / 0.6f);
   EXPECT_EQ(kept + std::count(mask.begin(), mask.end(), 0.0f), 300);
   EXPECT_GT(kept, 140);  // ~180 expected
@@ -214,10 +214,10 @@ TEST(ReferenceOpGradients, MsePredictionAndTarget) {
   op.inputs = {random_floats(30, 1), random_floats(30, 2)};
   op.out_size = 1;
   op.forward = [](const Tensors& in, std::vector<float>& y) {
-    y[0] = static_cast<float>(mse_forward(30, in[0].data(), in[1].data()));
+    y[0] = static_cast<float>(mse_forward(pool(), 30, in[0].data(), in[1].data()));
   };
   op.backward = [](const Tensors& in, const std::vector<float>& dy, Tensors& grads) {
-    mse_backward(30, in[0].data(), in[1].data(), dy[0], grads[0].data(), grads[1].data());
+    mse_backward(pool(), 30, in[0].data(), in[1].data(), dy[0], grads[0].data(), grads[1].data());
   };
   expect_gradients_match(op, 1e-2f);
 }
@@ -227,11 +227,11 @@ TEST(ReferenceOpGradients, L2Penalty) {
   op.inputs = {random_floats(40, 3)};
   op.out_size = 1;
   op.forward = [](const Tensors& in, std::vector<float>& y) {
-    y[0] = static_cast<float>(l2_penalty(40, 0.7, in[0].data()));
+    y[0] = static_cast<float>(l2_penalty(pool(), 40, 0.7, in[0].data()));
   };
   op.backward = [](const Tensors& in, const std::vector<float>& dy, Tensors& grads) {
     std::vector<float> dw(40, 0.0f);  // l2_backward takes no upstream gradient: the penalty joins the loss directly
-    l2_backward(40, 0.7, in[0].data(), dw.data());
+    l2_backward(pool(), 40, 0.7, in[0].data(), dw.data());
     for (size_t i = 0; i < dw.size(); ++i) grads[0][i] += dy[0] * dw[i];
   };
   expect_gradients_match(op, 1e-2f);
@@ -239,10 +239,10 @@ TEST(ReferenceOpGradients, L2Penalty) {
 
 TEST(ReferenceLosses, ExactValues) {
   const std::vector<float> p{1.0f, -2.0f, 0.5f}, t{0.0f, 1.0f, 0.5f};
-  EXPECT_DOUBLE_EQ(mse_forward(3, p.data(), t.data()), (1.0 + 9.0 + 0.0) / 3);
-  EXPECT_DOUBLE_EQ(abs_error_sum(3, p.data(), t.data()), 4.0);
-  EXPECT_DOUBLE_EQ(l2_penalty(3, 0.5, p.data()), 0.5 * (1.0 + 4.0 + 0.25));
-  EXPECT_TRUE(std::isnan(mse_forward(1, std::vector<float>{NAN}.data(), t.data())));
+  EXPECT_DOUBLE_EQ(mse_forward(pool(), 3, p.data(), t.data()), (1.0 + 9.0 + 0.0) / 3);
+  EXPECT_DOUBLE_EQ(abs_error_sum(pool(), 3, p.data(), t.data()), 4.0);
+  EXPECT_DOUBLE_EQ(l2_penalty(pool(), 3, 0.5, p.data()), 0.5 * (1.0 + 4.0 + 0.25));
+  EXPECT_TRUE(std::isnan(mse_forward(pool(), 1, std::vector<float>{NAN}.data(), t.data())));
 }
 
 }  // namespace

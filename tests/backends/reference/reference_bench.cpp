@@ -30,7 +30,7 @@ double best_seconds(int repeats, F&& f) {
 
 int conv(int64_t edge, int64_t cin, int64_t cout, unsigned threads) {
   ThreadPool pool(threads);
-  ConvScratch scratch;
+  Scratch scratch;
   Window g;
   g.in_channels = cin, g.out_channels = cout;
   for (int d = 0; d < 3; ++d) g.in[d] = g.out[d] = edge, g.kernel[d] = 3, g.pad_before[d] = g.pad_after[d] = 1;
@@ -56,7 +56,7 @@ int conv(int64_t edge, int64_t cin, int64_t cout, unsigned threads) {
 int conv2d(int64_t h, int64_t w_, int64_t cin, int64_t cout, int64_t groups, int64_t kernel, int64_t dilation,
            int64_t batch, unsigned threads) {
   ThreadPool pool(threads);
-  ConvScratch scratch;
+  Scratch scratch;
   Window g;
   g.batch = batch, g.in_channels = cin, g.out_channels = cout, g.groups = groups;
   g.in[1] = g.out[1] = h, g.in[2] = g.out[2] = w_;
@@ -84,7 +84,7 @@ int conv2d(int64_t h, int64_t w_, int64_t cin, int64_t cout, int64_t groups, int
 // milliseconds per call, best of 5.
 int deepcam_ops(int64_t batch, unsigned threads) {
   ThreadPool pool(threads);
-  ConvScratch scratch;
+  Scratch scratch;
   auto report = [&](const std::string& what, double seconds) {
     std::printf("%-58s %9.3f ms\n", what.c_str(), seconds * 1e3);
   };

@@ -15,12 +15,13 @@ TEST(ReferenceSgdKeras, ThreeStepsWithChangingLearningRate) {
   //   v2 = 0.9*-0.05  - 0.2*1.0        = -0.245   w2 = 0.705
   //   v3 = 0.9*-0.245 - 0.05*-2.0      = -0.1205  w3 = 0.5845
   // PyTorch would give w2 = 0.95 - 0.2*(0.9*0.5 + 1.0) = 0.66.
+  ThreadPool pool(1);
   float w = 1.0f, v = 0.0f;
   const double lr[3] = {0.1, 0.2, 0.05};
   const float g[3] = {0.5f, 1.0f, -2.0f};
   const float expected_v[3] = {-0.05f, -0.245f, -0.1205f}, expected_w[3] = {0.95f, 0.705f, 0.5845f};
   for (int step = 0; step < 3; ++step) {
-    sgd_keras_update(1, lr[step], 0.9, &g[step], &v, &w);
+    sgd_keras_update(pool, 1, lr[step], 0.9, &g[step], &v, &w);
     EXPECT_NEAR(v, expected_v[step], 1e-6) << "step " << step + 1;
     EXPECT_NEAR(w, expected_w[step], 1e-6) << "step " << step + 1;
   }

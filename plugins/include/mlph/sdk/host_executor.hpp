@@ -1,59 +1,62 @@
-// For host backends that run an sdk::host::Program (host_program.hpp) node by node: everything of
-// an sdk::Model but the kernels. Every value has its own buffer; gradients exist only for the values
-// between a trainable parameter and the loss, the trainable parameters' all in one buffer, averaged
-// over the ranks in buckets overlapped with backward (sdk::GradientBuckets). A backend derives from
-// Executor<Buffer> (Buffer: std::vector<float> or one with another allocator) and supplies the
-// forward and backward pass of each node, the regularization and the optimizer; the steps, the
-// parameters, gradients and checkpoint state, and the checks of what the caller hands in are here.
+// For host backends that run an sdk::host::Program (host_program.hpp) node by node on kernels of
+// their own: everything of a model but the kernels. The step protocol (the window, the state slots,
+// the checks and their errors) is sdk::ModelProtocol's; here are the buffers, the one dispatch over
+// the op kinds, forward and backward, the regularization and the optimizers. Every value has its own
+// buffer; gradients exist only for the values between a trainable parameter and the loss, the
+// trainable parameters' all in one buffer, averaged over the ranks in buckets overlapped with
+// backward (sdk::GradientBuckets); batch-norm groups and the spatial ops are the SDK's.
+//
+// A backend supplies `Kernels`, a type of its own namespace:
+//   struct Kernels {
+//     using Buffer = std::vector<float>;  // every value's buffer (or a vector with another allocator)
+//     ThreadPool& threads();              // what every kernel takes first (a pool, an OpenMP count...)
+//     Scratch scratch;                    // what conv, conv_transpose and dense take second
+//   };
+// and its kernels as free functions beside it, called unqualified with threads() first, so that
+// argument-dependent lookup finds them: `relu_forward(threads, n, x, y)`. forward_node and
+// backward_node below are the list of what a backend implements; their signatures are those of
+// backends/reference/ops.hpp. Calls resolve at compile time: no cost over calling the kernels directly.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "mlph/sdk/backend.hpp"
+#include "mlph/sdk/batch_norm_groups.hpp"
 #include "mlph/sdk/error.hpp"
 #include "mlph/sdk/gradient_buckets.hpp"
 #include "mlph/sdk/host_program.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/model_protocol.hpp"
+#include "mlph/sdk/rank_groups.hpp"
+#include "mlph/sdk/spatial.hpp"
 
 namespace mlph::sdk::host {
 
-template <class Buffer>
-class Executor : public Model {
+template <class Kernels>
+class Executor : public ModelProtocol {
  public:
-  void train_step(const MLPH_Tensor* inputs, size_t n_inputs, const MLPH_StepArgs& args, MLPH_StepResult& out) final;
-  void eval_step(const MLPH_Tensor* inputs, size_t n_inputs, MLPH_Tensor* outputs, size_t n_outputs) final;
-  void read_parameter(size_t index, MLPH_Tensor& dst) final;
-  void write_parameter(size_t index, const MLPH_Tensor& src) final;
-  void read_gradient(size_t index, MLPH_Tensor& dst) final;
-  void read_state(size_t index, const std::string& slot, MLPH_Tensor& dst) final;
-  void write_state(size_t index, const std::string& slot, const MLPH_Tensor& src) final;
+  using Buffer = typename Kernels::Buffer;
+
+  // Allocates every buffer, moves the parameters' initial contents in and splits the communicators
+  // of the batch-norm groups and spatial ops (collective, as compile is). `who` starts every error
+  // line ("reference backend"); `comms` may be null (one rank).
+  Executor(const MLPH_HostApi* host, const MLPH_CommsHandle* comms, Program program, std::string who, Kernels kernels);
 
  protected:
-  // Allocates every buffer and moves the parameters' initial contents in. `who` starts every error
-  // line ("reference backend"); `comms` may be null (one rank).
-  Executor(const MLPH_HostApi* host, const MLPH_CommsHandle* comms, Program program, std::string who);
+  // ---- the protocol's hooks (sdk/model_protocol.hpp) ----
+  void run_train(const MLPH_Tensor* inputs, const StepPlan& plan) override;
+  double last_loss() override { return loss_; }
+  void run_eval(const MLPH_Tensor* inputs, MLPH_Tensor* outputs) override;
+  void zero_gradients() override;
+  float* host_storage(const ParamTensor& tensor) override;
 
-  // ---- the backend's kernels ----
-  virtual void forward_node(const Node& node, bool training, uint64_t step) = 0;
-  // Accumulates into the gradients of the node's inputs; called only when its output has one.
-  virtual void backward_node(const Node& node) = 0;
-  // l2 * sum(w^2) over the parameters with an l2 (docs/ops.md), adding 2 * l2 * w to the trainable
-  // ones' gradients: the penalty joins the loss.
-  virtual double regularize() = 0;
-  virtual void apply_optimizer(double learning_rate, uint64_t step) = 0;
-  virtual void zero(float* data, int64_t n) = 0;
-  // A float32 input copied, or an int16 one converted, into `dst` (n values).
-  virtual void load_floats(MLPH_DType dtype, const void* src, int64_t n, float* dst) = 0;
-
-  // ---- what the kernels read and write ----
+ private:
   const ValueInfo& info(int32_t v) const { return program_.value(v); }
   int64_t numel(int32_t v) const { return info(v).numel(); }
-  const float* data(int32_t v) const { return values_[static_cast<size_t>(v)].data(); }
   float* data(int32_t v) { return values_[static_cast<size_t>(v)].data(); }
   float* grad(int32_t v) const { return grads_[static_cast<size_t>(v)]; }
   const int32_t* labels(int32_t v) const { return int_values_[static_cast<size_t>(v)].data(); }
@@ -61,10 +64,18 @@ class Executor : public Model {
   // the node instead of a read out of bounds.
   const int32_t* checked_labels(const Node& node) const;
 
-  const MLPH_HostApi* host_;
+  std::vector<GradientBuckets::Param> allocate();
+  void build_group_ops();
+  void load_inputs(const MLPH_Tensor* inputs);
+  void forward_node(const Node& node, bool training, uint64_t step);
+  void backward(bool apply_update);
+  void backward_node(const Node& node);
+  double regularize();
+  void apply_optimizer(double learning_rate, uint64_t step);
+
   const MLPH_CommsHandle* comms_;
-  const std::string who_;
   Program program_;
+  Kernels kernels_;
   std::vector<Buffer> values_;                    // every float value (int16 inputs are converted on load)
   std::vector<std::vector<int32_t>> int_values_;  // per value: the int32 inputs (labels), empty for the others
   Buffer param_grads_;                            // all trainable parameters' gradients: one buffer, one allreduce
@@ -75,33 +86,38 @@ class Executor : public Model {
   // Per node: what its backward pass needs from the last training forward (dropout mask; batch-norm
   // mean and 1/std per channel).
   std::vector<Buffer> saved_;
+  double loss_ = 0;  // the last training step's
 
- private:
-  std::vector<GradientBuckets::Param> allocate();
-  void load_inputs(const MLPH_Tensor* inputs, size_t n);
-  void backward(bool apply_update);
-  const Param& param(size_t index) const;
-  float* state_slot(size_t index, const std::string& slot, const MLPH_Tensor& tensor, bool reading);
-
+  // Communicators of consecutive ranks split from the run's: batch-norm groups, a split sample's ranks.
+  RankGroups rank_groups_;
+  BatchNormGroups batch_norm_groups_;  // SyncBatchNorm: the sum over each group size's communicator
+  std::map<uint64_t, spatial::HaloExchange> halos_;     // by node index
+  std::map<uint64_t, spatial::SpatialGather> gathers_;  // by node index
   // With several ranks: averages param_grads_ during backward (declared last: stops before the buffer goes).
   std::unique_ptr<GradientBuckets> buckets_;
-  bool accumulating_ = false;  // the last micro-batch did not end its window: param_grads_ hold a pending sum
 };
 
-template <class Buffer>
-Executor<Buffer>::Executor(const MLPH_HostApi* host, const MLPH_CommsHandle* comms, Program program, std::string who)
-    : host_(host), comms_(comms), who_(std::move(who)), program_(std::move(program)) {
+template <class Kernels>
+Executor<Kernels>::Executor(const MLPH_HostApi* host, const MLPH_CommsHandle* comms, Program program,
+                            std::string who, Kernels kernels)
+    : ModelProtocol(host, std::move(who), signature_of(program, program.optimizer.state)),
+      comms_(comms),
+      program_(std::move(program)),
+      kernels_(std::move(kernels)),
+      rank_groups_(host, comms, who_),
+      batch_norm_groups_(host, rank_groups_, who_) {
   if (comms_ &&
       (comms_->struct_size < MLPH_STRUCT_SIZE(MLPH_CommsHandle, comm) || !comms_->api || !comms_->api->allreduce))
     fail(MLPH_INVALID_ARGUMENT, who_ + ": the comms handle has no allreduce");
   const std::vector<GradientBuckets::Param> gradients = allocate();
+  build_group_ops();
   if (comms_ && !param_grads_.empty())
     buckets_ = std::make_unique<GradientBuckets>(host_, *comms_, param_grads_.data(), gradients);
 }
 
 // Returns where each trainable parameter's gradient lies in param_grads_.
-template <class Buffer>
-std::vector<GradientBuckets::Param> Executor<Buffer>::allocate() {
+template <class Kernels>
+std::vector<GradientBuckets::Param> Executor<Kernels>::allocate() {
   Program& p = program_;
   for (const ValueInfo& v : p.values) {
     const auto n = static_cast<size_t>(v.numel());
@@ -131,73 +147,63 @@ std::vector<GradientBuckets::Param> Executor<Buffer>::allocate() {
   return layout;
 }
 
-template <class Buffer>
-void Executor<Buffer>::load_inputs(const MLPH_Tensor* inputs, size_t n) {
-  if (n != program_.inputs.size())
-    fail(MLPH_INVALID_ARGUMENT,
-         who_ + ": expected " + std::to_string(program_.inputs.size()) + " inputs, got " + std::to_string(n));
-  for (size_t i = 0; i < n; ++i) {
+// The batch-norm groups and the spatial ops' communicators, split node by node (collective: every
+// rank compiles the same graph).
+template <class Kernels>
+void Executor<Kernels>::build_group_ops() {
+  for (const Node& node : program_.nodes) {
+    if (node.kind == OpKind::batch_norm)
+      batch_norm_groups_.join(node.batch_norm.group_size, "node '" + node.name + "' (batch_norm)");
+    if (node.kind != OpKind::halo_exchange && node.kind != OpKind::spatial_gather) continue;
+    const bool halo = node.kind == OpKind::halo_exchange;
+    const std::string where = "node '" + node.name + "' (" + (halo ? "halo_exchange" : "spatial_gather") +
+                              "): grid " + spatial::grid_text(node.grid);
+    const MLPH_CommsHandle* group = rank_groups_.group(spatial::ranks(node.grid), where);
+    const ValueInfo& x = info(node.inputs[0]);
+    if (halo)
+      halos_.try_emplace(node.index, host_, group, x.shape, node.grid, node.before, node.after, who_ + ": " + where);
+    else
+      gathers_.try_emplace(node.index, host_, group, x.shape, node.grid, who_ + ": " + where);
+  }
+}
+
+template <class Kernels>
+void Executor<Kernels>::load_inputs(const MLPH_Tensor* inputs) {
+  for (size_t i = 0; i < program_.inputs.size(); ++i) {
     const int32_t id = program_.inputs[i];
-    const ValueInfo& v = info(id);
-    if (inputs[i].struct_size < MLPH_STRUCT_SIZE(MLPH_Tensor, data) || !inputs[i].data)
-      fail(MLPH_INVALID_ARGUMENT, who_ + ": input '" + v.name + "' is not a valid tensor");
-    check_matches(inputs[i], v.as_value(), who_ + ": input");
-    if (v.dtype == MLPH_DTYPE_I32)
-      std::memcpy(int_values_[static_cast<size_t>(id)].data(), inputs[i].data,
-                  static_cast<size_t>(v.numel()) * sizeof(int32_t));
-    else  // float32 or int16, as the validator guarantees
-      load_floats(v.dtype, inputs[i].data, v.numel(), data(id));
+    const int64_t n = numel(id);
+    switch (info(id).dtype) {  // float32, int16 or int32, as the validator guarantees
+      case MLPH_DTYPE_I32:
+        std::memcpy(int_values_[static_cast<size_t>(id)].data(), inputs[i].data, static_cast<size_t>(n) * sizeof(int32_t));
+        break;
+      case MLPH_DTYPE_I16:
+        int16_to_float(kernels_.threads(), n, static_cast<const int16_t*>(inputs[i].data), data(id));
+        break;
+      default:
+        copy_forward(kernels_.threads(), n, static_cast<const float*>(inputs[i].data), data(id));
+    }
   }
 }
 
-// `apply_update`: this micro-batch ends the accumulation window, so its buckets are averaged over the
-// ranks as backward finishes them. The parameters' gradients add up across a window: zeroed only at
-// its start.
-template <class Buffer>
-void Executor<Buffer>::backward(bool apply_update) {
-  GradientBuckets* buckets = apply_update ? buckets_.get() : nullptr;
-  if (buckets) buckets->start();
-  if (!accumulating_) zero(param_grads_.data(), static_cast<int64_t>(param_grads_.size()));
-  accumulating_ = !apply_update;
-  for (Buffer& g : other_grads_) zero(g.data(), static_cast<int64_t>(g.size()));
-  if (!grad(program_.loss)) return;  // no trainable parameter reaches the loss
-  grad(program_.loss)[0] = 1.0f;
-  for (auto node = program_.nodes.rbegin(); node != program_.nodes.rend(); ++node) {
-    if (grad(node->output)) backward_node(*node);
-    if (buckets) buckets->node_done(static_cast<int64_t>(node->index));  // overlaps the allreduce of finished layers
-  }
-}
-
-template <class Buffer>
-void Executor<Buffer>::train_step(const MLPH_Tensor* inputs, size_t n_inputs, const MLPH_StepArgs& args,
-                                  MLPH_StepResult& out) {
-  const StepPlan plan = read_step_args(args, who_);
-  load_inputs(inputs, n_inputs);
+template <class Kernels>
+void Executor<Kernels>::run_train(const MLPH_Tensor* inputs, const StepPlan& plan) {
+  load_inputs(inputs);
   for (const Node& node : program_.nodes) forward_node(node, true, plan.micro_step);
   backward(plan.apply_update);
-  // A NaN or Inf stays in the reported loss: the core decides what divergence means.
-  const double loss = static_cast<double>(data(program_.loss)[0]);
-  if (!plan.apply_update) {
-    out.loss = loss;  // the gradient waits for the rest of its window
-    return;
-  }
+  loss_ = static_cast<double>(data(program_.loss)[0]);
+  if (!plan.apply_update) return;  // the gradient waits for the rest of its window
   // Regularization joins after the averaging, once per update: the weights, hence 2 * l2 * w, are the
   // same on every rank and across the window.
   if (buckets_) buckets_->finish();
-  out.loss = loss + regularize();
+  loss_ += regularize();
   apply_optimizer(plan.learning_rate, plan.step);
 }
 
-template <class Buffer>
-void Executor<Buffer>::eval_step(const MLPH_Tensor* inputs, size_t n_inputs, MLPH_Tensor* outputs, size_t n_outputs) {
-  if (n_outputs != program_.eval_outputs.size())
-    fail(MLPH_INVALID_ARGUMENT, who_ + ": expected " + std::to_string(program_.eval_outputs.size()) +
-                                    " eval outputs, got " + std::to_string(n_outputs));
-  for (size_t i = 0; i < n_outputs; ++i)
-    check_matches(outputs[i], info(program_.eval_outputs[i]).as_value(), who_ + ": eval output");
-  load_inputs(inputs, n_inputs);
+template <class Kernels>
+void Executor<Kernels>::run_eval(const MLPH_Tensor* inputs, MLPH_Tensor* outputs) {
+  load_inputs(inputs);
   for (const Node& node : program_.nodes) forward_node(node, false, 0);
-  for (size_t i = 0; i < n_outputs; ++i) {
+  for (size_t i = 0; i < program_.eval_outputs.size(); ++i) {
     const int32_t v = program_.eval_outputs[i];
     if (info(v).dtype == MLPH_DTYPE_I32)
       std::memcpy(outputs[i].data, labels(v), int_values_[static_cast<size_t>(v)].size() * sizeof(int32_t));
@@ -206,8 +212,27 @@ void Executor<Buffer>::eval_step(const MLPH_Tensor* inputs, size_t n_inputs, MLP
   }
 }
 
-template <class Buffer>
-const int32_t* Executor<Buffer>::checked_labels(const Node& node) const {
+template <class Kernels>
+void Executor<Kernels>::zero_gradients() {
+  fill_zero(kernels_.threads(), static_cast<int64_t>(param_grads_.size()), param_grads_.data());
+}
+
+template <class Kernels>
+float* Executor<Kernels>::host_storage(const ParamTensor& tensor) {
+  const Param& p = program_.params[tensor.param];
+  switch (tensor.kind) {
+    case ParamTensor::Kind::value:
+      return data(p.value);
+    case ParamTensor::Kind::gradient:
+      return grad(p.value);
+    case ParamTensor::Kind::optimizer_state:
+      break;
+  }
+  return optimizer_state_[tensor.param].data() + static_cast<int64_t>(tensor.slot) * numel(p.value);
+}
+
+template <class Kernels>
+const int32_t* Executor<Kernels>::checked_labels(const Node& node) const {
   const int32_t* l = labels(node.inputs[1]);
   const int64_t count = node.rows.rows, classes = node.rows.channels;
   for (int64_t i = 0; i < count; ++i)
@@ -218,67 +243,262 @@ const int32_t* Executor<Buffer>::checked_labels(const Node& node) const {
   return l;
 }
 
-template <class Buffer>
-const Param& Executor<Buffer>::param(size_t index) const {
-  if (index >= program_.params.size())
-    fail(MLPH_OUT_OF_RANGE, who_ + ": no parameter " + std::to_string(index) + " (the graph has " +
-                                std::to_string(program_.params.size()) + ")");
-  return program_.params[index];
-}
-
-template <class Buffer>
-void Executor<Buffer>::read_parameter(size_t index, MLPH_Tensor& dst) {
-  const Param& p = param(index);
-  check_matches(dst, info(p.value).as_value(), who_ + ": parameter");
-  std::memcpy(dst.data, data(p.value), static_cast<size_t>(numel(p.value)) * sizeof(float));
-}
-
-template <class Buffer>
-void Executor<Buffer>::write_parameter(size_t index, const MLPH_Tensor& src) {
-  const Param& p = param(index);
-  check_matches(src, info(p.value).as_value(), who_ + ": parameter");
-  std::memcpy(data(p.value), src.data, static_cast<size_t>(numel(p.value)) * sizeof(float));
-}
-
-template <class Buffer>
-void Executor<Buffer>::read_gradient(size_t index, MLPH_Tensor& dst) {
-  const Param& p = param(index);
-  if (!p.trainable)
-    fail(MLPH_FAILED_PRECONDITION,
-         who_ + ": parameter '" + info(p.value).name + "' is not trainable and has no gradient");
-  check_matches(dst, info(p.value).as_value(), who_ + ": gradient");
-  std::memcpy(dst.data, grad(p.value), static_cast<size_t>(numel(p.value)) * sizeof(float));
-}
-
-// The buffer behind state slot `slot` of parameter `index`, checked against `tensor` (docs/abi.md, ABI 1.4).
-template <class Buffer>
-float* Executor<Buffer>::state_slot(size_t index, const std::string& slot, const MLPH_Tensor& tensor, bool reading) {
-  const Param& p = param(index);
-  check_matches(tensor, info(p.value).as_value(), who_ + ": state '" + slot + "' of");
-  if (!p.trainable)
-    fail(MLPH_NOT_FOUND, who_ + ": parameter '" + info(p.value).name + "' is not trainable and has no state");
-  if (slot == kPendingGradientSlot) {
-    if (reading && !accumulating_)
-      fail(MLPH_FAILED_PRECONDITION, who_ + ": no accumulation window is open: no pending gradient");
-    return grad(p.value);
+template <class Kernels>
+void Executor<Kernels>::forward_node(const Node& c, bool training, uint64_t step) {
+  auto&& t = kernels_.threads();
+  auto& scratch = kernels_.scratch;
+  const float* x = data(c.inputs[0]);
+  float* y = data(c.output);
+  const int64_t n = numel(c.output);
+  const auto attr = static_cast<float>(c.attr);
+  auto input = [&](size_t i) { return data(c.inputs[i]); };
+  auto bias = [&]() { return c.has_bias() ? input(2) : nullptr; };
+  switch (c.kind) {
+    case OpKind::log1p:
+      log1p_forward(t, n, x, y);
+      break;
+    case OpKind::conv:
+      conv_forward(t, scratch, c.window, x, input(1), bias(), y);
+      break;
+    case OpKind::conv_transpose:
+      conv_transpose_forward(t, scratch, c.window, x, input(1), bias(), y);
+      break;
+    case OpKind::leaky_relu:
+      leaky_relu_forward(t, n, attr, x, y);
+      break;
+    case OpKind::relu:
+      relu_forward(t, n, x, y);
+      break;
+    case OpKind::tanh:
+      tanh_forward(t, n, x, y);
+      break;
+    case OpKind::scale:
+      scale_forward(t, n, attr, x, y);
+      break;
+    case OpKind::max_pool:
+      max_pool_forward(t, c.window, x, y);
+      break;
+    case OpKind::reshape:
+      copy_forward(t, n, x, y);
+      break;
+    case OpKind::dense:
+      dense_forward(t, scratch, c.dense, x, input(1), bias(), y);
+      break;
+    case OpKind::dropout: {
+      Buffer& mask = saved_[c.index];
+      if (!training || c.attr == 0.0) {  // identity; an empty mask tells backward so
+        mask.clear();
+        copy_forward(t, n, x, y);
+        break;
+      }
+      mask.resize(static_cast<size_t>(n));
+      dropout_mask(t, n, c.attr, program_.seed, c.index, step, mask.data());
+      mask_forward(t, n, mask.data(), x, y);
+      break;
+    }
+    case OpKind::mse:
+      y[0] = static_cast<float>(mse_forward(t, numel(c.inputs[0]), x, input(1)));
+      break;
+    case OpKind::abs_error_sum:
+      y[0] = static_cast<float>(abs_error_sum(t, numel(c.inputs[0]), x, input(1)));
+      break;
+    case OpKind::batch_norm:
+      if (!training) {
+        batch_norm_eval_forward(t, c.rows, c.batch_norm, x, input(1), input(2), input(3), input(4), y);
+        break;
+      }
+      saved_[c.index].resize(static_cast<size_t>(2 * c.rows.channels));
+      batch_norm_train_forward(t, c.rows, c.batch_norm, x, input(1), input(2), input(3), input(4),
+                               saved_[c.index].data(), y, batch_norm_groups_.find(c.batch_norm.group_size));
+      break;
+    case OpKind::add:
+      add_forward(t, n, x, input(1), y);
+      break;
+    case OpKind::concat: {
+      std::vector<const float*> parts;
+      for (size_t i = 0; i < c.inputs.size(); ++i) parts.push_back(input(i));
+      concat_forward(t, c.rows.rows, parts, c.widths, y);
+      break;
+    }
+    case OpKind::global_avg_pool:
+      global_avg_pool_forward(t, c.batch, c.rows.rows / c.batch, c.rows.channels, x, y);
+      break;
+    case OpKind::broadcast:
+      broadcast_forward(t, c.in_shape, c.out_shape, x, y);
+      break;
+    case OpKind::channel_affine:
+      channel_affine_forward(t, c.rows, x, input(1), input(2), y);
+      break;
+    case OpKind::shift_scale:
+      shift_scale_forward(t, c.rows, x, input(1), input(2), y);
+      break;
+    case OpKind::softmax_cross_entropy:
+      y[0] = static_cast<float>(softmax_cross_entropy_forward(t, c.rows, x, checked_labels(c), c.class_weights.data()));
+      break;
+    case OpKind::iou:
+      iou_forward(t, c.rows, c.batch, x, checked_labels(c), y);
+      break;
+    case OpKind::halo_exchange:
+      halos_.at(c.index).forward(x, y);
+      break;
+    case OpKind::spatial_gather:
+      gathers_.at(c.index).forward(x, y);
+      break;
   }
-  const std::vector<std::string>& slots = program_.optimizer.state;
-  const auto found = std::find(slots.begin(), slots.end(), slot);
-  if (found == slots.end()) fail(MLPH_NOT_FOUND, who_ + ": the optimizer has no state slot '" + slot + "'");
-  return optimizer_state_[index].data() + (found - slots.begin()) * numel(p.value);
 }
 
-template <class Buffer>
-void Executor<Buffer>::read_state(size_t index, const std::string& slot, MLPH_Tensor& dst) {
-  const float* state = state_slot(index, slot, dst, true);
-  std::memcpy(dst.data, state, static_cast<size_t>(sdk::numel(dst)) * sizeof(float));
+// `apply_update`: this micro-batch ends the accumulation window, so its buckets are averaged over the
+// ranks as backward finishes them. The parameters' gradients add up across a window (the protocol
+// zeroes them when one starts); the other values' start from zero every time.
+template <class Kernels>
+void Executor<Kernels>::backward(bool apply_update) {
+  GradientBuckets* buckets = apply_update ? buckets_.get() : nullptr;
+  if (buckets) buckets->start();
+  for (Buffer& g : other_grads_) fill_zero(kernels_.threads(), static_cast<int64_t>(g.size()), g.data());
+  if (!grad(program_.loss)) return;  // no trainable parameter reaches the loss
+  grad(program_.loss)[0] = 1.0f;
+  for (auto node = program_.nodes.rbegin(); node != program_.nodes.rend(); ++node) {
+    if (grad(node->output)) backward_node(*node);
+    if (buckets) buckets->node_done(static_cast<int64_t>(node->index));  // overlaps the allreduce of finished layers
+  }
 }
 
-template <class Buffer>
-void Executor<Buffer>::write_state(size_t index, const std::string& slot, const MLPH_Tensor& src) {
-  float* state = state_slot(index, slot, src, false);
-  std::memcpy(state, src.data, static_cast<size_t>(sdk::numel(src)) * sizeof(float));
-  if (slot == kPendingGradientSlot) accumulating_ = true;  // the next micro-batch adds to it
+// Accumulates into the gradients of the node's inputs; called only when its output has one.
+template <class Kernels>
+void Executor<Kernels>::backward_node(const Node& c) {
+  auto&& t = kernels_.threads();
+  auto& scratch = kernels_.scratch;
+  const float* dy = grad(c.output);
+  const float* x = data(c.inputs[0]);
+  float* dx = grad(c.inputs[0]);
+  const int64_t n = numel(c.output);
+  const auto attr = static_cast<float>(c.attr);
+  auto input = [&](size_t i) { return data(c.inputs[i]); };
+  auto grad_of = [&](size_t i) { return i < c.inputs.size() ? grad(c.inputs[i]) : nullptr; };
+  auto bias_grad = [&]() { return c.has_bias() ? grad_of(2) : nullptr; };
+  switch (c.kind) {
+    case OpKind::log1p:
+    case OpKind::abs_error_sum:
+    case OpKind::shift_scale:
+    case OpKind::iou:
+      break;  // no gradient (docs/ops.md)
+    case OpKind::conv:
+      if (dx) conv_backward_data(t, scratch, c.window, input(1), dy, dx);
+      conv_backward_weights(t, scratch, c.window, x, dy, grad_of(1), bias_grad());
+      break;
+    case OpKind::conv_transpose:
+      conv_transpose_backward(t, scratch, c.window, x, input(1), dy, dx, grad_of(1), bias_grad());
+      break;
+    case OpKind::dense:
+      dense_backward(t, c.dense, x, input(1), dy, dx, grad_of(1), bias_grad());
+      break;
+    case OpKind::max_pool:
+      if (dx) max_pool_backward(t, c.window, x, dy, dx);
+      break;
+    case OpKind::mse:
+      mse_backward(t, numel(c.inputs[0]), x, input(1), dy[0], dx, grad_of(1));
+      break;
+    case OpKind::leaky_relu:
+      if (dx) leaky_relu_backward(t, n, attr, x, dy, dx);
+      break;
+    case OpKind::relu:
+      if (dx) relu_backward(t, n, x, dy, dx);
+      break;
+    case OpKind::tanh:
+      if (dx) tanh_backward(t, n, data(c.output), dy, dx);
+      break;
+    case OpKind::scale:
+      if (dx) scale_backward(t, n, attr, dy, dx);
+      break;
+    case OpKind::reshape:
+      if (dx) copy_backward(t, n, dy, dx);
+      break;
+    case OpKind::dropout:
+      if (!dx) break;
+      if (saved_[c.index].empty())
+        copy_backward(t, n, dy, dx);
+      else
+        mask_backward(t, n, saved_[c.index].data(), dy, dx);
+      break;
+    case OpKind::batch_norm:
+      batch_norm_backward(t, c.rows, x, input(1), saved_[c.index].data(), dy, dx, grad_of(1), grad_of(2),
+                          batch_norm_groups_.find(c.batch_norm.group_size));
+      break;
+    case OpKind::add:
+      for (size_t i = 0; i < 2; ++i)
+        if (float* g = grad_of(i)) copy_backward(t, n, dy, g);
+      break;
+    case OpKind::concat: {
+      std::vector<float*> grads;
+      for (size_t i = 0; i < c.inputs.size(); ++i) grads.push_back(grad_of(i));
+      concat_backward(t, c.rows.rows, grads, c.widths, dy);
+      break;
+    }
+    case OpKind::global_avg_pool:
+      if (dx) global_avg_pool_backward(t, c.batch, c.rows.rows / c.batch, c.rows.channels, dy, dx);
+      break;
+    case OpKind::broadcast:
+      if (dx) broadcast_backward(t, c.in_shape, c.out_shape, dy, dx);
+      break;
+    case OpKind::channel_affine:
+      channel_affine_backward(t, c.rows, x, input(1), dy, dx, grad_of(1), grad_of(2));
+      break;
+    case OpKind::softmax_cross_entropy:
+      if (dx) softmax_cross_entropy_backward(t, c.rows, x, labels(c.inputs[1]), c.class_weights.data(), dy[0], dx);
+      break;
+    case OpKind::halo_exchange:
+      if (dx) halos_.at(c.index).backward(dy, dx, true);
+      break;
+    case OpKind::spatial_gather:
+      if (dx) gathers_.at(c.index).backward(dy, dx, true);
+      break;
+  }
+}
+
+// Keras kernel_regularizer: l2 * sum(w^2) joins the loss, 2 * l2 * w the gradient.
+template <class Kernels>
+double Executor<Kernels>::regularize() {
+  double penalty = 0;
+  for (const Param& p : program_.params) {
+    if (p.l2 == 0.0) continue;
+    penalty += l2_penalty(kernels_.threads(), numel(p.value), p.l2, data(p.value));
+    if (p.trainable) l2_backward(kernels_.threads(), numel(p.value), p.l2, data(p.value), grad(p.value));
+  }
+  return penalty;
+}
+
+template <class Kernels>
+void Executor<Kernels>::apply_optimizer(double learning_rate, uint64_t step) {
+  auto&& threads = kernels_.threads();
+  const OptimizerSpec& opt = program_.optimizer;
+  const uint64_t t = step + 1;
+  // LAMB clips by the norm of all trainable gradients together (one buffer: param_grads_).
+  float clip = 1.0f;
+  if (opt.kind == OptimizerKind::lamb) {
+    const double norm = l2_norm(threads, static_cast<int64_t>(param_grads_.size()), param_grads_.data());
+    if (norm > opt.adam.max_grad_norm) clip = static_cast<float>(norm / opt.adam.max_grad_norm);
+  }
+  for (size_t i = 0; i < program_.params.size(); ++i) {
+    const Param& p = program_.params[i];
+    if (!p.trainable) continue;
+    const int64_t n = numel(p.value);
+    float* m = optimizer_state_[i].data();
+    const double decay = opt.adam.weight_decay * p.weight_decay;
+    switch (opt.kind) {
+      case OptimizerKind::sgd_keras:
+        sgd_keras_update(threads, n, learning_rate, opt.momentum, grad(p.value), m, data(p.value));
+        break;
+      case OptimizerKind::adam:
+      case OptimizerKind::adamw:
+        adam_update(threads, n, learning_rate, opt.adam, t, decay, opt.kind == OptimizerKind::adamw, grad(p.value), m,
+                    m + n, data(p.value));
+        break;
+      case OptimizerKind::lamb:
+        lamb_update(threads, n, learning_rate, opt.adam, t, decay, clip, grad(p.value), m, m + n, data(p.value),
+                    lamb_update_.data());
+        break;
+    }
+  }
 }
 
 }  // namespace mlph::sdk::host

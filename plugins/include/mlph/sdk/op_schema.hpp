@@ -151,6 +151,9 @@ struct Op {
   bool gradient;  // passes gradients to its inputs (false: preprocessing or an evaluation metric)
   const char* semantics;
   uint32_t since = 1;  // the op-set that added it
+  // Its products may compute in a backend's reduced precision (backend.precision tf32, bf16, fp16:
+  // operands rounded, float32 accumulation); every other op computes in float32 at any precision.
+  bool reduced_precision = false;
 };
 
 struct Optimizer {
@@ -195,7 +198,8 @@ inline const std::vector<Op>& ops() {
         {"groups", AttrType::integer, Count::one, at_least(1), fill(1), "divides Ci and Co"}},
        ShapeRule::conv, true,
        "cross-correlation with zero padding; `O = floor((S + p_before + p_after - d(k-1) - 1)/s) + 1`; spatial rank "
-       "2 or 3"},
+       "2 or 3",
+       1, true},
       {"leaky_relu", {{"x"}}, "same", {number("alpha", any_number(), required())}, ShapeRule::elementwise, true,
        "`y = x > 0 ? x : alpha*x`; `dy/dx = x > 0 ? 1 : alpha`"},
       {"relu", {{"x"}}, "same", {}, ShapeRule::elementwise, true, "`y = max(x, 0)`; `dy/dx = x > 0`"},
@@ -213,7 +217,7 @@ inline const std::vector<Op>& ops() {
        ShapeRule::reshape, true,
        "row-major reinterpretation; with channels-last activations this is Keras' `Flatten`"},
       {"dense", {{"x", "[N,in]"}, {"w", "[in,out]"}, {"b", "[out]", kF32, Arity::optional}}, "`[N,out]`", {},
-       ShapeRule::dense, true, "`y = x·w + b`"},
+       ShapeRule::dense, true, "`y = x·w + b`", 1, true},
       {"dropout", {{"x"}}, "same", {number("rate", half_open(0, 1), required())}, ShapeRule::elementwise, true,
        "training: keep element `i` when `mlph_uniform(graph.seed, node_index, step, i) >= rate` (compared in "
        "double) and scale kept ones by `1/(1-rate)`, else 0 (`node_index` = position in `graph.nodes`, `step` = "
@@ -232,7 +236,8 @@ inline const std::vector<Op>& ops() {
        "the adjoint of `conv`: `y[n,o,co] = sum over i,k,ci with o = i*s - p_before + k*d of x[n,i,ci]*w[k,co,ci]` "
        "(+ b); `O = (S-1)*s - p_before - p_after + d(k-1) + output_padding + 1`; groups 1 only. PyTorch "
        "`ConvTranspose2d(k3,s2,p1,output_padding=1)` = padding `[1,1]`, output_padding `[1,1]`, weight "
-       "`[Ci,Co,kh,kw]` permuted to `[kh,kw,Co,Ci]`"},
+       "`[Ci,Co,kh,kw]` permuted to `[kh,kw,Co,Ci]`",
+       1, true},
       {"batch_norm",
        {{"x", "[N,S..,C]"},
         {"gamma", "[C]"},

@@ -163,7 +163,7 @@ TEST(CudaKernelBodies, DropoutMasksForwardAndBackwardAreTheReferenceBits) {
       const DropoutStream d = dropout_stream(rate, seed, node);
       std::vector<float> mask(kN), expected_mask(kN), y(kN), expected_y(kN), dx = dx0, expected_dx = dx0;
       each(kN, [&](int64_t i) { dropout_mask_at(i, d, &step, mask.data()); });
-      ref::dropout_mask(kN, rate, seed, node, step, expected_mask.data());
+      ref::dropout_mask(pool(), kN, rate, seed, node, step, expected_mask.data());
       expect_same_bits(mask, expected_mask, "dropout mask");
       each(kN, [&](int64_t i) { dropout_forward_at(i, d, &step, x.data(), y.data()); });
       ref::mask_forward(pool(), kN, expected_mask.data(), x.data(), expected_y.data());
@@ -493,14 +493,14 @@ TEST(CudaKernelBodies, MseAndAbsErrorMatchTheReference) {
   const int64_t n = 20011;  // several parts of the flat sums
   const std::vector<float> p = random_floats(n, 80), t = random_floats(n, 81);
   const float mse = mse_loss(test::flat_sums(MseTerm{p.data(), t.data()}, n)[0], n);
-  expect_near(mse, static_cast<float>(ref::mse_forward(n, p.data(), t.data())), "mse (sum over elements)");
+  expect_near(mse, static_cast<float>(ref::mse_forward(pool(), n, p.data(), t.data())), "mse (sum over elements)");
   const auto abs_sum = static_cast<float>(test::flat_sums(AbsErrorTerm{p.data(), t.data()}, n)[0]);
-  expect_near(abs_sum, static_cast<float>(ref::abs_error_sum(n, p.data(), t.data())), "abs_error_sum");
+  expect_near(abs_sum, static_cast<float>(ref::abs_error_sum(pool(), n, p.data(), t.data())), "abs_error_sum");
 
   const float dloss = 0.75f;  // not 1: the loss's gradient must be used
   std::vector<float> dp = random_floats(n, 82), dt = random_floats(n, 83), expected_dp = dp, expected_dt = dt;
   each(n, [&](int64_t i) { mse_backward_at(i, n, &dloss, p.data(), t.data(), dp.data(), dt.data()); });
-  ref::mse_backward(n, p.data(), t.data(), dloss, expected_dp.data(), expected_dt.data());
+  ref::mse_backward(pool(), n, p.data(), t.data(), dloss, expected_dp.data(), expected_dt.data());
   expect_same_bits(dp, expected_dp, "mse backward, prediction");
   expect_same_bits(dt, expected_dt, "mse backward, target");
 }
@@ -624,7 +624,7 @@ TEST(CudaKernelBodies, SgdKerasStepsAreTheReferenceBits) {
     const double lr = 0.01 * (step + 1), momentum = 0.9;
     const SgdScalars k = sgd_scalars(lr, momentum);
     each(p.n, [&](int64_t i) { sgd_keras_at(i, k, g.data(), velocity.data(), w.data()); });
-    ref::sgd_keras_update(p.n, lr, momentum, g.data(), expected_velocity.data(), expected_w.data());
+    ref::sgd_keras_update(pool(), p.n, lr, momentum, g.data(), expected_velocity.data(), expected_w.data());
   }
   expect_same_bits(w, expected_w, "sgd_keras weights");
   expect_same_bits(velocity, expected_velocity, "sgd_keras velocity");
@@ -729,8 +729,8 @@ TEST(CudaKernelBodies, L2GradientIsTheReferenceBitsAndPenaltyItsSum) {
     for (int64_t b = p.table.first_chunk[t]; b < p.table.first_chunk[t + 1]; ++b) sum += squares[static_cast<size_t>(b)];
     penalty += l2[t] * sum;
     const size_t o = static_cast<size_t>(p.slices[t].offset);
-    expected_penalty += ref::l2_penalty(p.slices[t].count, l2[t], w.data() + o);
-    ref::l2_backward(p.slices[t].count, l2[t], w.data() + o, expected_dw.data() + o);
+    expected_penalty += ref::l2_penalty(pool(), p.slices[t].count, l2[t], w.data() + o);
+    ref::l2_backward(pool(), p.slices[t].count, l2[t], w.data() + o, expected_dw.data() + o);
   }
   expect_same_bits(dw, expected_dw, "l2 gradient");
   EXPECT_NEAR(penalty, expected_penalty, 1e-12 * expected_penalty) << "l2 penalty (double sums, reordered)";
