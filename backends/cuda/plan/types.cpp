@@ -47,13 +47,6 @@ DType dtype_of(MLPH_DType type) {
   }
 }
 
-Precision parse_precision(std::string_view text) {
-  for (const PrecisionInfo& p : kPrecisions)
-    if (text == p.name) return p.precision;
-  sdk::fail(MLPH_INVALID_ARGUMENT,
-            "cuda backend: option 'precision' must be fp32, tf32, bf16 or fp16, got '" + std::string(text) + "'");
-}
-
 const char* name_of(Precision precision) { return info(precision).name; }
 DType compute_dtype(Precision precision) { return info(precision).compute; }
 MathMode math_of(Precision precision) { return info(precision).math; }

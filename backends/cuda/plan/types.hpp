@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "mlph/sdk/compute.hpp"
 #include "mlph/sdk/host_program.hpp"
 
 namespace mlph::cuda::plan {
@@ -24,11 +25,11 @@ size_t bytes_of(DType type);
 const char* name_of(DType type);
 DType dtype_of(MLPH_DType type);  // a graph value's
 
-// `backend.precision`. fp32: no TF32 anywhere; tf32: TF32 math in conv and dense; bf16, fp16: conv
-// and dense in half with fp32 accumulation (fp16 with dynamic loss scaling). fp32 master weights always.
-enum class Precision { fp32, tf32, bf16, fp16 };
+// `backend.precision` (sdk/compute.hpp reads it). fp32: no TF32 anywhere; tf32: TF32 math in conv and
+// dense; bf16, fp16: conv and dense in half with fp32 accumulation (fp16 with dynamic loss scaling).
+// fp32 master weights always.
+using Precision = sdk::Precision;
 
-Precision parse_precision(std::string_view text);  // throws MLPH_INVALID_ARGUMENT naming the option
 const char* name_of(Precision precision);
 DType compute_dtype(Precision precision);  // what conv and dense read and write: f32 for fp32 and tf32
 

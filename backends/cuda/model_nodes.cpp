@@ -1,0 +1,482 @@
+// The cuda model's work per node: forward (training or evaluation) and backward, enqueued on the
+// compute stream with the plan's memory (plan/memory.hpp NodeMemory) and the node's library objects.
+// Backward accumulates into every gradient (our kernels, cuDNN and cuBLASLt with beta 1): a gradient
+// the plan says is written first is zeroed before (zero_first_gradients); scratch of the node's own
+// (a half-type dx, cuDNN's dw, a padded gradient) is written with beta 0.
+#include "model_impl.hpp"
+
+namespace mlph::cuda {
+namespace {
+
+using sdk::host::OpKind;
+
+FloatType float_type(plan::DType type) {
+  return type == plan::DType::bf16 ? FloatType::bf16 : type == plan::DType::f16 ? FloatType::f16 : FloatType::f32;
+}
+
+constexpr float kOne = 1.0f, kZero = 0.0f;
+
+// The box between a conv's unpadded input side `unpadded` and its padded buffer (plan::ConvPlan),
+// spatial dims right-aligned into 3: into the padded buffer, or out of it.
+Box padding_box(const plan::ConvPlan& c, bool into_padded) {
+  const plan::TensorDesc& unpadded = c.in;
+  Box b;
+  b.batch = unpadded.dims[0], b.channels = unpadded.dims[1];
+  const int first = 3 - c.spatial;
+  for (int d = 0; d < c.spatial; ++d) {
+    const auto e = static_cast<size_t>(first + d), i = static_cast<size_t>(d);
+    const int64_t size = unpadded.dims[2 + i], padded = c.padded.dims[2 + i];
+    b.extent[e] = c.copied[i];
+    b.src[e] = into_padded ? size : padded;
+    b.dst[e] = into_padded ? padded : size;
+    (into_padded ? b.dst_offset : b.src_offset)[e] = c.offset[i];
+  }
+  return b;
+}
+
+}  // namespace
+
+void CudaModel::check(cudaError_t error, const char* call, size_t k) const {
+  if (error != cudaSuccess) where_.fail(runtime::code_of(error), call, node_about(k), runtime::error_text(error));
+}
+
+// ---- forward ----
+
+void CudaModel::forward(size_t k, bool training) {
+  const sdk::host::Node& n = program_.nodes[k];
+  const plan::NodeMemory& m = plan_.memory.nodes[k];
+  const plan::NodePrecision& precision = plan_.precision.nodes[k];
+  const NodeRuntime& r = nodes_[k];
+  const cudaStream_t s = stream();
+  for (size_t i = 0; i < n.inputs.size(); ++i)  // the half copies this node is the first to read
+    if (m.makes_cast[i])
+      check(convert(s, numel(n.inputs[i]), FloatType::f32, at(plan_.memory.values[static_cast<size_t>(n.inputs[i])]),
+                    float_type(precision.reads[i]), at(m.reads[i])),
+            "convert", k);
+  auto in = [&](size_t i) { return at<float>(m.reads[i]); };
+  float* y = at<float>(m.output);
+  const int64_t count = numel(n.output), rows = n.rows.rows, channels = n.rows.channels;
+  void* ws = at(m.forward_workspace);
+  const size_t ws_bytes = m.forward_workspace ? plan_.memory.regions[static_cast<size_t>(m.forward_workspace.region)].bytes : 0;
+  const auto alpha = static_cast<float>(n.attr);
+  switch (n.kind) {
+    case OpKind::log1p:
+      if (program_.value(n.inputs[0]).dtype == MLPH_DTYPE_I16)
+        check(log1p_forward(s, count, at<int16_t>(m.reads[0]), y), "log1p_forward", k);
+      else
+        check(log1p_forward(s, count, in(0), y), "log1p_forward", k);
+      break;
+    case OpKind::conv:
+    case OpKind::conv_transpose:
+      conv_forward(k);
+      break;
+    case OpKind::leaky_relu:
+      check(leaky_relu_forward(s, count, alpha, in(0), y), "leaky_relu_forward", k);
+      break;
+    case OpKind::relu:
+      check(relu_forward(s, count, in(0), y), "relu_forward", k);
+      break;
+    case OpKind::tanh:
+      check(tanh_forward(s, count, in(0), y), "tanh_forward", k);
+      break;
+    case OpKind::scale:
+      check(scale_forward(s, count, alpha, in(0), y), "scale_forward", k);
+      break;
+    case OpKind::max_pool:
+      check(max_pool_forward(s, pool_shape(n.window), in(0), y), "max_pool_forward", k);
+      break;
+    case OpKind::reshape:  // an alias of its input (the plan gives both one region)
+      break;
+    case OpKind::dense:
+      r.gemms[0].run(where_, cublaslt_->get(), at(m.reads[1]), at(m.reads[0]), y, false, ws, s, node_about(k));
+      break;
+    case OpKind::dropout:
+      if (training && n.attr != 0.0)
+        check(dropout_forward(s, count, dropout_stream(n.attr, program_.seed, n.index), control<uint64_t>(block_.step),
+                              in(0), y),
+              "dropout_forward", k);
+      else
+        check(copy(s, count, in(0), y), "copy", k);
+      break;
+    case OpKind::mse:
+      check(mse_forward(s, numel(n.inputs[0]), in(0), in(1), y, ws, ws_bytes), "mse_forward", k);
+      break;
+    case OpKind::abs_error_sum:
+      check(abs_error_sum(s, numel(n.inputs[0]), in(0), in(1), y, ws, ws_bytes), "abs_error_sum", k);
+      break;
+    case OpKind::batch_norm:
+      batch_norm_forward(k, training);
+      break;
+    case OpKind::add:
+      check(add_forward(s, count, in(0), in(1), y), "add_forward", k);
+      break;
+    case OpKind::concat: {
+      std::vector<const float*> parts;
+      for (size_t i = 0; i < n.inputs.size(); ++i) parts.push_back(in(i));
+      check(concat_forward(s, rows, parts, n.widths, y), "concat_forward", k);
+      break;
+    }
+    case OpKind::global_avg_pool:
+      check(global_avg_pool_forward(s, n.batch, rows / n.batch, channels, in(0), y, ws, ws_bytes),
+            "global_avg_pool_forward", k);
+      break;
+    case OpKind::broadcast:
+      check(broadcast_forward(s, broadcast_shape(n.in_shape, n.out_shape), in(0), y), "broadcast_forward", k);
+      break;
+    case OpKind::channel_affine:
+      check(channel_affine_forward(s, rows, channels, in(0), in(1), in(2), y), "channel_affine_forward", k);
+      break;
+    case OpKind::shift_scale:
+      check(shift_scale_forward(s, rows, channels, in(0), in(1), in(2), y), "shift_scale_forward", k);
+      break;
+    case OpKind::softmax_cross_entropy:
+      check_labels(k);
+      check(softmax_cross_entropy_forward(s, rows, channels, in(0), at<int32_t>(m.reads[1]),
+                                          control<float>(r.class_weights), y, ws, ws_bytes),
+            "softmax_cross_entropy_forward", k);
+      break;
+    case OpKind::iou:
+      check_labels(k);
+      check(iou_forward(s, n.batch, rows, channels, in(0), at<int32_t>(m.reads[1]), y, ws, ws_bytes), "iou_forward", k);
+      break;
+    case OpKind::halo_exchange:
+    case OpKind::spatial_gather:
+      plan::fail_node(n, "spatial parallelism is not implemented by the cuda backend yet");
+  }
+}
+
+// The first label outside [0, classes) of this step, kept in the step's results (latched: the host
+// reads it when it next waits for the device, and names the node).
+void CudaModel::check_labels(size_t k) {
+  const sdk::host::Node& n = program_.nodes[k];
+  const NodeRuntime& r = nodes_[k];
+  const int32_t* labels = at<int32_t>(plan_.memory.nodes[k].reads[1]);
+  auto* first = control<int64_t>(r.label_first);
+  auto* latched = control<int64_t>(block_.results + sizeof(StepResults) + 2 * sizeof(int64_t) * static_cast<size_t>(r.label_check));
+  check(find_bad_label(stream(), n.rows.rows, labels, n.rows.channels, first), "find_bad_label", k);
+  check(latch_bad_label(stream(), first, labels, latched), "latch_bad_label", k);
+}
+
+void CudaModel::conv_forward(size_t k) {
+  const plan::ConvPlan& c = *plan_.nodes[k].conv;
+  const plan::NodeMemory& m = plan_.memory.nodes[k];
+  const FloatType type = float_type(plan_.precision.nodes[k].data);
+  const NodeRuntime& r = nodes_[k];
+  const runtime::ConvDescriptors& d = *r.conv;
+  const std::string about = node_about(k);
+  const cudaStream_t s = stream();
+  float* y = at<float>(m.output);
+  void* ws = at(m.forward_workspace);
+  const size_t ws_bytes = m.forward_workspace ? plan_.memory.regions[static_cast<size_t>(m.forward_workspace.region)].bytes : 0;
+  void* written = m.output_scratch ? at(m.output_scratch) : static_cast<void*>(y);  // in the half type, cast up below
+  if (!c.transpose) {
+    const void* x = at(m.reads[0]);
+    if (c.explicit_padding) {  // x into a zeroed buffer spanning its windows; cuDNN pads nothing
+      check(cudaMemsetAsync(at(m.padded), 0, plan_.memory.regions[static_cast<size_t>(m.padded.region)].bytes, s),
+            "cudaMemsetAsync", k);
+      check(box_copy(s, padding_box(c, true), type, x, type, at(m.padded), false), "box_copy", k);
+      x = at(m.padded);
+    }
+    const auto pass = static_cast<size_t>(runtime::ConvPass::forward);
+    runtime::check(where_,
+                   cudnnConvolutionForward(cudnn_->get(), &kOne, d.x.get(), x, d.w.get(), at(m.reads[1]), d.pass[pass].get(),
+                                           static_cast<cudnnConvolutionFwdAlgo_t>(r.conv_algo[pass]), ws, ws_bytes,
+                                           &kZero, d.y.get(), written),
+                   "cudnnConvolutionForward", about);
+  } else {  // the adjoint conv's backward data: x is its dy, y its dx (padded when padding is explicit)
+    const auto pass = static_cast<size_t>(runtime::ConvPass::backward_data);
+    if (c.explicit_padding) written = at(m.padded);
+    runtime::check(where_,
+                   cudnnConvolutionBackwardData(cudnn_->get(), &kOne, d.w.get(), at(m.reads[1]), d.y.get(), at(m.reads[0]),
+                                                d.pass[pass].get(), static_cast<cudnnConvolutionBwdDataAlgo_t>(r.conv_algo[pass]),
+                                                ws, ws_bytes, &kZero, d.x.get(), written),
+                   "cudnnConvolutionBackwardData", about);
+    if (c.explicit_padding) {  // y is the padded result's window: positions no window reaches stay 0
+      check(cudaMemsetAsync(y, 0, static_cast<size_t>(numel(program_.nodes[k].output)) * sizeof(float), s),
+            "cudaMemsetAsync", k);
+      check(box_copy(s, padding_box(c, false), type, written, FloatType::f32, y, false), "box_copy", k);
+      written = y;
+    }
+  }
+  if (written != y) check(convert(s, numel(program_.nodes[k].output), type, written, FloatType::f32, y), "convert", k);
+  if (c.bias) {
+    const int64_t channels = c.transpose ? c.in.dims[1] : c.out.dims[1];
+    check(bias_forward(s, numel(program_.nodes[k].output) / channels, channels, at<float>(m.reads[2]), y), "bias_forward", k);
+  }
+}
+
+void CudaModel::batch_norm_forward(size_t k, bool training) {
+  const sdk::host::Node& n = program_.nodes[k];
+  const plan::NodeMemory& m = plan_.memory.nodes[k];
+  const NodeRuntime& r = nodes_[k];
+  const cudaStream_t s = stream();
+  auto in = [&](size_t i) { return at<float>(m.reads[i]); };
+  float* y = at<float>(m.output);
+  const int64_t rows = n.rows.rows, channels = n.rows.channels;
+  const double eps = n.batch_norm.eps, momentum = n.batch_norm.momentum;
+  if (r.bn_x) {  // cuDNN, group_size 1
+    if (training)
+      runtime::check(where_,
+                     cudnnBatchNormalizationForwardTraining(
+                         cudnn_->get(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, r.bn_x->get(), in(0), r.bn_x->get(), y,
+                         r.bn_params->get(), in(1), in(2), momentum, in(3), in(4), eps, at<float>(m.statistics),
+                         at<float>(m.statistics) + channels),
+                     "cudnnBatchNormalizationForwardTraining", node_about(k));
+    else
+      runtime::check(where_,
+                     cudnnBatchNormalizationForwardInference(cudnn_->get(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero,
+                                                             r.bn_x->get(), in(0), r.bn_x->get(), y, r.bn_params->get(),
+                                                             in(1), in(2), in(3), in(4), eps),
+                     "cudnnBatchNormalizationForwardInference", node_about(k));
+    return;
+  }
+  // Our kernels' passes, the group's sums between them (batch_norm.hpp). Workspace: stats, scale and shift, sums.
+  const auto c = static_cast<size_t>(channels);
+  auto* stats = at<double>(m.forward_workspace);
+  const size_t stats_bytes = plan::align_up((2 * c + 1) * sizeof(double), plan::kAlignment);
+  auto* scale_shift = reinterpret_cast<float*>(reinterpret_cast<char*>(stats) + stats_bytes);
+  void* sums = reinterpret_cast<char*>(scale_shift) + plan::align_up(2 * c * sizeof(float), plan::kAlignment);
+  const size_t sums_bytes = channel_sums_workspace_bytes(1, rows, channels);
+  if (!training) {
+    check(batch_norm_eval_coefficients(s, channels, eps, in(1), in(2), in(3), in(4), scale_shift),
+          "batch_norm_eval_coefficients", k);
+  } else {
+    check(batch_norm_sum(s, rows, channels, in(0), stats, sums, sums_bytes), "batch_norm_sum", k);
+    group_sum(k, stats, channels + 1);
+    check(batch_norm_variance(s, rows, channels, in(0), stats, sums, sums_bytes), "batch_norm_variance", k);
+    group_sum(k, stats + channels + 1, channels);
+    check(batch_norm_finalize(s, channels, eps, momentum, stats, in(1), in(2), in(3), in(4), at<float>(m.statistics),
+                              scale_shift),
+          "batch_norm_finalize", k);
+  }
+  check(batch_norm_apply(s, rows, channels, in(0), scale_shift, y), "batch_norm_apply", k);
+}
+
+// SyncBatchNorm: `count` doubles summed over the node's group, in place, in stream order.
+void CudaModel::group_sum(size_t k, double* sums, int64_t count) {
+  const NodeRuntime& r = nodes_[k];
+  if (!r.group) return;
+  const auto n = static_cast<size_t>(count);
+  if (r.group_device) {
+    r.group_device->allreduce(sums, n, MLPH_DTYPE_F64, MLPH_REDUCE_SUM, stream());
+    return;
+  }
+  // Host collectives: through pinned memory, the host waiting for the device on both sides.
+  if (host_sums_.size() < n * sizeof(double))
+    host_sums_ = runtime::PinnedBuffer(where_, n * sizeof(double), "batch-norm sums (host collectives)");
+  check(cudaMemcpyAsync(host_sums_.data(), sums, n * sizeof(double), cudaMemcpyDeviceToHost, stream()), "cudaMemcpyAsync", k);
+  compute_->synchronize(where_, node_about(k) + " (batch-norm sums)");
+  sdk::check(host_, r.group->api->allreduce(r.group->comm, host_sums_.data(), n, MLPH_DTYPE_F64, MLPH_REDUCE_SUM),
+             std::string(kWho) + ": " + node_about(k) + ": batch-norm statistics allreduce over its group");
+  check(cudaMemcpyAsync(sums, host_sums_.data(), n * sizeof(double), cudaMemcpyHostToDevice, stream()), "cudaMemcpyAsync", k);
+}
+
+// ---- backward ----
+
+void CudaModel::zero_first_gradients(size_t k) {
+  const sdk::host::Node& n = program_.nodes[k];
+  const plan::NodeMemory& m = plan_.memory.nodes[k];
+  for (size_t i = 0; i < n.inputs.size(); ++i)
+    if (m.gradients[i] && !m.accumulate[i])
+      check(cudaMemsetAsync(at(m.gradients[i]), 0, static_cast<size_t>(numel(n.inputs[i])) * sizeof(float), stream()),
+            "cudaMemsetAsync", k);
+}
+
+void CudaModel::backward(size_t k) {
+  const sdk::host::Node& n = program_.nodes[k];
+  const plan::NodeMemory& m = plan_.memory.nodes[k];
+  const NodeRuntime& r = nodes_[k];
+  const cudaStream_t s = stream();
+  zero_first_gradients(k);
+  auto in = [&](size_t i) { return at<float>(m.reads[i]); };
+  auto grad = [&](size_t i) { return i < m.gradients.size() ? at<float>(m.gradients[i]) : nullptr; };
+  const float* dy = at<float>(m.output_gradient);
+  const float* y = at<float>(m.output);
+  float* dx = grad(0);
+  const int64_t count = numel(n.output), rows = n.rows.rows, channels = n.rows.channels;
+  void* ws = at(m.backward_workspace);
+  const size_t ws_bytes = m.backward_workspace ? plan_.memory.regions[static_cast<size_t>(m.backward_workspace.region)].bytes : 0;
+  const auto alpha = static_cast<float>(n.attr);
+  switch (n.kind) {
+    case OpKind::conv:
+    case OpKind::conv_transpose:
+      conv_backward(k);
+      break;
+    case OpKind::dense: {
+      const void* dy_operand = dy;
+      if (m.output_gradient_cast) {
+        check(convert(s, count, FloatType::f32, dy, float_type(plan_.precision.nodes[k].data), at(m.output_gradient_cast)),
+              "convert", k);
+        dy_operand = at(m.output_gradient_cast);
+      }
+      if (dx) r.gemms[1].run(where_, cublaslt_->get(), at(m.reads[1]), dy_operand, dx, true, ws, s, node_about(k));
+      if (grad(1)) r.gemms[2].run(where_, cublaslt_->get(), dy_operand, at(m.reads[0]), grad(1), true, ws, s, node_about(k));
+      if (grad(2)) check(bias_backward(s, n.dense.batch, n.dense.out, dy, grad(2), ws, ws_bytes), "bias_backward", k);
+      break;
+    }
+    case OpKind::max_pool:
+      if (dx) check(max_pool_backward(s, pool_shape(n.window), in(0), dy, dx), "max_pool_backward", k);
+      break;
+    case OpKind::mse:
+      check(mse_backward(s, numel(n.inputs[0]), in(0), in(1), dy, dx, grad(1)), "mse_backward", k);
+      break;
+    case OpKind::leaky_relu:  // from its output when alpha >= 0 (the plan keeps that), else its input
+      if (dx) check(leaky_relu_backward(s, count, alpha, n.attr >= 0 ? y : in(0), dy, dx), "leaky_relu_backward", k);
+      break;
+    case OpKind::relu:  // y > 0 exactly where x > 0
+      if (dx) check(relu_backward(s, count, y, dy, dx), "relu_backward", k);
+      break;
+    case OpKind::tanh:
+      if (dx) check(tanh_backward(s, count, y, dy, dx), "tanh_backward", k);
+      break;
+    case OpKind::scale:
+      if (dx) check(scale_backward(s, count, alpha, dy, dx), "scale_backward", k);
+      break;
+    case OpKind::dropout:
+      if (!dx) break;
+      if (n.attr != 0.0)
+        check(dropout_backward(s, count, dropout_stream(n.attr, program_.seed, n.index), control<uint64_t>(block_.step),
+                               dy, dx),
+              "dropout_backward", k);
+      else
+        check(accumulate(s, count, dy, dx), "accumulate", k);
+      break;
+    case OpKind::batch_norm:
+      batch_norm_backward(k);
+      break;
+    case OpKind::add:
+      for (size_t i = 0; i < 2; ++i)
+        if (float* g = grad(i)) check(accumulate(s, count, dy, g), "accumulate", k);
+      break;
+    case OpKind::concat: {
+      std::vector<float*> grads;
+      for (size_t i = 0; i < n.inputs.size(); ++i) grads.push_back(grad(i));
+      check(concat_backward(s, rows, grads, n.widths, dy), "concat_backward", k);
+      break;
+    }
+    case OpKind::global_avg_pool:
+      if (dx) check(global_avg_pool_backward(s, n.batch, rows / n.batch, channels, dy, dx), "global_avg_pool_backward", k);
+      break;
+    case OpKind::broadcast:
+      if (dx) check(broadcast_backward(s, broadcast_shape(n.in_shape, n.out_shape), dy, dx), "broadcast_backward", k);
+      break;
+    case OpKind::channel_affine:
+      check(channel_affine_backward(s, rows, channels, in(0), in(1), dy, dx, grad(1), grad(2), ws, ws_bytes),
+            "channel_affine_backward", k);
+      break;
+    case OpKind::softmax_cross_entropy:
+      if (dx)
+        check(softmax_cross_entropy_backward(s, rows, channels, in(0), at<int32_t>(m.reads[1]),
+                                             control<float>(r.class_weights), dy, dx),
+              "softmax_cross_entropy_backward", k);
+      break;
+    default:  // preprocessing and metrics pass no gradient; reshape is an alias
+      break;
+  }
+}
+
+void CudaModel::conv_backward(size_t k) {
+  const sdk::host::Node& n = program_.nodes[k];
+  const plan::ConvPlan& c = *plan_.nodes[k].conv;
+  const plan::NodeMemory& m = plan_.memory.nodes[k];
+  const FloatType type = float_type(plan_.precision.nodes[k].data);
+  const NodeRuntime& r = nodes_[k];
+  const runtime::ConvDescriptors& d = *r.conv;
+  const std::string about = node_about(k);
+  const cudaStream_t s = stream();
+  const float* dy = at<float>(m.output_gradient);
+  void* ws = at(m.backward_workspace);
+  const size_t ws_bytes = m.backward_workspace ? plan_.memory.regions[static_cast<size_t>(m.backward_workspace.region)].bytes : 0;
+  float* dx = at<float>(m.gradients[0]);
+  const size_t dx_count = static_cast<size_t>(numel(n.inputs[0]));
+  // dy as the library reads it: cast down, or (conv_transpose, explicit padding) padded on the conv's input side.
+  const void* dy_operand = dy;
+  if (c.transpose && c.explicit_padding) {
+    check(cudaMemsetAsync(at(m.padded_gradient), 0, plan_.memory.regions[static_cast<size_t>(m.padded_gradient.region)].bytes, s),
+          "cudaMemsetAsync", k);
+    check(box_copy(s, padding_box(c, true), FloatType::f32, dy, type, at(m.padded_gradient), false), "box_copy", k);
+    dy_operand = at(m.padded_gradient);
+  } else if (m.output_gradient_cast) {
+    check(convert(s, numel(n.output), FloatType::f32, dy, type, at(m.output_gradient_cast)), "convert", k);
+    dy_operand = at(m.output_gradient_cast);
+  }
+  // dx: into the fp32 gradient (adding), or a scratch of the node's type first (written, then cast and added).
+  void* dx_written = m.gradient_scratch.size() > 0 && m.gradient_scratch[0] ? at(m.gradient_scratch[0]) : static_cast<void*>(dx);
+  if (!c.transpose && c.explicit_padding) dx_written = at(m.padded_gradient);
+  const float* dx_beta = dx_written == dx ? &kOne : &kZero;
+  const void* w = at(m.reads[1]);
+  if (dx && !c.transpose) {
+    const auto pass = static_cast<size_t>(runtime::ConvPass::backward_data);
+    runtime::check(where_,
+                   cudnnConvolutionBackwardData(cudnn_->get(), &kOne, d.w.get(), w, d.y.get(), dy_operand, d.pass[pass].get(),
+                                                static_cast<cudnnConvolutionBwdDataAlgo_t>(r.conv_algo[pass]), ws, ws_bytes,
+                                                dx_beta, d.x.get(), dx_written),
+                   "cudnnConvolutionBackwardData", about);
+    if (c.explicit_padding)  // the input's part of d(padded x), added
+      check(box_copy(s, padding_box(c, false), type, dx_written, FloatType::f32, dx, true), "box_copy", k);
+  } else if (dx) {  // conv_transpose: its dx is the adjoint conv's forward of dy
+    const auto pass = static_cast<size_t>(runtime::ConvPass::forward);
+    runtime::check(where_,
+                   cudnnConvolutionForward(cudnn_->get(), &kOne, d.x.get(), dy_operand, d.w.get(), w, d.pass[pass].get(),
+                                           static_cast<cudnnConvolutionFwdAlgo_t>(r.conv_algo[pass]), ws, ws_bytes, dx_beta,
+                                           d.y.get(), dx_written),
+                   "cudnnConvolutionForward", about);
+  }
+  if (dx && dx_written != dx && !(!c.transpose && c.explicit_padding))
+    check(convert_add(s, static_cast<int64_t>(dx_count), type, dx_written, dx), "convert_add", k);
+  // dw in cuDNN's layout and the node's type, then transposed and added into the gradient buffer.
+  if (float* dw = at<float>(m.gradients[1])) {
+    const auto pass = static_cast<size_t>(runtime::ConvPass::backward_filter);
+    const void* x = c.transpose ? dy_operand : (c.explicit_padding ? at(m.padded) : at(m.reads[0]));
+    const void* conv_dy = c.transpose ? at(m.reads[0]) : dy_operand;
+    runtime::check(where_,
+                   cudnnConvolutionBackwardFilter(cudnn_->get(), &kOne, d.x.get(), x, d.y.get(), conv_dy, d.pass[pass].get(),
+                                                  static_cast<cudnnConvolutionBwdFilterAlgo_t>(r.conv_algo[pass]), ws,
+                                                  ws_bytes, &kZero, d.w.get(), at(m.weight_gradient)),
+                   "cudnnConvolutionBackwardFilter", about);
+    check(transpose_add(s, c.filter.rows, c.filter.cols, type, at(m.weight_gradient), dw), "transpose_add", k);
+  }
+  if (float* db = m.gradients.size() > 2 ? at<float>(m.gradients[2]) : nullptr) {
+    const int64_t channels = c.transpose ? c.in.dims[1] : c.out.dims[1];
+    check(bias_backward(s, numel(n.output) / channels, channels, dy, db, ws, ws_bytes), "bias_backward", k);
+  }
+}
+
+void CudaModel::batch_norm_backward(size_t k) {
+  const sdk::host::Node& n = program_.nodes[k];
+  const plan::NodeMemory& m = plan_.memory.nodes[k];
+  const NodeRuntime& r = nodes_[k];
+  const cudaStream_t s = stream();
+  auto in = [&](size_t i) { return at<float>(m.reads[i]); };
+  float* dx = at<float>(m.gradients[0]);
+  float* dgamma = at<float>(m.gradients[1]);
+  float* dbeta = at<float>(m.gradients[2]);
+  const float* dy = at<float>(m.output_gradient);
+  const float* saved = at<float>(m.statistics);  // mean and 1/sqrt(var + eps), cuDNN's saved values too
+  const int64_t rows = n.rows.rows, channels = n.rows.channels;
+  if (r.bn_x && dx && dgamma && dbeta) {  // cuDNN, adding into the three gradients
+    runtime::check(where_,
+                   cudnnBatchNormalizationBackward(cudnn_->get(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kOne, &kOne, &kOne,
+                                                   r.bn_x->get(), in(0), r.bn_x->get(), dy, r.bn_x->get(), dx,
+                                                   r.bn_params->get(), in(1), dgamma, dbeta, n.batch_norm.eps, saved,
+                                                   saved + channels),
+                   "cudnnBatchNormalizationBackward", node_about(k));
+    return;
+  }
+  // Our kernels (SyncBatchNorm, or a gradient cuDNN would write that nobody needs).
+  const auto c = static_cast<size_t>(channels);
+  auto* sums = at<double>(m.backward_workspace);
+  auto* coefficients = reinterpret_cast<float*>(reinterpret_cast<char*>(sums) +
+                                                plan::align_up((2 * c + 1) * sizeof(double), plan::kAlignment));
+  void* scratch = reinterpret_cast<char*>(coefficients) + plan::align_up(3 * c * sizeof(float), plan::kAlignment);
+  const size_t scratch_bytes = channel_sums_workspace_bytes(1, rows, channels);
+  check(batch_norm_backward_sums(s, rows, channels, in(0), dy, saved, sums, scratch, scratch_bytes),
+        "batch_norm_backward_sums", k);
+  check(batch_norm_backward_params(s, channels, sums, dgamma, dbeta), "batch_norm_backward_params", k);
+  group_sum(k, sums, 2 * channels + 1);
+  if (dx)
+    check(batch_norm_backward_data(s, rows, channels, in(0), dy, in(1), saved, sums, coefficients, dx),
+          "batch_norm_backward_data", k);
+}
+
+}  // namespace mlph::cuda

@@ -1,0 +1,41 @@
+#include "settings.hpp"
+
+#include "mlph/sdk/error.hpp"
+
+namespace mlph::cuda {
+
+namespace {
+bool read_switch(const sdk::Options& options, const std::string& key, bool fallback) {
+  if (!options.has(key)) return fallback;
+  const std::string value = options.get(key);
+  if (value == "1" || value == "true") return true;
+  if (value == "0" || value == "false") return false;
+  sdk::fail(MLPH_INVALID_ARGUMENT,
+            std::string(kWho) + ": option '" + key + "' is '" + value + "'; expected 0, 1, false or true");
+}
+}  // namespace
+
+Settings read_settings(const sdk::Options& options) {
+  options.allow_only(sdk::with_compute_options({"device", "workspace_mb", "graphs"}), kWho);
+  Settings s;
+  s.compute = sdk::read_compute_settings(
+      options, {sdk::Precision::fp32, sdk::Precision::tf32, sdk::Precision::bf16, sdk::Precision::fp16}, kWho);
+  if (options.has("device")) s.device = options.get_int<int>("device", 0, 0);
+  s.workspace_bytes = options.get_int<size_t>("workspace_mb", s.workspace_bytes >> 20, 0, size_t{1} << 30) << 20;
+  s.graphs = read_switch(options, "graphs", true);
+  return s;
+}
+
+int select_device(const Settings& settings, const MLPH_Topology& topology, int count) {
+  if (settings.device) {
+    if (*settings.device >= count)
+      sdk::fail(MLPH_INVALID_ARGUMENT, std::string(kWho) + ": option 'device' is " + std::to_string(*settings.device) +
+                                           " but this process sees " + std::to_string(count) + " CUDA device" +
+                                           (count == 1 ? "" : "s") + " (0.." + std::to_string(count - 1) + ")");
+    return *settings.device;
+  }
+  const int32_t local_rank = topology.local_rank < 0 ? 0 : topology.local_rank;
+  return local_rank % count;
+}
+
+}  // namespace mlph::cuda

@@ -1,0 +1,36 @@
+// The cuda backend's options and where it runs, as pure functions (tested on the CPU):
+//   device        the CUDA device to use (default: local rank % devices on the node)
+//   precision     fp32 (TF32 off), tf32, bf16, fp16 (sdk::read_compute_settings)
+//   deterministic 1: only deterministic cuDNN/cuBLASLt algorithms, chosen by the libraries' heuristic
+//                 order within a fixed workspace budget, so that steps repeat bit for bit
+//   workspace_mb  the most one cuDNN or cuBLASLt call may use as workspace (MiB; default 1024)
+//   graphs        1 (default): after warm-up the training step is captured in a CUDA graph and replayed
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+
+#include "mlph/comms.h"
+#include "mlph/sdk/compute.hpp"
+#include "mlph/sdk/options.hpp"
+
+namespace mlph::cuda {
+
+inline constexpr const char* kWho = "cuda backend";
+
+struct Settings {
+  std::optional<int> device;  // `device`, else chosen from the local rank
+  sdk::ComputeSettings compute;
+  size_t workspace_bytes = size_t{1} << 30;
+  bool graphs = true;
+};
+
+// Every option checked, an unknown one refused, each in one line naming it.
+Settings read_settings(const sdk::Options& options);
+
+// The device of this process: `device` when given (it must exist), else local_rank % count, so that
+// the ranks of a node spread over its devices. `count` is the devices the process sees (> 0).
+int select_device(const Settings& settings, const MLPH_Topology& topology, int count);
+
+}  // namespace mlph::cuda
