@@ -599,13 +599,6 @@ TEST(CudaPlanPrecision, BatchNormAndEveryOtherKernelOpStayFp32InHalfPrecisions) 
   EXPECT_EQ(plan.nodes[index_of(p, "relu")].data, DType::f32);
 }
 
-TEST(CudaPlanPrecision, OptionNamesParseAndOthersFailNamingTheOption) {
-  EXPECT_EQ(parse_precision("tf32"), Precision::tf32);
-  EXPECT_EQ(parse_precision("fp16"), Precision::fp16);
-  EXPECT_EQ(error_of([] { parse_precision("fp8"); }),
-            "cuda backend: option 'precision' must be fp32, tf32, bf16 or fp16, got 'fp8'");
-}
-
 // ---- loss scaling -------------------------------------------------------------------------------------
 
 TEST(CudaPlanLossScaler, GrowsAfter2000FiniteStepsAndBacksOffAndSkipsOnInfOrNan) {

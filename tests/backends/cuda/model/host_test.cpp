@@ -1,0 +1,206 @@
+// The cuda backend's host-side decisions, on the CPU (backends/cuda/settings.hpp, step_plan.hpp): how
+// its options are read and refused, which device a rank takes, how gradients travel, the training
+// step's task list and the CUDA-graph policy.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "mlph/sdk/backend.hpp"
+#include "mlph/sdk/graph.hpp"
+#include "settings.hpp"
+#include "step_plan.hpp"
+
+namespace mlph::cuda {
+namespace {
+
+sdk::Options options(std::vector<std::pair<std::string, std::string>> pairs) {
+  sdk::KeyValues kv(pairs);
+  return sdk::Options(kv.data(), kv.size());
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const sdk::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+MLPH_Topology rank(int32_t local_rank, int32_t local_size) {
+  MLPH_Topology t = sdk::single_rank_topology();
+  t.local_rank = local_rank, t.local_size = local_size;
+  return t;
+}
+
+// ---- options ---------------------------------------------------------------------------------------
+
+TEST(CudaSettings, DefaultsAreFp32NondeterministicGraphsOnAndAGibOfWorkspace) {
+  const Settings s = read_settings(options({}));
+  EXPECT_FALSE(s.device);
+  EXPECT_EQ(s.compute.precision, sdk::Precision::fp32);
+  EXPECT_FALSE(s.compute.deterministic);
+  EXPECT_TRUE(s.graphs);
+  EXPECT_EQ(s.workspace_bytes, size_t{1} << 30);
+}
+
+TEST(CudaSettings, EveryOptionIsRead) {
+  const Settings s = read_settings(options(
+      {{"device", "3"}, {"precision", "bf16"}, {"deterministic", "1"}, {"workspace_mb", "256"}, {"graphs", "0"}}));
+  EXPECT_EQ(s.device, 3);
+  EXPECT_EQ(s.compute.precision, sdk::Precision::bf16);
+  EXPECT_TRUE(s.compute.deterministic);
+  EXPECT_EQ(s.workspace_bytes, size_t{256} << 20);
+  EXPECT_FALSE(s.graphs);
+  for (const char* p : {"fp32", "tf32", "bf16", "fp16"})
+    EXPECT_EQ(sdk::precision_name(read_settings(options({{"precision", p}})).compute.precision), std::string(p));
+  EXPECT_TRUE(read_settings(options({{"graphs", "true"}})).graphs);
+}
+
+TEST(CudaSettings, BadOrUnknownOptionsFailInOneLineNamingThem) {
+  EXPECT_EQ(error_of([] { read_settings(options({{"threads", "4"}})); }), "cuda backend: unknown option 'threads'");
+  EXPECT_EQ(error_of([] { read_settings(options({{"precision", "fp8"}})); }),
+            "cuda backend: option 'precision' is 'fp8'; this backend computes in fp32, tf32, bf16, fp16");
+  EXPECT_EQ(error_of([] { read_settings(options({{"graphs", "yes"}})); }),
+            "cuda backend: option 'graphs' is 'yes'; expected 0, 1, false or true");
+  EXPECT_NE(error_of([] { read_settings(options({{"device", "-1"}})); }).find("'device'"), std::string::npos);
+  EXPECT_NE(error_of([] { read_settings(options({{"workspace_mb", "lots"}})); }).find("'workspace_mb'"), std::string::npos);
+}
+
+// ---- the device of a rank --------------------------------------------------------------------------
+
+TEST(CudaSettings, EachRankOfANodeTakesItsLocalRanksDeviceModuloTheDevices) {
+  const Settings s = read_settings(options({}));
+  EXPECT_EQ(select_device(s, rank(0, 4), 4), 0);
+  EXPECT_EQ(select_device(s, rank(3, 4), 4), 3);
+  EXPECT_EQ(select_device(s, rank(5, 8), 4), 1);  // more ranks than devices: they share, round robin
+  EXPECT_EQ(select_device(s, rank(2, 4), 1), 0);  // CUDA_VISIBLE_DEVICES giving each rank its one device
+}
+
+TEST(CudaSettings, TheDeviceOptionWinsAndMustExist) {
+  EXPECT_EQ(select_device(read_settings(options({{"device", "2"}})), rank(0, 1), 4), 2);
+  EXPECT_EQ(error_of([] { select_device(read_settings(options({{"device", "1"}})), rank(0, 1), 1); }),
+            "cuda backend: option 'device' is 1 but this process sees 1 CUDA device (0..0)");
+}
+
+// ---- how gradients travel --------------------------------------------------------------------------
+
+TEST(CudaStepPlan, GradientsTravelOnTheDeviceOnlyWithDeviceCollectives) {
+  EXPECT_EQ(comms_path(1, true), CommsPath::none);
+  EXPECT_EQ(comms_path(1, false), CommsPath::none);
+  EXPECT_EQ(comms_path(4, true), CommsPath::device);
+  EXPECT_EQ(comms_path(4, false), CommsPath::host);  // comms/mpi: through pinned host memory
+}
+
+// ---- the task list ---------------------------------------------------------------------------------
+
+using Kind = Task::Kind;
+
+// x -> conv -> relu -> reshape -> dense -> mse, sgd_keras; buckets of `bucket_bytes`.
+struct Mini {
+  plan::Program program;
+  plan::DevicePlan plan;
+  explicit Mini(size_t bucket_bytes = plan::kBucketBytes) {
+    sdk::GraphBuilder g;
+    auto param = [&](const char* name, std::vector<int64_t> shape) {
+      const int32_t v = g.value(name, MLPH_DTYPE_F32, shape);
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      g.parameter(v, std::vector<float>(static_cast<size_t>(n), 0.5f), 0.0, 1.0, MLPH_PARAM_TRAINABLE);
+      return v;
+    };
+    const int32_t x = g.value("x", MLPH_DTYPE_F32, {2, 4, 4, 2});
+    const int32_t c = g.value("c", MLPH_DTYPE_F32, {2, 4, 4, 3});
+    g.node("conv", "c", {x, param("w", {3, 3, 2, 3})}, {c}, {{"padding", {1, 1}}});
+    const int32_t r = g.value("r", MLPH_DTYPE_F32, {2, 4, 4, 3});
+    g.node("relu", "r", {c}, {r});
+    const int32_t f = g.value("f", MLPH_DTYPE_F32, {2, 48});
+    g.node("reshape", "f", {r}, {f});
+    const int32_t d = g.value("d", MLPH_DTYPE_F32, {2, 2});
+    g.node("dense", "d", {f, param("wd", {48, 2}), param("bd", {2})}, {d});
+    const int32_t t = g.value("target", MLPH_DTYPE_F32, {2, 2});
+    const int32_t loss = g.value("loss", MLPH_DTYPE_F32, {});
+    g.node("mse", "loss", {d, t}, {loss});
+    g.loss(loss);
+    g.inputs({x, t});
+    g.optimizer("sgd_keras", {{"momentum", 0.9}});
+    program = sdk::host::lower_graph(*g.graph(), plan::implemented());
+    plan = plan::make_plan(program, {sdk::Precision::fp32, false, plan::kDefaultWorkspaceCap, bucket_bytes});
+  }
+  std::string tasks(CommsPath path, bool update) const { return describe(train_tasks(plan, program, path, update), program); }
+};
+
+TEST(CudaStepPlan, OneRankRunsForwardSeedBackwardAndTheUpdateWithNoAliasWork) {
+  const Mini m;
+  EXPECT_EQ(m.tasks(CommsPath::none, true),
+            "forward c, forward r, forward d, forward loss, seed, backward loss, backward d, backward r, backward c, update");
+  EXPECT_EQ(m.tasks(CommsPath::none, false),  // an accumulation window's micro-batch: no update
+            "forward c, forward r, forward d, forward loss, seed, backward loss, backward d, backward r, backward c");
+}
+
+TEST(CudaStepPlan, BucketsAreReducedInOrderAsSoonAsBackwardIsDoneWithThemThenJoined) {
+  const Mini m(1);  // a byte per bucket: one parameter each, last layers first: bd, wd, w
+  ASSERT_EQ(m.plan.buckets.size(), 3u);
+  EXPECT_EQ(m.tasks(CommsPath::device, true),
+            "forward c, forward r, forward d, forward loss, seed, backward loss, backward d, bucket 0, bucket 1, "
+            "backward r, backward c, bucket 2, join, update");
+  // No update, no reduction: the window's sum stays this rank's.
+  EXPECT_EQ(m.tasks(CommsPath::device, false),
+            "forward c, forward r, forward d, forward loss, seed, backward loss, backward d, backward r, backward c");
+  // Host collectives: the whole buffer once backward is done, then the update.
+  EXPECT_EQ(m.tasks(CommsPath::host, true),
+            "forward c, forward r, forward d, forward loss, seed, backward loss, backward d, backward r, backward c, "
+            "host allreduce, update");
+}
+
+TEST(CudaStepPlan, EveryBucketIsReducedOnceAfterItsLastWriterWhateverTheBucketSize) {
+  for (size_t bytes : {size_t{1}, size_t{200}, size_t{1000}, plan::kBucketBytes}) {
+    const Mini m(bytes);
+    const std::vector<Task> tasks = train_tasks(m.plan, m.program, CommsPath::device, true);
+    std::vector<int> seen;
+    int last_backward_step = -1;
+    for (const Task& t : tasks) {
+      if (t.kind == Kind::backward) last_backward_step = m.plan.schedule.backward[static_cast<size_t>(t.index)];
+      if (t.kind != Kind::reduce_bucket) continue;
+      seen.push_back(t.index);
+      EXPECT_GE(last_backward_step, m.plan.buckets[static_cast<size_t>(t.index)].after_step) << bytes;
+    }
+    ASSERT_EQ(seen.size(), m.plan.buckets.size()) << bytes;
+    for (size_t b = 0; b < seen.size(); ++b) EXPECT_EQ(seen[b], static_cast<int>(b)) << bytes;
+    EXPECT_EQ(tasks.back().kind, Kind::update);
+    EXPECT_EQ(tasks[tasks.size() - 2].kind, Kind::join_buckets);
+  }
+}
+
+// ---- CUDA graphs -----------------------------------------------------------------------------------
+
+TEST(CudaGraphPolicy, EachKindOfStepWarmsUpThenIsCapturedOnceThenReplayed) {
+  using Action = GraphPolicy::Action;
+  GraphPolicy p(true, 2);
+  std::vector<Action> updates;
+  for (int i = 0; i < 5; ++i) {
+    const Action a = p.next(true);
+    updates.push_back(a);
+    if (a == Action::eager) p.ran_eagerly(true);
+    if (a == Action::capture) p.captured(true);
+  }
+  EXPECT_EQ(updates, (std::vector<Action>{Action::eager, Action::eager, Action::capture, Action::replay, Action::replay}));
+  EXPECT_EQ(p.next(false), Action::eager);  // the other kind (accumulation's micro-batches) warms up on its own
+  p.ran_eagerly(false);
+  p.ran_eagerly(false);
+  EXPECT_EQ(p.next(false), Action::capture);
+}
+
+TEST(CudaGraphPolicy, OffMeansEagerAndAFailedCaptureTurnsGraphsOffWithItsReason) {
+  GraphPolicy off(false);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(off.next(true), GraphPolicy::Action::eager), off.ran_eagerly(true);
+  GraphPolicy p(true, 0);
+  EXPECT_EQ(p.next(true), GraphPolicy::Action::capture);
+  p.capture_failed("cudaStreamEndCapture: operation not permitted when stream is capturing");
+  EXPECT_FALSE(p.enabled());
+  EXPECT_EQ(p.next(true), GraphPolicy::Action::eager);
+  EXPECT_EQ(p.why_disabled(), "cudaStreamEndCapture: operation not permitted when stream is capturing");
+}
+
+}  // namespace
+}  // namespace mlph::cuda

@@ -1,0 +1,276 @@
+// The cuda backend's model on a GPU, through the plug-in's C table as the core calls it, against the
+// reference backend: training steps (losses, parameters, gradients), evaluation, a checkpoint's state
+// written into a fresh model, and a CUDA-graph step against the same step run eagerly, bit for bit.
+// Without a GPU every case skips, saying why (tools/gpu's check runs them where there is one).
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+
+#include "mlph/core/host.hpp"
+#include "mlph/core/plugin_loader.hpp"
+#include "mlph/sdk/backend.hpp"
+#include "mlph/sdk/graph.hpp"
+#include "mlph/sdk/tensor.hpp"
+
+namespace {
+
+using Floats = std::vector<float>;
+
+std::string no_device() {
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) return std::string("cudaGetDeviceCount: ") + cudaGetErrorString(error);
+  return count == 0 ? "cudaGetDeviceCount found none" : "";
+}
+
+void ok(MLPH_Error* error, const std::string& what) {
+  if (!error) return;
+  const std::string message = mlph::core::error_message(error);
+  mlph::core::error_free(error);
+  throw std::runtime_error(what + ": " + message);
+}
+
+Floats random_floats(size_t n, uint32_t seed, float low = -1.0f, float high = 1.0f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(low, high);
+  Floats v(n);
+  for (float& x : v) x = u(gen);
+  return v;
+}
+
+int64_t count(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// A small network over the ops the workloads use: conv (bias) -> batch_norm -> relu -> max_pool ->
+// conv_transpose -> leaky_relu -> reshape -> dense (bias) -> dropout -> dense -> mse; adam with decay.
+struct Net {
+  mlph::sdk::GraphBuilder g;
+  std::vector<std::vector<int64_t>> input_shapes;
+  Net() {
+    auto param = [&](const char* name, std::vector<int64_t> shape, uint32_t seed, uint32_t flags = MLPH_PARAM_TRAINABLE,
+                     float fill = NAN) {
+      const int32_t v = g.value(name, MLPH_DTYPE_F32, shape);
+      Floats init = std::isnan(fill) ? random_floats(static_cast<size_t>(count(shape)), seed, -0.5f, 0.5f)
+                                     : Floats(static_cast<size_t>(count(shape)), fill);
+      g.parameter(v, init, 0.0, 1.0, flags);
+      return v;
+    };
+    auto value = [&](const char* name, std::vector<int64_t> shape) { return g.value(name, MLPH_DTYPE_F32, shape); };
+    const int32_t x = value("x", {2, 8, 8, 3});
+    const int32_t c1 = value("c1", {2, 8, 8, 4});
+    g.node("conv", "c1", {x, param("w1", {3, 3, 3, 4}, 1), param("b1", {4}, 2)}, {c1}, {{"padding", {1, 1}}});
+    const int32_t bn = value("bn", {2, 8, 8, 4});
+    g.node("batch_norm", "bn",
+           {c1, param("gamma", {4}, 3, MLPH_PARAM_TRAINABLE, 1.0f), param("beta", {4}, 4, MLPH_PARAM_TRAINABLE, 0.0f),
+            param("mean", {4}, 5, 0, 0.0f), param("var", {4}, 6, 0, 1.0f)},
+           {bn});
+    const int32_t r = value("r", {2, 8, 8, 4});
+    g.node("relu", "r", {bn}, {r});
+    const int32_t p = value("p", {2, 4, 4, 4});
+    g.node("max_pool", "p", {r}, {p}, {{"kernel", {2, 2}}, {"stride", {2, 2}}});
+    const int32_t t = value("t", {2, 8, 8, 2});
+    g.node("conv_transpose", "t", {p, param("wt", {3, 3, 2, 4}, 7)}, {t},
+           {{"stride", {2, 2}}, {"padding", {1, 1}}, {"output_padding", {1, 1}}});
+    const int32_t l = value("l", {2, 8, 8, 2});
+    g.node("leaky_relu", "l", {t}, {l}, {{"alpha", 0.1}});
+    const int32_t f = value("f", {2, 128});
+    g.node("reshape", "f", {l}, {f});
+    const int32_t d1 = value("d1", {2, 16});
+    g.node("dense", "d1", {f, param("wd1", {128, 16}, 8), param("bd1", {16}, 9)}, {d1});
+    const int32_t drop = value("drop", {2, 16});
+    g.node("dropout", "drop", {d1}, {drop}, {{"rate", 0.25}});
+    const int32_t d2 = value("d2", {2, 3});
+    g.node("dense", "d2", {drop, param("wd2", {16, 3}, 10)}, {d2});
+    const int32_t target = value("target", {2, 3});
+    const int32_t loss = g.value("loss", MLPH_DTYPE_F32, {});
+    g.node("mse", "loss", {d2, target}, {loss});
+    g.loss(loss);
+    g.inputs({x, target});
+    g.eval_outputs({d2});
+    g.optimizer("adamw", {{"beta1", 0.9}, {"beta2", 0.999}, {"eps", 1e-8}, {"weight_decay", 0.01}});
+    input_shapes = {{2, 8, 8, 3}, {2, 3}};
+  }
+  const MLPH_Graph& graph() { return *g.graph(); }
+};
+
+// One backend plug-in and one compiled model, through the C table.
+class Model {
+ public:
+  Model(const std::string& backend, std::vector<MLPH_KeyValue> options, const MLPH_Graph& graph)
+      : plugin_(mlph::core::PluginLoader::load_file(std::string(MLPH_PLUGIN_DIR) + "/libmlph-backend-" + backend + ".so",
+                                                    MLPH_KIND_BACKEND, backend)),
+        api_(plugin_.api<MLPH_BackendApi>()),
+        graph_(graph) {
+    MLPH_BackendCreateArgs args{};
+    args.struct_size = sizeof args;
+    args.host = mlph::core::host_api();
+    args.options = options.data();
+    args.n_options = options.size();
+    args.topology = mlph::sdk::single_rank_topology();
+    ok(api_->create_with(&args, &backend_), backend + " create");
+    ok(api_->compile(backend_, &graph, nullptr, &model_), backend + " compile");
+  }
+  ~Model() {
+    api_->model_destroy(model_);
+    api_->destroy(backend_);
+  }
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  double train(std::vector<Floats>& inputs, uint64_t step, bool update = true, bool defer = false) {
+    std::vector<MLPH_Tensor> tensors = views(inputs);
+    const MLPH_StepArgs args = mlph::sdk::step_args(1e-2, step, step, update, defer);
+    MLPH_StepResult result{sizeof(MLPH_StepResult), nullptr, 0};
+    ok(api_->train_step(model_, tensors.data(), tensors.size(), &args, &result), "train_step");
+    if (!defer) return result.loss;
+    double loss = 0;
+    ok(api_->read_loss(model_, &loss), "read_loss");
+    return loss;
+  }
+  Floats eval(std::vector<Floats>& inputs, const std::vector<int64_t>& out_shape) {
+    std::vector<MLPH_Tensor> tensors = views(inputs);
+    Floats out(static_cast<size_t>(count(out_shape)));
+    MLPH_Tensor o = mlph::sdk::host_tensor(MLPH_DTYPE_F32, out_shape.data(), static_cast<int32_t>(out_shape.size()), out.data());
+    ok(api_->eval_step(model_, tensors.data(), tensors.size(), &o, 1), "eval_step");
+    return out;
+  }
+  Floats read(size_t param, const char* slot = nullptr, bool gradient = false) {
+    const MLPH_Value& v = graph_.values[graph_.params[param].value];
+    Floats out(static_cast<size_t>(mlph::sdk::numel(v)));
+    MLPH_Tensor t = mlph::sdk::host_tensor(MLPH_DTYPE_F32, v.shape, v.ndim, out.data());
+    if (slot)
+      ok(api_->read_state(model_, param, slot, &t), std::string("read_state ") + slot);
+    else if (gradient)
+      ok(api_->read_gradient(model_, param, &t), "read_gradient");
+    else
+      ok(api_->read_parameter(model_, param, &t), "read_parameter");
+    return out;
+  }
+  void write(size_t param, Floats values, const char* slot = nullptr) {
+    const MLPH_Value& v = graph_.values[graph_.params[param].value];
+    MLPH_Tensor t = mlph::sdk::host_tensor(MLPH_DTYPE_F32, v.shape, v.ndim, values.data());
+    if (slot)
+      ok(api_->write_state(model_, param, slot, &t), std::string("write_state ") + slot);
+    else
+      ok(api_->write_parameter(model_, param, &t), "write_parameter");
+  }
+
+ private:
+  std::vector<MLPH_Tensor> views(std::vector<Floats>& inputs) const {
+    std::vector<MLPH_Tensor> tensors;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const MLPH_Value& v = graph_.values[graph_.inputs[i]];
+      tensors.push_back(mlph::sdk::host_tensor(MLPH_DTYPE_F32, v.shape, v.ndim, inputs[i].data()));
+    }
+    return tensors;
+  }
+  mlph::core::LoadedPlugin plugin_;
+  const MLPH_BackendApi* api_;
+  const MLPH_Graph& graph_;
+  MLPH_Backend* backend_ = nullptr;
+  MLPH_Model* model_ = nullptr;
+};
+
+std::vector<Floats> batch(uint32_t seed) { return {random_floats(2 * 8 * 8 * 3, seed), random_floats(6, seed + 100)}; }
+
+void expect_near(const Floats& actual, const Floats& expected, double tolerance, const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (size_t i = 0; i < actual.size(); ++i)
+    ASSERT_NEAR(actual[i], expected[i], tolerance * (1 + std::fabs(expected[i]))) << what << " at " << i;
+}
+void expect_same_bits(const Floats& actual, const Floats& expected, const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (size_t i = 0; i < actual.size(); ++i) ASSERT_EQ(std::bit_cast<uint32_t>(actual[i]), std::bit_cast<uint32_t>(expected[i])) << what << " at " << i;
+}
+
+class CudaModelDevice : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (const std::string why = no_device(); !why.empty()) GTEST_SKIP() << "no CUDA device: " << why;
+  }
+};
+
+// fp32 with TF32 off: cuDNN's and cuBLASLt's sums in another order than the reference's, so within 1e-4.
+TEST_F(CudaModelDevice, TrainingStepsMatchTheReferenceBackendInFp32) {
+  Net net;
+  Model cuda("cuda", {{"deterministic", "1"}}, net.graph()), reference("reference", {}, net.graph());
+  for (uint64_t step = 0; step < 4; ++step) {
+    std::vector<Floats> in = batch(static_cast<uint32_t>(step));
+    std::vector<Floats> same = in;
+    const double expected = reference.train(same, step);
+    EXPECT_NEAR(cuda.train(in, step, true, step % 2 == 1), expected, 1e-4 * (1 + std::fabs(expected))) << "step " << step;
+  }
+  for (size_t p = 0; p < net.graph().n_params; ++p) {
+    expect_near(cuda.read(p), reference.read(p), 1e-4, "parameter " + std::to_string(p));
+    if (net.graph().params[p].flags & MLPH_PARAM_TRAINABLE) {
+      expect_near(cuda.read(p, nullptr, true), reference.read(p, nullptr, true), 1e-3, "gradient " + std::to_string(p));
+      expect_near(cuda.read(p, "m"), reference.read(p, "m"), 1e-3, "m " + std::to_string(p));
+    }
+  }
+  std::vector<Floats> in = batch(99), same = in;
+  expect_near(cuda.eval(in, {2, 3}), reference.eval(same, {2, 3}), 1e-4, "eval");
+}
+
+TEST_F(CudaModelDevice, ACapturedStepIsTheEagerStepBitForBit) {
+  Net net;
+  Model graphs("cuda", {{"deterministic", "1"}, {"graphs", "1"}}, net.graph());
+  Model eager("cuda", {{"deterministic", "1"}, {"graphs", "0"}}, net.graph());
+  for (uint64_t step = 0; step < 6; ++step) {  // 2 eager, then captured, then replayed three times
+    std::vector<Floats> a = batch(static_cast<uint32_t>(step)), b = a;
+    const double with = graphs.train(a, step, true, true), without = eager.train(b, step, true, true);
+    EXPECT_EQ(std::bit_cast<uint64_t>(with), std::bit_cast<uint64_t>(without)) << "step " << step;
+  }
+  for (size_t p = 0; p < net.graph().n_params; ++p) expect_same_bits(graphs.read(p), eager.read(p), "parameter " + std::to_string(p));
+  // An accumulation window: the other kind of step, warmed up and captured on its own.
+  for (uint64_t micro = 6; micro < 14; ++micro) {
+    std::vector<Floats> a = batch(static_cast<uint32_t>(micro)), b = a;
+    const bool update = micro % 2 == 1;
+    EXPECT_EQ(graphs.train(a, micro, update), eager.train(b, micro, update)) << "micro-batch " << micro;
+  }
+  for (size_t p = 0; p < net.graph().n_params; ++p) expect_same_bits(graphs.read(p), eager.read(p), "parameter " + std::to_string(p));
+}
+
+TEST_F(CudaModelDevice, AModelGivenAnothersStateMidWindowTrainsBitForBitAlike) {
+  for (const char* precision : {"fp32", "fp16"}) {
+    Net net;
+    Model first("cuda", {{"deterministic", "1"}, {"precision", precision}}, net.graph());
+    for (uint64_t step = 0; step < 3; ++step) {
+      std::vector<Floats> in = batch(static_cast<uint32_t>(step));
+      first.train(in, step, step != 2);  // the last one leaves a window open
+    }
+    Model second("cuda", {{"deterministic", "1"}, {"precision", precision}}, net.graph());
+    std::vector<const char*> slots = {"m", "v", "pending_gradient"};
+    if (std::string(precision) == "fp16") slots.push_back("loss_scale");
+    for (size_t p = 0; p < net.graph().n_params; ++p) {
+      second.write(p, first.read(p));
+      if (!(net.graph().params[p].flags & MLPH_PARAM_TRAINABLE)) continue;
+      for (const char* slot : slots) second.write(p, first.read(p, slot), slot);
+    }
+    for (uint64_t step = 3; step < 6; ++step) {
+      std::vector<Floats> a = batch(static_cast<uint32_t>(step)), b = a;
+      EXPECT_EQ(first.train(a, step), second.train(b, step)) << precision << " step " << step;
+    }
+    for (size_t p = 0; p < net.graph().n_params; ++p)
+      expect_same_bits(second.read(p), first.read(p), std::string(precision) + " parameter " + std::to_string(p));
+  }
+}
+
+TEST_F(CudaModelDevice, ReducedPrecisionsTrainWithinTheirTolerance) {
+  for (const auto& [precision, tolerance] : {std::pair{"tf32", 2e-2}, {"bf16", 1e-1}, {"fp16", 5e-2}}) {
+    Net net;
+    Model cuda("cuda", {{"precision", precision}}, net.graph()), reference("reference", {}, net.graph());
+    for (uint64_t step = 0; step < 3; ++step) {
+      std::vector<Floats> in = batch(static_cast<uint32_t>(step)), same = in;
+      const double expected = reference.train(same, step);
+      EXPECT_NEAR(cuda.train(in, step), expected, tolerance * (1 + std::fabs(expected))) << precision << " step " << step;
+    }
+  }
+}
+
+}  // namespace
