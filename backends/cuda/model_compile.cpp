@@ -168,8 +168,18 @@ void CudaModel::make_conv(size_t k) {
   for (size_t p = 0; p < 3; ++p) {
     if (!runs[p]) continue;
     const auto pass = static_cast<ConvPass>(p);
-    const runtime::ConvCandidates found =
-        runtime::find_algorithms(where_, cudnn_->get(), d, pass, rule.deterministic, about);
+    runtime::ConvCandidates found = runtime::find_algorithms(where_, cudnn_->get(), d, pass, rule.deterministic, about);
+    // The workspace each needs, asked with its math type (the heuristic's lists need not carry it).
+    for (size_t i = 0; i < found.candidates.size(); ++i) {
+      plan::Candidate& candidate = found.candidates[i];
+      if (!candidate.ok) continue;
+      d.pass[p].set_math(where_, found.math[i], about);
+      try {
+        candidate.workspace = runtime::workspace_bytes(where_, cudnn_->get(), d, pass, candidate.algo, about);
+      } catch (const sdk::Error&) {  // listed but not usable here
+        candidate.ok = false;
+      }
+    }
     const int chosen = plan::choose(rule, found.candidates);
     if (chosen < 0)
       plan::fail_node(n, std::string("cuDNN offers no ") + runtime::name_of(pass) + " algorithm within the rule (" +

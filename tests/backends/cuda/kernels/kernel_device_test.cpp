@@ -667,5 +667,68 @@ TEST_F(CudaKernelLaunchers, PrecisionCastsAndLossScalingAreTheBodiesBits) {
   expect_same_bits(scale.read(), {2048.0f}, "loss scale backed off");
 }
 
+TEST_F(CudaKernelLaunchers, LayoutAndTypeLaunchersAreTheBodiesBits) {
+  // Casts and cast-and-add, both half types.
+  const std::vector<float> x = random_floats(kN, 80, -300.0f, 300.0f);
+  const Device<float> dx(x), sum(std::vector<float>(x.size(), 1.0f));
+  const Device<uint16_t> halves(x.size());
+  std::vector<uint16_t> h(x.size());
+  std::vector<float> expected(x.size(), 1.0f);
+  ok(convert(kStream, kN, FloatType::f32, dx.get(), FloatType::f16, halves.get()));
+  each(kN, [&](int64_t i) { convert_at(i, FloatType::f32, x.data(), FloatType::f16, h.data()); });
+  expect_same_bits(halves.read(), h, "convert to f16");
+  ok(convert_add(kStream, kN, FloatType::f16, halves.get(), sum.get()));
+  each(kN, [&](int64_t i) { convert_add_at(i, FloatType::f16, h.data(), expected.data()); });
+  expect_same_bits(sum.read(), expected, "cast and add");
+  // Bias forward and its gradient (a channel sum, in the device's order).
+  const int64_t rows = 70001, channels = 24;
+  const std::vector<float> b = random_floats(channels, 81), dy = random_floats(rows * channels, 82);
+  std::vector<float> y = random_floats(rows * channels, 83);
+  const Device<float> dy_dev(dy), y_dev(y), b_dev(b), db(std::vector<float>(channels, 0.5f));
+  ok(bias_forward(kStream, rows, channels, b_dev.get(), y_dev.get()));
+  each_row_channel(rows, channels, [&](int64_t r, int64_t c) { bias_forward_at(r, c, channels, b.data(), y.data()); });
+  expect_same_bits(y_dev.read(), y, "bias forward");
+  Workspace ws(channel_sums_workspace_bytes(1, rows, channels));
+  ok(bias_backward(kStream, rows, channels, dy_dev.get(), db.get(), ws.get(), ws.bytes));
+  const std::vector<double> sums = test::channel_sums(SumTerm{dy.data(), channels}, 1, rows, channels);
+  std::vector<float> db_host(channels, 0.5f);
+  each(channels, [&](int64_t c) { bias_backward_at(c, sums.data(), db_host.data()); });
+  expect_same_bits(db.read(), db_host, "bias backward");
+  // Conv weights into cuDNN's layout (bf16) and their gradient back.
+  const int64_t wr = 3 * 3 * 3 * 64, wc = 128;
+  const std::vector<float> w = random_floats(wr * wc, 84);
+  const Device<float> w_dev(w), dw(std::vector<float>(w.size(), 0.25f));
+  const Device<uint16_t> device_w(w.size());
+  std::vector<uint16_t> device_host(w.size());
+  std::vector<float> dw_host(w.size(), 0.25f);
+  ok(transpose(kStream, wr, wc, w_dev.get(), FloatType::bf16, device_w.get()));
+  each(wr * wc, [&](int64_t i) { transpose_at(i, wr, wc, w.data(), FloatType::bf16, device_host.data()); });
+  expect_same_bits(device_w.read(), device_host, "weights into cuDNN's layout");
+  ok(transpose_add(kStream, wr, wc, FloatType::bf16, device_w.get(), dw.get()));
+  each(wr * wc, [&](int64_t i) { transpose_add_at(i, wr, wc, FloatType::bf16, device_host.data(), dw_host.data()); });
+  expect_same_bits(dw.read(), dw_host, "their gradient back");
+  // A 3-D box into a padded buffer and back out, adding.
+  Box pad;
+  pad.batch = 2, pad.channels = 5;
+  pad.src[0] = 6, pad.src[1] = 7, pad.src[2] = 8;
+  pad.dst[0] = 8, pad.dst[1] = 9, pad.dst[2] = 8;
+  pad.extent[0] = 6, pad.extent[1] = 7, pad.extent[2] = 7;
+  pad.dst_offset[0] = 1, pad.dst_offset[1] = 2, pad.dst_offset[2] = 1;
+  const std::vector<float> box_in = random_floats(2 * 6 * 7 * 8 * 5, 85);
+  const Device<float> box_dev(box_in), padded(std::vector<float>(2 * 8 * 9 * 8 * 5, 0.0f));
+  std::vector<float> padded_host(2 * 8 * 9 * 8 * 5, 0.0f);
+  ok(box_copy(kStream, pad, FloatType::f32, box_dev.get(), FloatType::f32, padded.get(), false));
+  each(pad.size(), [&](int64_t i) { box_copy_at(i, pad, FloatType::f32, box_in.data(), FloatType::f32, padded_host.data(), false); });
+  expect_same_bits(padded.read(), padded_host, "padded");
+  EXPECT_EQ(box_copy(kStream, pad, FloatType::f32, box_dev.get(), FloatType::bf16, padded.get(), true), cudaErrorInvalidValue)
+      << "adding needs an fp32 destination";
+  // The first bad label is latched across calls.
+  const Device<int32_t> labels(std::vector<int32_t>{0, 9, 1, -1});
+  const Device<int64_t> first(1), latched(std::vector<int64_t>{-1, 0});
+  ok(find_bad_label(kStream, 4, labels.get(), 3, first.get()));
+  ok(latch_bad_label(kStream, first.get(), labels.get(), latched.get()));
+  EXPECT_EQ(latched.read(), (std::vector<int64_t>{1, 9}));
+}
+
 }  // namespace
 }  // namespace mlph::cuda
