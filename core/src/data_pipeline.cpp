@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <new>
 #include <stdexcept>
 #include <utility>
 
@@ -14,18 +15,9 @@
 namespace mlph::core {
 namespace {
 
-Batch make_batch(const MLPH_Graph& graph) {
-  Batch batch;
-  for (size_t i = 0; i < graph.n_inputs; ++i) {
-    const MLPH_Value& v = graph.values[graph.inputs[i]];
-    batch.buffers.emplace_back(static_cast<size_t>(sdk::numel(v)) * mlph_dtype_size(v.dtype));
-  }
-  for (size_t i = 0; i < graph.n_inputs; ++i) {
-    const MLPH_Value& v = graph.values[graph.inputs[i]];
-    batch.tensors.push_back(sdk::host_tensor(v.dtype, v.shape, v.ndim, batch.buffers[i].data()));
-  }
-  return batch;
-}
+constexpr size_t kAlignment = 64;  // a cache line; what alloc_input promises too
+
+size_t aligned(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
 // "17, 4, 9" (the first 8, then how many more).
 std::string sample_list(const uint64_t* indices, uint32_t n) {
@@ -99,12 +91,55 @@ PartOffsets part_offsets(const MLPH_Graph& graph, const std::vector<int32_t>& sp
   return offsets;
 }
 
-Prefetcher::Prefetcher(const MLPH_WorkloadApi* api, MLPH_Dataset* dataset, const MLPH_Graph& graph,
+InputBuffers::InputBuffers(const MLPH_Graph& graph, const MLPH_BackendApi* api, MLPH_Backend* backend) {
+  std::vector<size_t> offsets;
+  size_t bytes = 0;
+  for (size_t i = 0; i < graph.n_inputs; ++i) {
+    const MLPH_Value& v = graph.values[graph.inputs[i]];
+    offsets.push_back(bytes);
+    bytes += aligned(static_cast<size_t>(sdk::numel(v)) * mlph_dtype_size(v.dtype));
+  }
+  bytes = std::max(bytes, kAlignment);
+  pinned_ = api && backend && api->struct_size >= MLPH_STRUCT_SIZE(MLPH_BackendApi, free_input) && api->alloc_input &&
+            api->free_input;
+  for (size_t k = 0; k < kBatches; ++k) {
+    Block& block = memory_[k];
+    if (pinned_) {
+      check(api->alloc_input(backend, bytes, &block.data), fmt::format("allocating {} bytes of input memory", bytes));
+      if (!block.data) throw std::runtime_error(fmt::format("the backend gave no input memory for {} bytes", bytes));
+      block.free = api->free_input;
+      block.backend = backend;
+    } else {
+      block.data = ::operator new(bytes, std::align_val_t(kAlignment));
+    }
+    for (size_t i = 0; i < graph.n_inputs; ++i) {
+      const MLPH_Value& v = graph.values[graph.inputs[i]];
+      MLPH_Tensor t = sdk::host_tensor(v.dtype, v.shape, v.ndim, static_cast<std::byte*>(block.data) + offsets[i]);
+      t.device = {pinned_ ? MLPH_DEVICE_HOST_PINNED : MLPH_DEVICE_HOST, 0};
+      batches_[k].tensors.push_back(t);
+    }
+  }
+}
+
+InputBuffers::Block::~Block() {
+  if (!data) return;
+  if (free)
+    free(backend, data);
+  else
+    ::operator delete(data, std::align_val_t(kAlignment));
+}
+
+Prefetcher::Prefetcher(const MLPH_WorkloadApi* api, MLPH_Dataset* dataset, InputBuffers& buffers,
                        std::vector<uint64_t> order, uint32_t batch, ReadPlan plan, const PartOffsets& part)
-    : api_(api), dataset_(dataset), order_(std::move(order)), batch_(batch), part_(part), plan_(std::move(plan)) {
-  slots_[0] = make_batch(graph);
-  slots_[1] = make_batch(graph);
-  if (steps() > 0) pending_ = std::async(std::launch::async, [this] { fill(0); });
+    : api_(api), dataset_(dataset), buffers_(buffers), order_(std::move(order)), batch_(batch), part_(part),
+      plan_(std::move(plan)) {
+  if (steps() > 0) start_filling(0);
+}
+
+void Prefetcher::start_filling(uint64_t i) {
+  Batch* b = &buffers_.next();
+  filling_ = b;
+  pending_ = std::async(std::launch::async, [this, i, b] { fill(i, *b); });
 }
 
 Prefetcher::~Prefetcher() {
@@ -119,19 +154,19 @@ Batch& Prefetcher::get(uint64_t i) {
                             file.empty() ? "" : "; the file being read: " + file));
   }
   pending_.get();
-  if (i + 1 < steps()) pending_ = std::async(std::launch::async, [this, i] { fill(i + 1); });
-  return slots_[i % 2];
+  Batch& ready = *filling_;
+  if (i + 1 < steps()) start_filling(i + 1);
+  return ready;
 }
 
 std::string Prefetcher::batch_name(uint64_t i) const {
   return fmt::format("{} batch {} of epoch {}", plan_.split, i + 1, plan_.epoch + 1);
 }
 
-void Prefetcher::fill(uint64_t i) {
+void Prefetcher::fill(uint64_t i, Batch& b) {
   reader_ = current_thread();
   const uint64_t* indices = order_.data() + i * batch_;
   const Activity reading(fmt::format("reading {} (samples {})", batch_name(i), sample_list(indices, batch_)));
-  Batch& b = slots_[i % 2];
   if (part_.empty()) {
     check(api_->dataset_read(dataset_, indices, batch_, b.tensors.data(), b.tensors.size()), "reading data");
     return;

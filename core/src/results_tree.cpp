@@ -108,6 +108,13 @@ void write_system_json(const fs::path& file, const fs::path& log_file, const std
   }
   std::map<std::string, std::string> machine = detect_system();
   const long long accelerators = sdk::integer_value<long long>(value("accelerators_per_node")).value_or(0);
+  // The accelerator as the backend states it in the log (ABI 1.6 attributes): the core reads no driver.
+  std::string accelerator_name, accelerator_memory;
+  if (const LogLine* device = log.find("mlph_backend_device"); device && device->value.IsMap()) {
+    accelerator_name = device->value["name"].as<std::string>("");
+    const auto bytes = device->value["memory_bytes"].as<unsigned long long>(0);
+    if (bytes > 0) accelerator_memory = fmt::format("{} GB", bytes / 1000000000ULL);
+  }
   SystemFields fields = {
       {"submitter", org},
       {"division", value("submission_division")},
@@ -128,12 +135,12 @@ void write_system_json(const fs::path& file, const fs::path& log_file, const std
       {"host_networking_topology", ""},
       {"host_memory_configuration", ""},
       {"accelerators_per_node", value("accelerators_per_node")},
-      {"accelerator_model_name", accelerators > 0 ? machine["accelerator_model_name"] : "N/A"},
+      {"accelerator_model_name", accelerators > 0 ? accelerator_name : "N/A"},
       {"accelerator_host_interconnect", ""},
       {"accelerator_frequency", ""},
       {"accelerator_on-chip_memories", ""},
       {"accelerator_memory_configuration", ""},
-      {"accelerator_memory_capacity", accelerators > 0 ? machine["accelerator_memory_capacity"] : ""},
+      {"accelerator_memory_capacity", accelerators > 0 ? accelerator_memory : ""},
       {"accelerator_interconnect", ""},
       {"accelerator_interconnect_topology", ""},
       {"cooling", ""},

@@ -63,6 +63,9 @@ class Run {
   void stage_data(MlLogger& log);
   void end_log(MlLogger& log, bool converged, const std::string& failure);
   void log_plugin(MlLogger& log, const LoadedPlugin& plugin);
+  void log_device(MlLogger& log, const BackendDevice& device);
+  long long accelerators_per_node(const BackendDevice& device) const;
+  double read_loss(const MLPH_StepResult& result, bool deferred);
 
   const MLPH_WorkloadApi* workload() const { return session_->workload_api(); }
   const MLPH_BackendApi* backend() const { return session_->backend_api(); }
@@ -80,10 +83,12 @@ class Run {
   // Declared after the session: destroyed before the plug-ins that made them.
   Owned<MLPH_Model> model_{nullptr, nullptr};
   Owned<MLPH_Dataset> train_set_{nullptr, nullptr}, eval_set_{nullptr, nullptr};
+  std::unique_ptr<InputBuffers> inputs_;  // after the model: freed while the backend still lives
   const MLPH_Graph* graph_ = nullptr;
   uint64_t train_size_ = 0, eval_size_ = 0, micro_batches_ = 0;
   uint32_t batch_ = 0, first_epoch_ = 0;  // first_epoch_: where a resumed run goes on
   std::vector<double> metrics_;           // the quality metric after each epoch
+  double last_loss_ = 0;                  // the training loss last read (averaged over the ranks)
   // Staged data is dealt out among the ranks of a node (see storage.h: MLPH_StageStats), else among all;
   // the ranks of a spatially split sample read alike (each its part_ of every sample).
   DataShard data_shard_{};
@@ -112,14 +117,40 @@ void Run::log_plugin(MlLogger& log, const LoadedPlugin& p) {
                                                 json(p.file.string()).text, json(p.file_hash).text)));
 }
 
+// accelerators_per_node: what the configuration says where it says so, else what the backend reports
+// (ABI 1.6): one device per rank, as many as the node's ranks use; 0 for a CPU backend.
+long long Run::accelerators_per_node(const BackendDevice& device) const {
+  const ConfigValue& entry = session_->config().entry("mlperf.accelerators_per_node");
+  if (entry.origin != "default" || !device.stated) return as_int("mlperf.accelerators_per_node", entry.text);
+  if (device.type == MLPH_DEVICE_HOST || device.type == MLPH_DEVICE_HOST_PINNED) return 0;
+  return std::min<long long>(device.per_node, session_->topology().local_size);
+}
+
+// The backend's device as it states it (ABI 1.6), for the log's readers and the system description.
+void Run::log_device(MlLogger& log, const BackendDevice& device) {
+  if (!device.stated) return;
+  const char* type = device.type == MLPH_DEVICE_CUDA       ? "cuda"
+                     : device.type == MLPH_DEVICE_EMULATED ? "emulated"
+                                                           : "host";
+  log.event("mlph_backend_device",
+            json_raw(fmt::format("{{\"type\": {}, \"id\": {}, \"name\": {}, \"per_node\": {}, \"memory_bytes\": {}, "
+                                 "\"precision\": {}, \"deterministic\": {}}}",
+                                 json(type).text, device.id, json(device.name).text, device.per_node,
+                                 device.memory_bytes, json(device.precision).text,
+                                 device.deterministic ? "true" : "false")));
+}
+
 void Run::initialize(MlLogger& log) {
   log.event("cache_clear", json(true));
   log.start("init_start");
   log.event("seed", json(static_cast<unsigned long long>(session_->seed())));
   log.event("number_of_ranks", json(session_->topology().size));
   log.event("number_of_nodes", json(session_->topology().nodes));
-  log.event("accelerators_per_node", json(as_int("mlperf.accelerators_per_node",
-                                                  session_->config().get("mlperf.accelerators_per_node"))));
+  const BackendDevice device = [&] {
+    const Activity doing("opening the backend");
+    return session_->backend_device();
+  }();
+  log.event("accelerators_per_node", json(accelerators_per_node(device)));
   log.event("submission_benchmark", json(session_->info().benchmark));
   log.event("submission_org", json(session_->config().get("mlperf.org")));
   log.event("submission_division", json(session_->config().get("mlperf.division")));
@@ -127,6 +158,7 @@ void Run::initialize(MlLogger& log) {
   const std::string platform = session_->config().get("mlperf.platform");
   log.event("submission_platform", json(platform.empty() ? host_name() : platform));
   for (const LoadedPlugin* p : session_->plugins()) log_plugin(log, *p);
+  log_device(log, device);
 
   batch_ = session_->info().local_batch_size;
   if (!graph_) {  // a resumed run built it already, to compare it with the checkpoint's
@@ -140,6 +172,7 @@ void Run::initialize(MlLogger& log) {
   {
     const Activity doing("compiling the model");
     model_ = session_->compile(*graph_);
+    inputs_ = std::make_unique<InputBuffers>(*graph_, backend(), session_->backend());
   }
   if (resume_) resume_training(log);
   if (!checkpoints_.dir.empty()) check_state_readable(*session_, model_.get(), *graph_);
@@ -248,8 +281,13 @@ void Run::train_epoch(uint32_t epoch, Progress& progress) {
   const Activity training(fmt::format("training epoch {}", epoch + 1));
   // Each rank takes its shard of the shared order: the reference's shuffle-then-shard.
   const std::vector<uint64_t> order = epoch_order(workload(), session_->workload(), epoch, train_size_, session_->seed());
-  Prefetcher reader(workload(), train_set_.get(), *graph_, shard(order, data_shard_, batch_), batch_,
+  Prefetcher reader(workload(), train_set_.get(), *inputs_, shard(order, data_shard_, batch_), batch_,
                     read_plan("training", epoch), part_);
+  // A backend that can defer the loss (ABI 1.6) is not waited for each step: the loss is read (and
+  // averaged over the ranks, and checked) about ten times an epoch and at its end, at the same steps
+  // on every rank.
+  const bool defer = session_->backend_is_1_6() && backend()->read_loss;
+  const uint64_t read_every = defer ? std::max<uint64_t>(1, reader.steps() / 10) : 1;
   for (uint64_t step = 0; step < reader.steps(); ++step) {
     if (interrupted()) throw RunFailure("interrupted");
     Batch& batch = reader.get(step);
@@ -261,19 +299,29 @@ void Run::train_epoch(uint32_t epoch, Progress& progress) {
     const uint64_t update = micro_batches_ / window;
     double lr = 0;
     check(workload()->learning_rate(session_->workload(), epoch, update, &lr), "learning rate");
-    const MLPH_StepArgs args = sdk::step_args(lr, update, micro_batches_, (micro_batches_ + 1) % window == 0);
+    const MLPH_StepArgs args = sdk::step_args(lr, update, micro_batches_, (micro_batches_ + 1) % window == 0, defer);
     MLPH_StepResult result{sizeof(MLPH_StepResult), nullptr, 0.0};
     check(backend()->train_step(model_.get(), batch.tensors.data(), batch.tensors.size(), &args, &result),
           "training step");
-    // The mean over the ranks: what the terminal shows, and the same divergence verdict on every rank.
-    if (session_->topology().size > 1)
-      check(comms()->allreduce(session_->comm(), &result.loss, 1, MLPH_DTYPE_F64, MLPH_REDUCE_AVERAGE), "comms");
-    if (!std::isfinite(result.loss))
-      throw RunFailure(fmt::format("training diverged: the loss is {} at epoch {}, step {}", result.loss, epoch + 1,
-                                   step + 1));
     ++micro_batches_;
-    progress.step(epoch, step, result.loss);
+    if ((step + 1) % read_every == 0 || step + 1 == reader.steps()) {
+      last_loss_ = read_loss(result, defer);
+      if (!std::isfinite(last_loss_))
+        throw RunFailure(fmt::format("training diverged: the loss is {} at epoch {}, step {}", last_loss_, epoch + 1,
+                                     step + 1));
+    }
+    progress.step(epoch, step, last_loss_);
   }
+}
+
+// The step's loss (waiting for it when deferred), averaged over the ranks: what the terminal shows, and
+// the same divergence verdict on every rank.
+double Run::read_loss(const MLPH_StepResult& result, bool deferred) {
+  double loss = result.loss;
+  if (deferred) check(backend()->read_loss(model_.get(), &loss), "training step");
+  if (session_->topology().size > 1)
+    check(comms()->allreduce(session_->comm(), &loss, 1, MLPH_DTYPE_F64, MLPH_REDUCE_AVERAGE), "comms");
+  return loss;
 }
 
 // A workload whose eval outputs are per sample (MLPH_WorkloadInfo.eval_per_sample) must give each
@@ -305,7 +353,7 @@ double Run::evaluate(uint32_t epoch) {
   std::vector<uint64_t> mine = session_->eval_per_sample() ? deal(order, data_shard_) : shard(order, data_shard_, batch_);
   const uint64_t real = mine.size();
   while (mine.size() % batch_ != 0) mine.push_back(mine.back());  // padding, left out of the sums
-  Prefetcher reader(workload(), eval_set_.get(), *graph_, std::move(mine), batch_, read_plan("validation", epoch),
+  Prefetcher reader(workload(), eval_set_.get(), *inputs_, std::move(mine), batch_, read_plan("validation", epoch),
                     part_);
   std::vector<std::vector<float>> outputs(graph_->n_eval_outputs);
   std::vector<MLPH_Tensor> output_tensors;

@@ -150,9 +150,45 @@ void Session::check_spatial_support() {
 }
 
 MLPH_Backend* Session::backend() {
-  if (!backend_) backend_ = create<MLPH_Backend>(backend_api(), passthrough_options(config_, "backend."),
-                                                 "backend " + backend_name());
+  if (backend_) return backend_.get();
+  const MLPH_BackendApi* api = backend_api();
+  if (!backend_is_1_6() || !api->create_with) {
+    backend_ = create<MLPH_Backend>(api, passthrough_options(config_, "backend."), "backend " + backend_name());
+    return backend_.get();
+  }
+  // ABI 1.6: told where it runs, the backend can pick its device (local rank -> device).
+  KeyValues options = passthrough_options(config_, "backend.");
+  const MLPH_BackendCreateArgs args{sizeof(MLPH_BackendCreateArgs), nullptr, host_api(), options.data(), options.size(),
+                                    topology_};
+  MLPH_Backend* raw = nullptr;
+  check(api->create_with(&args, &raw), "backend " + backend_name());
+  backend_ = Owned<MLPH_Backend>(raw, api->destroy);
   return backend_.get();
+}
+
+// The members ABI 1.6 appended to the backend's table (all at once): there when the plug-in is that new
+// and its table that large; each may still be NULL.
+bool Session::backend_is_1_6() const {
+  return backend_lib_.descriptor->abi_minor >= 6 &&
+         backend_api()->struct_size >= MLPH_STRUCT_SIZE(MLPH_BackendApi, read_loss);
+}
+
+BackendDevice Session::backend_device() {
+  BackendDevice device;
+  MLPH_Backend* b = backend();
+  if (!backend_is_1_6() || !backend_api()->attributes) return device;  // older backends: a CPU, fp32
+  MLPH_BackendAttributes a{};
+  a.struct_size = sizeof a;
+  check(backend_api()->attributes(b, &a), "backend " + backend_name());
+  device.type = a.device.type;
+  device.id = a.device.id;
+  device.name = a.device_name ? escaped(a.device_name, 200) : "";
+  device.per_node = std::max(a.devices_per_node, 0);
+  device.memory_bytes = a.device_memory_bytes;
+  device.precision = a.precision ? escaped(a.precision, 40) : "fp32";
+  device.deterministic = a.deterministic != 0;
+  device.stated = true;
+  return device;
 }
 
 Owned<MLPH_Model> Session::compile(const MLPH_Graph& graph) {

@@ -72,13 +72,6 @@ std::map<std::string, std::string> detect_system() {
   info["host_processor_caches"] = caches;
   const std::string mem = trim(read_first_line("/proc/meminfo", "MemTotal:"));
   if (!mem.empty()) info["host_memory_capacity"] = fmt::format("{} GB", std::atoll(mem.c_str()) / (1024 * 1024));
-  // Accelerators: NVIDIA's driver lists one directory per GPU.
-  std::map<std::string, int> gpus;
-  if (fs::exists("/proc/driver/nvidia/gpus"))
-    for (const auto& e : fs::directory_iterator("/proc/driver/nvidia/gpus"))
-      ++gpus[trim(read_first_line(e.path() / "information", "Model:"))];
-  for (const auto& [name, n] : gpus)
-    info["accelerator_model_name"] += fmt::format("{}{}", info["accelerator_model_name"].empty() ? "" : ", ", name);
   std::string networks;
   if (fs::exists("/sys/class/infiniband"))
     for (const auto& e : fs::directory_iterator("/sys/class/infiniband"))

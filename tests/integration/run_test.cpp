@@ -57,7 +57,7 @@ TEST(Run, TinyRunLogsTheReferenceSequence) {
   const std::vector<std::string> expected = {
       "cache_clear", "init_start", "seed", "number_of_ranks", "number_of_nodes", "accelerators_per_node",
       "submission_benchmark", "submission_org", "submission_division", "submission_status", "submission_platform",
-      "init_stop", "run_start", "global_batch_size", "train_samples", "eval_samples", "opt_weight_decay", "dropout",
+      "mlph_backend_device", "init_stop", "run_start", "global_batch_size", "train_samples", "eval_samples", "opt_weight_decay", "dropout",
       "opt_name", "opt_base_learning_rate", "opt_learning_rate_warmup_epochs", "opt_learning_rate_warmup_factor",
       "opt_learning_rate_decay_boundary_epochs", "opt_learning_rate_decay_factor", "epoch_start", "eval_start",
       "eval_stop", "epoch_stop", "eval_error", "mlph_time_breakdown", "mlph_io", "run_stop"};
@@ -65,6 +65,38 @@ TEST(Run, TinyRunLogsTheReferenceSequence) {
   const auto lines = read_lines(out / "result_0.txt");
   EXPECT_NE(lines[2].find("\"value\": 1234,"), std::string::npos) << lines[2];
   EXPECT_NE(lines.back().find("\"status\": \"success\""), std::string::npos);
+  // ABI 1.6: the backend states its device; the reference is a deterministic fp32 CPU backend.
+  EXPECT_EQ(mllog_values(out / "result_0.txt").at("accelerators_per_node"), "0");
+  const auto device = std::find_if(lines.begin(), lines.end(),
+                                   [](const std::string& l) { return mllog_key(l) == "mlph_backend_device"; });
+  ASSERT_NE(device, lines.end());
+  EXPECT_NE(device->find("\"value\": {\"type\": \"host\", \"id\": 0, \"name\": \"\", \"per_node\": 0, "
+                         "\"memory_bytes\": 0, \"precision\": \"fp32\", \"deterministic\": true}"),
+            std::string::npos)
+      << *device;
+}
+
+// ABI 1.6: a backend that can defer its loss is not waited for each step. The runner reads the loss
+// at the same steps on every rank, about ten times an epoch and at its end: 24 steps, every 2nd. An
+// ABI 1.3 backend is asked for the loss with every step, as before.
+TEST(Run, TheLossIsReadTenTimesAnEpochWhenTheBackendCanDeferIt) {
+  const fs::path data = fresh_dir("deferred-data");
+  ASSERT_EQ(run_cli(kTiny + "--set data.synthetic.train=48 --set data.synthetic.valid=4 --generate-data " + data.string())
+                .exit_code,
+            0);
+  for (const std::string backend : {"tracing", "tracing-abi13"}) {
+    const fs::path out = fresh_dir("deferred-" + backend), losses = out / "losses.txt";
+    const CliResult r = run_cli(kTiny + "--set train.batch_size=2 --plugin-dir " MLPH_TEST_PLUGIN_DIR " --backend " +
+                                backend + " --set backend.trace=/dev/null --set backend.losses=" + losses.string() +
+                                " --set train.target_mae=10 --data " + data.string() + " --output " + out.string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::vector<std::string> expected;
+    for (int step = 1; step <= 24; ++step) {
+      expected.push_back(backend == "tracing" ? "step 1" : "step 0");
+      if (backend == "tracing" && step % 2 == 0) expected.push_back("read");
+    }
+    EXPECT_EQ(read_lines(losses), expected) << backend;
+  }
 }
 
 TEST(Run, NotReachingTheTargetIsAborted) {

@@ -26,6 +26,7 @@ class ForwardingModel : public sdk::Model {
   void write_state(size_t index, const std::string& slot, const MLPH_Tensor& src) override {
     inner_->write_state(index, slot, src);
   }
+  std::optional<double> read_loss() override { return inner_->read_loss(); }
 
  private:
   std::unique_ptr<sdk::Model> inner_;

@@ -23,6 +23,18 @@ using Owned = std::unique_ptr<T, void (*)(T*)>;
 std::vector<float> read_parameter(const MLPH_BackendApi* api, MLPH_Model* model, const MLPH_Graph& graph, size_t index,
                                   MLPH_Tensor& view);
 
+// What the backend says of its device (ABI 1.6 attributes); an older backend is taken for a CPU one.
+struct BackendDevice {
+  MLPH_DeviceType type = MLPH_DEVICE_HOST;
+  int32_t id = 0;
+  std::string name;        // empty: a CPU backend that names no device
+  int32_t per_node = 0;    // accelerators of this kind on the node
+  uint64_t memory_bytes = 0;
+  std::string precision = "fp32";
+  bool deterministic = true;
+  bool stated = false;  // false: an older backend, which cannot say
+};
+
 class Session {
  public:
   // Loads the workload, reads and checks the configuration (ConfigError), loads and creates the
@@ -71,7 +83,13 @@ class Session {
   // The backend object (created on first use) and a model compiled on it. With several ranks the
   // backend gets the comms handle (it averages gradients in train_step) and every rank then takes
   // rank 0's weights, so the replicas start identical whatever the backend did at compile time.
+  // ABI 1.6 backends are created with create_with, told this process's topology so that they can
+  // pick their device.
   MLPH_Backend* backend();
+  // The backend's device (creating the backend first).
+  BackendDevice backend_device();
+  // Whether the backend's table has ABI 1.6's members (create_with ... read_loss; each may be NULL).
+  bool backend_is_1_6() const;
   Owned<MLPH_Model> compile(const MLPH_Graph& graph);
   // Averages the non-trainable parameters (BatchNorm running statistics) over the ranks: each
   // replica's statistics saw only its own shard. The runner calls it after every training epoch,

@@ -1,0 +1,149 @@
+#include "lowering.hpp"
+
+#include <algorithm>
+#include <climits>
+
+namespace mlph::cuda::plan {
+namespace {
+
+// cuDNN's legacy descriptors take int dims and strides: every tensor must index in 32 bits.
+void check_32_bit(const Node& node, const char* what, const TensorDesc& t) {
+  int64_t count = 1;
+  for (int d = 0; d < t.rank; ++d) count *= t.dims[static_cast<size_t>(d)];
+  if (count > INT_MAX)
+    fail_node(node, std::string(what) + " has " + std::to_string(count) +
+                        " elements, more than cuDNN indexes (2^31 - 1): use a smaller batch");
+}
+
+bool is_parameter(const Program& p, int32_t value) {
+  return std::any_of(p.params.begin(), p.params.end(), [&](const auto& param) { return param.value == value; });
+}
+
+// The device keeps its own layout (and type) of conv and dense weights, made from the parameter.
+void check_weights_are_parameters(const Program& p, const Node& node) {
+  if (!is_parameter(p, node.inputs[1]))
+    fail_node(node, "its weights '" + p.value(node.inputs[1]).name +
+                        "' are computed by the graph; the cuda backend needs them to be a parameter");
+}
+
+// cuDNN pads both sides alike: symmetric padding `before` is exact when it yields the same output size.
+bool symmetric_is_exact(const sdk::host::Window& w, size_t e) {
+  const int64_t span = w.in[e] + 2 * w.pad_before[e] - w.dilation[e] * (w.kernel[e] - 1) - 1;
+  return span >= 0 && span / w.stride[e] + 1 == w.out[e];
+}
+
+}  // namespace
+
+sdk::Implements implemented() { return sdk::host::implements({OpKind::halo_exchange, OpKind::spatial_gather}); }
+
+const char* name_of(Engine engine) {
+  static const char* const names[] = {"cudnn_conv", "cudnn_conv_transpose", "cudnn_batch_norm",
+                                      "cublaslt_dense", "kernel", "alias"};
+  return names[static_cast<size_t>(engine)];
+}
+
+TensorDesc channels_last(const std::vector<int64_t>& shape) {
+  TensorDesc t;
+  t.rank = static_cast<int>(shape.size());
+  const size_t spatial = shape.size() - 2;
+  t.dims[0] = shape[0], t.dims[1] = shape.back();
+  for (size_t d = 0; d < spatial; ++d) t.dims[2 + d] = shape[1 + d];
+  int64_t stride = shape.back();  // C is innermost, then the spatial dims from the last
+  t.strides[1] = 1;
+  for (size_t d = spatial; d-- > 0;) {
+    t.strides[2 + d] = stride;
+    stride *= shape[1 + d];
+  }
+  t.strides[0] = stride;
+  return t;
+}
+
+ConvPlan plan_conv(const Program& p, const Node& node) {
+  const sdk::host::Window& w = node.window;
+  ConvPlan c;
+  c.transpose = node.kind == OpKind::conv_transpose;
+  c.spatial = static_cast<int>(p.value(node.inputs[0]).shape.size()) - 2;
+  c.groups = w.groups;
+  c.bias = node.has_bias();
+  const size_t first = static_cast<size_t>(3 - c.spatial);  // the window's dims are right-aligned into 3
+  std::vector<int64_t> in{w.batch}, out{w.batch}, padded{w.batch};
+  bool exact = true;
+  for (size_t e = first; e < 3; ++e) exact = exact && symmetric_is_exact(w, e);
+  c.explicit_padding = !exact;
+  c.filter.rank = c.spatial + 2;
+  c.filter.dims[0] = w.out_channels, c.filter.dims[1] = w.in_channels / w.groups;
+  c.filter.rows = w.taps() * (w.in_channels / w.groups), c.filter.cols = w.out_channels;
+  for (size_t e = first; e < 3; ++e) {
+    const size_t d = e - first;
+    in.push_back(w.in[e]), out.push_back(w.out[e]);
+    c.filter.dims[2 + d] = w.kernel[e];
+    c.stride[d] = w.stride[e], c.dilation[d] = w.dilation[e];
+    c.pad[d] = exact ? w.pad_before[e] : 0;
+    const int64_t extent = (w.out[e] - 1) * w.stride[e] + w.dilation[e] * (w.kernel[e] - 1) + 1;
+    padded.push_back(extent);
+    c.offset[d] = w.pad_before[e];
+    c.copied[d] = std::clamp<int64_t>(extent - w.pad_before[e], 0, w.in[e]);
+  }
+  in.push_back(w.in_channels), out.push_back(w.out_channels), padded.push_back(w.in_channels);
+  c.in = channels_last(in), c.out = channels_last(out);
+  check_32_bit(node, "its input", c.transpose ? c.out : c.in);
+  check_32_bit(node, "its output", c.transpose ? c.in : c.out);
+  if (c.explicit_padding) {
+    c.padded = channels_last(padded);
+    check_32_bit(node, "its padded input", c.padded);
+  }
+  return c;
+}
+
+BatchNormPlan plan_batch_norm(const Program& p, const Node& node) {
+  const int64_t c = node.rows.channels, n = p.value(node.inputs[0]).shape[0];
+  return {channels_last({n, node.rows.rows / n, 1, c}), c, node.batch_norm.eps, node.batch_norm.momentum};
+}
+
+DensePlan plan_dense(const Node& node) {
+  const int64_t batch = node.dense.batch, in = node.dense.in, out = node.dense.out;
+  DensePlan d;
+  d.bias = node.has_bias();
+  d.forward = {false, false, out, batch, in, out, in, out};
+  d.backward_data = {true, false, in, batch, out, out, out, in};
+  d.backward_weights = {false, true, out, in, batch, out, in, out};
+  return d;
+}
+
+std::vector<NodeLowering> lower_nodes(const Program& p) {
+  std::vector<NodeLowering> lowered;
+  for (const Node& node : p.nodes) {
+    NodeLowering l;
+    switch (node.kind) {
+      case OpKind::conv:
+      case OpKind::conv_transpose:
+        check_weights_are_parameters(p, node);
+        l.engine = node.kind == OpKind::conv ? Engine::cudnn_conv : Engine::cudnn_conv_transpose;
+        l.conv = plan_conv(p, node);
+        break;
+      case OpKind::dense:
+        check_weights_are_parameters(p, node);
+        l.engine = Engine::cublaslt_dense;
+        l.dense = plan_dense(node);
+        break;
+      case OpKind::batch_norm:
+        if (node.batch_norm.group_size > 1) break;  // SyncBatchNorm: our kernels
+        l.engine = Engine::cudnn_batch_norm;
+        l.batch_norm = plan_batch_norm(p, node);
+        check_32_bit(node, "its input", l.batch_norm->x);
+        break;
+      case OpKind::reshape:
+        l.engine = Engine::alias;
+        break;
+      case OpKind::halo_exchange:
+      case OpKind::spatial_gather:
+        fail_node(node, "spatial parallelism is not implemented by the cuda backend yet");
+      default:
+        break;
+    }
+    lowered.push_back(std::move(l));
+  }
+  return lowered;
+}
+
+}  // namespace mlph::cuda::plan

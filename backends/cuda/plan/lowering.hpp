@@ -1,0 +1,130 @@
+// Lowering for the device: which library runs each node, and the parameters of its cuDNN
+// descriptors or cuBLASLt matrix layouts. Pure functions of the host lowering's Program
+// (sdk::host::lower_graph, called with implemented() below).
+//
+//   conv            cuDNN convolution (2-D as 4-D tensors, 3-D as 5-D), channels-last as strides;
+//                   strided, dilated, grouped and depthwise alike
+//   conv_transpose  cuDNN backward-data of its adjoint conv (docs/ops.md: conv_transpose is that adjoint)
+//   batch_norm      cuDNN spatial batch norm when group_size is 1: its training forward normalizes with
+//                   the biased variance, saves mean and 1/sqrt(var+eps), and updates the running
+//                   variance with the unbiased one, exponentialAverageFactor being our momentum:
+//                   exactly docs/ops.md (PyTorch calls cuDNN so). group_size > 1 (SyncBatchNorm) needs
+//                   the group's sums between its two halves: our kernels.
+//   dense           cuBLASLt, on the graph's [in, out] weights as they are (see DensePlan)
+//   reshape         an alias of its input: no copy, no kernel
+//   max_pool        our kernel: docs/ops.md gives the gradient to the first maximum of a window in
+//                   row-major order; cuDNN documents no rule for ties
+//   everything else our kernels (element-wise, per-channel, losses, metrics)
+//   halo_exchange, spatial_gather: not implemented (spatial parallelism): implemented() leaves them
+//                   out, so the validator refuses a graph using them in one line naming the node.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <vector>
+
+#include "types.hpp"
+
+namespace mlph::cuda::plan {
+
+// What lower_graph is told the cuda backend implements: every op but the spatial ones.
+sdk::Implements implemented();
+
+enum class Engine { cudnn_conv, cudnn_conv_transpose, cudnn_batch_norm, cublaslt_dense, kernel, alias };
+
+const char* name_of(Engine engine);
+
+// A cuDNN tensor descriptor (cudnnSetTensorNdDescriptor): dims in cuDNN's order [N, C, spatial...],
+// strides making the memory channels-last [N, spatial..., C]. rank 4 for 2-D, 5 for 3-D.
+struct TensorDesc {
+  int rank = 0;
+  std::array<int64_t, 5> dims{}, strides{};
+};
+
+// A channels-last value of shape [N, spatial..., C] as a cuDNN tensor.
+TensorDesc channels_last(const std::vector<int64_t>& shape);
+
+// A cuDNN filter descriptor in CUDNN_TENSOR_NHWC format: dims [Co, Ci/groups, spatial...], memory
+// [Co, spatial..., Ci/groups]. The graph keeps conv weights as [spatial..., Ci/groups, Co]: viewed as
+// a matrix [rows = taps * Ci/groups, cols = Co], the device copy is its transpose [cols, rows].
+struct FilterDesc {
+  int rank = 0;
+  std::array<int64_t, 5> dims{};
+  int64_t rows = 0, cols = 0;  // the graph layout as [rows, cols]; the device layout is [cols, rows]
+};
+
+// One convolution for cuDNN. For conv_transpose, the conv is its adjoint: `in` is the node's output
+// and `out` its input; the node's forward is cudnnConvolutionBackwardData(w, dy = x, dx = y), its
+// backward cudnnConvolutionForward(dy) for dx and cudnnConvolutionBackwardFilter(x = dy, dy = x) for dw.
+//
+// Padding: cuDNN pads both sides alike. When the node's padding (before, after) gives the same
+// windows as `pad` = before on both sides (the output size formula agrees), cuDNN pads itself.
+// Otherwise (`explicit_padding`) the conv's input side is a zeroed buffer `padded` with the input
+// at `offset` along each spatial dim, and cuDNN pads nothing: conv copies x in before the conv (and
+// crops dx out of its gradient); conv_transpose has backward-data write the padded buffer and crops
+// y out of it (and pads dy for its backward). `padded` spans exactly the windows' extent
+// (out-1)*stride + dilation*(kernel-1) + 1; input positions past it are never read (gradient 0).
+//
+// Types (precision.hpp, PrecisionPlan::nodes of the node): `data` for the tensors and the filter
+// (cudnnDataType_t), always CUDNN_DATA_FLOAT for the convolution descriptor's compute type, `math`
+// for its math type.
+struct ConvPlan {
+  bool transpose = false;
+  int spatial = 2;  // 2 or 3; the arrays below hold `spatial` entries
+  TensorDesc in, out;
+  FilterDesc filter;
+  std::array<int64_t, 3> pad{}, stride{}, dilation{};
+  int64_t groups = 1;
+  bool bias = false;  // added by our per-channel kernel; its gradient is our per-channel sum
+  bool explicit_padding = false;
+  TensorDesc padded;                 // explicit_padding: the conv's input side, padded
+  std::array<int64_t, 3> offset{};   // explicit_padding: where the unpadded tensor starts in it
+  std::array<int64_t, 3> copied{};   // explicit_padding: positions of the unpadded tensor that fit in it
+};
+
+// cuDNN spatial batch norm (CUDNN_BATCHNORM_SPATIAL): x and y as `x`, any [N, S..., C] seen as the
+// 4-D [N, C, P, 1] (P = the spatial positions; the statistics are over N, H and W alike); scale,
+// bias, mean and var as cudnnDeriveBNTensorDescriptor gives ([1, C, 1, 1], float32), in every
+// precision. exponentialAverageFactor = momentum.
+struct BatchNormPlan {
+  TensorDesc x;
+  int64_t channels = 0;
+  double eps = 1e-5, momentum = 0.1;
+};
+
+// One cuBLASLt matmul in its column-major terms: D[m, n] = op(A)[m, k] * op(B)[k, n], leading
+// dimensions lda, ldb, ldd (row counts of the stored, untransposed matrices).
+struct Gemm {
+  bool transpose_a = false, transpose_b = false;
+  int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldd = 0;
+};
+
+// dense y[N, out] = x[N, in] w[in, out] (+ b) with row-major buffers, in cuBLASLt's column-major
+// view (a row-major [r, c] buffer is a column-major [c, r] matrix): no copy of any operand.
+//   forward:          A = w, B = x, D = y (the bias by the epilogue CUBLASLT_EPILOGUE_BIAS: per row m)
+//   backward_data:    A = w (transposed), B = dy, D = dx
+//   backward_weights: A = dy, B = x (transposed), D = dw, written in fp32 into the gradient buffer
+// The bias gradient is our per-channel sum of dy (deterministic; no cuBLASLt BGRAD epilogue).
+struct DensePlan {
+  Gemm forward, backward_data, backward_weights;
+  bool bias = false;
+};
+
+// A node as the device runs it.
+struct NodeLowering {
+  Engine engine = Engine::kernel;
+  std::optional<ConvPlan> conv;        // cudnn_conv, cudnn_conv_transpose
+  std::optional<BatchNormPlan> batch_norm;  // cudnn_batch_norm
+  std::optional<DensePlan> dense;      // cublaslt_dense
+};
+
+// Per node of `program`, in order. Throws (fail_node) for what the device cannot run: spatial ops,
+// weights of conv/dense that are not parameters, tensors past cuDNN's 32-bit sizes.
+std::vector<NodeLowering> lower_nodes(const Program& program);
+
+// The parameters of each node's lowering, from its Node (exposed for tests).
+ConvPlan plan_conv(const Program& program, const Node& node);
+BatchNormPlan plan_batch_norm(const Program& program, const Node& node);
+DensePlan plan_dense(const Node& node);
+
+}  // namespace mlph::cuda::plan

@@ -1,0 +1,40 @@
+// The cuda backend's plans for one graph, made at compile: pure functions of the host lowering's
+// Program (sdk::host::lower_graph(graph, plan::implemented())) and the backend's options, the same
+// on every rank and every run. Each part has its own header:
+//   lowering.hpp    which library runs each node; cuDNN descriptors and cuBLASLt layouts
+//   precision.hpp   per value and node the types; fp16's loss scaling
+//   memory.hpp      the step schedule and the arena: every region's offset
+//   buckets.hpp     the gradient buckets reduced during backward
+//   algorithms.hpp  how algorithms are chosen on the GPU (determinism, workspace cap)
+#pragma once
+
+#include "algorithms.hpp"
+#include "buckets.hpp"
+#include "lowering.hpp"
+#include "memory.hpp"
+#include "precision.hpp"
+
+namespace mlph::cuda::plan {
+
+struct Options {
+  Precision precision = Precision::fp32;
+  bool deterministic = false;
+  size_t workspace_cap = kDefaultWorkspaceCap;
+  size_t bucket_bytes = kBucketBytes;
+};
+
+struct DevicePlan {
+  std::vector<NodeLowering> nodes;
+  PrecisionPlan precision;
+  Schedule schedule;
+  MemoryPlan memory;
+  std::vector<Bucket> buckets;
+  AlgorithmRule algorithms;
+};
+
+// Everything for `program`. `workspaces`: the bytes the chosen algorithms need (empty before they
+// are chosen: plan once without, choose within algorithms.workspace_cap, plan again with them).
+DevicePlan make_plan(const Program& program, const Options& options, const Workspaces& workspaces = {},
+                     size_t free_bytes = SIZE_MAX);
+
+}  // namespace mlph::cuda::plan

@@ -1,0 +1,941 @@
+// The cuda backend's plans (backends/cuda/plan), on the CPU: the lowering's cuDNN descriptors and
+// cuBLASLt layouts, run by small emulations of the libraries' documented semantics against the
+// ops' definitions (docs/ops.md); the precision plan; the memory plan's lives and placement (no
+// two regions live at one step share a byte, brute force); the buckets; the loss scaler; the
+// algorithm rule; and the plans of the real CosmoFlow and DeepCAM graphs, with their peak bytes.
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <set>
+
+#include "mlph/sdk/graph.hpp"
+#include "plan/plan.hpp"
+
+#ifdef MLPH_HAVE_COSMOFLOW
+#include "../../../../workloads/cosmoflow/model.hpp"
+#endif
+#ifdef MLPH_HAVE_DEEPCAM
+#include "../../../../workloads/deepcam/model.hpp"
+#endif
+
+namespace mlph::cuda::plan {
+namespace {
+
+using Shape = std::vector<int64_t>;
+
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(gen);
+  return v;
+}
+
+int64_t count(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+// A graph built op by op, with an mse loss on its last value.
+struct Net {
+  sdk::GraphBuilder g;
+  std::vector<int32_t> inputs;
+
+  int32_t input(const std::string& name, Shape shape, MLPH_DType dtype = MLPH_DTYPE_F32) {
+    const int32_t v = g.value(name, dtype, std::move(shape));
+    inputs.push_back(v);
+    return v;
+  }
+  int32_t param(const std::string& name, Shape shape, uint32_t flags = MLPH_PARAM_TRAINABLE) {
+    const int32_t v = g.value(name, MLPH_DTYPE_F32, shape);
+    g.parameter(v, random_floats(static_cast<size_t>(count(shape)), static_cast<uint32_t>(v)), 0.0, 1.0, flags);
+    return v;
+  }
+  int32_t op(const std::string& op, const std::string& name, std::vector<int32_t> in, Shape shape,
+             std::vector<sdk::AttrInit> attrs = {}) {
+    const int32_t y = g.value(name, MLPH_DTYPE_F32, std::move(shape));
+    g.node(op, name, std::move(in), {y}, std::move(attrs));
+    return y;
+  }
+  Shape shape(int32_t v) { return {g.value_info(v).shape, g.value_info(v).shape + g.value_info(v).ndim}; }
+  // mse against a target input, sgd_keras.
+  Program lower(int32_t prediction, sdk::Implements implements = implemented()) {
+    const int32_t target = input("target", shape(prediction));
+    g.loss(op("mse", "loss", {prediction, target}, {}));
+    g.inputs(inputs);
+    g.optimizer("sgd_keras", {{"momentum", 0.9}});
+    return sdk::host::lower_graph(*g.graph(), implements);
+  }
+};
+
+const Node& node_named(const Program& p, const std::string& name) {
+  for (const Node& n : p.nodes)
+    if (n.name == name) return n;
+  throw std::runtime_error("no node " + name);
+}
+size_t index_of(const Program& p, const std::string& name) { return static_cast<size_t>(&node_named(p, name) - p.nodes.data()); }
+int32_t value_named(const Program& p, const std::string& name) {
+  for (size_t v = 0; v < p.values.size(); ++v)
+    if (p.values[v].name == name) return static_cast<int32_t>(v);
+  throw std::runtime_error("no value " + name);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const sdk::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// ---- descriptors ---------------------------------------------------------------------------------
+
+TEST(CudaPlanLowering, ChannelsLastTensorsHaveCudnnDimsAndNdhwcStrides) {
+  const TensorDesc t4 = channels_last({2, 3, 4, 5});  // [N, H, W, C]
+  EXPECT_EQ(t4.rank, 4);
+  EXPECT_EQ((std::array<int64_t, 4>{t4.dims[0], t4.dims[1], t4.dims[2], t4.dims[3]}), (std::array<int64_t, 4>{2, 5, 3, 4}));
+  EXPECT_EQ((std::array<int64_t, 4>{t4.strides[0], t4.strides[1], t4.strides[2], t4.strides[3]}),
+            (std::array<int64_t, 4>{60, 1, 20, 5}));
+  const TensorDesc t5 = channels_last({2, 3, 4, 5, 6});  // [N, D, H, W, C]
+  EXPECT_EQ(t5.dims, (std::array<int64_t, 5>{2, 6, 3, 4, 5}));
+  EXPECT_EQ(t5.strides, (std::array<int64_t, 5>{360, 1, 120, 30, 6}));
+}
+
+// A tensor seen through a descriptor, its spatial dims right-aligned into 3 (as Window).
+struct View {
+  int64_t n = 1, c = 1, s[3] = {1, 1, 1};
+  int64_t sn = 0, sc = 0, ss[3] = {0, 0, 0};
+  View(const TensorDesc& t, int spatial) : n(t.dims[0]), c(t.dims[1]), sn(t.strides[0]), sc(t.strides[1]) {
+    for (int d = 0; d < spatial; ++d) {
+      s[3 - spatial + d] = t.dims[static_cast<size_t>(2 + d)];
+      ss[3 - spatial + d] = t.strides[static_cast<size_t>(2 + d)];
+    }
+  }
+  int64_t size() const { return n * c * s[0] * s[1] * s[2]; }
+  int64_t at(int64_t in, int64_t ic, const int64_t p[3]) const {
+    return in * sn + ic * sc + p[0] * ss[0] + p[1] * ss[1] + p[2] * ss[2];
+  }
+};
+
+// For each position of `extent` (3 dims).
+void for_each(const int64_t extent[3], const std::function<void(const int64_t*)>& f) {
+  int64_t p[3];
+  for (p[0] = 0; p[0] < extent[0]; ++p[0])
+    for (p[1] = 0; p[1] < extent[1]; ++p[1])
+      for (p[2] = 0; p[2] < extent[2]; ++p[2]) f(p);
+}
+
+// cuDNN's semantics on a ConvPlan, from its documentation: cross-correlation of `in` (N, C, spatial)
+// with the NHWC filter [K, spatial..., C/groups], symmetric zero padding `pad`.
+struct CudnnEmulation {
+  const ConvPlan& c;
+  View in, out;
+  int64_t kernel[3] = {1, 1, 1}, stride[3] = {1, 1, 1}, dilation[3] = {1, 1, 1}, pad[3] = {0, 0, 0};
+
+  explicit CudnnEmulation(const ConvPlan& plan)
+      : c(plan), in(plan.explicit_padding ? plan.padded : plan.in, plan.spatial), out(plan.out, plan.spatial) {
+    for (int d = 0; d < c.spatial; ++d) {
+      const auto e = static_cast<size_t>(3 - c.spatial + d), i = static_cast<size_t>(d);
+      kernel[e] = c.filter.dims[2 + i], stride[e] = c.stride[i], dilation[e] = c.dilation[i], pad[e] = c.pad[i];
+    }
+  }
+  int64_t taps() const { return kernel[0] * kernel[1] * kernel[2]; }
+  int64_t filter_at(int64_t k, int64_t ci, const int64_t r[3]) const {  // NHWC: [K, R..., C/g]
+    return (k * taps() + (r[0] * kernel[1] + r[1]) * kernel[2] + r[2]) * c.filter.dims[1] + ci;
+  }
+  // Calls f(input offset, output offset, filter offset) for every product of the convolution.
+  void products(const std::function<void(int64_t, int64_t, int64_t)>& f) const {
+    const int64_t group_in = c.filter.dims[1], group_out = out.c / c.groups;
+    for (int64_t n = 0; n < out.n; ++n)
+      for (int64_t k = 0; k < out.c; ++k)
+        for_each(out.s, [&](const int64_t* o) {
+          for_each(kernel, [&](const int64_t* r) {
+            int64_t i[3];
+            for (int d = 0; d < 3; ++d) {
+              i[d] = o[d] * stride[d] - pad[d] + r[d] * dilation[d];
+              if (i[d] < 0 || i[d] >= in.s[d]) return;
+            }
+            for (int64_t ci = 0; ci < group_in; ++ci)
+              f(in.at(n, k / group_out * group_in + ci, i), out.at(n, k, o), filter_at(k, ci, r));
+          });
+        });
+  }
+  // The explicit padding copy (identity when cuDNN pads).
+  std::vector<float> pad_input(const std::vector<float>& x) const {
+    if (!c.explicit_padding) return x;
+    const View unpadded(c.in, c.spatial);
+    std::vector<float> padded(static_cast<size_t>(in.size()), 0.0f);
+    for (int64_t n = 0; n < in.n; ++n)
+      for (int64_t ch = 0; ch < in.c; ++ch)
+        for_each(unpadded.s, [&](const int64_t* p) {
+          int64_t q[3];
+          for (int d = 0; d < 3; ++d) {
+            const int64_t e = d - (3 - c.spatial);
+            if (e >= 0 && p[d] >= c.copied[static_cast<size_t>(e)]) return;
+            q[d] = p[d] + (e >= 0 ? c.offset[static_cast<size_t>(e)] : 0);
+          }
+          padded[static_cast<size_t>(in.at(n, ch, q))] = x[static_cast<size_t>(unpadded.at(n, ch, p))];
+        });
+    return padded;
+  }
+  std::vector<float> forward(const std::vector<float>& x, const std::vector<float>& w) const {
+    const std::vector<float> xp = pad_input(x);
+    std::vector<float> y(static_cast<size_t>(out.size()), 0.0f);
+    products([&](int64_t i, int64_t o, int64_t f) { y[static_cast<size_t>(o)] += xp[static_cast<size_t>(i)] * w[static_cast<size_t>(f)]; });
+    return y;
+  }
+  // cudnnConvolutionBackwardData: the adjoint, into the (padded) input, cropped when padding is explicit.
+  std::vector<float> backward_data(const std::vector<float>& dy, const std::vector<float>& w) const {
+    std::vector<float> dx(static_cast<size_t>(in.size()), 0.0f);
+    products([&](int64_t i, int64_t o, int64_t f) { dx[static_cast<size_t>(i)] += dy[static_cast<size_t>(o)] * w[static_cast<size_t>(f)]; });
+    if (!c.explicit_padding) return dx;
+    const View unpadded(c.in, c.spatial);
+    std::vector<float> cropped(static_cast<size_t>(unpadded.size()), 0.0f);
+    for (int64_t n = 0; n < in.n; ++n)
+      for (int64_t ch = 0; ch < in.c; ++ch)
+        for_each(unpadded.s, [&](const int64_t* p) {
+          int64_t q[3];
+          for (int d = 0; d < 3; ++d) {
+            const int64_t e = d - (3 - c.spatial);
+            if (e >= 0 && p[d] >= c.copied[static_cast<size_t>(e)]) return;  // no window reaches it: 0
+            q[d] = p[d] + (e >= 0 ? c.offset[static_cast<size_t>(e)] : 0);
+          }
+          cropped[static_cast<size_t>(unpadded.at(n, ch, p))] = dx[static_cast<size_t>(in.at(n, ch, q))];
+        });
+    return cropped;
+  }
+};
+
+// The graph's [rows, cols] weights as the device keeps them: [cols, rows].
+std::vector<float> device_filter(const FilterDesc& f, const std::vector<float>& w) {
+  std::vector<float> t(w.size());
+  for (int64_t r = 0; r < f.rows; ++r)
+    for (int64_t c = 0; c < f.cols; ++c) t[static_cast<size_t>(c * f.rows + r)] = w[static_cast<size_t>(r * f.cols + c)];
+  return t;
+}
+
+struct ConvCase {
+  Shape x;  // [N, S..., Ci]
+  int64_t co, kernel, stride, dilation, groups;
+  std::vector<int64_t> pad_before, pad_after, output_padding;  // per spatial dim
+  bool expect_explicit;
+};
+
+std::vector<double> padding_attr(const ConvCase& t) {
+  std::vector<double> p(t.pad_before.begin(), t.pad_before.end());
+  p.insert(p.end(), t.pad_after.begin(), t.pad_after.end());
+  return p;
+}
+
+// docs/ops.md conv on channels-last x and [K..., Ci/g, Co] weights, spatial dims right-aligned into 3.
+std::vector<float> graph_conv(const ConvCase& t, const Shape& out, const std::vector<float>& x, const std::vector<float>& w) {
+  const size_t spatial = t.x.size() - 2;
+  int64_t in_s[3] = {1, 1, 1}, out_s[3] = {1, 1, 1}, k[3] = {1, 1, 1}, pb[3] = {0, 0, 0};
+  for (size_t d = 0; d < spatial; ++d) {
+    in_s[3 - spatial + d] = t.x[1 + d], out_s[3 - spatial + d] = out[1 + d];
+    k[3 - spatial + d] = t.kernel, pb[3 - spatial + d] = t.pad_before[d];
+  }
+  const int64_t ci = t.x.back(), cig = ci / t.groups, cog = t.co / t.groups;
+  std::vector<float> y(static_cast<size_t>(count(out)), 0.0f);
+  for (int64_t n = 0; n < t.x[0]; ++n)
+    for_each(out_s, [&](const int64_t* o) {
+      for (int64_t co = 0; co < t.co; ++co) {
+        double sum = 0;
+        for_each(k, [&](const int64_t* r) {
+          int64_t i[3];
+          for (int d = 0; d < 3; ++d) {
+            const bool real = d >= static_cast<int>(3 - spatial);
+            i[d] = real ? o[d] * t.stride - pb[d] + r[d] * t.dilation : 0;
+            if (i[d] < 0 || i[d] >= in_s[d]) return;
+          }
+          const int64_t tap = (r[0] * k[1] + r[1]) * k[2] + r[2];
+          for (int64_t c = 0; c < cig; ++c)
+            sum += x[static_cast<size_t>((((n * in_s[0] + i[0]) * in_s[1] + i[1]) * in_s[2] + i[2]) * ci + co / cog * cig + c)] *
+                   w[static_cast<size_t>((tap * cig + c) * t.co + co)];
+        });
+        y[static_cast<size_t>((((n * out_s[0] + o[0]) * out_s[1] + o[1]) * out_s[2] + o[2]) * t.co + co)] = static_cast<float>(sum);
+      }
+    });
+  return y;
+}
+
+// docs/ops.md conv_transpose: y[n,o,co] = sum over i,k,ci with o = i*s - p_before + k*d of x[n,i,ci]*w[k,co,ci].
+std::vector<float> graph_conv_transpose(const ConvCase& t, const Shape& out, const std::vector<float>& x,
+                                        const std::vector<float>& w) {
+  const size_t spatial = t.x.size() - 2;
+  int64_t in_s[3] = {1, 1, 1}, out_s[3] = {1, 1, 1}, k[3] = {1, 1, 1}, pb[3] = {0, 0, 0};
+  for (size_t d = 0; d < spatial; ++d) {
+    in_s[3 - spatial + d] = t.x[1 + d], out_s[3 - spatial + d] = out[1 + d];
+    k[3 - spatial + d] = t.kernel, pb[3 - spatial + d] = t.pad_before[d];
+  }
+  const int64_t ci = t.x.back();
+  std::vector<float> y(static_cast<size_t>(count(out)), 0.0f);
+  for (int64_t n = 0; n < t.x[0]; ++n)
+    for_each(in_s, [&](const int64_t* i) {
+      for_each(k, [&](const int64_t* r) {
+        int64_t o[3];
+        for (int d = 0; d < 3; ++d) {
+          const bool real = d >= static_cast<int>(3 - spatial);
+          o[d] = real ? i[d] * t.stride - pb[d] + r[d] * t.dilation : 0;
+          if (o[d] < 0 || o[d] >= out_s[d]) return;
+        }
+        const int64_t tap = (r[0] * k[1] + r[1]) * k[2] + r[2];
+        for (int64_t co = 0; co < t.co; ++co)
+          for (int64_t c = 0; c < ci; ++c)
+            y[static_cast<size_t>((((n * out_s[0] + o[0]) * out_s[1] + o[1]) * out_s[2] + o[2]) * t.co + co)] +=
+                x[static_cast<size_t>((((n * in_s[0] + i[0]) * in_s[1] + i[1]) * in_s[2] + i[2]) * ci + c)] *
+                w[static_cast<size_t>((tap * t.co + co) * ci + c)];
+      });
+    });
+  return y;
+}
+
+Shape conv_output(const ConvCase& t) {
+  Shape out{t.x[0]};
+  for (size_t d = 0; d + 2 < t.x.size(); ++d)
+    out.push_back((t.x[1 + d] + t.pad_before[d] + t.pad_after[d] - t.dilation * (t.kernel - 1) - 1) / t.stride + 1);
+  out.push_back(t.co);
+  return out;
+}
+Shape conv_transpose_output(const ConvCase& t) {
+  Shape out{t.x[0]};
+  for (size_t d = 0; d + 2 < t.x.size(); ++d)
+    out.push_back((t.x[1 + d] - 1) * t.stride - t.pad_before[d] - t.pad_after[d] + t.dilation * (t.kernel - 1) +
+                  t.output_padding[d] + 1);
+  out.push_back(t.co);
+  return out;
+}
+
+void expect_near(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4) << what << " at " << i;
+}
+
+// Every conv of the workloads' kinds, and asymmetric padding: the plan's descriptors, filter layout and
+// padding, run with cuDNN's semantics, give the graph's conv.
+TEST(CudaPlanConv, DescriptorsComputeTheGraphsConvolution) {
+  const ConvCase cases[] = {
+      {{2, 7, 6, 3}, 4, 3, 1, 1, 1, {1, 1}, {1, 1}, {}, false},        // DeepCAM 3x3 'same'
+      {{1, 9, 8, 4}, 6, 3, 2, 1, 1, {1, 1}, {1, 1}, {}, false},        // strided (xception.conv1)
+      {{1, 9, 9, 6}, 6, 3, 1, 2, 6, {2, 2}, {2, 2}, {}, false},        // depthwise, dilated (xception.conv3)
+      {{1, 5, 6, 4}, 6, 3, 1, 1, 2, {1, 1}, {1, 1}, {}, false},        // grouped
+      {{1, 7, 7, 5}, 3, 1, 2, 1, 1, {0, 0}, {0, 0}, {}, false},        // 1x1 strided skip
+      {{2, 6, 5, 4, 4}, 5, 3, 1, 1, 1, {1, 1, 1}, {1, 1, 1}, {}, false},  // CosmoFlow 3x3x3
+      {{1, 6, 6, 5, 2}, 3, 2, 1, 1, 1, {0, 0, 0}, {1, 1, 1}, {}, true},   // Keras 'same', even kernel
+      {{1, 7, 6, 3}, 2, 3, 2, 1, 1, {0, 1}, {2, 1}, {}, true},            // uneven padding, strided
+      {{1, 8, 8, 2}, 2, 3, 2, 1, 1, {1, 1}, {0, 0}, {}, false},           // less after, same windows
+  };
+  int explicit_count = 0;
+  for (const ConvCase& t : cases) {
+    Net net;
+    const size_t spatial = t.x.size() - 2;
+    Shape wshape(spatial, t.kernel);
+    wshape.push_back(t.x.back() / t.groups), wshape.push_back(t.co);
+    const Shape out = conv_output(t);
+    const int32_t y = net.op("conv", "conv", {net.input("x", t.x), net.param("w", wshape)}, out,
+                             {{"stride", std::vector<double>(spatial, static_cast<double>(t.stride))},
+                              {"dilation", std::vector<double>(spatial, static_cast<double>(t.dilation))},
+                              {"padding", padding_attr(t)},
+                              {"groups", static_cast<double>(t.groups)}});
+    const Program p = net.lower(y);
+    const ConvPlan c = plan_conv(p, node_named(p, "conv"));
+    EXPECT_EQ(c.explicit_padding, t.expect_explicit) << "case " << &t - cases;
+    explicit_count += c.explicit_padding;
+    const std::vector<float> xs = random_floats(static_cast<size_t>(count(t.x)), 1);
+    const std::vector<float>& ws = p.params[0].init;
+    const CudnnEmulation cudnn(c);
+    expect_near(cudnn.forward(xs, device_filter(c.filter, ws)), graph_conv(t, out, xs, ws),
+                "conv case " + std::to_string(&t - cases));
+  }
+  EXPECT_EQ(explicit_count, 2);
+}
+
+// conv_transpose as cuDNN's backward-data of its adjoint conv: DeepCAM's upsampling, and padding that
+// cuDNN cannot take symmetrically.
+TEST(CudaPlanConv, TransposeIsTheAdjointsBackwardData) {
+  const ConvCase cases[] = {
+      {{2, 3, 4, 5}, 3, 3, 2, 1, 1, {1, 1}, {1, 1}, {1, 1}, false},  // DeepCAM deconv (k3 s2 p1 op1)
+      {{1, 4, 3, 2}, 3, 2, 2, 1, 1, {0, 0}, {0, 0}, {0, 0}, false},
+      {{1, 5, 4, 2}, 2, 3, 1, 1, 1, {0, 0}, {1, 1}, {0, 0}, true},   // padding after only
+      {{1, 3, 3, 2, 2}, 2, 3, 2, 1, 1, {1, 1, 1}, {0, 0, 0}, {0, 0, 0}, false},  // symmetric 1 is exact
+      {{1, 3, 3, 2, 2}, 2, 3, 2, 1, 1, {0, 0, 0}, {1, 1, 1}, {0, 0, 0}, true},
+      {{1, 4, 4, 2}, 2, 3, 1, 2, 1, {2, 2}, {2, 2}, {0, 0}, false},  // dilated
+      {{1, 4, 4, 2}, 2, 3, 2, 1, 1, {1, 1}, {0, 0}, {1, 1}, true},   // the last row and column: no window
+  };
+  for (const ConvCase& t : cases) {
+    Net net;
+    const int32_t x = net.input("x", t.x);
+    Shape wshape(t.x.size() - 2, t.kernel);
+    wshape.push_back(t.co), wshape.push_back(t.x.back());  // [K..., Co, Ci]
+    const int32_t w = net.param("w", wshape);
+    const size_t spatial = t.x.size() - 2;
+    const Shape out = conv_transpose_output(t);
+    const int32_t y = net.op("conv_transpose", "up", {x, w}, out,
+                             {{"stride", std::vector<double>(spatial, static_cast<double>(t.stride))},
+                              {"dilation", std::vector<double>(spatial, static_cast<double>(t.dilation))},
+                              {"padding", padding_attr(t)},
+                              {"output_padding", std::vector<double>(t.output_padding.begin(), t.output_padding.end())}});
+    const Program p = net.lower(y);
+    const ConvPlan c = plan_conv(p, node_named(p, "up"));
+    EXPECT_TRUE(c.transpose);
+    EXPECT_EQ(c.explicit_padding, t.expect_explicit) << "case " << &t - cases;
+    const std::vector<float> xs = random_floats(static_cast<size_t>(count(t.x)), 2);
+    const std::vector<float>& ws = p.params[0].init;
+    const CudnnEmulation cudnn(c);
+    expect_near(cudnn.backward_data(xs, device_filter(c.filter, ws)), graph_conv_transpose(t, out, xs, ws),
+                "conv_transpose case " + std::to_string(&t - cases));
+  }
+}
+
+TEST(CudaPlanConv, FilterIsCudnnNhwcWithGroupsAndTheTransposeOfTheGraphsLayout) {
+  Net net;
+  const int32_t x = net.input("x", {1, 6, 6, 8});
+  const int32_t w = net.param("w", {3, 3, 2, 12});  // groups 4: Ci/g = 2
+  const int32_t y = net.op("conv", "conv", {x, w}, {1, 6, 6, 12}, {{"padding", {1, 1}}, {"groups", 4}});
+  const Program p = net.lower(y);
+  const ConvPlan c = plan_conv(p, node_named(p, "conv"));
+  EXPECT_EQ(c.filter.rank, 4);
+  EXPECT_EQ((std::array<int64_t, 4>{c.filter.dims[0], c.filter.dims[1], c.filter.dims[2], c.filter.dims[3]}),
+            (std::array<int64_t, 4>{12, 2, 3, 3}));
+  EXPECT_EQ(c.filter.rows, 18);
+  EXPECT_EQ(c.filter.cols, 12);
+  EXPECT_EQ(c.groups, 4);
+  EXPECT_EQ(c.pad[0], 1);
+  EXPECT_EQ(c.pad[1], 1);
+  EXPECT_FALSE(c.bias);
+}
+
+// ---- dense -------------------------------------------------------------------------------------------
+
+// cuBLASLt's column-major D = op(A) op(B), leading dimensions as stored.
+std::vector<float> gemm(const Gemm& g, const std::vector<float>& a, const std::vector<float>& b) {
+  std::vector<float> d(static_cast<size_t>(g.ldd * g.n), 0.0f);
+  for (int64_t i = 0; i < g.m; ++i)
+    for (int64_t j = 0; j < g.n; ++j) {
+      double sum = 0;
+      for (int64_t k = 0; k < g.k; ++k) {
+        const float av = g.transpose_a ? a[static_cast<size_t>(i * g.lda + k)] : a[static_cast<size_t>(k * g.lda + i)];
+        const float bv = g.transpose_b ? b[static_cast<size_t>(k * g.ldb + j)] : b[static_cast<size_t>(j * g.ldb + k)];
+        sum += av * bv;
+      }
+      d[static_cast<size_t>(j * g.ldd + i)] = static_cast<float>(sum);
+    }
+  return d;
+}
+
+TEST(CudaPlanDense, GemmsComputeForwardAndBothGradientsOnRowMajorBuffers) {
+  const int64_t batch = 3, in = 5, out = 4;
+  Node node;
+  node.dense = {batch, in, out};
+  node.inputs = {0, 1, 2};
+  const DensePlan d = plan_dense(node);
+  EXPECT_TRUE(d.bias);
+  const std::vector<float> x = random_floats(batch * in, 3), w = random_floats(in * out, 4), dy = random_floats(batch * out, 5);
+  std::vector<float> y(batch * out, 0.0f), dx(batch * in, 0.0f), dw(in * out, 0.0f);
+  for (int64_t n = 0; n < batch; ++n)
+    for (int64_t i = 0; i < in; ++i)
+      for (int64_t o = 0; o < out; ++o) {
+        y[static_cast<size_t>(n * out + o)] += x[static_cast<size_t>(n * in + i)] * w[static_cast<size_t>(i * out + o)];
+        dx[static_cast<size_t>(n * in + i)] += dy[static_cast<size_t>(n * out + o)] * w[static_cast<size_t>(i * out + o)];
+        dw[static_cast<size_t>(i * out + o)] += x[static_cast<size_t>(n * in + i)] * dy[static_cast<size_t>(n * out + o)];
+      }
+  expect_near(gemm(d.forward, w, x), y, "forward");
+  expect_near(gemm(d.backward_data, w, dy), dx, "backward data");
+  expect_near(gemm(d.backward_weights, dy, x), dw, "backward weights");
+}
+
+// ---- lowering ------------------------------------------------------------------------------------
+
+TEST(CudaPlanLowering, EachOpGoesToItsEngine) {
+  Net net;
+  const int32_t x = net.input("x", {2, 4, 4, 3});
+  int32_t h = net.op("conv", "conv", {x, net.param("w", {3, 3, 3, 4})}, {2, 4, 4, 4}, {{"padding", {1, 1}}});
+  const auto bn = [&](int32_t in, const std::string& name, double group) {
+    return net.op("batch_norm", name,
+                  {in, net.param(name + ".g", {4}), net.param(name + ".b", {4}), net.param(name + ".m", {4}, 0),
+                   net.param(name + ".v", {4}, 0)},
+                  {2, 4, 4, 4}, {{"eps", 1e-3}, {"momentum", 0.01}, {"group_size", group}});
+  };
+  h = bn(h, "bn", 1);
+  h = bn(h, "syncbn", 2);
+  h = net.op("max_pool", "pool", {h}, {2, 2, 2, 4}, {{"kernel", {2, 2}}});
+  h = net.op("conv_transpose", "up", {h, net.param("wt", {2, 2, 4, 4})}, {2, 4, 4, 4}, {{"stride", {2, 2}}});
+  h = net.op("reshape", "flat", {h}, {2, 64});
+  h = net.op("dense", "dense", {h, net.param("wd", {64, 2}), net.param("bd", {2})}, {2, 2});
+  const Program p = net.lower(h);
+  const std::vector<NodeLowering> l = lower_nodes(p);
+  auto engine = [&](const std::string& name) { return l[index_of(p, name)].engine; };
+  EXPECT_EQ(engine("conv"), Engine::cudnn_conv);
+  EXPECT_EQ(engine("bn"), Engine::cudnn_batch_norm);
+  EXPECT_EQ(engine("syncbn"), Engine::kernel);
+  EXPECT_EQ(engine("pool"), Engine::kernel);
+  EXPECT_EQ(engine("up"), Engine::cudnn_conv_transpose);
+  EXPECT_EQ(engine("flat"), Engine::alias);
+  EXPECT_EQ(engine("dense"), Engine::cublaslt_dense);
+  EXPECT_EQ(engine("loss"), Engine::kernel);
+  const BatchNormPlan& b = *l[index_of(p, "bn")].batch_norm;
+  EXPECT_EQ(b.channels, 4);
+  EXPECT_DOUBLE_EQ(b.eps, 1e-3);
+  EXPECT_DOUBLE_EQ(b.momentum, 0.01);  // cuDNN's exponentialAverageFactor
+  EXPECT_EQ(b.x.dims, (std::array<int64_t, 5>{2, 4, 16, 1, 0}));  // [N, C, P, 1]
+  EXPECT_EQ(b.x.strides[1], 1);
+  EXPECT_EQ(b.x.strides[2], 4);
+  EXPECT_EQ(b.x.strides[0], 64);
+}
+
+TEST(CudaPlanLowering, SpatialOpsAndComputedWeightsFailNamingTheNode) {
+  Net net;
+  const int32_t x = net.input("x", {1, 4, 4, 2});
+  const int32_t h = net.op("halo_exchange", "halo", {x}, {1, 6, 6, 2}, {{"grid", {1, 1}}, {"halo", {1, 1}}});
+  const int32_t y = net.op("conv", "conv3", {h, net.param("w", {3, 3, 2, 2})}, {1, 4, 4, 2});
+  const std::string refused = error_of([&] { net.lower(y); });
+  EXPECT_NE(refused.find("node 'halo' (halo_exchange)"), std::string::npos) << refused;
+
+  Net all;  // lowered for a backend with every op: the plan still refuses, in one line
+  const int32_t x2 = all.input("x", {1, 4, 4, 2});
+  const int32_t h2 = all.op("halo_exchange", "halo", {x2}, {1, 6, 6, 2}, {{"grid", {1, 1}}, {"halo", {1, 1}}});
+  const int32_t y2 = all.op("conv", "conv3", {h2, all.param("w", {3, 3, 2, 2})}, {1, 4, 4, 2});
+  const Program p = all.lower(y2, sdk::Implements::everything());
+  EXPECT_EQ(error_of([&] { lower_nodes(p); }),
+            "cuda backend: node 'halo' (halo_exchange): spatial parallelism is not implemented by the cuda backend yet");
+
+  Net computed;  // weights that a node computes
+  const int32_t x3 = computed.input("x", {2, 3});
+  const int32_t w = computed.op("scale", "w2", {computed.param("w", {3, 2})}, {3, 2}, {{"factor", 2.0}});
+  const Program q = computed.lower(computed.op("dense", "dense1", {x3, w}, {2, 2}));
+  const std::string message = error_of([&] { lower_nodes(q); });
+  EXPECT_EQ(message.rfind("cuda backend: node 'dense1' (dense): its weights 'w2' are computed", 0), 0u) << message;
+}
+
+TEST(CudaPlanLowering, TensorsPastCudnns32BitIndexingFailNamingTheNode) {
+  // A 1x1 conv from [4, 16384, 16384, 1] (2^30 elements) to 2 channels: 2^31 output elements, one
+  // past int. Built by hand: a graph would hold gigabytes of nothing.
+  Program p;
+  p.values.resize(3);
+  p.values[0].shape = {4, 16384, 16384, 1};
+  Node node;
+  node.kind = OpKind::conv, node.name = "wide", node.inputs = {0, 1}, node.output = 2;
+  node.window.batch = 4;
+  node.window.in[1] = node.window.in[2] = node.window.out[1] = node.window.out[2] = 16384;
+  node.window.in_channels = 1, node.window.out_channels = 2;
+  EXPECT_EQ(error_of([&] { plan_conv(p, node); }),
+            "cuda backend: node 'wide' (conv): its output has 2147483648 elements, more than cuDNN indexes "
+            "(2^31 - 1): use a smaller batch");
+  node.window.out_channels = 1;
+  EXPECT_EQ(error_of([&] { plan_conv(p, node); }), "");
+}
+
+
+// ---- precision -------------------------------------------------------------------------------------
+
+#ifdef MLPH_HAVE_COSMOFLOW
+// A CosmoFlow of edge 16 with two conv blocks of 4 and 8 filters.
+Program mini_cosmoflow(int kernel = 3) {
+  cosmoflow::ModelSettings m;
+  m.edge = 16, m.n_conv_layers = 2, m.conv_size = 4, m.fc1_size = 8, m.fc2_size = 4, m.kernel_size = kernel;
+  sdk::GraphBuilder g;
+  cosmoflow::build_model(g, m, 0.9, 2, 7);
+  return sdk::host::lower_graph(*g.graph(), implemented());
+}
+
+TEST(CudaPlanPrecision, Bf16ComputesConvAndDenseInHalfAndKeepsLossesAndPreprocessingInFp32) {
+  const Program p = mini_cosmoflow();
+  const PrecisionPlan plan = plan_precision(p, Precision::bf16);
+  auto stored = [&](const std::string& v) { return plan.values[static_cast<size_t>(value_named(p, v))]; };
+  EXPECT_EQ(stored("x"), DType::i16);
+  EXPECT_EQ(stored("log1p"), DType::f32);
+  for (const char* v : {"conv1", "conv1.act", "conv1.pool", "conv2", "flatten", "dense1", "dense1.act", "dense1.dropout",
+                        "output", "output.tanh", "output.scale"})
+    EXPECT_EQ(stored(v), DType::bf16) << v;
+  EXPECT_EQ(stored("loss"), DType::f32);
+  EXPECT_EQ(stored("abs_error_sum"), DType::f32);
+  EXPECT_EQ(stored("conv1.kernel"), DType::f32);  // masters
+  const NodePrecision& conv1 = plan.nodes[index_of(p, "conv1")];
+  EXPECT_EQ(conv1.reads, (std::vector<DType>{DType::bf16, DType::bf16, DType::f32}));  // x cast, weights' copy, bias
+  EXPECT_EQ(conv1.math, MathMode::tensor_op);
+  EXPECT_EQ(plan.nodes[index_of(p, "loss")].reads, (std::vector<DType>{DType::f32, DType::f32}));
+  EXPECT_EQ(plan.nodes[index_of(p, "log1p")].reads, (std::vector<DType>{DType::i16}));
+  EXPECT_FALSE(plan.loss_scaling);
+  EXPECT_TRUE(plan_precision(p, Precision::fp16).loss_scaling);
+  EXPECT_EQ(plan_precision(p, Precision::fp16).values[static_cast<size_t>(value_named(p, "conv2"))], DType::f16);
+  for (Precision precision : {Precision::fp32, Precision::tf32}) {
+    const PrecisionPlan full = plan_precision(p, precision);
+    for (size_t v = 0; v < p.values.size(); ++v)
+      EXPECT_EQ(full.values[v], dtype_of(p.values[v].dtype)) << p.values[v].name;
+    EXPECT_EQ(full.nodes[index_of(p, "conv1")].math, precision == Precision::fp32 ? MathMode::fma : MathMode::tf32);
+    EXPECT_EQ(full.nodes[index_of(p, "dense1")].reads[0], DType::f32);
+  }
+}
+#endif
+
+TEST(CudaPlanPrecision, FollowingOpsTakeTheWidestInputAndPerChannelParametersStayFp32) {
+  Net net;
+  const int32_t x = net.input("x", {2, 4, 4, 3});
+  const int32_t c = net.op("conv", "conv", {x, net.param("w", {1, 1, 3, 3})}, {2, 4, 4, 3});
+  const int32_t bn = net.op("batch_norm", "bn",
+                            {c, net.param("g", {3}), net.param("b", {3}), net.param("m", {3}, 0), net.param("v", {3}, 0)},
+                            {2, 4, 4, 3});
+  const int32_t sum = net.op("add", "add", {bn, net.param("bias_map", {2, 4, 4, 3})}, {2, 4, 4, 3});  // half + fp32
+  const int32_t y = net.op("relu", "relu", {sum}, {2, 4, 4, 3});
+  const Program p = net.lower(y);
+  const PrecisionPlan plan = plan_precision(p, Precision::fp16);
+  EXPECT_EQ(plan.nodes[index_of(p, "bn")].data, DType::f16);
+  EXPECT_EQ(plan.nodes[index_of(p, "bn")].reads,
+            (std::vector<DType>{DType::f16, DType::f32, DType::f32, DType::f32, DType::f32}));
+  EXPECT_EQ(plan.nodes[index_of(p, "add")].data, DType::f32);
+  EXPECT_EQ(plan.nodes[index_of(p, "add")].reads, (std::vector<DType>{DType::f32, DType::f32}));  // bn cast up
+  EXPECT_EQ(plan.nodes[index_of(p, "relu")].data, DType::f32);
+}
+
+TEST(CudaPlanPrecision, OptionNamesParseAndOthersFailNamingTheOption) {
+  EXPECT_EQ(parse_precision("tf32"), Precision::tf32);
+  EXPECT_EQ(parse_precision("fp16"), Precision::fp16);
+  EXPECT_EQ(error_of([] { parse_precision("fp8"); }),
+            "cuda backend: option 'precision' must be fp32, tf32, bf16 or fp16, got 'fp8'");
+}
+
+// ---- loss scaling -------------------------------------------------------------------------------------
+
+TEST(CudaPlanLossScaler, GrowsAfter2000FiniteStepsAndBacksOffAndSkipsOnInfOrNan) {
+  LossScaler s;
+  EXPECT_EQ(s.scale(), 65536.0f);
+  EXPECT_EQ(s.inverse(), 1.0f / 65536.0f);
+  for (int i = 0; i < 1999; ++i) ASSERT_TRUE(s.update(false));
+  EXPECT_EQ(s.scale(), 65536.0f);
+  EXPECT_EQ(s.good_steps(), 1999);
+  EXPECT_TRUE(s.update(false));  // the 2000th
+  EXPECT_EQ(s.scale(), 131072.0f);
+  EXPECT_EQ(s.good_steps(), 0);
+  for (int i = 0; i < 1500; ++i) s.update(false);
+  EXPECT_FALSE(s.update(true));  // skipped, halved, count restarted
+  EXPECT_EQ(s.scale(), 65536.0f);
+  EXPECT_EQ(s.good_steps(), 0);
+  EXPECT_FALSE(s.update(true));
+  EXPECT_EQ(s.scale(), 32768.0f);
+  for (int i = 0; i < 1999; ++i) s.update(false);
+  EXPECT_EQ(s.scale(), 32768.0f);  // 2000 good steps count from the last overflow
+  s.update(false);
+  EXPECT_EQ(s.scale(), 65536.0f);
+}
+
+TEST(CudaPlanLossScaler, NeverGrowsToInfinityAndHasNoFloor) {
+  LossScaler s({0x1p127f, 2.0, 0.5, 2});
+  s.update(false), s.update(false);
+  EXPECT_EQ(s.scale(), 0x1p127f);  // 2^128 is not a float: kept, count restarted (as PyTorch)
+  EXPECT_EQ(s.good_steps(), 0);
+  LossScaler tiny({0x1p-148f, 2.0, 0.5, 2000});
+  tiny.update(true);
+  EXPECT_EQ(tiny.scale(), 0x1p-149f);
+  s.restore(1024.0f, 1);
+  s.update(false);
+  EXPECT_EQ(s.scale(), 2048.0f);
+}
+
+// ---- algorithms --------------------------------------------------------------------------------------
+
+TEST(CudaPlanAlgorithms, DeterminismMathAndWorkspaceCapDecideTheChoice) {
+  const std::vector<Candidate> found = {
+      {0, true, 3.0f, 0, true, false, false},         // FMA, deterministic, slow
+      {1, true, 1.0f, 64, false, true, false},        // tensor cores, nondeterministic, fastest
+      {2, true, 0.8f, 2u << 30, true, true, false},   // fastest, but past the default cap
+      {3, true, 1.5f, 16, true, true, false},         // tensor cores, deterministic
+      {4, true, 0.5f, 0, true, true, true},           // down-converts fp32 to fp16
+      {5, false, 0.1f, 0, true, false, false},        // failed
+  };
+  EXPECT_EQ(choose(algorithm_rule(Precision::fp32, false), found), 0);  // no tensor cores: TF32 off
+  EXPECT_EQ(choose(algorithm_rule(Precision::tf32, false), found), 1);
+  EXPECT_EQ(choose(algorithm_rule(Precision::bf16, false), found), 1);
+  EXPECT_EQ(choose(algorithm_rule(Precision::bf16, true), found), 0);  // first listed, deterministic
+  EXPECT_EQ(choose(algorithm_rule(Precision::bf16, true), {found.begin() + 1, found.end()}), 2);  // algo 3
+  EXPECT_EQ(choose(algorithm_rule(Precision::bf16, false, size_t{4} << 30), found), 2);
+  EXPECT_EQ(choose(algorithm_rule(Precision::tf32, false, 32), {found[1], found[3]}), 1);  // 64 bytes > 32
+  EXPECT_EQ(choose(algorithm_rule(Precision::fp32, true), {found[1], found[4], found[5]}), -1);
+  const AlgorithmRule timed = algorithm_rule(Precision::fp16, false, size_t{1} << 30, size_t{1} << 29);
+  EXPECT_EQ(timed.workspace_cap, (size_t{1} << 29) / 10 * 9);  // at most 90% of what is free
+  EXPECT_EQ(timed.selection, Selection::fastest);
+  EXPECT_TRUE(timed.cublaslt_split_k);
+  const AlgorithmRule fixed = algorithm_rule(Precision::fp16, true, size_t{1} << 30, size_t{1} << 29);
+  EXPECT_EQ(fixed.workspace_cap, size_t{1} << 30);  // the same choice whatever else runs
+  EXPECT_EQ(fixed.selection, Selection::first_listed);
+  EXPECT_FALSE(fixed.cublaslt_split_k);
+}
+
+// ---- memory ----------------------------------------------------------------------------------------------
+
+// No two regions live at one step share a byte: every pair, every step. Offsets aligned, inside the arena.
+void expect_no_overlap(const MemoryPlan& m, const Schedule& s) {
+  for (const Region& r : m.regions) {
+    ASSERT_EQ(r.offset % kAlignment, 0u) << r.name;
+    ASSERT_EQ(r.bytes % kAlignment, 0u) << r.name;
+    ASSERT_LE(r.offset + r.bytes, m.arena_bytes) << r.name;
+    ASSERT_LE(r.first, r.last) << r.name;
+  }
+  for (int step = 0; step < static_cast<int>(s.steps.size()); ++step) {
+    std::vector<const Region*> live;
+    for (const Region& r : m.regions)
+      if (r.live_at(step)) live.push_back(&r);
+    for (size_t i = 0; i < live.size(); ++i)
+      for (size_t j = i + 1; j < live.size(); ++j)
+        ASSERT_TRUE(live[i]->offset + live[i]->bytes <= live[j]->offset || live[j]->offset + live[j]->bytes <= live[i]->offset)
+            << "step " << step << ": '" << live[i]->name << "' and '" << live[j]->name << "' overlap";
+  }
+}
+
+const Region& region_at(const MemoryPlan& m, const Location& at) { return m.regions[static_cast<size_t>(at.region)]; }
+
+// x -> conv -> relu -> reshape -> dense -> mse: each region's life, step by step.
+TEST(CudaPlanMemory, LivesFollowForwardReadsAndWhatBackwardKeeps) {
+  Net net;
+  const int32_t x = net.input("x", {2, 4, 4, 2});
+  int32_t h = net.op("conv", "c", {x, net.param("w", {3, 3, 2, 3})}, {2, 4, 4, 3}, {{"padding", {1, 1}}});
+  h = net.op("relu", "r", {h}, {2, 4, 4, 3});
+  h = net.op("reshape", "f", {h}, {2, 48});
+  h = net.op("dense", "d", {h, net.param("wd", {48, 2}), net.param("bd", {2})}, {2, 2});
+  const Program p = net.lower(h);
+  const DevicePlan plan = make_plan(p, {});
+  const Schedule& s = plan.schedule;
+  ASSERT_EQ(s.steps.size(), 10u);  // forward c r f d loss, backward loss d r c (f is an alias), update
+  EXPECT_EQ(s.backward[index_of(p, "f")], -1);
+  EXPECT_EQ(s.backward[index_of(p, "c")], 8);
+  const MemoryPlan& m = plan.memory;
+  auto life = [&](const std::string& v, bool gradient = false) {
+    const Region& r = region_at(m, (gradient ? m.value_gradients : m.values)[static_cast<size_t>(value_named(p, v))]);
+    return std::pair{r.first, r.last};
+  };
+  EXPECT_EQ(life("x"), std::pair(0, 8));       // conv keeps its input for dw
+  EXPECT_EQ(life("c"), std::pair(0, 1));       // relu keeps its output, not its input
+  EXPECT_EQ(life("r"), std::pair(1, 7));       // dense (through the reshape) and relu keep it
+  EXPECT_EQ(life("f"), life("r"));             // the alias is its input
+  EXPECT_EQ(life("d"), std::pair(3, 5));       // mse keeps its inputs
+  EXPECT_EQ(life("target"), std::pair(0, 5));
+  EXPECT_EQ(life("loss"), std::pair(4, 9));    // read after the step
+  EXPECT_EQ(life("loss", true), std::pair(5, 5));
+  EXPECT_EQ(life("d", true), std::pair(5, 6));
+  EXPECT_EQ(life("r", true), std::pair(6, 7));
+  EXPECT_EQ(life("c", true), std::pair(7, 8));
+  EXPECT_FALSE(m.value_gradients[static_cast<size_t>(x)]);  // data gets none
+  const NodeMemory& conv = m.nodes[index_of(p, "c")];
+  EXPECT_EQ(region_at(m, conv.weight_gradient).first, 8);
+  EXPECT_EQ(region_at(m, conv.weight_gradient).last, 8);
+  EXPECT_EQ(region_at(m, conv.reads[1]).kind, RegionKind::weights);  // cuDNN's layout, even in fp32
+  const NodeMemory& dense = m.nodes[index_of(p, "d")];
+  EXPECT_EQ(region_at(m, dense.reads[1]).kind, RegionKind::masters);  // fp32 dense reads the master
+  EXPECT_EQ(region_at(m, dense.gradients[1]).kind, RegionKind::gradients);
+  EXPECT_EQ(dense.accumulate, (std::vector<bool>{false, true, true}));
+  EXPECT_EQ(region_at(m, m.values[static_cast<size_t>(value_named(p, "wd"))]).kind, RegionKind::masters);
+  // The arena reuses: "c" (dead after step 1) and d "d" (from step 5) could share.
+  size_t total = 0;
+  for (const Region& r : m.regions) total += r.bytes;
+  EXPECT_LT(m.arena_bytes, total);
+  EXPECT_GE(m.arena_bytes, m.live_bytes_peak);
+  expect_no_overlap(m, s);
+}
+
+TEST(CudaPlanMemory, TheFirstGradientWriterOverwritesAndLaterOnesAdd) {
+  Net net;
+  const int32_t x = net.input("x", {2, 3});
+  const int32_t h = net.op("dense", "d", {x, net.param("w", {3, 3})}, {2, 3});
+  const int32_t a = net.op("scale", "a", {h}, {2, 3}, {{"factor", 2.0}});
+  const int32_t b = net.op("scale", "b", {h}, {2, 3}, {{"factor", 3.0}});
+  const int32_t twice = net.op("add", "twice", {a, a}, {2, 3});
+  const int32_t y = net.op("add", "sum", {twice, b}, {2, 3});
+  const Program p = net.lower(y);
+  const DevicePlan plan = make_plan(p, {});
+  const MemoryPlan& m = plan.memory;
+  EXPECT_EQ(m.nodes[index_of(p, "b")].accumulate, (std::vector<bool>{false}));  // b's backward runs before a's
+  EXPECT_EQ(m.nodes[index_of(p, "a")].accumulate, (std::vector<bool>{true}));
+  EXPECT_EQ(m.nodes[index_of(p, "twice")].accumulate, (std::vector<bool>{false, true}));
+  EXPECT_EQ(m.address(m.nodes[index_of(p, "a")].gradients[0]), m.address(m.nodes[index_of(p, "b")].gradients[0]));
+  expect_no_overlap(m, plan.schedule);
+}
+
+TEST(CudaPlanMemory, ParametersAreAlignedInGraphOrderWithGradientsAndSlotsAtTheSameOffsets) {
+  Net net;
+  const int32_t x = net.input("x", {2, 3});
+  int32_t h = net.op("dense", "d1", {x, net.param("w1", {3, 5}), net.param("b1", {5})}, {2, 5});
+  h = net.op("batch_norm", "bn",
+             {h, net.param("g", {5}), net.param("be", {5}), net.param("m", {5}, 0), net.param("v", {5}, 0)}, {2, 5});
+  const Program p = net.lower(h);
+  const ParamLayout layout = layout_params(p);
+  ASSERT_EQ(layout.params.size(), 6u);
+  const size_t offsets[] = {0, 64, 128, 192, 0, 64};  // w1 15, b1 5, g 5, be 5 | m 5, v 5 (state)
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(layout.params[i].offset, offsets[i]) << i;
+  EXPECT_EQ(layout.trainable_floats, 256u);
+  EXPECT_EQ(layout.state_floats, 128u);
+  const DevicePlan plan = make_plan(p, {});
+  const MemoryPlan& m = plan.memory;
+  EXPECT_EQ(region_at(m, m.value_gradients[static_cast<size_t>(value_named(p, "g"))]).kind, RegionKind::gradients);
+  EXPECT_EQ(m.value_gradients[static_cast<size_t>(value_named(p, "g"))].offset, 128 * sizeof(float));
+  EXPECT_EQ(m.values[static_cast<size_t>(value_named(p, "v"))].offset, 64 * sizeof(float));
+  EXPECT_EQ(region_at(m, m.values[static_cast<size_t>(value_named(p, "v"))]).kind, RegionKind::state);
+  ASSERT_EQ(m.optimizer_slots.size(), 1u);  // sgd_keras: velocity
+  EXPECT_EQ(m.regions[static_cast<size_t>(m.optimizer_slots[0])].bytes, 256 * sizeof(float));
+  const NodeMemory& bn = m.nodes[index_of(p, "bn")];
+  EXPECT_EQ(region_at(m, bn.statistics).bytes, kAlignment);
+  EXPECT_EQ(region_at(m, bn.statistics).first, plan.schedule.forward[index_of(p, "bn")]);
+  EXPECT_EQ(region_at(m, bn.statistics).last, plan.schedule.backward[index_of(p, "bn")]);
+}
+
+TEST(CudaPlanMemory, WorkspacesLiveOnlyAtTheirStep) {
+  Net net;
+  const int32_t x = net.input("x", {1, 8, 8, 2});
+  int32_t h = net.op("conv", "c1", {x, net.param("w1", {3, 3, 2, 2})}, {1, 8, 8, 2}, {{"padding", {1, 1}}});
+  h = net.op("conv", "c2", {h, net.param("w2", {3, 3, 2, 2})}, {1, 8, 8, 2}, {{"padding", {1, 1}}});
+  const Program p = net.lower(h);
+  const std::vector<NodeLowering> l = lower_nodes(p);
+  const Schedule s = plan_schedule(p, l);
+  const PrecisionPlan precision = plan_precision(p, Precision::fp32);
+  Workspaces w;
+  w.forward = {size_t{1} << 20, size_t{1} << 20, 0};
+  w.backward = {size_t{3} << 20, size_t{2} << 20, 0};
+  const MemoryPlan m = plan_memory(p, l, precision, s, w);
+  const Region& f1 = region_at(m, m.nodes[0].forward_workspace);
+  const Region& f2 = region_at(m, m.nodes[1].forward_workspace);
+  EXPECT_EQ(f1.first, 0);
+  EXPECT_EQ(f1.last, 0);
+  EXPECT_EQ(f1.offset, f2.offset);  // never live together: the same bytes
+  EXPECT_EQ(region_at(m, m.nodes[0].backward_workspace).bytes, size_t{3} << 20);
+  EXPECT_FALSE(m.nodes[2].forward_workspace);
+  const MemoryPlan without = plan_memory(p, l, precision, s);
+  EXPECT_GE(m.arena_bytes, size_t{3} << 20);
+  EXPECT_LE(m.arena_bytes, without.arena_bytes + (size_t{3} << 20));  // one workspace at a time
+  expect_no_overlap(m, s);
+}
+
+#ifdef MLPH_HAVE_COSMOFLOW
+TEST(CudaPlanMemory, CastsAndScratchOfMixedPrecisionLiveWhereTheyAreRead) {
+  const Program p = mini_cosmoflow();
+  const DevicePlan plan = make_plan(p, {Precision::bf16});
+  const MemoryPlan& m = plan.memory;
+  const Schedule& s = plan.schedule;
+  const NodeMemory& conv1 = m.nodes[index_of(p, "conv1")];
+  const Region& cast = region_at(m, conv1.reads[0]);
+  EXPECT_EQ(cast.kind, RegionKind::cast);
+  EXPECT_EQ(cast.name, "log1p as bfloat16");
+  EXPECT_EQ(cast.first, s.forward[index_of(p, "conv1")]);
+  EXPECT_EQ(cast.last, s.backward[index_of(p, "conv1")]);  // conv keeps what it read
+  const Region& log1p = region_at(m, m.values[static_cast<size_t>(value_named(p, "log1p"))]);
+  EXPECT_EQ(log1p.last, s.forward[index_of(p, "conv1")]);
+  const NodeMemory& loss = m.nodes[index_of(p, "loss")];
+  const NodeMemory& metric = m.nodes[index_of(p, "abs_error_sum")];
+  EXPECT_EQ(loss.reads[0].region, metric.reads[0].region);  // one fp32 copy for both readers
+  EXPECT_EQ(region_at(m, loss.gradient_scratch[0]).bytes, kAlignment);  // d prediction in fp32, then cast
+  EXPECT_EQ(region_at(m, conv1.reads[1]).bytes, align_up(3 * 3 * 3 * 4 * 4 * 2, kAlignment));  // bf16 weights
+  EXPECT_EQ(region_at(m, m.nodes[index_of(p, "dense1")].reads[1]).kind, RegionKind::weights);
+  EXPECT_FALSE(m.nodes[index_of(p, "dense1")].weight_gradient);  // cuBLASLt writes fp32 dw itself
+  for (Precision precision : {Precision::fp32, Precision::tf32, Precision::bf16, Precision::fp16}) {
+    const DevicePlan each = make_plan(p, {precision});
+    expect_no_overlap(each.memory, each.schedule);
+    size_t casts = 0;
+    for (const Region& r : each.memory.regions) casts += r.kind == RegionKind::cast;
+    EXPECT_EQ(casts, compute_dtype(precision) == DType::f32 ? 0u : 2u) << name_of(precision);
+  }
+}
+
+TEST(CudaPlanMemory, ExplicitPaddingHasItsBuffersAndKeepsThePaddedInput) {
+  const Program p = mini_cosmoflow(2);  // Keras 'same' with kernel 2: padding 0 before, 1 after
+  const DevicePlan plan = make_plan(p, {});
+  const NodeLowering& l = plan.nodes[index_of(p, "conv1")];
+  ASSERT_TRUE(l.conv->explicit_padding);
+  EXPECT_EQ(l.conv->padded.dims, (std::array<int64_t, 5>{2, 4, 17, 17, 17}));
+  const NodeMemory& conv1 = plan.memory.nodes[index_of(p, "conv1")];
+  const Region& padded = region_at(plan.memory, conv1.padded);
+  EXPECT_EQ(padded.bytes, align_up(2 * 17 * 17 * 17 * 4 * 4, kAlignment));
+  EXPECT_EQ(padded.last, plan.schedule.backward[index_of(p, "conv1")]);
+  EXPECT_TRUE(conv1.padded_gradient);
+  const Region& input = region_at(plan.memory, conv1.reads[0]);
+  EXPECT_EQ(input.last, plan.schedule.forward[index_of(p, "conv1")]);  // the padded copy is what is kept
+  expect_no_overlap(plan.memory, plan.schedule);
+}
+
+// ---- buckets ----------------------------------------------------------------------------------------------
+
+TEST(CudaPlanBuckets, TileTheBufferLastLayersFirstAndAreReadyWhenBackwardIsDoneWithThem) {
+  const Program p = mini_cosmoflow();
+  const DevicePlan plan = make_plan(p, {Precision::fp32, false, kDefaultWorkspaceCap, 1024});
+  const ParamLayout& layout = plan.memory.params;
+  const std::vector<Bucket>& b = plan.buckets;
+  ASSERT_EQ(b.size(), 4u);  // {output, dense2}, {dense1}, {conv2}, {conv1}: each kernel and bias
+  EXPECT_EQ(b.front().offset + b.front().count, layout.trainable_floats);
+  EXPECT_EQ(b.back().offset, 0u);
+  size_t params = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    params += b[i].params;
+    if (i + 1 < b.size()) {
+      EXPECT_EQ(b[i + 1].offset + b[i + 1].count, b[i].offset);
+      EXPECT_GE(b[i].count * sizeof(float), 1024u);
+      EXPECT_GE(b[i + 1].after_step, b[i].after_step);
+    }
+    // Every node reading one of its parameters has run its backward by after_step.
+    for (size_t k = 0; k < p.params.size(); ++k) {
+      const ParamSlot& slot = layout.params[k];
+      if (!slot.trainable || slot.offset < b[i].offset || slot.offset >= b[i].offset + b[i].count) continue;
+      for (size_t n = 0; n < p.nodes.size(); ++n)
+        for (int32_t in : p.nodes[n].inputs)
+          if (in == p.params[k].value) {
+            EXPECT_LE(plan.schedule.backward[n], b[i].after_step) << p.nodes[n].name;
+          }
+    }
+  }
+  EXPECT_EQ(params, 10u);
+  EXPECT_EQ(b[0].params, 4u);  // output's 16 + 4 and dense2's 32 + 4 floats, 64-float aligned: 1024 bytes
+  EXPECT_EQ(b[0].ready_node, static_cast<int64_t>(index_of(p, "dense2")));
+  EXPECT_EQ(b[0].after_step, plan.schedule.backward[index_of(p, "dense2")]);  // right after its backward
+  EXPECT_EQ(make_plan(p, {}).buckets.size(), 1u);  // 25 MiB hold it all
+}
+#endif
+
+TEST(CudaPlanBuckets, ABucketWaitsForTheEarliestReaderOfAnyOfItsParameters) {
+  Net net;  // w2 is declared before w1 but read after it
+  const int32_t x = net.input("x", {2, 3});
+  const int32_t w2 = net.param("w2", {3, 3}), w1 = net.param("w1", {3, 3});
+  int32_t h = net.op("dense", "d1", {x, w1}, {2, 3});
+  h = net.op("dense", "d2", {h, w2}, {2, 3});
+  const Program p = net.lower(h);
+  const DevicePlan plan = make_plan(p, {});
+  ASSERT_EQ(plan.buckets.size(), 1u);
+  EXPECT_EQ(plan.buckets[0].ready_node, static_cast<int64_t>(index_of(p, "d1")));
+  EXPECT_EQ(plan.buckets[0].after_step, plan.schedule.backward[index_of(p, "d1")]);
+}
+
+// ---- the real graphs -------------------------------------------------------------------------------------
+
+void report(const std::string& name, const Program& p, Precision precision) {
+  const DevicePlan plan = make_plan(p, {precision});
+  expect_no_overlap(plan.memory, plan.schedule);
+  EXPECT_GE(plan.memory.arena_bytes, plan.memory.live_bytes_peak);
+  EXPECT_LE(plan.memory.arena_bytes, plan.memory.live_bytes_peak / 20 * 21);  // the placement wastes < 5%
+  for (const NodeLowering& l : plan.nodes) EXPECT_FALSE(l.conv && l.conv->explicit_padding);  // cuDNN pads them all
+  std::printf("%s, %s: %s  %zu gradient buckets of ~25 MiB over %zu trainable floats\n", name.c_str(), name_of(precision),
+              describe(plan.memory, plan.schedule).c_str(), plan.buckets.size(), plan.memory.params.trainable_floats);
+}
+
+#ifdef MLPH_HAVE_COSMOFLOW
+TEST(CudaPlanFigures, CosmoFlow128AtBatch1And4) {
+  for (uint32_t batch : {1u, 4u}) {
+    sdk::GraphBuilder g;
+    cosmoflow::build_model(g, cosmoflow::ModelSettings{}, 0.9, batch, 7);
+    const Program p = sdk::host::lower_graph(*g.graph(), implemented());
+    for (Precision precision : {Precision::fp32, Precision::bf16})
+      report("CosmoFlow 128^3 batch " + std::to_string(batch), p, precision);
+  }
+}
+#endif
+
+#ifdef MLPH_HAVE_DEEPCAM
+TEST(CudaPlanFigures, DeepCam768x1152AtBatch8) {
+  sdk::GraphBuilder g;
+  deepcam::build_model(g, deepcam::DataSettings{}, deepcam::Normalization::identity(16), deepcam::OptimizerSettings{}, 8, 7);
+  const Program p = sdk::host::lower_graph(*g.graph(), implemented());
+  for (Precision precision : {Precision::fp32, Precision::bf16}) report("DeepCAM 768x1152 batch 8", p, precision);
+}
+#endif
+
+}  // namespace
+}  // namespace mlph::cuda::plan
