@@ -346,7 +346,7 @@ MLPH_Error* device_call(MLPH_Comm* c, auto&& body) {
 }
 
 template <class Impl>
-const MLPH_DeviceCollectives device_collectives = {
+inline const MLPH_DeviceCollectives device_collectives = {
     {sizeof(MLPH_DeviceCollectives), MLPH_EXT_DEVICE_COLLECTIVES, 1, nullptr},
     Impl::device_type,
     [](MLPH_Comm* c, MLPH_Device device) {
