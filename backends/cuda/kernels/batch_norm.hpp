@@ -1,0 +1,118 @@
+// Batch normalization bodies, channels-last x [rows, C], the reference's arithmetic
+// (backends/reference/channel.cpp): statistics summed in double, two passes (the mean, then the
+// squared deviations from it), coefficients per channel, then one multiply-add per element.
+//
+// SyncBatchNorm (group_size > 1) sums the statistics over a group of ranks between the kernels, so
+// every pass leaves its per-channel sums in a buffer of doubles the caller may allreduce in place
+// (MLPH_DTYPE_F64, sum), with this rank's row count riding along as the reference's
+// sdk::sum_over_group sends it:
+//
+//   forward stats [2C + 1]:  [0, C) sum x, then the mean   [C] rows   [C + 1, 2C + 1) sum (x - mean)^2
+//     batch_norm_sum           -> allreduce stats[0, C + 1)   (the sums and the count)
+//     batch_norm_variance      -> allreduce stats[C + 1, 2C + 1)
+//     batch_norm_finalize, batch_norm_apply
+//   backward sums [2C + 1]:  [0, C) sum dy   [C, 2C) sum dy * xhat   [2C] rows
+//     batch_norm_backward_sums, batch_norm_backward_params (this rank's dgamma, dbeta: before the allreduce)
+//                              -> allreduce sums[0, 2C + 1)
+//     batch_norm_backward_data
+// Without a group the same kernels run with nothing in between. `saved` [2C] (mean, 1/sqrt(var + eps)
+// as float) is what the training forward leaves for the backward pass, as the reference's.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernel.hpp"
+
+namespace mlph::cuda {
+
+// ---- forward (training) ----
+
+// The mean, in place of the sum: stats[c] /= stats[C] (the group's count after the allreduce).
+MLPH_KERNEL void batch_norm_mean_at(int64_t c, int64_t channels, double* stats) { stats[c] /= stats[channels]; }
+
+// Summed over rows once the means are in stats[0, C): (x - mean)^2 in double.
+struct BatchNormDeviationTerm {
+  static constexpr int K = 1;
+  const float* x;
+  const double* mean;
+  int64_t channels;
+  MLPH_KERNEL void operator()(int64_t r, int64_t c, double* t) const {
+    const double d = x[r * channels + c] - mean[c];
+    t[0] = d * d;
+  }
+};
+
+// Per channel: saved mean and inverse std, the scale and shift of batch_norm_apply ([2C]: scale, then
+// shift), and the running statistics' update (PyTorch: the unbiased variance goes into running_var).
+MLPH_KERNEL void batch_norm_finalize_at(int64_t c, int64_t channels, double eps, double momentum, const double* stats,
+                                        const float* gamma, const float* beta, float* running_mean,
+                                        float* running_var, float* saved, float* scale_shift) {
+  const double m = stats[channels], mean = stats[c], var = stats[channels + 1 + c];
+  const double biased = var / m, inverse_std = 1.0 / sqrt(biased + eps);
+  saved[c] = static_cast<float>(mean);
+  saved[channels + c] = static_cast<float>(inverse_std);
+  scale_shift[c] = static_cast<float>(gamma[c] * inverse_std);
+  scale_shift[channels + c] = static_cast<float>(beta[c] - mean * gamma[c] * inverse_std);
+  running_mean[c] = static_cast<float>((1 - momentum) * running_mean[c] + momentum * mean);
+  running_var[c] = static_cast<float>((1 - momentum) * running_var[c] + momentum * var / (m - 1));
+}
+
+// ---- forward (evaluation): the running statistics' scale and shift ----
+
+MLPH_KERNEL void batch_norm_eval_coefficients_at(int64_t c, int64_t channels, double eps, const float* gamma,
+                                                 const float* beta, const float* running_mean,
+                                                 const float* running_var, float* scale_shift) {
+  const double inverse_std = 1.0 / sqrt(static_cast<double>(running_var[c]) + eps);
+  scale_shift[c] = static_cast<float>(gamma[c] * inverse_std);
+  scale_shift[channels + c] = static_cast<float>(beta[c] - running_mean[c] * gamma[c] * inverse_std);
+}
+
+// y = x * scale[c] + shift[c], training and evaluation alike.
+MLPH_KERNEL void batch_norm_apply_at(int64_t r, int64_t c, int64_t channels, const float* x, const float* scale_shift,
+                                     float* y) {
+  y[r * channels + c] = x[r * channels + c] * scale_shift[c] + scale_shift[channels + c];
+}
+
+// ---- backward (of the training forward) ----
+
+// Summed over rows: {dy, dy * xhat} with xhat = (x - mean) * inverse_std, in double.
+struct BatchNormBackwardTerm {
+  static constexpr int K = 2;
+  const float* x;
+  const float* dy;
+  const float* saved;
+  int64_t channels;
+  MLPH_KERNEL void operator()(int64_t r, int64_t c, double* t) const {
+    const double g = dy[r * channels + c];
+    t[0] = g;
+    t[1] = g * (static_cast<double>(x[r * channels + c]) - saved[c]) * saved[channels + c];
+  }
+};
+
+// This rank's dbeta += sum dy, dgamma += sum dy * xhat (either may be null), from the sums before any
+// allreduce: the parameters' gradients are averaged with the others' later, as every gradient.
+MLPH_KERNEL void batch_norm_backward_params_at(int64_t c, int64_t channels, const double* sums, float* dgamma,
+                                               float* dbeta) {
+  if (dbeta) dbeta[c] += static_cast<float>(sums[c]);
+  if (dgamma) dgamma[c] += static_cast<float>(sums[channels + c]);
+}
+
+// Per channel, from the (group's) sums: [3C] = mean dy, mean dy * xhat, gamma * inverse_std.
+MLPH_KERNEL void batch_norm_backward_coefficients_at(int64_t c, int64_t channels, const double* sums,
+                                                     const float* gamma, const float* saved, float* coefficients) {
+  const double m = sums[2 * channels];
+  coefficients[c] = static_cast<float>(sums[c] / m);
+  coefficients[channels + c] = static_cast<float>(sums[channels + c] / m);
+  coefficients[2 * channels + c] = gamma[c] * saved[channels + c];
+}
+
+// dx += gamma * inverse_std * (dy - mean dy - xhat * mean(dy * xhat)).
+MLPH_KERNEL void batch_norm_backward_data_at(int64_t r, int64_t c, int64_t channels, const float* x, const float* dy,
+                                             const float* saved, const float* coefficients, float* dx) {
+  const int64_t i = r * channels + c;
+  const float xhat = (x[i] - saved[c]) * saved[channels + c];
+  dx[i] += coefficients[2 * channels + c] * (dy[i] - coefficients[c] - xhat * coefficients[channels + c]);
+}
+
+}  // namespace mlph::cuda

@@ -1,0 +1,84 @@
+// Element-wise kernel bodies: element `i` of n. Each is the reference backend's expression
+// (backends/reference/eltwise.cpp, channel.cpp's add), so that the CPU test can ask for equal bits.
+// Backward bodies ACCUMULATE into dx (+=), as every backward of the reference does. NaN propagates
+// through every forward (relu included).
+#pragma once
+
+#include <cstdint>
+
+#include "kernel.hpp"
+#include "mlph/common.h"
+
+namespace mlph::cuda {
+
+// ---- preprocessing: y = log(1 + x), x float32 or int16 (CosmoFlow's counts, converted on the device) ----
+
+MLPH_KERNEL void log1p_forward_at(int64_t i, const float* x, float* y) { y[i] = log1pf(x[i]); }
+MLPH_KERNEL void log1p_int16_forward_at(int64_t i, const int16_t* x, float* y) {
+  y[i] = log1pf(static_cast<float>(x[i]));
+}
+// An int16 graph input read as float32 (what the host backends do while loading it).
+MLPH_KERNEL void int16_to_float_at(int64_t i, const int16_t* x, float* y) { y[i] = static_cast<float>(x[i]); }
+
+// ---- activations ----
+
+MLPH_KERNEL void leaky_relu_forward_at(int64_t i, float alpha, const float* x, float* y) {
+  y[i] = x[i] > 0 ? x[i] : alpha * x[i];
+}
+MLPH_KERNEL void leaky_relu_backward_at(int64_t i, float alpha, const float* x, const float* dy, float* dx) {
+  dx[i] += x[i] > 0 ? dy[i] : alpha * dy[i];
+}
+
+// max(x, 0) with the NaN kept: NaN < 0 is false. -0 stays -0, as std::max(-0.0f, 0.0f) returns its first.
+MLPH_KERNEL void relu_forward_at(int64_t i, const float* x, float* y) { y[i] = x[i] < 0.0f ? 0.0f : x[i]; }
+MLPH_KERNEL void relu_backward_at(int64_t i, const float* x, const float* dy, float* dx) {
+  dx[i] += x[i] > 0 ? dy[i] : 0.0f;
+}
+
+MLPH_KERNEL void tanh_forward_at(int64_t i, const float* x, float* y) { y[i] = tanhf(x[i]); }
+// From the forward's output: dtanh/dx = 1 - y^2.
+MLPH_KERNEL void tanh_backward_at(int64_t i, const float* y, const float* dy, float* dx) {
+  dx[i] += dy[i] * (1.0f - y[i] * y[i]);
+}
+
+MLPH_KERNEL void scale_forward_at(int64_t i, float factor, const float* x, float* y) { y[i] = factor * x[i]; }
+MLPH_KERNEL void scale_backward_at(int64_t i, float factor, const float* dy, float* dx) { dx[i] += factor * dy[i]; }
+
+// ---- add, and the backward of copies (reshape, add, dropout in evaluation) ----
+
+MLPH_KERNEL void add_forward_at(int64_t i, const float* a, const float* b, float* y) { y[i] = a[i] + b[i]; }
+MLPH_KERNEL void accumulate_at(int64_t i, const float* dy, float* dx) { dx[i] += dy[i]; }
+
+// ---- dropout ----
+
+// Which stream of mlph_uniform a dropout node draws from, and its rate. `kept` is 1/(1-rate) rounded
+// to float, computed once on the host (dropout_stream()); `micro_step` is read from device memory
+// by the wrappers, so that a captured CUDA graph replays with each step's value.
+struct DropoutStream {
+  double rate = 0;
+  float kept = 1;
+  uint64_t seed = 0, node = 0;
+};
+
+inline DropoutStream dropout_stream(double rate, uint64_t seed, uint64_t node_index) {
+  return {rate, static_cast<float>(1.0 / (1.0 - rate)), seed, node_index};
+}
+
+// The mask as the host backends draw it: element i is kept when mlph_uniform(...) >= rate, compared in
+// double (docs/ops.md). Computed again in the backward pass rather than stored: it is a pure function.
+MLPH_KERNEL float dropout_mask_value(const DropoutStream& d, uint64_t micro_step, int64_t i) {
+  const float u = mlph_uniform(d.seed, d.node, micro_step, static_cast<uint64_t>(i));
+  return static_cast<double>(u) >= d.rate ? d.kept : 0.0f;
+}
+MLPH_KERNEL void dropout_mask_at(int64_t i, DropoutStream d, const uint64_t* micro_step, float* mask) {
+  mask[i] = dropout_mask_value(d, *micro_step, i);
+}
+MLPH_KERNEL void dropout_forward_at(int64_t i, DropoutStream d, const uint64_t* micro_step, const float* x, float* y) {
+  y[i] = x[i] * dropout_mask_value(d, *micro_step, i);
+}
+MLPH_KERNEL void dropout_backward_at(int64_t i, DropoutStream d, const uint64_t* micro_step, const float* dy,
+                                     float* dx) {
+  dx[i] += dy[i] * dropout_mask_value(d, *micro_step, i);
+}
+
+}  // namespace mlph::cuda

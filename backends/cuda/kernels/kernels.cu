@@ -1,0 +1,196 @@
+// The launchers of launch.hpp whose kernels are one body per element, row or channel, with no sums:
+// each is a grid-stride loop (grid.cuh) over a body of the headers beside this file.
+#include "grid.cuh"
+#include "launch.hpp"
+
+namespace mlph::cuda {
+
+// ---- element-wise ----
+
+cudaError_t log1p_forward(cudaStream_t stream, int64_t n, const float* x, float* y) {
+  return each<log1p_forward_at>(stream, n, x, y);
+}
+cudaError_t log1p_forward(cudaStream_t stream, int64_t n, const int16_t* x, float* y) {
+  return each<log1p_int16_forward_at>(stream, n, x, y);
+}
+cudaError_t int16_to_float(cudaStream_t stream, int64_t n, const int16_t* x, float* y) {
+  return each<int16_to_float_at>(stream, n, x, y);
+}
+cudaError_t leaky_relu_forward(cudaStream_t stream, int64_t n, float alpha, const float* x, float* y) {
+  return each<leaky_relu_forward_at>(stream, n, alpha, x, y);
+}
+cudaError_t leaky_relu_backward(cudaStream_t stream, int64_t n, float alpha, const float* x, const float* dy,
+                                float* dx) {
+  return each<leaky_relu_backward_at>(stream, n, alpha, x, dy, dx);
+}
+cudaError_t relu_forward(cudaStream_t stream, int64_t n, const float* x, float* y) {
+  return each<relu_forward_at>(stream, n, x, y);
+}
+cudaError_t relu_backward(cudaStream_t stream, int64_t n, const float* x, const float* dy, float* dx) {
+  return each<relu_backward_at>(stream, n, x, dy, dx);
+}
+cudaError_t tanh_forward(cudaStream_t stream, int64_t n, const float* x, float* y) {
+  return each<tanh_forward_at>(stream, n, x, y);
+}
+cudaError_t tanh_backward(cudaStream_t stream, int64_t n, const float* y, const float* dy, float* dx) {
+  return each<tanh_backward_at>(stream, n, y, dy, dx);
+}
+cudaError_t scale_forward(cudaStream_t stream, int64_t n, float factor, const float* x, float* y) {
+  return each<scale_forward_at>(stream, n, factor, x, y);
+}
+cudaError_t scale_backward(cudaStream_t stream, int64_t n, float factor, const float* dy, float* dx) {
+  return each<scale_backward_at>(stream, n, factor, dy, dx);
+}
+cudaError_t add_forward(cudaStream_t stream, int64_t n, const float* a, const float* b, float* y) {
+  return each<add_forward_at>(stream, n, a, b, y);
+}
+cudaError_t accumulate(cudaStream_t stream, int64_t n, const float* dy, float* dx) {
+  return each<accumulate_at>(stream, n, dy, dx);
+}
+cudaError_t copy(cudaStream_t stream, int64_t n, const float* x, float* y) {
+  if (n <= 0) return cudaSuccess;
+  return cudaMemcpyAsync(y, x, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, stream);
+}
+cudaError_t dropout_forward(cudaStream_t stream, int64_t n, const DropoutStream& stream_of, const uint64_t* micro_step,
+                            const float* x, float* y) {
+  return each<dropout_forward_at>(stream, n, stream_of, micro_step, x, y);
+}
+cudaError_t dropout_backward(cudaStream_t stream, int64_t n, const DropoutStream& stream_of,
+                             const uint64_t* micro_step, const float* dy, float* dx) {
+  return each<dropout_backward_at>(stream, n, stream_of, micro_step, dy, dx);
+}
+cudaError_t dropout_mask(cudaStream_t stream, int64_t n, const DropoutStream& stream_of, const uint64_t* micro_step,
+                         float* mask) {
+  return each<dropout_mask_at>(stream, n, stream_of, micro_step, mask);
+}
+
+// ---- per channel and layout ----
+
+cudaError_t channel_affine_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
+                                   const float* w, const float* b, float* y) {
+  return each_row_channel<channel_affine_forward_at>(stream, rows, channels, channels, x, w, b, y);
+}
+cudaError_t shift_scale_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
+                                const float* shift, const float* scale, float* y) {
+  return each_row_channel<shift_scale_forward_at>(stream, rows, channels, channels, x, shift, scale, y);
+}
+
+namespace {
+int64_t total_width(std::span<const int64_t> widths) {
+  int64_t total = 0;
+  for (int64_t w : widths) total += w;
+  return total;
+}
+}  // namespace
+
+cudaError_t concat_forward(cudaStream_t stream, int64_t rows, std::span<const float* const> inputs,
+                           std::span<const int64_t> widths, float* y) {
+  if (inputs.size() != widths.size()) return cudaErrorInvalidValue;
+  const int64_t total = total_width(widths);
+  int64_t offset = 0;
+  for (size_t k = 0; k < inputs.size(); offset += widths[k], ++k)
+    if (const cudaError_t e = each_row_channel<copy_columns_at>(stream, rows, widths[k], widths[k], inputs[k], total,
+                                                                offset, y);
+        e != cudaSuccess)
+      return e;
+  return cudaSuccess;
+}
+cudaError_t concat_backward(cudaStream_t stream, int64_t rows, std::span<float* const> grads,
+                            std::span<const int64_t> widths, const float* dy) {
+  if (grads.size() != widths.size()) return cudaErrorInvalidValue;
+  const int64_t total = total_width(widths);
+  int64_t offset = 0;
+  for (size_t k = 0; k < grads.size(); offset += widths[k], ++k) {
+    if (!grads[k]) continue;
+    if (const cudaError_t e =
+            each_row_channel<add_columns_at>(stream, rows, widths[k], widths[k], dy, total, offset, grads[k]);
+        e != cudaSuccess)
+      return e;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t global_avg_pool_backward(cudaStream_t stream, int64_t batch, int64_t positions, int64_t channels,
+                                     const float* dy, float* dx) {
+  const float inverse = 1.0f / static_cast<float>(positions);
+  return each_row_channel<global_avg_pool_backward_at>(stream, batch * positions, channels, channels, positions,
+                                                       inverse, dy, dx);
+}
+
+cudaError_t broadcast_forward(cudaStream_t stream, const BroadcastShape& shape, const float* x, float* y) {
+  return each_row_channel<broadcast_forward_at>(stream, shape.out_rows(), shape.channels(), shape, x, y);
+}
+cudaError_t broadcast_backward(cudaStream_t stream, const BroadcastShape& shape, const float* dy, float* dx) {
+  return each_row_channel<broadcast_backward_at>(stream, shape.in_rows(), shape.channels(), shape, dy, dx);
+}
+
+// ---- max pooling ----
+
+cudaError_t max_pool_forward(cudaStream_t stream, const PoolShape& shape, const float* x, float* y) {
+  return each_row_channel<max_pool_forward_at>(stream, shape.out_positions(), shape.channels, shape, x, y);
+}
+cudaError_t max_pool_backward(cudaStream_t stream, const PoolShape& shape, const float* x, const float* dy,
+                              float* dx) {
+  return each_row_channel<max_pool_backward_at>(stream, shape.in_positions(), shape.channels, shape, x, dy, dx);
+}
+
+// ---- losses' backward passes (their forward passes are sums: reductions.cu) ----
+
+cudaError_t mse_backward(cudaStream_t stream, int64_t n, const float* prediction, const float* target,
+                         const float* dloss, float* dprediction, float* dtarget) {
+  return each<mse_backward_at>(stream, n, n, dloss, prediction, target, dprediction, dtarget);
+}
+cudaError_t softmax_cross_entropy_backward(cudaStream_t stream, int64_t rows, int64_t classes, const float* logits,
+                                           const int32_t* labels, const float* class_weights, const float* dloss,
+                                           float* dlogits) {
+  return each<softmax_cross_entropy_backward_at>(stream, rows, rows, classes, logits, labels, class_weights, dloss,
+                                                 dlogits);
+}
+
+namespace {
+// The lowest bad index wins whatever the order threads run in: an integer minimum is exact.
+__global__ void find_bad_label_kernel(int64_t n, const int32_t* labels, int64_t classes,
+                                      unsigned long long* first) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    if (!label_ok(labels[i], classes)) atomicMin(first, static_cast<unsigned long long>(i));
+}
+}  // namespace
+
+cudaError_t find_bad_label(cudaStream_t stream, int64_t n, const int32_t* labels, int64_t classes, int64_t* first) {
+  // All ones: -1 as int64, the largest value to atomicMin.
+  if (const cudaError_t e = cudaMemsetAsync(first, 0xff, sizeof(int64_t), stream); e != cudaSuccess) return e;
+  if (n > 0)
+    find_bad_label_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, labels, classes,
+                                                                  reinterpret_cast<unsigned long long*>(first));
+  return cudaGetLastError();
+}
+
+// ---- mixed precision ----
+
+cudaError_t float_to_bfloat16(cudaStream_t stream, int64_t n, const float* x, uint16_t* y) {
+  return each<float_to_bfloat16_at>(stream, n, x, y);
+}
+cudaError_t bfloat16_to_float(cudaStream_t stream, int64_t n, const uint16_t* x, float* y) {
+  return each<bfloat16_to_float_at>(stream, n, x, y);
+}
+cudaError_t float_to_half(cudaStream_t stream, int64_t n, const float* x, uint16_t* y) {
+  return each<float_to_half_at>(stream, n, x, y);
+}
+cudaError_t half_to_float(cudaStream_t stream, int64_t n, const uint16_t* x, float* y) {
+  return each<half_to_float_at>(stream, n, x, y);
+}
+
+namespace {
+__global__ void update_loss_scale_kernel(LossScaleRule rule, const double* nonfinite, float* scale,
+                                         int32_t* good_steps) {
+  loss_scale_step(rule, *nonfinite, scale, good_steps);
+}
+}  // namespace
+
+cudaError_t update_loss_scale(cudaStream_t stream, const LossScaleRule& rule, const double* nonfinite, float* scale,
+                              int32_t* good_steps) {
+  update_loss_scale_kernel<<<1, 1, 0, stream>>>(rule, nonfinite, scale, good_steps);
+  return cudaGetLastError();
+}
+
+}  // namespace mlph::cuda
