@@ -61,6 +61,30 @@ PYTORCH_H100 = {("cosmoflow", 1): 249, ("cosmoflow", 4): 369, ("deepcam", 8): 87
 # Ops compute-sanitizer runs (each case a few launches; memcheck slows every kernel 10-100x).
 SANITIZER_OPS = ["conv", "conv_transpose", "batch_norm", "max_pool", "dense", "dropout", "softmax_cross_entropy",
                  "iou", "lamb"]
+# What the steps run: on the GPU, and in a rehearsal of the kit on a CPU backend (--rehearse) at sizes
+# a 2-core machine runs in minutes. bench: (workload, batch, settings, warm-up steps, timed steps);
+# torch: (workload, batches, sizes, timing) per PyTorch peer; pipeline: the dataset's settings and
+# (batch, timed steps) per run.
+PROFILES = dict(
+    gpu=dict(
+        conformance=[], precisions=["fp32", "bf16", "fp16"], mini_sets=[], torch_device=[], torch_precision="bf16",
+        torch_variants=["eager", "compile"],
+        bench=[("cosmoflow", 1, ["data.edge=128"], 20, 100), ("cosmoflow", 4, ["data.edge=128"], 10, 50),
+               ("deepcam", 8, ["data.height=768", "data.width=1152"], 5, 20)],
+        torch=[("cosmoflow", "1,4", ["--edge", "128"], ["--steps", "20", "--repeats", "5", "--warmup", "5"]),
+               ("deepcam", "8", ["--height", "768", "--width", "1152"], ["--steps", "10", "--repeats", "3",
+                                                                          "--warmup", "3"])],
+        pipeline=dict(sets=["data.edge=128", "data.synthetic.train=64", "data.synthetic.valid=4"],
+                      runs=[(4, 48), (1, 96)], warmup=8, about="tfrecord_gzip, 128^3, 64 files, read every epoch")),
+    rehearsal=dict(
+        conformance=["--ops", "conv,dense,cosmoflow", "--cases", "1", "--model-steps", "1"], precisions=["fp32"],
+        mini_sets=["train.epochs=1", "data.synthetic.train=16", "data.synthetic.valid=8"],
+        torch_device=["--device", "cpu"], torch_precision="fp32", torch_variants=["eager"],
+        bench=[("cosmoflow", 1, ["data.edge=32"], 1, 2), ("deepcam", 1, ["data.height=32", "data.width=48"], 0, 1)],
+        torch=[("cosmoflow", "1", ["--edge", "32"], ["--steps", "1", "--repeats", "1", "--warmup", "0"])],
+        pipeline=dict(sets=["data.edge=32", "data.synthetic.train=16", "data.synthetic.valid=4"],
+                      runs=[(4, 6)], warmup=1, about="tfrecord_gzip, 32^3, 16 files (rehearsal)")),
+)
 
 
 class Check:
@@ -81,6 +105,9 @@ class Check:
         self.python = None  # the Python that holds PyTorch
         self.gpu_name = ""
         self.bench = {}
+        # --rehearse BACKEND: the GPU steps' own code run on a CPU backend, without a GPU (the kit's test).
+        self.backend = args.rehearse or "cuda"
+        self.profile = PROFILES["rehearsal" if args.rehearse else "gpu"]
 
     # -- output ------------------------------------------------------------------------------------------
     def elapsed(self):
@@ -179,9 +206,16 @@ class Check:
         return os.path.isfile(os.path.join(self.bundle, "lib/mlperf-hpc-1", f"libmlph-{name}.so"))
 
     def need_cuda_backend(self):
-        if self.has_plugin("backend-cuda"):
+        if self.has_plugin(f"backend-{self.backend}"):
             return None
-        return "no cuda backend in the bundle (libmlph-backend-cuda.so was not built in its tree)"
+        return f"no {self.backend} backend in the bundle (libmlph-backend-{self.backend}.so was not built in its tree)"
+
+    def backend_sets(self, precision, deterministic=False):
+        """--set arguments of the backend's options for `precision` (none in a rehearsal: another backend)."""
+        if self.args.rehearse:
+            return []
+        sets = PRECISION_SETS[precision] + (DETERMINISTIC_SET if deterministic else [])
+        return [arg for s in sets for arg in ("--set", s)]
 
     def program(self, name):
         return os.path.join(self.bundle, "bin", name)
@@ -219,13 +253,15 @@ class Check:
         self.say(f"LD_LIBRARY_PATH={e['LD_LIBRARY_PATH']}")
         if gpu_ok and libs_ok:
             self.probe_versions(e, deadline)
+        elif self.args.rehearse:
+            self.say(f"rehearsal: no GPU needed; the backend under test is {self.backend}")
         sanitizer = find_tool("compute-sanitizer")
         e["compute_sanitizer"] = sanitizer or ""
         rc, text = self.run([self.program("mlperf-run"), "--version"], "env/mlperf-run-version.txt", 20)
         runs = rc == 0
         unresolved = self.unresolved_here()
         problems = []
-        if not gpu_ok:
+        if not gpu_ok and not self.args.rehearse:
             problems.append("no GPU: nvidia-smi " + ("not found" if smi_rc == 127 else "failed" + tail_hint(smi)))
         if not libs_ok:
             problems.append(why)
@@ -238,6 +274,8 @@ class Check:
         if problems:
             return "FAIL", "; ".join(problems)
         versions = e.get("versions", {})
+        if not gpu_ok:
+            return "PASS", f"rehearsal on {self.backend}, no GPU; {cxx_why}"
         return "PASS", (f"{self.gpu_name}, driver {e['gpu']['driver']}, cuDNN {versions.get('cudnn', '?')}, "
                         f"cuBLASLt {versions.get('cublasLt', '?')}, NCCL {versions.get('nccl', '?')}, "
                         f"PyTorch {e.get('pytorch', {}).get('torch', 'none')}; {cxx_why}")
@@ -422,14 +460,13 @@ print(json.dumps(out))
         runs = [("fp32", f32, ""), ("bf16", "bf16", "")]
         runs.append(("fp16", f16, "") if f16 else
                     ("fp16", "bf16", "with bf16's tolerances (mlperf-conformance has none for fp16; they are looser)"))
-        for precision, tolerance, note in runs:
+        for precision, tolerance, note in [r for r in runs if r[0] in self.profile["precisions"]]:
             if self.remaining(deadline) < 10:
                 self.part(record, precision, "SKIP", "out of time")
                 continue
             markdown = os.path.join(self.logs, "conformance", f"{precision}.md")
-            cmd = [conformance, "--backend", "cuda", "--precision", tolerance, "--markdown", markdown]
-            for s in PRECISION_SETS[precision] + DETERMINISTIC_SET:
-                cmd += ["--set", s]
+            cmd = [conformance, "--backend", self.backend, "--precision", tolerance, "--markdown", markdown] + \
+                self.backend_sets(precision, deterministic=True) + self.profile["conformance"]
             rc, text = self.run(cmd, f"conformance/{precision}.txt", self.remaining(deadline) - 5)
             rows = conformance_rows(text)
             figures = dict(rows=rows, tolerance=tolerance)
@@ -456,9 +493,7 @@ print(json.dumps(out))
         _, listed = self.run([conformance, "--list"], "conformance/list.txt", 20, quiet=True)
         ops = [op for op in SANITIZER_OPS if op in listed.split()]
         cmd = [tool, "--tool", "memcheck", "--error-exitcode", "86", "--print-limit", "20", conformance, "--backend",
-               "cuda", "--ops", ",".join(ops), "--cases", "2", "--model-steps", "0"]
-        for s in PRECISION_SETS["fp32"]:
-            cmd += ["--set", s]
+               self.backend, "--ops", ",".join(ops), "--cases", "2", "--model-steps", "0"] + self.backend_sets("fp32")
         rc, text = self.run(cmd, "conformance/memcheck.txt", self.remaining(deadline) - 2)
         errors = re.search(r"ERROR SUMMARY: (\d+) error", text)
         count = int(errors.group(1)) if errors else None
@@ -475,13 +510,14 @@ print(json.dumps(out))
                          + tail_hint(text), **figures)
 
     # -- 3, 4: the minis --------------------------------------------------------------------------------------
-    def dataset(self, name, config, deadline, sets=()):
+    def dataset(self, name, config, deadline, sets=(), workload="cosmoflow"):
         """The dataset `name`, generated here by mlperf-run (a few seconds) once per check."""
         path = os.path.join(self.work, "data", name)
         if os.path.isdir(os.path.join(path, "train")):
             return path, ""
         shutil.rmtree(path, ignore_errors=True)
-        cmd = [self.program("mlperf-run"), "--generate-data", path] + (["--config", config] if config else [])
+        cmd = [self.program("mlperf-run"), "--generate-data", path] + (["--config", config] if config else
+                                                                       ["--workload", workload])
         for s in sets:
             cmd += ["--set", s]
         began = time.monotonic()
@@ -494,13 +530,13 @@ print(json.dumps(out))
     def mini_run(self, record, deadline, workload, precision, extra=()):
         """One mlperf-run of a mini on cuda; returns (exit status, parsed log, output text)."""
         config = os.path.join(self.bundle, "configs", workload, "mini.yaml")
-        data, why = self.dataset(f"{workload}-mini", config, deadline)
+        data, why = self.dataset(f"{workload}-mini", config, deadline, self.profile["mini_sets"])
         if data is None:
             return None, None, why
         output = os.path.join(self.logs, f"{workload}-{precision}")
-        cmd = [self.program("mlperf-run"), "--config", config, "--backend", "cuda", "--data", data, "--output", output,
-               "--seed", "1"]
-        for s in PRECISION_SETS[precision] + list(extra):
+        cmd = [self.program("mlperf-run"), "--config", config, "--backend", self.backend, "--data", data, "--output",
+               output, "--seed", "1"] + self.backend_sets(precision)
+        for s in list(extra) + self.profile["mini_sets"]:
             cmd += ["--set", s]
         rc, text = self.run(cmd, f"{workload}-{precision}/mlperf-run.txt", self.remaining(deadline))
         return rc, read_mllog(os.path.join(output, "result_0.txt")), text
@@ -519,14 +555,17 @@ print(json.dumps(out))
                           tail_hint(text))
                 continue
             checker_ok, checker = self.official_checker(log["path"], f"cosmoflow-{precision}")
-            figures = dict(status=log["status"], time_to_train_s=log["time_to_train_s"], epochs=log["epochs"],
+            figures = dict(run_stop=log["status"], time_to_train_s=log["time_to_train_s"], epochs=log["epochs"],
                            metric=log["last_metric"], checker=checker)
             summary = (f"run_stop {log['status']} after {log['epochs']} epochs, time to train "
                        f"{fmt_s(log['time_to_train_s'])}, last eval MAE {log['last_metric']}; checker: {checker}")
-            ok = rc == 0 and log["status"] == "success" and checker_ok
-            self.part(record, precision, "PASS" if ok else "FAIL",
-                      summary + ("" if ok else (" (timed out)" if rc is None else f" (exit {rc})") + tail_hint(text)),
-                      **figures)
+            # A rehearsal trains one epoch: its run stops short of the target (exit 1, "aborted"), which
+            # the checker refuses too.
+            expected = (1, "aborted") if self.args.rehearse else (0, "success")
+            ok = (rc, log["status"]) == expected and (checker_ok or self.args.rehearse)
+            if rc != expected[0]:
+                summary += (" (timed out)" if rc is None else f" (exit {rc})") + tail_hint(text)
+            self.part(record, precision, "PASS" if ok else "FAIL", summary, **figures)
         return self.verdict(record, "to target in fp32 and bf16, logs accepted")
 
     def official_checker(self, log, name):
@@ -536,20 +575,21 @@ print(json.dumps(out))
         if python:
             env["PATH"] = os.path.dirname(python) + ":" + env.get("PATH", "")
         rc, text = self.run([checker, log], f"checker/{name}.txt", 60, env=env)
-        last = [l for l in text.strip().split("\n") if l.strip()]
-        return rc == 0, ("SUCCESS" if rc == 0 else "FAILED: " + (last[-1] if last else f"exit {rc}"))
+        why = [l.split(" - ", 1)[-1].strip() for l in text.split("\n") if "Failed" in l or "ERROR" in l]
+        return rc == 0, ("SUCCESS" if rc == 0 else "FAILED: " + ("; ".join(why[:3]) if why else f"exit {rc}"))
 
     def step_deepcam(self, record, deadline):
         missing = self.need_cuda_backend() or (None if self.has_plugin("workload-deepcam") else
                                                "no deepcam workload in the bundle (HDF5 was not found for its tree)")
         if missing:
             return "SKIP", missing
-        rc, log, text = self.mini_run(record, deadline, "deepcam", "bf16", ["train.epochs=1"])
+        precision = "fp32" if self.args.rehearse else "bf16"
+        rc, log, text = self.mini_run(record, deadline, "deepcam", precision, ["train.epochs=1"])
         if log is None:
             return "FAIL", ("timed out" if rc is None else f"exit {rc}") + ": no log" + tail_hint(text)
         errors = [l for l in text.split("\n") if "error:" in l]
         finite = log["last_metric"] is not None and math.isfinite(log["last_metric"])
-        summary = (f"1 epoch in {fmt_s(log['time_to_train_s'])} (bf16), IoU {log['last_metric']}, "
+        summary = (f"1 epoch in {fmt_s(log['time_to_train_s'])} ({precision}), IoU {log['last_metric']}, "
                    f"run_stop {log['status']}")
         record.update(epoch_s=log["time_to_train_s"], iou=log["last_metric"], run_stop=log["status"])
         if rc is None or errors or not finite or log["epochs"] < 1:
@@ -559,8 +599,7 @@ print(json.dumps(out))
 
     # -- 5: speed beside PyTorch ------------------------------------------------------------------------------
     def step_bench(self, record, deadline):
-        cases = [("cosmoflow", 1, ["data.edge=128"], 20, 100), ("cosmoflow", 4, ["data.edge=128"], 10, 50),
-                 ("deepcam", 8, ["data.height=768", "data.width=1152"], 5, 20)]
+        cases = self.profile["bench"]
         peak = bf16_peak(self.gpu_name)
         self.bench = dict(gpu=self.gpu_name, bf16_peak_tflops=peak, precision="bf16", rows=[],
                           note="compute-only training step on synthetic input; samples/s; share = 3 x forward FLOP "
@@ -568,20 +607,21 @@ print(json.dumps(out))
         ours = {}
         missing = self.need_cuda_backend()
         for workload, batch, sets, warmup, steps in cases:
-            name = f"cuda {workload} b{batch}"
+            name = f"{self.backend} {workload} b{batch}"
             if missing:
                 self.part(record, name, "SKIP", missing)
                 continue
             if self.remaining(deadline) < 20:
                 self.part(record, name, "SKIP", "out of time")
                 continue
-            out = os.path.join(self.logs, "bench", f"cuda-{workload}-b{batch}.json")
-            cmd = [self.program("mlperf-bench"), "--workload", workload, "--backend", "cuda", "--set",
-                   f"train.batch_size={batch}", "--set", "backend.precision=bf16", "--steps", str(steps),
-                   "--warmup", str(warmup), "--json", out]
+            out = os.path.join(self.logs, "bench", f"{self.backend}-{workload}-b{batch}.json")
+            cmd = [self.program("mlperf-bench"), "--workload", workload, "--backend", self.backend, "--set",
+                   f"train.batch_size={batch}", "--steps", str(steps), "--warmup", str(warmup), "--json", out] + \
+                self.backend_sets("bf16")
             for s in sets:
                 cmd += ["--set", s]
-            rc, text = self.run(cmd, f"bench/cuda-{workload}-b{batch}.txt", min(90, self.remaining(deadline) - 10))
+            rc, text = self.run(cmd, f"bench/{self.backend}-{workload}-b{batch}.txt",
+                                min(90, self.remaining(deadline) - 10))
             result = read_json(out) if rc == 0 else None
             if result:
                 ours[(workload, batch)] = result
@@ -603,12 +643,9 @@ print(json.dumps(out))
             self.part(record, "pytorch", "SKIP", "no Python with PyTorch here")
             return runs
         script = os.path.join(ROOT, "tools", "bench", "pytorch_gpu.py")
-        common = ["--precision", "bf16"]
-        for variant in ("eager", "compile"):
-            for workload, batches, sizes, timing in (
-                    ("cosmoflow", "1,4", ["--edge", "128"], ["--steps", "20", "--repeats", "5", "--warmup", "5"]),
-                    ("deepcam", "8", ["--height", "768", "--width", "1152"],
-                     ["--steps", "10", "--repeats", "3", "--warmup", "3"])):
+        common = ["--precision", self.profile["torch_precision"]] + self.profile["torch_device"]
+        for variant in self.profile["torch_variants"]:
+            for workload, batches, sizes, timing in self.profile["torch"]:
                 name = f"pytorch {workload} {variant}"
                 if self.remaining(deadline) < 15:
                     self.part(record, name, "SKIP", "out of time")
@@ -636,19 +673,19 @@ print(json.dumps(out))
         missing = self.need_cuda_backend()
         if missing:
             return "SKIP", missing
-        data, why = self.dataset("cosmoflow-128", None, deadline,
-                                 ["data.edge=128", "data.synthetic.train=64", "data.synthetic.valid=4"])
+        plan = self.profile["pipeline"]
+        data, why = self.dataset("cosmoflow-pipeline", None, deadline, plan["sets"])
         if data is None:
             return "FAIL", why
         results = []
-        for batch, steps in ((4, 48), (1, 96)):
+        for batch, steps in plan["runs"]:
             if self.remaining(deadline) < 10:
                 self.part(record, f"b{batch}", "SKIP", "out of time")
                 continue
             out = os.path.join(self.logs, "pipeline", f"b{batch}.json")
-            cmd = [self.program("mlperf-bench"), "--backend", "cuda", "--set", "data.edge=128", "--set",
-                   f"train.batch_size={batch}", "--set", "backend.precision=bf16", "--data", data, "--steps",
-                   str(steps), "--warmup", "8", "--json", out]
+            cmd = [self.program("mlperf-bench"), "--backend", self.backend, "--set", plan["sets"][0], "--set",
+                   f"train.batch_size={batch}", "--data", data, "--steps", str(steps), "--warmup", str(plan["warmup"]),
+                   "--json", out] + self.backend_sets("bf16")
             rc, text = self.run(cmd, f"pipeline/b{batch}.txt", self.remaining(deadline) - 3)
             result = read_json(out) if rc == 0 else None
             if not result or "files" not in result:
@@ -664,8 +701,7 @@ print(json.dumps(out))
                       f"synthetic); the step waited {files['wait_s'] * 1e3:.2f} ms for its batch ({100 * share:.1f}%)"
                       + (" - the pipeline does not keep up" if share > 0.05 else ""), **figures)
         if self.bench is not None:
-            self.bench["pipeline"] = dict(format="tfrecord_gzip, 128^3, 64 files, read every epoch (no cache)",
-                                          runs=results)
+            self.bench["pipeline"] = dict(data=plan["about"], runs=results)
         return self.verdict(record, "measured")
 
     # -- 7: per-layer times (only on request) -------------------------------------------------------------------
@@ -676,9 +712,9 @@ print(json.dumps(out))
         for workload, batch, sets in (("cosmoflow", 4, ["data.edge=128"]),
                                       ("deepcam", 8, ["data.height=768", "data.width=1152"])):
             out = os.path.join(self.logs, "layers", f"{workload}-b{batch}.json")
-            cmd = [self.program("mlperf-bench"), "--workload", workload, "--backend", "cuda", "--set",
-                   f"train.batch_size={batch}", "--set", "backend.precision=bf16", "--steps", "10", "--warmup", "3",
-                   "--layers", "--json", out]
+            cmd = [self.program("mlperf-bench"), "--workload", workload, "--backend", self.backend, "--set",
+                   f"train.batch_size={batch}", "--steps", "10", "--warmup", "3", "--layers", "--json", out] + \
+                self.backend_sets("bf16")
             for s in sets:
                 cmd += ["--set", s]
             rc, text = self.run(cmd, f"layers/{workload}-b{batch}.txt", self.remaining(deadline) - 3)
@@ -903,7 +939,7 @@ def read_mllog(path):
                     pass
     times = {e["key"]: e.get("time_ms") for e in events if e.get("key") in ("run_start", "run_stop")}
     stop = next((e for e in events if e.get("key") == "run_stop"), {})
-    metrics = [e.get("value") for e in events if e.get("key") == "eval_accuracy"]
+    metrics = [e.get("value") for e in events if e.get("key") in ("eval_accuracy", "eval_error")]
     ttt = (times["run_stop"] - times["run_start"]) / 1e3 if len(times) == 2 else None
     return dict(path=path, status=(stop.get("metadata") or {}).get("status", "none"), time_to_train_s=ttt,
                 epochs=sum(1 for e in events if e.get("key") == "epoch_stop"),
@@ -966,9 +1002,13 @@ def parse_args():
     p.add_argument("--out", help="where the results go (default $OUT, else out/gpu-check)")
     p.add_argument("--work", help="scratch for data and logs (default /tmp/mlph-gpu-check)")
     p.add_argument("--with-torch", action="store_true", help="--dry-run: also run the PyTorch peer on the CPU")
+    p.add_argument("--rehearse", metavar="BACKEND",
+                   help="no GPU: run the GPU steps' code on a CPU backend at small sizes (a test of this kit)")
     args = p.parse_args()
     if args.timeout_scale <= 0:
         p.error("--timeout-scale must be positive")
+    if args.rehearse and args.dry_run:
+        p.error("--rehearse or --dry-run, not both")
     args.out = args.out or os.environ.get("OUT") or os.path.join(ROOT, "out", "gpu-check")
     args.work = args.work or "/tmp/mlph-gpu-check"
     only = []
