@@ -96,8 +96,9 @@ class Check:
         self.work = os.path.abspath(args.work)
         self.logs = os.path.join(self.work, "logs")
         os.makedirs(self.out, exist_ok=True)
-        os.makedirs(self.logs, exist_ok=True)
-        self.console = open(os.path.join(self.out, "check.log"), "a")
+        shutil.rmtree(self.logs, ignore_errors=True)  # a rerun's logs only; generated data is kept
+        os.makedirs(self.logs)
+        self.console = open(os.path.join(self.out, "check.log"), "w")
         self.summary = dict(started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), dry_run=args.dry_run,
                             argv=sys.argv[1:], steps={}, environment={})
         self.manifest = {}
@@ -570,6 +571,8 @@ print(json.dumps(out))
 
     def official_checker(self, log, name):
         checker = os.path.join(self.bundle, "tools", "mllog-check")
+        if not os.path.exists(checker):
+            return False, "no official checker in the bundle (../shared was not beside the checkout it was made in)"
         env = dict(self.env)
         python = python_with("yaml", [self.python])  # the checker's Python needs PyYAML
         if python:
@@ -776,7 +779,9 @@ print(json.dumps(out))
                   + ("" if rc == 0 else tail_hint(text)))
         # 4. The official checker from the bundle, on a submitted log where ../shared has one.
         fixture = os.path.join(ROOT, "..", "shared", "fixtures", "mllog", "nvidia_v3.0_cosmoflow_strong_result_0.txt")
-        if os.path.exists(fixture):
+        if not os.path.exists(os.path.join(self.bundle, "tools", "mllog-check")):
+            self.part(record, "checker", "SKIP", "no official checker in the bundle (no ../shared where it was made)")
+        elif os.path.exists(fixture):
             ok, checker = self.official_checker(fixture, "fixture")
             self.part(record, "checker", "PASS" if ok else "FAIL", f"on NVIDIA's v3.0 CosmoFlow log: {checker}")
         else:
