@@ -605,8 +605,9 @@ print(json.dumps(out))
         cases = self.profile["bench"]
         peak = bf16_peak(self.gpu_name)
         self.bench = dict(gpu=self.gpu_name, bf16_peak_tflops=peak, precision="bf16", rows=[],
-                          note="compute-only training step on synthetic input; samples/s; share = 3 x forward FLOP "
-                               "x samples/s over the dense bf16 tensor peak")
+                          note="training step on synthetic input, samples/s: mlperf-bench's inputs are copied to the "
+                               "GPU every step from the backend's pinned memory (as in a run), PyTorch's stay on the "
+                               "GPU; share = 3 x forward FLOP x samples/s over the dense bf16 tensor peak")
         ours = {}
         missing = self.need_cuda_backend()
         for workload, batch, sets, warmup, steps in cases:
