@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What travels to a lent GPU machine (docs/cuda.md, "Checking on a GPU"): builds the programs, the
 # plug-ins and the GPU tests in a build tree of their own, then lays out a git-ignored folder that
-# tools/gpu/check.sh runs from there, carried with the device tool's call (carry: ["gpu-bundle"]):
+# tools/gpu/check.sh runs from there, packed as gpu-bundle.tar.xz for the device tool's call:
 #   bin/                  mlperf-run, mlperf-conformance, mlperf-bench
 #   lib/mlperf-hpc-1/     the plug-ins: reference, cuda (when built), cosmoflow, deepcam, local, nccl
 #                         (when built), posix
@@ -26,6 +26,8 @@
 # (not carried), CUDA on, Release, and builds only the targets that travel (tools/gpu/targets.py).
 # Environment: GPU_BUILD_DIR (default build-gpu), JOBS (default: all cores), MLPH_WERROR (default ON),
 # BUNDLE_MAX_MIB (default 48: the device tool carries 64 MiB with the working tree).
+# What travels is OUT_DIR.tar.xz (carry: ["gpu-bundle.tar.xz"]): 41 MiB of bundle with comms/nccl
+# packs into 11; check.sh unpacks it there.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -39,7 +41,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --from-build) [ $# -ge 2 ] || { echo "bundle.sh: --from-build needs a build directory" >&2; exit 2; }
                   from_build=$2; shift 2 ;;
-    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     -*) echo "bundle.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) [ -z "$out" ] || { echo "bundle.sh: one OUT_DIR only" >&2; exit 2; }; out=$1; shift ;;
   esac
@@ -173,12 +175,26 @@ with open(os.path.join(e["B_OUT"], "bundle.json"), "w") as f:
     json.dump(doc, f, indent=1)
 EOF
 
-mib=$(( (size + 1048575) / 1048576 ))
-say "$out: $(numfmt --to=iec-i --suffix=B "$size") in $((count + 1)) files (limit ${max_mib} MiB)"
+# What travels: the folder packed with xz (a quarter of its size; check.sh unpacks it on the device),
+# so that the cuda backend and its tests have room beside HDF5's 19 MiB of dependencies.
+archive=$out.tar.xz
+if [ -z "$from_build" ]; then
+  say "packing $archive"
+  tar -C "$(dirname "$out")" -cf - "$(basename "$out")" | xz -T0 -6 >"$archive.part"
+  mv "$archive.part" "$archive"
+  packed=$(stat -c %s "$archive")
+else
+  rm -f "$archive"  # a dry-run bundle does not travel
+  packed=0
+fi
+mib=$(( (packed + 1048575) / 1048576 ))
+say "$out: $(numfmt --to=iec-i --suffix=B "$size") in $((count + 1)) files$([ -z "$from_build" ] &&
+    echo "; $archive: $(numfmt --to=iec-i --suffix=B "$packed") (limit ${max_mib} MiB)")"
 echo "   programs: ${programs[*]}"
 echo "   plug-ins: ${plugins[*]}"
 echo "   tests:    ${tests[*]:-none}"
 for why in "${left_behind[@]}"; do echo "   not carried: $why"; done
-echo "   libraries from the device: ${!device_libs[*]:-none}; needs glibc $glibc_needed ($glibc_cxx with the carried libstdc++), GLIBCXX $glibcxx_needed"
+from_device="${!device_libs[*]}"
+echo "   libraries from the device: ${from_device:-none}; needs glibc $glibc_needed ($glibc_cxx with the carried libstdc++), GLIBCXX $glibcxx_needed"
 [ "$native" != ON ] || echo "   NOTE: $build was built with MLPH_NATIVE=ON (this CPU's instructions): for checks here, not for the device"
-[ "$mib" -le "$max_mib" ] || fail "$out is $mib MiB, over the ${max_mib} MiB it may take of the device tool's 64"
+[ "$mib" -le "$max_mib" ] || fail "$archive is $mib MiB, over the ${max_mib} MiB it may take of the device tool's 64"

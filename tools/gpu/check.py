@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The device kit's check (run through tools/gpu/check.sh; docs/cuda.md, "Checking on a GPU").
 
-Runs from the repository root on a lent GPU machine with the bundle carried (tools/gpu/bundle.sh),
+Runs from the repository root on a lent GPU machine with the bundle carried (tools/gpu/bundle.sh's
+gpu-bundle.tar.xz, unpacked into the scratch folder, or its gpu-bundle/ folder),
 in at most 7 minutes, each step under its own time limit, and writes what it finds into $OUT as it
 goes (a call cut short still returns what was done): check.log (this output), summary.json (every
 step's verdict, the versions, the figures), bench.json (step bench), logs.tar.gz (every program's
@@ -1004,7 +1005,8 @@ def parse_args():
     p.add_argument("--dry-run", action="store_true", help="no GPU: check the bundle itself")
     p.add_argument("--only", help="comma-separated steps (names or numbers); env always runs")
     p.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every time limit (default 1)")
-    p.add_argument("--bundle", default=os.path.join(ROOT, "gpu-bundle"), help="the bundle (default gpu-bundle)")
+    p.add_argument("--bundle", help="the bundle: a folder, or a .tar.xz unpacked into the scratch folder "
+                                    "(default gpu-bundle, else gpu-bundle.tar.xz)")
     p.add_argument("--out", help="where the results go (default $OUT, else out/gpu-check)")
     p.add_argument("--work", help="scratch for data and logs (default /tmp/mlph-gpu-check)")
     p.add_argument("--with-torch", action="store_true", help="--dry-run: also run the PyTorch peer on the CPU")
@@ -1028,9 +1030,36 @@ def parse_args():
     return args
 
 
+def unpack(archive, work):
+    """The bundle packed by bundle.sh (what the device tool carries), unpacked into `work`."""
+    target = os.path.join(work, "bundle")
+    shutil.rmtree(target, ignore_errors=True)
+    with tarfile.open(archive, "r:xz") as tar:
+        top = {m.name.split("/")[0] for m in tar.getmembers()}
+        if len(top) != 1 or any(m.name.startswith("/") or ".." in m.name.split("/") for m in tar.getmembers()):
+            sys.exit(f"check.py: {archive} is not a bundle made by tools/gpu/bundle.sh")
+        try:
+            tar.extractall(target, filter="data")  # Python >= 3.11.4: plain files and folders only
+        except TypeError:
+            tar.extractall(target)
+    return os.path.join(target, top.pop())
+
+
 def main():
     args = parse_args()
+    began = time.monotonic()
+    if args.bundle is None:
+        folder, archive = os.path.join(ROOT, "gpu-bundle"), os.path.join(ROOT, "gpu-bundle.tar.xz")
+        args.bundle = folder if os.path.exists(os.path.join(folder, "bundle.json")) or not os.path.exists(archive) \
+            else archive
+    unpacked = ""
+    if args.bundle.endswith(".tar.xz") and os.path.isfile(args.bundle):
+        unpacked = args.bundle
+        args.bundle = unpack(args.bundle, args.work)
     check = Check(args)
+    check.start = began
+    if unpacked:
+        check.say(f"unpacked {unpacked} into {check.bundle} in {time.monotonic() - began:.1f} s")
     manifest = os.path.join(check.bundle, "bundle.json")
     check.manifest = read_json(manifest) or {}
     if not check.manifest:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The device kit's check (docs/cuda.md, "Checking on a GPU"): run from the repository root on a lent
-# GPU machine with the bundle carried (tools/gpu/bundle.sh; the device tool's carry: ["gpu-bundle"]),
-# in at most 7 minutes, writing check.log, summary.json, bench.json and logs.tar.gz into $OUT as it goes.
+# GPU machine with the bundle carried (tools/gpu/bundle.sh; the device tool's carry:
+# ["gpu-bundle.tar.xz"], unpacked here, or a gpu-bundle/ folder), in at most 7 minutes, writing
+# check.log, summary.json, bench.json and logs.tar.gz into $OUT as it goes.
 #   tools/gpu/check.sh                       every step: env, tests, conformance, cosmoflow, deepcam,
 #                                            bench, pipeline (each PASS, FAIL or SKIP with its reason)
 #   tools/gpu/check.sh --only bench,6        some steps again (names or numbers; env always runs)
