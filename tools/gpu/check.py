@@ -314,8 +314,12 @@ class Check:
         others = sorted(glob.glob(os.path.join(purelib, "nvidia", "*", "lib"))) if purelib else []
         dirs = [d for d in preferred if os.path.isdir(d)]
         where, missing = {}, []
+        cached = system_libraries()
         for lib in needed:  # the driver's libcuda is in the system's paths
             hit = next((d for d in dirs + others if os.path.exists(os.path.join(d, lib))), None)
+            if hit is None and lib in cached:
+                where[lib] = f"the system's {cached[lib]} (not in the wheels)"
+                continue
             if hit is None:
                 missing.append(lib)
                 continue
@@ -329,7 +333,8 @@ class Check:
         for lib, d in sorted(where.items()):
             self.say(f"{lib}: {d}")
         if missing:
-            return False, f"not in {purelib or 'any Python site-packages'}/nvidia/*/lib: {', '.join(missing)}"
+            return False, (f"not in {purelib or 'any Python site-packages'}/nvidia/*/lib nor the system's: "
+                           f"{', '.join(missing)}")
         return True, ""
 
     def choose_cxx(self, e):
@@ -875,10 +880,22 @@ def python_with(module, first=()):
     return None
 
 
+def system_libraries():
+    """soname -> path of the 64-bit libraries in the ldconfig cache."""
+    try:
+        out = subprocess.run(["/sbin/ldconfig", "-p"], capture_output=True, text=True).stdout
+    except OSError:
+        return {}
+    found = {}
+    for line in out.split("\n"):
+        if "=>" in line and "x86-64" in line:
+            found.setdefault(line.split()[0], line.split("=>")[-1].strip())
+    return found
+
+
 def system_glibcxx():
     """The highest GLIBCXX version of the system's libstdc++ (from the ldconfig cache)."""
-    out = subprocess.run(["/sbin/ldconfig", "-p"], capture_output=True, text=True).stdout
-    paths = [l.split("=>")[-1].strip() for l in out.split("\n") if "libstdc++.so.6 " in l and "x86-64" in l]
+    paths = [p for name, p in system_libraries().items() if name == "libstdc++.so.6"]
     for p in paths:
         with open(p, "rb") as f:
             versions = re.findall(rb"GLIBCXX_(\d+\.\d+(?:\.\d+)?)", f.read())
