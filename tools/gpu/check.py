@@ -17,10 +17,13 @@ Steps (--only takes names or numbers):
                  compute-sanitizer memcheck over a few ops
   3 cosmoflow    the CosmoFlow mini to its target on cuda in fp32 and bf16; the official checker
   4 deepcam      one DeepCAM mini epoch on cuda
-  5 bench        mlperf-bench on cuda (CosmoFlow 128^3 b1, b4; DeepCAM 768x1152 b8, bf16) beside the
-                 same models in the machine's PyTorch (eager AMP, torch.compile), channels-last
+  5 resume       the CosmoFlow mini on cuda (fp32, deterministic): 2 epochs straight, and 1 epoch with a
+                 checkpoint resumed for the 2nd: the exported weights are equal bytes
   6 pipeline     CosmoFlow 128^3 fed from files on cuda: how long the step waits for its batch
-  7 layers       (only with --only) mlperf-bench --layers on cuda: per-layer times
+  7 bench        mlperf-bench on cuda (CosmoFlow 128^3 b1, b4; DeepCAM 768x1152 b8, bf16) beside the
+                 same models in the machine's PyTorch (eager AMP bf16 and fp16, torch.compile),
+                 channels-last; last, so that torch.compile takes the time left
+  8 layers       (only with --only) mlperf-bench --layers on cuda: per-layer times
 --dry-run (no GPU: here and in CI) checks the bundle instead: every library resolved inside it but
 those the device provides, plug-ins loading from it, reference conformance from it, the official
 checker from it, the PyTorch peer on the CPU; then "no GPU: GPU steps skipped".
@@ -40,10 +43,11 @@ import tarfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-STEPS = ["env", "tests", "conformance", "cosmoflow", "deepcam", "bench", "pipeline", "layers"]
+# bench runs last of the default steps: its torch.compile runs take whatever time is left.
+STEPS = ["env", "tests", "conformance", "cosmoflow", "deepcam", "resume", "pipeline", "bench", "layers"]
 DEFAULT_STEPS = STEPS[:-1]
 # Seconds per step before --timeout-scale; the whole check stops starting work after BUDGET_S.
-STEP_TIMEOUT_S = dict(dry=240, env=60, tests=60, conformance=170, cosmoflow=80, deepcam=50, bench=200, pipeline=45,
+STEP_TIMEOUT_S = dict(dry=240, env=60, tests=60, conformance=170, cosmoflow=80, deepcam=50, resume=60, bench=300, pipeline=45,
                       layers=240)
 BUDGET_S = 420
 # What the device provides: the driver and the CUDA libraries of PyTorch's wheels (too large to carry).
@@ -64,25 +68,34 @@ SANITIZER_OPS = ["conv", "conv_transpose", "batch_norm", "max_pool", "dense", "d
                  "iou", "lamb"]
 # What the steps run: on the GPU, and in a rehearsal of the kit on a CPU backend (--rehearse) at sizes
 # a 2-core machine runs in minutes. bench: (workload, batch, settings, warm-up steps, timed steps);
-# torch: (workload, batches, sizes, timing) per PyTorch peer; pipeline: the dataset's settings and
-# (batch, timed steps) per run.
+# torch: the PyTorch peers in the order they run (each a process: variant, precision, workload, batches,
+# sizes, timing): eager first, then torch.compile, slow to compile, so that a time limit leaves the
+# eager figures; the best PyTorch of issue 26 was eager fp16 at DeepCAM b8 and CosmoFlow b4, eager bf16
+# at CosmoFlow b1, compile bf16 at CosmoFlow b4. pipeline: the dataset's settings and (batch, timed
+# steps) per run.
 PROFILES = dict(
     gpu=dict(
-        conformance=[], precisions=["fp32", "bf16", "fp16"], mini_sets=[], torch_device=[], torch_precision="bf16",
-        torch_variants=["eager", "compile"],
+        conformance=[], precisions=["fp32", "bf16", "fp16"], mini_sets=[], torch_device=[],
         bench=[("cosmoflow", 1, ["data.edge=128"], 20, 100), ("cosmoflow", 4, ["data.edge=128"], 10, 50),
                ("deepcam", 8, ["data.height=768", "data.width=1152"], 5, 20)],
-        torch=[("cosmoflow", "1,4", ["--edge", "128"], ["--steps", "20", "--repeats", "5", "--warmup", "5"]),
-               ("deepcam", "8", ["--height", "768", "--width", "1152"], ["--steps", "10", "--repeats", "3",
-                                                                          "--warmup", "3"])],
+        torch=[(variant, precision, workload, batches, sizes, timing)
+               for variant, precision, workload, batches in (
+                   ("eager", "bf16", "cosmoflow", "1,4"), ("eager", "bf16", "deepcam", "8"),
+                   ("eager", "fp16", "cosmoflow", "4"), ("eager", "fp16", "deepcam", "8"),
+                   ("compile", "bf16", "cosmoflow", "4"), ("compile", "bf16", "deepcam", "8"),
+                   ("compile", "bf16", "cosmoflow", "1"))
+               for sizes, timing in [(["--edge", "128"], ["--steps", "20", "--repeats", "5", "--warmup", "5"])
+                                     if workload == "cosmoflow" else
+                                     (["--height", "768", "--width", "1152"],
+                                      ["--steps", "10", "--repeats", "3", "--warmup", "3"])]],
         pipeline=dict(sets=["data.edge=128", "data.synthetic.train=64", "data.synthetic.valid=4"],
                       runs=[(4, 48), (1, 96)], warmup=8, about="tfrecord_gzip, 128^3, 64 files, read every epoch")),
     rehearsal=dict(
         conformance=["--ops", "conv,dense,cosmoflow", "--cases", "1", "--model-steps", "1"], precisions=["fp32"],
         mini_sets=["train.epochs=1", "data.synthetic.train=16", "data.synthetic.valid=8"],
-        torch_device=["--device", "cpu"], torch_precision="fp32", torch_variants=["eager"],
+        torch_device=["--device", "cpu"],
         bench=[("cosmoflow", 1, ["data.edge=32"], 1, 2), ("deepcam", 1, ["data.height=32", "data.width=48"], 0, 1)],
-        torch=[("cosmoflow", "1", ["--edge", "32"], ["--steps", "1", "--repeats", "1", "--warmup", "0"])],
+        torch=[("eager", "fp32", "cosmoflow", "1", ["--edge", "32"], ["--steps", "1", "--repeats", "1", "--warmup", "0"])],
         pipeline=dict(sets=["data.edge=32", "data.synthetic.train=16", "data.synthetic.valid=4"],
                       runs=[(4, 6)], warmup=1, about="tfrecord_gzip, 32^3, 16 files (rehearsal)")),
 )
@@ -606,7 +619,7 @@ print(json.dumps(out))
             return "FAIL", f"{summary}: {why}"
         return "PASS", summary
 
-    # -- 5: speed beside PyTorch ------------------------------------------------------------------------------
+    # -- 7: speed beside PyTorch ------------------------------------------------------------------------------
     def step_bench(self, record, deadline):
         cases = self.profile["bench"]
         peak = bf16_peak(self.gpu_name)
@@ -646,37 +659,72 @@ print(json.dumps(out))
         return self.verdict(record, f"{len(self.bench['rows'])} cases measured")
 
     def pytorch_peers(self, record, deadline):
-        """The PyTorch peers: eager for every case first, then torch.compile (slow to compile), so that a
-        time limit leaves the eager figures."""
+        """The PyTorch peers of PROFILES' torch list, in its order (a time limit leaves what ran)."""
         runs = {}
         if not self.python:
             self.part(record, "pytorch", "SKIP", "no Python with PyTorch here")
             return runs
         script = os.path.join(ROOT, "tools", "bench", "pytorch_gpu.py")
-        common = ["--precision", self.profile["torch_precision"]] + self.profile["torch_device"]
-        for variant in self.profile["torch_variants"]:
-            for workload, batches, sizes, timing in self.profile["torch"]:
-                name = f"pytorch {workload} {variant}"
-                if self.remaining(deadline) < 15:
-                    self.part(record, name, "SKIP", "out of time")
-                    continue
-                out = os.path.join(self.logs, "bench", f"pytorch-{workload}-{variant}.json")
-                cmd = [self.python, script, "--workload", workload, "--batch", batches, "--variants", variant,
-                       "--json", out] + sizes + timing + common
-                rc, text = self.run(cmd, f"bench/pytorch-{workload}-{variant}.txt", self.remaining(deadline) - 5)
-                result = read_json(out) or {}
-                done = [r for r in result.get("runs", []) if "train_s" in r]
-                errors = [r["error"] for r in result.get("runs", []) if "error" in r]
-                for r in done:
-                    runs.setdefault((workload, r["batch"]), {})[variant] = r
-                if done and not errors and rc == 0:
-                    rates = ", ".join(f"b{r['batch']} {r['samples_per_s']:.1f}" for r in done)
-                    self.part(record, name, "PASS", f"samples/s {rates}")
-                else:
-                    why = "timed out" if rc is None else (errors[0] if errors else f"exit {rc}")
-                    self.part(record, name, "FAIL", why + ("" if errors else tail_hint(text)))
+        for variant, precision, workload, batches, sizes, timing in self.profile["torch"]:
+            kind = f"{variant}-{precision}"
+            name = f"pytorch {workload} b{batches} {kind}"
+            if self.remaining(deadline) < 15:
+                self.part(record, name, "SKIP", "out of time")
+                continue
+            out = os.path.join(self.logs, "bench", f"pytorch-{workload}-b{batches.replace(',', '-')}-{kind}.json")
+            cmd = [self.python, script, "--workload", workload, "--batch", batches, "--variants", variant,
+                   "--precision", precision, "--json", out] + sizes + timing + self.profile["torch_device"]
+            rc, text = self.run(cmd, os.path.splitext(os.path.relpath(out, self.logs))[0] + ".txt",
+                                self.remaining(deadline) - 5)
+            result = read_json(out) or {}
+            done = [r for r in result.get("runs", []) if "train_s" in r]
+            errors = [r["error"] for r in result.get("runs", []) if "error" in r]
+            for r in done:
+                runs.setdefault((workload, r["batch"]), {})[kind] = r
+            if done and not errors and rc == 0:
+                rates = ", ".join(f"b{r['batch']} {r['samples_per_s']:.1f}" for r in done)
+                self.part(record, name, "PASS", f"samples/s {rates}")
+            else:
+                why = "timed out" if rc is None else (errors[0] if errors else f"exit {rc}")
+                self.part(record, name, "FAIL", why + ("" if errors else tail_hint(text)))
         self.bench["pytorch"] = self.summary["environment"].get("pytorch", {})
         return runs
+
+    # -- 5: checkpoint and resume, bitwise ----------------------------------------------------------------------
+    def step_resume(self, record, deadline):
+        missing = self.need_cuda_backend()
+        if missing:
+            return "SKIP", missing
+        config = os.path.join(self.bundle, "configs", "cosmoflow", "mini.yaml")
+        data, why = self.dataset("cosmoflow-mini", config, deadline, self.profile["mini_sets"])
+        if data is None:
+            return "FAIL", why
+        base = os.path.join(self.logs, "resume")
+        checkpoints = os.path.join(self.work, "resume-checkpoints")
+        shutil.rmtree(checkpoints, ignore_errors=True)
+        common = [self.program("mlperf-run"), "--config", config, "--backend", self.backend, "--data", data, "--seed",
+                  "1"] + self.backend_sets("fp32", deterministic=True)
+        for s in self.profile["mini_sets"]:
+            common += ["--set", s]
+        runs = [("straight", ["--set", "train.epochs=2", "--export-weights", f"{base}/straight.npz"]),
+                ("first epoch", ["--set", "train.epochs=1", "--checkpoint-dir", checkpoints]),
+                ("resumed", ["--set", "train.epochs=2", "--checkpoint-dir", checkpoints, "--resume", checkpoints,
+                             "--export-weights", f"{base}/resumed.npz"])]
+        for name, flags in runs:
+            out = os.path.join(base, name.replace(" ", "-"))
+            rc, text = self.run(common + ["--output", out] + flags, f"resume/{name.replace(' ', '-')}.txt",
+                                self.remaining(deadline))
+            errors = [l.strip() for l in text.split("\n") if "error:" in l]
+            if rc not in (0, 1) or errors:  # 1: stopped short of the target, as planned
+                return "FAIL", f"{name} run: " + ("timed out" if rc is None else f"exit {rc}") + \
+                    (f": {errors[0]}" if errors else tail_hint(text))
+            if name == "resumed" and "resumed after epoch 1" not in text:
+                return "FAIL", "the resumed run does not say it resumed after epoch 1" + tail_hint(text)
+        with open(f"{base}/straight.npz", "rb") as a, open(f"{base}/resumed.npz", "rb") as b:
+            same = a.read() == b.read()
+        if not same:
+            return "FAIL", "the resumed run's exported weights differ from the straight run's (not bitwise)"
+        return "PASS", "2 epochs straight and 1 + 1 resumed from a checkpoint: the exported weights are equal bytes"
 
     # -- 6: input pipeline --------------------------------------------------------------------------------------
     def step_pipeline(self, record, deadline):
@@ -986,34 +1034,35 @@ def bench_rows(ours, torch_runs, peak):
             flops = r["forward_flops"] / batch
             row["cuda"] = dict(samples_per_s=rate, train_s=r["model"]["train_s"], device=r.get("device"),
                                precision=r.get("precision"))
-        for variant, r in torch_runs.get(key, {}).items():
-            row[f"pytorch_{variant}"] = dict(samples_per_s=r["samples_per_s"], train_s=r["train_s"],
-                                             spread_s=r["spread"], first_step_s=r["first_step_s"])
+        peers = {}
+        for kind, r in sorted(torch_runs.get(key, {}).items()):
+            peers[kind] = dict(samples_per_s=r["samples_per_s"], train_s=r["train_s"], spread_s=r["spread"],
+                               first_step_s=r["first_step_s"])
             flops = flops or r["forward_flops"] / batch
-        best = max((row[k]["samples_per_s"] for k in ("pytorch_eager", "pytorch_compile") if k in row), default=None)
-        row["best_pytorch"] = best
+        row["pytorch"] = peers
+        best = max(peers, key=lambda k: peers[k]["samples_per_s"], default=None)
+        if best:
+            row["best_pytorch"] = dict(variant=best, samples_per_s=peers[best]["samples_per_s"])
         if "cuda" in row and best:
-            row["ratio_vs_best_pytorch"] = row["cuda"]["samples_per_s"] / best
+            row["ratio_vs_best_pytorch"] = row["cuda"]["samples_per_s"] / peers[best]["samples_per_s"]
         if flops and peak:
             row["train_flops_per_sample"] = 3 * flops
-            for k in ("cuda", "pytorch_eager", "pytorch_compile"):
-                if k in row:
-                    row[k]["share_of_bf16_peak"] = 3 * flops * row[k]["samples_per_s"] / (peak * 1e12)
+            for r in [row.get("cuda")] + list(peers.values()):
+                if r:
+                    r["share_of_bf16_peak"] = 3 * flops * r["samples_per_s"] / (peak * 1e12)
         rows.append(row)
     return rows
 
 
 def bench_line(row):
-    def cell(k):
-        r = row.get(k)
-        if not r:
-            return f"{k} -"
-        share = f" ({100 * r['share_of_bf16_peak']:.1f}% peak)" if "share_of_bf16_peak" in r else ""
-        return f"{k} {r['samples_per_s']:.1f}{share}"
-    ratio = f"  ratio {row['ratio_vs_best_pytorch']:.2f}x" if "ratio_vs_best_pytorch" in row else ""
-    return (f"{row['workload']} b{row['batch']}: " + ", ".join(cell(k) for k in ("cuda", "pytorch_eager",
-                                                                                 "pytorch_compile"))
-            + ratio + (f"  (H100 target {row['target_h100']})" if row.get("target_h100") else ""))
+    def cell(name, r):
+        share = f" ({100 * r['share_of_bf16_peak']:.1f}% of peak)" if "share_of_bf16_peak" in r else ""
+        return f"{name} {r['samples_per_s']:.1f}{share}"
+    cells = ([cell("cuda", row["cuda"])] if "cuda" in row else ["cuda -"]) + \
+        [cell(f"pytorch {k}", r) for k, r in row["pytorch"].items()]
+    ratio = f"; cuda / best PyTorch {row['ratio_vs_best_pytorch']:.2f}x" if "ratio_vs_best_pytorch" in row else ""
+    target = f" (H100 target {row['target_h100']})" if row.get("target_h100") else ""
+    return f"{row['workload']} b{row['batch']} samples/s: " + ", ".join(cells) + ratio + target
 
 
 def parse_args():

@@ -4,7 +4,7 @@
 # ["gpu-bundle.tar.xz"], unpacked here, or a gpu-bundle/ folder), in at most 7 minutes, writing
 # check.log, summary.json, bench.json and logs.tar.gz into $OUT as it goes.
 #   tools/gpu/check.sh                       every step: env, tests, conformance, cosmoflow, deepcam,
-#                                            bench, pipeline (each PASS, FAIL or SKIP with its reason)
+#                                            pipeline, bench (each PASS, FAIL or SKIP with its reason)
 #   tools/gpu/check.sh --only bench,6        some steps again (names or numbers; env always runs)
 #   tools/gpu/check.sh --timeout-scale 1.5   every time limit (and the 7-minute budget) times 1.5
 #   tools/gpu/check.sh --dry-run             no GPU (here, CI): the bundle is self-contained, its plug-ins
