@@ -77,7 +77,9 @@ def supports_fused():
 
 
 def train_step_fn(model, x, loss_fn, opt, precision, device):
+    """One training step; fp16 with PyTorch's dynamic loss scaling (GradScaler), as AMP trains in fp16."""
     dtype = PRECISIONS[precision]
+    scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -86,8 +88,13 @@ def train_step_fn(model, x, loss_fn, opt, precision, device):
         else:
             with torch.autocast(device_type=device.type, dtype=dtype):
                 loss = loss_fn(model(x))
-        loss.backward()
-        opt.step()
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
     return step
 
 

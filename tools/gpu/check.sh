@@ -4,8 +4,8 @@
 # ["gpu-bundle.tar.xz"], unpacked here, or a gpu-bundle/ folder), in at most 7 minutes, writing
 # check.log, summary.json, bench.json and logs.tar.gz into $OUT as it goes.
 #   tools/gpu/check.sh                       every step: env, tests, conformance, cosmoflow, deepcam,
-#                                            pipeline, bench (each PASS, FAIL or SKIP with its reason)
-#   tools/gpu/check.sh --only bench,6        some steps again (names or numbers; env always runs)
+#                                            resume, pipeline, bench (each PASS, FAIL or SKIP, and why)
+#   tools/gpu/check.sh --only bench,2        some steps again (names or numbers; env always runs)
 #   tools/gpu/check.sh --timeout-scale 1.5   every time limit (and the 7-minute budget) times 1.5
 #   tools/gpu/check.sh --dry-run             no GPU (here, CI): the bundle is self-contained, its plug-ins
 #                                            load, reference conformance passes from it
