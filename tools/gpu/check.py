@@ -46,7 +46,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # bench runs last of the default steps: its torch.compile runs take whatever time is left.
 STEPS = ["env", "tests", "conformance", "cosmoflow", "deepcam", "resume", "pipeline", "bench", "layers"]
 DEFAULT_STEPS = STEPS[:-1]
-# Seconds per step before --timeout-scale; the whole check stops starting work after BUDGET_S.
+# Seconds per step before --timeout-scale; each step ends by the whole check's budget (--budget, default
+# BUDGET_S, times --timeout-scale), so that the check ends within it.
 STEP_TIMEOUT_S = dict(dry=240, env=60, tests=60, conformance=170, cosmoflow=80, deepcam=50, resume=60, bench=300, pipeline=45,
                       layers=240)
 BUDGET_S = 420
@@ -172,7 +173,7 @@ class Check:
         return rc, text
 
     def left(self):
-        return BUDGET_S * self.args.timeout_scale - self.elapsed()
+        return self.args.budget * self.args.timeout_scale - self.elapsed()
 
     # -- steps -----------------------------------------------------------------------------------------------
     def step(self, name, fn, limit_key=None):
@@ -183,7 +184,8 @@ class Check:
         record = dict(status="SKIP", reason="", seconds=0.0, parts=[])
         self.summary["steps"][name] = record
         if limit < 5 and name != "env":
-            record.update(reason=f"out of time: the check's {BUDGET_S * self.args.timeout_scale:.0f} s are spent")
+            record.update(reason=f"out of time: the check's {self.args.budget * self.args.timeout_scale:.0f} s are "
+                                 "spent")
         else:
             deadline = began + limit
             try:
@@ -1071,6 +1073,8 @@ def parse_args():
     p.add_argument("--dry-run", action="store_true", help="no GPU: check the bundle itself")
     p.add_argument("--only", help="comma-separated steps (names or numbers); env always runs")
     p.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every time limit (default 1)")
+    p.add_argument("--budget", type=float, default=BUDGET_S,
+                   help=f"seconds the whole check may take (default {BUDGET_S}): a rerun in less device time")
     p.add_argument("--bundle", help="the bundle: a folder, or a .tar.xz unpacked into the scratch folder "
                                     "(default gpu-bundle, else gpu-bundle.tar.xz)")
     p.add_argument("--out", help="where the results go (default $OUT, else out/gpu-check)")
@@ -1079,8 +1083,8 @@ def parse_args():
     p.add_argument("--rehearse", metavar="BACKEND",
                    help="no GPU: run the GPU steps' code on a CPU backend at small sizes (a test of this kit)")
     args = p.parse_args()
-    if args.timeout_scale <= 0:
-        p.error("--timeout-scale must be positive")
+    if args.timeout_scale <= 0 or args.budget <= 0:
+        p.error("--timeout-scale and --budget must be positive")
     if args.rehearse and args.dry_run:
         p.error("--rehearse or --dry-run, not both")
     args.out = args.out or os.environ.get("OUT") or os.path.join(ROOT, "out", "gpu-check")

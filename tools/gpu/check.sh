@@ -7,6 +7,7 @@
 #                                            resume, pipeline, bench (each PASS, FAIL or SKIP, and why)
 #   tools/gpu/check.sh --only bench,2        some steps again (names or numbers; env always runs)
 #   tools/gpu/check.sh --timeout-scale 1.5   every time limit (and the 7-minute budget) times 1.5
+#   tools/gpu/check.sh --only bench --budget 150   a rerun within 150 s
 #   tools/gpu/check.sh --dry-run             no GPU (here, CI): the bundle is self-contained, its plug-ins
 #                                            load, reference conformance passes from it
 # The steps and their limits: tools/gpu/check.py --help. It runs on the Python that holds PyTorch
