@@ -1,7 +1,10 @@
-// comms/mpi on 2 ranks (run under mpirun -np 2): every collective with values whose result is known.
+// A comms plug-in on 2 ranks (run under mpirun -np 2): every collective with values whose result is
+// known. comms/mpi by default; MLPH_TEST_COMMS names another built on the MPI transport (nccl: its host
+// collectives).
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -21,7 +24,8 @@ class MpiEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
     static MLPH_KeyValue timeout{"timeout_s", "20"};
-    g_comm = new LoadedComm("mpi", {timeout});
+    const char* plugin = std::getenv("MLPH_TEST_COMMS");
+    g_comm = new LoadedComm(plugin ? plugin : "mpi", {timeout});
   }
   void TearDown() override { delete g_comm; }
 };

@@ -2,7 +2,8 @@
 // ("skip") or dies ("kill") while rank 0 waits in it, or the ranks broadcast different sizes
 // ("truncate"); or, on a communicator split from the job's (as a spatially split sample's ranks),
 // rank 1 hangs ("halo-skip") or dies ("halo-kill") after one halo exchange while rank 0 goes on to a
-// second. Prints what rank 0's call returned.
+// second. Prints what rank 0's call returned. The plug-in is comms/mpi, or the one named after the
+// timeout (nccl: its host side).
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -12,12 +13,12 @@
 #include "comms_fixture.hpp"
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: comms_probe skip|kill|truncate|halo-skip|halo-kill TIMEOUT_S\n");
+  if (argc != 3 && argc != 4) {
+    std::fprintf(stderr, "usage: comms_probe skip|kill|truncate|halo-skip|halo-kill TIMEOUT_S [PLUGIN]\n");
     return 2;
   }
   const std::string scenario = argv[1];
-  mlph::test::LoadedComm comm("mpi", {{"timeout_s", argv[2]}});
+  mlph::test::LoadedComm comm(argc == 4 ? argv[3] : "mpi", {{"timeout_s", argv[2]}});
   if (scenario == "truncate") {
     char buffer[64] = {};
     const size_t bytes = comm.rank() == 0 ? 64 : 16;  // rank 1 expects less than the root sends

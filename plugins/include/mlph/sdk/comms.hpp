@@ -1,6 +1,7 @@
 // Write a comms plug-in as a C++ class; `comms_api<Impl>()` generates the C table.
 #pragma once
 
+#include <concepts>
 #include <cstddef>
 #include <cstring>
 #include <memory>
@@ -162,22 +163,64 @@ inline size_t bytes_sent(const MLPH_HaloSpec& spec, int32_t rank) {
   return total;
 }
 
+// One dim of an exchange or of its transpose: the neighbours, and the first slice along `dim` (of
+// `slab`'s count) of the face read for each neighbour and of the one written from each. Host and
+// device transports follow the same steps, so their geometry is one.
+struct Step {
+  int32_t dim = 0;
+  Slab slab;
+  int32_t low = -1, high = -1;  // neighbour ranks, -1 past a non-periodic end
+  int64_t to_low = 0, to_high = 0, from_low = 0, from_high = 0;
+};
+
+// The exchange: dims 0..k-1; the interior slices next to each face go out, the halos are filled.
+inline std::vector<Step> exchange_steps(const MLPH_HaloSpec& spec, int32_t rank) {
+  std::vector<Step> steps;
+  for (int32_t d = 0; d < spec.grid_ndim; ++d) {
+    const int64_t h = spec.halo[d];
+    if (h == 0) continue;
+    const Slab s = slab(spec, d, h);
+    steps.push_back({d, s, neighbour(spec, rank, d, -1), neighbour(spec, rank, d, +1), h, s.extent - 2 * h, 0,
+                     s.extent - h});
+  }
+  return steps;
+}
+
+// The transpose: dims k-1..0; each halo goes back to the neighbour whose interior slices the exchange
+// copied into it, which adds it there (from_low/from_high are where the adding goes).
+inline std::vector<Step> accumulate_steps(const MLPH_HaloSpec& spec, int32_t rank) {
+  std::vector<Step> steps;
+  for (int32_t d = spec.grid_ndim - 1; d >= 0; --d) {
+    const int64_t h = spec.halo[d];
+    if (h == 0) continue;
+    const Slab s = slab(spec, d, h);
+    steps.push_back({d, s, neighbour(spec, rank, d, -1), neighbour(spec, rank, d, +1), 0, s.extent - h, h,
+                     s.extent - 2 * h});
+  }
+  return steps;
+}
+
+// Throws INVALID_ARGUMENT unless halo_accumulate can add `spec`'s dtype.
+inline void validate_accumulate(const MLPH_HaloSpec& spec, int32_t size, const std::string& who) {
+  validate(spec, size, who);
+  if (spec.dtype != MLPH_DTYPE_F32 && spec.dtype != MLPH_DTYPE_F64)
+    fail(MLPH_INVALID_ARGUMENT, who + ": halo accumulate: dtype must be f32 or f64");
+}
+
 // Exchanges dim by dim: packs the interior slices next to each face, lets `move(dim, transfer)` deliver
 // to_low/to_high and fill from_low/from_high (only for neighbours >= 0), and unpacks into the halos.
 template <class Move>
 void exchange(void* data, const MLPH_HaloSpec& spec, int32_t rank, int32_t size, const std::string& who, Move&& move) {
   validate(spec, size, who);
   auto* bytes = static_cast<std::byte*>(data);
-  for (int32_t d = 0; d < spec.grid_ndim; ++d) {
-    const int64_t h = spec.halo[d];
-    if (h == 0) continue;
-    const Slab s = slab(spec, d, h);
-    Transfer t = transfer(spec, rank, d, s.bytes());
-    pack(s, bytes, h, t.to_low.data());                  // the first interior slices
-    pack(s, bytes, s.extent - 2 * h, t.to_high.data());  // the last interior slices
-    move(d, t);
-    if (t.low >= 0) unpack(s, t.from_low.data(), 0, bytes);
-    if (t.high >= 0) unpack(s, t.from_high.data(), s.extent - h, bytes);
+  for (const Step& step : exchange_steps(spec, rank)) {
+    const Slab& s = step.slab;
+    Transfer t = transfer(spec, rank, step.dim, s.bytes());
+    pack(s, bytes, step.to_low, t.to_low.data());
+    pack(s, bytes, step.to_high, t.to_high.data());
+    move(step.dim, t);
+    if (t.low >= 0) unpack(s, t.from_low.data(), step.from_low, bytes);
+    if (t.high >= 0) unpack(s, t.from_high.data(), step.from_high, bytes);
   }
 }
 
@@ -187,30 +230,166 @@ void exchange(void* data, const MLPH_HaloSpec& spec, int32_t rank, int32_t size,
 template <class Move>
 void accumulate(void* data, const MLPH_HaloSpec& spec, int32_t rank, int32_t size, const std::string& who,
                 Move&& move) {
-  validate(spec, size, who);
-  if (spec.dtype != MLPH_DTYPE_F32 && spec.dtype != MLPH_DTYPE_F64)
-    fail(MLPH_INVALID_ARGUMENT, who + ": halo accumulate: dtype must be f32 or f64");
+  validate_accumulate(spec, size, who);
   auto* bytes = static_cast<std::byte*>(data);
-  for (int32_t d = spec.grid_ndim - 1; d >= 0; --d) {
-    const int64_t h = spec.halo[d];
-    if (h == 0) continue;
-    const Slab s = slab(spec, d, h);
-    Transfer t = transfer(spec, rank, d, s.bytes());
-    pack(s, bytes, 0, t.to_low.data());              // the low halo: the low neighbour's last interior slices
-    pack(s, bytes, s.extent - h, t.to_high.data());  // the high halo: the high neighbour's first ones
-    move(d, t);
-    if (t.low >= 0) zero(s, 0, bytes);
-    if (t.high >= 0) zero(s, s.extent - h, bytes);
-    if (t.low >= 0) unpack_add(s, t.from_low.data(), h, bytes, spec.dtype);
-    if (t.high >= 0) unpack_add(s, t.from_high.data(), s.extent - 2 * h, bytes, spec.dtype);
+  for (const Step& step : accumulate_steps(spec, rank)) {
+    const Slab& s = step.slab;
+    Transfer t = transfer(spec, rank, step.dim, s.bytes());
+    pack(s, bytes, step.to_low, t.to_low.data());
+    pack(s, bytes, step.to_high, t.to_high.data());
+    move(step.dim, t);
+    if (t.low >= 0) zero(s, step.to_low, bytes);
+    if (t.high >= 0) zero(s, step.to_high, bytes);
+    if (t.low >= 0) unpack_add(s, t.from_low.data(), step.from_low, bytes, spec.dtype);
+    if (t.high >= 0) unpack_add(s, t.from_high.data(), step.from_high, bytes, spec.dtype);
   }
 }
 
 }  // namespace halo
 
+// ---- Device collectives (ABI 1.6, MLPH_DeviceCollectives in comms.h: read its contract there).
+//
+// Plug-in side: a Comm class that has them defines, besides the host calls,
+//   static constexpr MLPH_DeviceType device_type = MLPH_DEVICE_CUDA;  // the memory and streams they take
+//   void bind(MLPH_Device device);                                     // device.type is device_type here
+//   void allreduce(void* data, size_t count, MLPH_DType dtype, MLPH_ReduceOp op, MLPH_Stream stream);
+//   void broadcast(void* data, size_t bytes, int32_t root, MLPH_Stream stream);
+//   void allgather(const void* send, void* recv, size_t bytes_per_rank, MLPH_Stream stream);
+//   void halo_exchange(void* data, const MLPH_HaloSpec& spec, MLPH_Stream stream);
+//   void halo_accumulate(void* data, const MLPH_HaloSpec& spec, MLPH_Stream stream);
+//   void status();  // throws the communicator's failure, returns while all is well
+// and its split() returns communicators of that same class; comms_api<Impl>() then hangs the
+// extension on the table's `ext` chain. Errors are thrown as for the host calls.
+template <class Impl>
+concept HasDeviceCollectives = requires(Impl& c, MLPH_Device device, void* data, const void* send, size_t n,
+                                        MLPH_DType dtype, MLPH_ReduceOp op, int32_t root,
+                                        const MLPH_HaloSpec& spec, MLPH_Stream stream) {
+  { Impl::device_type } -> std::convertible_to<MLPH_DeviceType>;
+  c.bind(device);
+  c.allreduce(data, n, dtype, op, stream);
+  c.broadcast(data, n, root, stream);
+  c.allgather(send, data, n, stream);
+  c.halo_exchange(data, spec, stream);
+  c.halo_accumulate(data, spec, stream);
+  c.status();
+};
+
+inline const char* device_type_name(MLPH_DeviceType type) {
+  switch (type) {
+    case MLPH_DEVICE_HOST: return "host";
+    case MLPH_DEVICE_CUDA: return "cuda";
+    case MLPH_DEVICE_HOST_PINNED: return "host-pinned";
+    case MLPH_DEVICE_EMULATED: return "emulated";
+  }
+  return "unknown";
+}
+
+// Backend side: the device collectives of `api` for `type` memory, or NULL (an older or host-only
+// plug-in, another device type, a malformed extension): then copy through host memory and use the
+// host calls.
+inline const MLPH_DeviceCollectives* find_device_collectives(const MLPH_CommsApi* api, MLPH_DeviceType type) {
+  if (!api || api->struct_size < MLPH_STRUCT_SIZE(MLPH_CommsApi, ext)) return nullptr;
+  const MLPH_Extension* ext = mlph_find_extension(api->ext, MLPH_EXT_DEVICE_COLLECTIVES);
+  if (!ext || ext->version < 1 || ext->struct_size < MLPH_STRUCT_SIZE(MLPH_DeviceCollectives, status)) return nullptr;
+  const auto* found = reinterpret_cast<const MLPH_DeviceCollectives*>(ext);
+  return found->device_type == type ? found : nullptr;
+}
+
+// A backend's view of one communicator's device collectives, errors thrown as sdk::Error. Borrowed
+// pointers: the communicator outlives this object. Calls on one communicator must be made in the
+// same order on every rank (NCCL's rule), one at a time.
+class DeviceComm {
+ public:
+  DeviceComm(const MLPH_HostApi* host, const MLPH_DeviceCollectives* calls, MLPH_Comm* comm)
+      : host_(host), calls_(calls), comm_(comm) {}
+  void bind(MLPH_Device device) const { check(host_, calls_->bind(comm_, device), "comms: bind"); }
+  void allreduce(void* data, size_t count, MLPH_DType dtype, MLPH_ReduceOp op, MLPH_Stream stream) const {
+    check(host_, calls_->allreduce(comm_, data, count, dtype, op, stream), "comms: device allreduce");
+  }
+  void broadcast(void* data, size_t bytes, int32_t root, MLPH_Stream stream) const {
+    check(host_, calls_->broadcast(comm_, data, bytes, root, stream), "comms: device broadcast");
+  }
+  void allgather(const void* send, void* recv, size_t bytes_per_rank, MLPH_Stream stream) const {
+    check(host_, calls_->allgather(comm_, send, recv, bytes_per_rank, stream), "comms: device allgather");
+  }
+  void halo_exchange(void* data, const MLPH_HaloSpec& spec, MLPH_Stream stream) const {
+    check(host_, calls_->halo_exchange(comm_, data, &spec, stream), "comms: device halo exchange");
+  }
+  void halo_accumulate(void* data, const MLPH_HaloSpec& spec, MLPH_Stream stream) const {
+    check(host_, calls_->halo_accumulate(comm_, data, &spec, stream), "comms: device halo accumulate");
+  }
+  // After synchronizing a stream that ran collectives: throws if any of them failed (a timeout, a
+  // peer's error), since the data they left is then not to be used.
+  void status() const { check(host_, calls_->status(comm_), "comms"); }
+
+ private:
+  const MLPH_HostApi* host_;
+  const MLPH_DeviceCollectives* calls_;
+  MLPH_Comm* comm_;
+};
+
 namespace detail {
 using CommBox = Boxed<Comm>;
 inline CommBox* unbox(MLPH_Comm* c) { return reinterpret_cast<CommBox*>(c); }
+
+// The Impl behind a communicator that takes device calls: every one of the plug-in's, split ones too.
+template <class Impl>
+Impl& device_impl(MLPH_Comm* c) {
+  auto* impl = dynamic_cast<Impl*>(unbox(c)->impl.get());
+  if (!impl) fail(MLPH_INTERNAL, "device collectives: a communicator of another class (split() must return its own)");
+  return *impl;
+}
+
+template <class Impl>
+MLPH_Error* device_call(MLPH_Comm* c, auto&& body) {
+  return guard(unbox(c)->host, [&] { body(device_impl<Impl>(c)); });
+}
+
+template <class Impl>
+inline const MLPH_DeviceCollectives device_collectives = {
+    {sizeof(MLPH_DeviceCollectives), MLPH_EXT_DEVICE_COLLECTIVES, 1, nullptr},
+    Impl::device_type,
+    [](MLPH_Comm* c, MLPH_Device device) {
+      return device_call<Impl>(c, [&](Impl& impl) {
+        if (device.type != Impl::device_type)
+          fail(MLPH_INVALID_ARGUMENT, std::string("bind: a ") + device_type_name(device.type) +
+                                          " device, but these device collectives take " +
+                                          device_type_name(Impl::device_type) + " devices");
+        impl.bind(device);
+      });
+    },
+    [](MLPH_Comm* c, void* data, size_t count, MLPH_DType dtype, MLPH_ReduceOp op, MLPH_Stream stream) {
+      return device_call<Impl>(c, [&](Impl& impl) { impl.allreduce(data, count, dtype, op, stream); });
+    },
+    [](MLPH_Comm* c, void* data, size_t bytes, int32_t root, MLPH_Stream stream) {
+      return device_call<Impl>(c, [&](Impl& impl) { impl.broadcast(data, bytes, root, stream); });
+    },
+    [](MLPH_Comm* c, const void* send, void* recv, size_t bytes, MLPH_Stream stream) {
+      return device_call<Impl>(c, [&](Impl& impl) { impl.allgather(send, recv, bytes, stream); });
+    },
+    [](MLPH_Comm* c, void* data, const MLPH_HaloSpec* spec, MLPH_Stream stream) {
+      return device_call<Impl>(c, [&](Impl& impl) {
+        if (!spec) fail(MLPH_INVALID_ARGUMENT, "halo exchange: no MLPH_HaloSpec");
+        impl.halo_exchange(data, *spec, stream);
+      });
+    },
+    [](MLPH_Comm* c, void* data, const MLPH_HaloSpec* spec, MLPH_Stream stream) {
+      return device_call<Impl>(c, [&](Impl& impl) {
+        if (!spec) fail(MLPH_INVALID_ARGUMENT, "halo accumulate: no MLPH_HaloSpec");
+        impl.halo_accumulate(data, *spec, stream);
+      });
+    },
+    [](MLPH_Comm* c) { return device_call<Impl>(c, [&](Impl& impl) { impl.status(); }); },
+};
+
+// The table's extension chain: the device collectives when Impl has them, else empty.
+template <class Impl>
+constexpr const MLPH_Extension* comms_extensions() {
+  if constexpr (HasDeviceCollectives<Impl>)
+    return &device_collectives<Impl>.base;
+  else
+    return nullptr;
+}
 }  // namespace detail
 
 template <class Impl>
@@ -218,7 +397,7 @@ const MLPH_CommsApi* comms_api() {
   using namespace detail;
   static const MLPH_CommsApi api = {
       sizeof(MLPH_CommsApi),
-      nullptr,
+      comms_extensions<Impl>(),
       [](const MLPH_HostApi* host, const MLPH_KeyValue* kv, size_t n, MLPH_Comm** out) {
         return guard(host, [&] {
           auto box = std::make_unique<CommBox>(CommBox{host, std::make_unique<Impl>(host, Options(kv, n))});
