@@ -2,22 +2,28 @@
 // synthetic in-memory input (no I/O), and prints samples/s and achieved GFLOP/s, for the whole
 // model and (--layers) for each layer compiled on its own. Under mpirun (--comms mpi) every rank
 // runs the steps and rank 0 prints; with parallel.spatial also the halo exchanges' and the gather's
-// bytes and time per step and the peak memory of every rank.
+// bytes and time per step and the peak memory of every rank. With --data also training steps fed
+// from the dataset's files by the run's pipeline, and how long they waited for their batches.
 //   mlperf-bench --workload cosmoflow --backend onednn-cpu --set train.batch_size=4 --layers --json out.json
 //   mpirun -np 4 mlperf-bench --comms mpi --set parallel.spatial=4x1x1 --set train.batch_size=1
+//   mlperf-bench --backend cuda --set data.edge=128 --set train.batch_size=4 --data data/cosmo128 --steps 50
 #include <fmt/format.h>
 
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "layers.hpp"
 #include "peak.hpp"
 #include "spatial.hpp"
 #include "mlph/sdk/backend.hpp"
+#include "mlph/core/config.hpp"
+#include "mlph/core/data_pipeline.hpp"
 #include "mlph/core/host.hpp"
+#include "mlph/core/json.hpp"
 #include "mlph/core/session.hpp"
 #include "mlph/sdk/json.hpp"
 #include "mlph/sdk/tensor.hpp"
@@ -37,33 +43,70 @@ struct LayerResult {
   Timing timing;
 };
 
-// Host buffers for a graph's inputs and eval outputs, filled deterministically: small int16 counts
-// (like data after Poisson sampling), floats in [-1, 1], int32 labels in [0, 3).
+// A training step's inputs held as a run holds them (InputBuffers: three batches in rotation, in the
+// backend's input memory where it offers some, pinned host memory on a GPU), each filled once,
+// deterministically: small int16 counts (like data after Poisson sampling), floats in [-1, 1], int32
+// labels in [0, 3). The eval outputs are host tensors.
 class StepBuffers {
  public:
-  explicit StepBuffers(const MLPH_Graph& g) {
-    for (size_t i = 0; i < g.n_inputs; ++i) add(inputs_, input_data_, g.values[g.inputs[i]], i + 1);
-    for (size_t i = 0; i < g.n_eval_outputs; ++i) add(outputs_, output_data_, g.values[g.eval_outputs[i]], 0);
+  StepBuffers(Session& session, const MLPH_Graph& g) : inputs_(g, session.backend_api(), session.backend()) {
+    for (size_t k = 0; k < InputBuffers::kBatches; ++k) {
+      Batch& batch = inputs_.next();
+      for (size_t i = 0; i < batch.tensors.size(); ++i) fill(batch.tensors[i], i + 1);
+    }
+    for (size_t i = 0; i < g.n_eval_outputs; ++i) {
+      const MLPH_Value& v = g.values[g.eval_outputs[i]];
+      std::vector<std::byte>& bytes = output_data_.emplace_back(static_cast<size_t>(sdk::numel(v)) * mlph_dtype_size(v.dtype));
+      outputs_.push_back(sdk::host_tensor(v.dtype, v.shape, v.ndim, bytes.data()));
+    }
   }
-  std::vector<MLPH_Tensor>& inputs() { return inputs_; }
+  Batch& next() { return inputs_.next(); }
   std::vector<MLPH_Tensor>& outputs() { return outputs_; }
 
  private:
-  static void add(std::vector<MLPH_Tensor>& tensors, std::vector<std::vector<std::byte>>& data, const MLPH_Value& v,
-                  uint64_t salt) {
-    const auto n = static_cast<size_t>(sdk::numel(v));
-    std::vector<std::byte>& bytes = data.emplace_back(n * mlph_dtype_size(v.dtype));
-    for (size_t i = 0; salt && i < n; ++i) {
+  static void fill(MLPH_Tensor& t, uint64_t salt) {
+    const auto n = static_cast<size_t>(sdk::numel(t));
+    for (size_t i = 0; i < n; ++i) {
       const float u = mlph_uniform(salt, 0, 0, i);
-      if (v.dtype == MLPH_DTYPE_I16) reinterpret_cast<int16_t*>(bytes.data())[i] = static_cast<int16_t>(u * 40);
-      else if (v.dtype == MLPH_DTYPE_I32) reinterpret_cast<int32_t*>(bytes.data())[i] = static_cast<int32_t>(u * 3);
-      else reinterpret_cast<float*>(bytes.data())[i] = 2 * u - 1;
+      if (t.dtype == MLPH_DTYPE_I16) static_cast<int16_t*>(t.data)[i] = static_cast<int16_t>(u * 40);
+      else if (t.dtype == MLPH_DTYPE_I32) static_cast<int32_t*>(t.data)[i] = static_cast<int32_t>(u * 3);
+      else static_cast<float*>(t.data)[i] = 2 * u - 1;
     }
-    tensors.push_back(sdk::host_tensor(v.dtype, v.shape, v.ndim, bytes.data()));
   }
-  std::vector<MLPH_Tensor> inputs_, outputs_;
+  InputBuffers inputs_;
+  std::vector<MLPH_Tensor> outputs_;
   // Moving an inner vector keeps its heap buffer, so the tensors' pointers survive growth.
-  std::vector<std::vector<std::byte>> input_data_, output_data_;
+  std::vector<std::vector<std::byte>> output_data_;
+};
+
+// A model's steps as mlperf-run takes them: a backend that can defer the loss (ABI 1.6) is not waited
+// for at each training step, only by finish() (read_loss), so an asynchronous backend's steps overlap as
+// in a run and a timed loop of them measures their throughput.
+class Stepper {
+ public:
+  Stepper(Session& session, MLPH_Model* model)
+      : api_(session.backend_api()), model_(model), defer_(session.backend_is_1_6() && api_->read_loss) {}
+  void train(Batch& batch) {
+    const MLPH_StepArgs args = sdk::step_args(1e-6, step_, step_, true, defer_);
+    ++step_;
+    MLPH_StepResult result{sizeof(MLPH_StepResult), nullptr, 0};
+    check(api_->train_step(model_, batch.tensors.data(), batch.tensors.size(), &args, &result), "train_step");
+  }
+  // Waits for the last training step to finish.
+  void finish() {
+    double loss = 0;
+    if (defer_ && step_ > 0) check(api_->read_loss(model_, &loss), "train_step");
+  }
+  void eval(Batch& batch, std::vector<MLPH_Tensor>& outputs) {
+    check(api_->eval_step(model_, batch.tensors.data(), batch.tensors.size(), outputs.data(), outputs.size()),
+          "eval_step");
+  }
+
+ private:
+  const MLPH_BackendApi* api_;
+  MLPH_Model* model_;
+  bool defer_;
+  uint64_t step_ = 0;
 };
 
 template <class F>
@@ -73,41 +116,86 @@ double seconds(F&& f) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Compiles `graph`, runs `warmup` untimed steps, then times `steps` training and evaluation steps.
+// Compiles `graph`, runs `warmup` untimed training and evaluation steps, then times `steps` training
+// steps (until the last has finished) and `steps` evaluation steps.
 Timing time_graph(Session& session, const MLPH_Graph& graph, int steps, int warmup) {
   Owned<MLPH_Model> model = session.compile(graph);
-  StepBuffers buffers(graph);
-  const auto* api = session.backend_api();
-  uint64_t step = 0;
-  auto train = [&] {
-    const MLPH_StepArgs args = mlph::sdk::step_args(1e-6, step++);
-    MLPH_StepResult result{sizeof(MLPH_StepResult), nullptr, 0};
-    check(api->train_step(model.get(), buffers.inputs().data(), buffers.inputs().size(), &args, &result),
-          "train_step");
-  };
-  auto eval = [&] {
-    check(api->eval_step(model.get(), buffers.inputs().data(), buffers.inputs().size(), buffers.outputs().data(),
-                         buffers.outputs().size()),
-          "eval_step");
-  };
-  for (int i = 0; i < warmup; ++i) train(), eval();
+  StepBuffers buffers(session, graph);
+  Stepper stepper(session, model.get());
+  for (int i = 0; i < warmup; ++i) stepper.train(buffers.next()), stepper.eval(buffers.next(), buffers.outputs());
+  stepper.finish();
   Timing t;
-  for (int i = 0; i < steps; ++i) t.train_s += seconds(train), t.eval_s += seconds(eval);
-  t.train_s /= steps;
-  t.eval_s /= steps;
+  t.train_s = seconds([&] {
+                for (int i = 0; i < steps; ++i) stepper.train(buffers.next());
+                stepper.finish();
+              }) / steps;
+  t.eval_s = seconds([&] {
+               for (int i = 0; i < steps; ++i) stepper.eval(buffers.next(), buffers.outputs());
+             }) / steps;
+  return t;
+}
+
+// --data: training steps on batches that the run's pipeline reads from the dataset's files (the
+// workload's reader, one batch ahead on a second thread, into the backend's input memory), in the
+// run's sample order, epoch after epoch as the steps need. Besides the step time, how long the steps
+// waited for their batches: the time the pipeline could not hide.
+struct FileTiming {
+  double train_s = 0, wait_s = 0;  // per step
+  uint64_t dataset_size = 0;
+};
+
+FileTiming time_from_files(Session& session, const MLPH_Graph& graph, int steps, int warmup) {
+  const MLPH_WorkloadApi* workload = session.workload_api();
+  MLPH_Dataset* raw = nullptr;
+  check(workload->dataset_open(session.workload(), MLPH_SPLIT_TRAIN, session.storage_handle(), &raw), "training data");
+  Owned<MLPH_Dataset> dataset(raw, workload->dataset_close);
+  FileTiming t;
+  check(workload->dataset_size(dataset.get(), &t.dataset_size), "training data");
+  const uint32_t batch = session.info().local_batch_size;
+  if (t.dataset_size < batch)
+    throw std::runtime_error(fmt::format("--data {}: {} training samples, fewer than one batch of {}",
+                                         session.config().get("data.dir"), t.dataset_size, batch));
+  const auto needed = static_cast<uint64_t>(warmup + steps) * batch;
+  std::vector<uint64_t> order;
+  for (uint32_t epoch = 0; order.size() < needed; ++epoch) {
+    const std::vector<uint64_t> whole = shard(epoch_order(workload, session.workload(), epoch, t.dataset_size,
+                                                          session.seed()), DataShard{}, batch);
+    order.insert(order.end(), whole.begin(), whole.end());
+  }
+  order.resize(needed);
+  Owned<MLPH_Model> model = session.compile(graph);
+  InputBuffers buffers(graph, session.backend_api(), session.backend());
+  const double timeout = as_number("data.read_timeout_s", session.config().get("data.read_timeout_s"));
+  Prefetcher reader(workload, dataset.get(), buffers, std::move(order), batch, ReadPlan{"training", 0, timeout});
+  Stepper stepper(session, model.get());
+  uint64_t step = 0;
+  for (; step < static_cast<uint64_t>(warmup); ++step) stepper.train(reader.get(step));
+  stepper.finish();
+  double waited = 0;
+  t.train_s = seconds([&] {
+                for (; step < reader.steps(); ++step) {
+                  Batch* next = nullptr;
+                  waited += seconds([&] { next = &reader.get(step); });
+                  stepper.train(*next);
+                }
+                stepper.finish();
+              }) / steps;
+  t.wait_s = waited / steps;
   return t;
 }
 
 double gflops(double flops, double s) { return s > 0 ? flops / s / 1e9 : 0; }
 
 // The peak a run's layers are measured against: bf16's where the backend computes in bf16 (its
-// `precision` option), else fp32's.
+// `precision` option), else fp32's; measured on this machine's cores, so none for a backend on an
+// accelerator (gflops 0).
 struct Peak {
   std::string precision;
   double gflops = 0;
 };
 
-Peak compute_peak(const Session& session) {
+Peak compute_peak(Session& session) {
+  if (session.backend_device().type != MLPH_DEVICE_HOST) return {};
   const auto& options = session.config().passthrough();
   const auto precision = options.find("backend.precision");
   if (precision != options.end() && precision->second.text == "bf16")
@@ -116,23 +204,33 @@ Peak compute_peak(const Session& session) {
 }
 
 void print_layers(const std::vector<LayerResult>& layers, const Peak& peak) {
-  fmt::print("\nper layer (each compiled alone; {} peak measured: {:.0f} GFLOP/s)\n", peak.precision, peak.gflops);
+  if (peak.gflops > 0)
+    fmt::print("\nper layer (each compiled alone; {} peak measured: {:.0f} GFLOP/s)\n", peak.precision, peak.gflops);
+  else
+    fmt::print("\nper layer (each compiled alone; no peak measured for a backend on an accelerator)\n");
   fmt::print("{:<14} {:>10} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7}\n", "layer", "GFLOP fwd", "fwd ms", "fwd GF/s",
              "%peak", "train ms", "train GF/s", "%peak");
+  const auto share = [&](double gf) { return peak.gflops > 0 ? fmt::format("{:.0f}", 100 * gf / peak.gflops) : "-"; };
   for (const auto& [layer, t] : layers) {
     const double fwd = gflops(layer.forward_flops, t.eval_s), train = gflops(layer.train_flops(), t.train_s);
-    fmt::print("{:<14} {:>10.2f} {:>10.1f} {:>10.1f} {:>7.0f} {:>10.1f} {:>10.1f} {:>7.0f}\n", layer.name,
-               layer.forward_flops / 1e9, t.eval_s * 1e3, fwd, 100 * fwd / peak.gflops, t.train_s * 1e3, train,
-               100 * train / peak.gflops);
+    fmt::print("{:<14} {:>10.2f} {:>10.3f} {:>10.1f} {:>7} {:>10.3f} {:>10.1f} {:>7}\n", layer.name,
+               layer.forward_flops / 1e9, t.eval_s * 1e3, fwd, share(fwd), t.train_s * 1e3, train, share(train));
   }
 }
 
 void write_json(const std::string& path, Session& session, uint32_t batch, double forward, const Peak& peak,
-                const Timing& model, const std::vector<LayerResult>& layers) {
+                const Timing& model, const std::vector<LayerResult>& layers, const std::optional<FileTiming>& files) {
   std::ofstream out(path);
   auto num = [](double v) { return sdk::json_number(v); };
+  const BackendDevice device = session.backend_device();
   out << fmt::format("{{\"workload\": \"{}\", \"backend\": \"{}\", \"batch\": {}, \"forward_flops\": {},\n",
                      session.info().benchmark, session.backend_name(), batch, num(forward));
+  out << fmt::format(" \"device\": {}, \"precision\": {},\n", json(device.name).text,
+                     json(device.precision).text);
+  if (files)
+    out << fmt::format(" \"files\": {{\"dir\": {}, \"samples\": {}, \"train_s\": {}, \"wait_s\": {}}},\n",
+                       json(session.config().get("data.dir")).text, files->dataset_size, num(files->train_s),
+                       num(files->wait_s));
   out << fmt::format(" \"peak_precision\": \"{}\", \"peak_gflops\": {}, \"model\": {{\"train_s\": {}, \"eval_s\": "
                      "{}}},\n \"layers\": [",
                      peak.precision, num(peak.gflops), num(model.train_s), num(model.eval_s));
@@ -177,7 +275,7 @@ void print_spatial(Session& session, const MLPH_Graph& graph, int steps, double 
 int main(int argc, char** argv) {
   RunOptions options;
   std::vector<std::string> plugin_dirs;
-  std::string json_path;
+  std::string json_path, data_dir;
   int steps = 3, warmup = 1;
   po::options_description cli("mlperf-bench: time training and evaluation steps of a backend\n\noptions");
   cli.add_options()("help,h", "show this help")("workload,w", po::value(&options.workload)->default_value("cosmoflow"),
@@ -187,7 +285,10 @@ int main(int argc, char** argv) {
       "config,c", po::value(&options.config_file), "YAML config")(
       "set,s", po::value(&options.sets)->composing(), "key=value (repeatable), e.g. train.batch_size=1")(
       "steps", po::value(&steps), "timed steps (default 3)")("warmup", po::value(&warmup), "untimed steps (default 1)")(
-      "layers", "also time each layer compiled on its own")("json", po::value(&json_path), "write the figures to FILE")(
+      "layers", "also time each layer compiled on its own")(
+      "data", po::value(&data_dir),
+      "also time training steps fed from the dataset in DIR by the run's pipeline, and their wait for batches")(
+      "json", po::value(&json_path), "write the figures to FILE")(
       "plugin-dir", po::value(&plugin_dirs)->composing(), "plug-in directory (repeatable)");
   po::variables_map vm;
   try {
@@ -205,6 +306,7 @@ int main(int argc, char** argv) {
   for (const auto& d : plugin_dirs) options.plugin_dirs.emplace_back(d);
   options.division = "open";  // benchmarks may use any shape
   options.seed = 1;
+  if (!data_dir.empty()) options.sets.push_back("data.dir=" + data_dir);
   try {
     Session session(options);
     const uint32_t batch = session.info().local_batch_size;
@@ -218,6 +320,9 @@ int main(int argc, char** argv) {
                  session.backend_name(), batch, sdk::shape_string(input.shape, input.ndim), session.topology().size);
       fmt::print("forward work: {:.2f} GFLOP/sample on each rank (training step ~3x: {:.2f})\n", forward / batch / 1e9,
                  3 * forward / batch / 1e9);
+      const BackendDevice device = session.backend_device();
+      if (device.type != MLPH_DEVICE_HOST)
+        fmt::print("device: {} (device {}), precision {}\n", device.name, device.id, device.precision);
     }
     const Timing model = time_graph(session, *graph, steps, warmup);
     const double memory = bench::peak_rss_bytes();  // before the spatial measurements allocate their own
@@ -228,6 +333,15 @@ int main(int argc, char** argv) {
                  gflops(forward, model.eval_s));
     }
     print_spatial(session, *graph, steps, memory);
+    std::optional<FileTiming> files;
+    if (!data_dir.empty()) {
+      if (session.topology().size > 1) throw std::runtime_error("--data reads batches on one rank: run it without mpirun");
+      files = time_from_files(session, *graph, steps, warmup);
+      fmt::print("from files ({}, {} samples): train step {:.4f} s  {:.3f} samples/s; waited for batches {:.4f} s "
+                 "per step ({:.1f}% of the step)\n",
+                 data_dir, files->dataset_size, files->train_s, batch / files->train_s, files->wait_s,
+                 100 * files->wait_s / files->train_s);
+    }
     std::cout << std::flush;
 
     std::vector<LayerResult> layers;
@@ -242,7 +356,7 @@ int main(int argc, char** argv) {
       }
       print_layers(layers, peak);
     }
-    if (!json_path.empty()) write_json(json_path, session, batch, forward, peak, model, layers);
+    if (!json_path.empty()) write_json(json_path, session, batch, forward, peak, model, layers, files);
   } catch (const std::exception& e) {
     std::cerr << "mlperf-bench: error: " << e.what() << "\n";
     return 1;
