@@ -77,7 +77,7 @@ TEST(ScoreInput, ATimeToTrainThatIsNoSpanForwardIsNotCompliant) {
   set_time(strong_dir(org) / "result_0.txt", "run_stop", "1699999999000");
   const RunResult r = read_run(strong_dir(org) / "result_0.txt", "3.0.0");
   EXPECT_TRUE(mentions(r.verdict.errors, "run_stop at time_ms 1699999999000 is no time after run_start's 1700000000000"))
-      << r.verdict.errors.back();
+      << testing::PrintToString(r.verdict.errors);
   set_time(strong_dir(org) / "result_0.txt", "run_stop", "NaN");
   EXPECT_TRUE(mentions(read_run(strong_dir(org) / "result_0.txt", "3.0.0").verdict.errors, "time_ms is not a finite number"));
   set_time(strong_dir(org) / "result_0.txt", "run_stop", "1, \"time_ms\": 2");
