@@ -541,7 +541,7 @@ void Run::reserve_checkpoint_dir() {
   const std::filesystem::path lock = dir / ".lock";
   std::optional<sdk::detail::Fd> held = [&] {
     try {
-      return sdk::lock_file(lock.string(), true);
+      return sdk::lock_file(lock.string(), true, 0644);  // readable as the checkpoints are: a group shares it
     } catch (const sdk::Error& e) {
       throw CheckpointError(fmt::format("--checkpoint-dir {}: {}", dir.string(), e.what()));
     }
