@@ -2,22 +2,15 @@
 
 #include <fmt/format.h>
 
+#include "mlph/core/fnv1a.hpp"
 #include "mlph/core/host.hpp"
+#include "mlph/core/text_input.hpp"
 #include "mlph/sdk/backend.hpp"
 #include "mlph/sdk/op_schema.hpp"
 #include "mlph/sdk/tensor.hpp"
 
 namespace mlph::core {
 namespace {
-
-struct Fnv1a {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  void add(const void* data, size_t n) {
-    for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(data)[i]) * 0x100000001b3ULL;
-  }
-  void add(const std::string& s) { add(s.c_str(), s.size() + 1); }  // the NUL separates fields
-  std::string hex() const { return fmt::format("{:016x}", h); }
-};
 
 std::string graph_fingerprint(const MLPH_Graph& graph) {
   Fnv1a f;
@@ -91,7 +84,9 @@ void check_same_run(const CheckpointReader& checkpoint, const CheckpointIdentity
   const CheckpointIdentity& saved = checkpoint.manifest().identity;
   const std::string where = "checkpoint " + checkpoint.dir().string();
   const auto differs = [&](const char* what, const std::string& there, const std::string& here) {
-    if (there != here) throw CheckpointError(fmt::format("{}: {} '{}' there, '{}' in this run", where, what, there, here));
+    if (there != here)
+      throw CheckpointError(
+          fmt::format("{}: {} '{}' there, '{}' in this run", where, what, escaped(there, 120), escaped(here, 120)));
   };
   differs("benchmark", saved.benchmark, run.benchmark);
   differs("workload", saved.workload, run.workload);
@@ -108,7 +103,7 @@ void check_same_run(const CheckpointReader& checkpoint, const CheckpointIdentity
   if (!run.graph_fingerprint.empty() && saved.graph_fingerprint != run.graph_fingerprint)
     throw CheckpointError(fmt::format("{}: its graph (fingerprint {}) is not this run's ({}): another model shape or "
                                       "batch size",
-                                      where, saved.graph_fingerprint, run.graph_fingerprint));
+                                      where, escaped(saved.graph_fingerprint, 40), run.graph_fingerprint));
 }
 
 SavedCheckpoint save_checkpoint(const CheckpointOptions& options, const Session& session, MLPH_Model* model,
@@ -140,34 +135,49 @@ SavedCheckpoint save_checkpoint(const CheckpointOptions& options, const Session&
   return saved;
 }
 
+void check_restorable(const CheckpointReader& checkpoint, const MLPH_Graph& graph) {
+  const std::vector<std::string> slots = optimizer_slots(graph);
+  for (size_t i = 0; i < graph.n_params; ++i) {
+    const MLPH_Value& v = graph.values[graph.params[i].value];
+    const std::string name = v.name ? v.name : "";
+    const auto check_slot = [&](const std::string& slot, bool required) {
+      const TensorRecord* record = checkpoint.find(name, slot);
+      if (!record && required)
+        throw CheckpointError(fmt::format("checkpoint {}: has no '{}'", checkpoint.dir().string(), slot_name(name, slot)));
+      if (record && (record->dtype != MLPH_DTYPE_F32 || record->shape != std::vector<int64_t>(v.shape, v.shape + v.ndim)))
+        throw CheckpointError(fmt::format("checkpoint {}: '{}' is {} {}, this run's graph has {} {}",
+                                          checkpoint.dir().string(), slot_name(name, slot),
+                                          sdk::schema::dtype_name(record->dtype),
+                                          sdk::shape_string(record->shape.data(), static_cast<int32_t>(record->shape.size())),
+                                          sdk::schema::dtype_name(MLPH_DTYPE_F32), sdk::shape_string(v.shape, v.ndim)));
+    };
+    check_slot("", true);
+    if (!trainable(graph.params[i])) continue;
+    for (const std::string& slot : slots) check_slot(slot, true);
+    check_slot(sdk::kPendingGradientSlot, false);  // present when a window was open at the epoch's end
+  }
+}
+
 void restore_checkpoint(const CheckpointReader& checkpoint, const Session& session, MLPH_Model* model,
                         const MLPH_Graph& graph) {
+  check_restorable(checkpoint, graph);
   const MLPH_BackendApi* api = session.backend_api();
   const std::vector<std::string> slots = optimizer_slots(graph);
   const auto load = [&](size_t i, const std::string& slot) {
     const MLPH_Value& v = graph.values[graph.params[i].value];
     const std::string name = v.name ? v.name : "";
-    const TensorRecord* record = checkpoint.find(name, slot);
-    if (!record) return false;
-    if (record->dtype != MLPH_DTYPE_F32 || record->shape != std::vector<int64_t>(v.shape, v.shape + v.ndim))
-      throw CheckpointError(fmt::format("checkpoint {}: '{}' has another dtype or shape than in this run's graph",
-                                        checkpoint.dir().string(), slot_name(name, slot)));
+    const TensorRecord* record = checkpoint.find(name, slot);  // as check_restorable found it
+    if (!record) return;
     std::vector<std::byte> data = checkpoint.read(*record);
     const MLPH_Tensor view = sdk::host_tensor(MLPH_DTYPE_F32, v.shape, v.ndim, data.data());
     check(slot.empty() ? api->write_parameter(model, i, &view) : api->write_state(model, i, slot.c_str(), &view),
           fmt::format("backend {}: restoring '{}'", session.backend_name(), slot_name(name, slot)));
-    return true;
   };
   for (size_t i = 0; i < graph.n_params; ++i) {
-    const std::string name = graph.values[graph.params[i].value].name;
-    const auto require = [&](const std::string& slot) {
-      if (!load(i, slot))
-        throw CheckpointError(fmt::format("checkpoint {}: has no '{}'", checkpoint.dir().string(), slot_name(name, slot)));
-    };
-    require("");
+    load(i, "");
     if (!trainable(graph.params[i])) continue;
-    for (const std::string& slot : slots) require(slot);
-    load(i, sdk::kPendingGradientSlot);  // present when a window was open at the epoch's end
+    for (const std::string& slot : slots) load(i, slot);
+    load(i, sdk::kPendingGradientSlot);
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include "mlph/core/host.hpp"
 #include "mlph/core/npz.hpp"
+#include "mlph/core/tensor_bytes.hpp"
 #include "mlph/sdk/tensor.hpp"
 
 namespace mlph::core {
@@ -22,6 +23,9 @@ struct Entry {
 };
 
 std::vector<Entry> entries_of(decltype(MLPH_WorkloadApi::reference_layout) layout, const ParameterValues& p) {
+  if (p.shape.size() > MLPH_MAX_DIMS)
+    throw std::runtime_error(fmt::format("exporting '{}': {} dims, more than the {} of a tensor", p.name, p.shape.size(),
+                                         MLPH_MAX_DIMS));
   MLPH_Value value{};
   value.name = p.name.c_str();
   value.dtype = MLPH_DTYPE_F32;
@@ -47,10 +51,14 @@ std::vector<float> arrange(const ParameterValues& p, const Entry& e) {
   std::iota(identity.begin(), identity.end(), 0);
   if (sorted != identity)
     throw std::runtime_error(fmt::format("exporting '{}' as '{}': the permutation is not one of its {} dims", p.name, e.key, n));
-  if (sdk::numel(e.shape.data(), static_cast<int32_t>(e.shape.size())) != static_cast<int64_t>(p.data.size()))
+  // Counted without overflow: the walk below stays inside p.data only when both shapes hold its values.
+  const uint64_t values = p.data.size();
+  if (tensor_bytes(p.shape, 1) != values)
+    throw std::runtime_error(fmt::format("exporting '{}': its shape {} does not hold its {} values", p.name,
+                                         sdk::shape_string(p.shape.data(), static_cast<int32_t>(n)), values));
+  if (tensor_bytes(e.shape, 1) != values)
     throw std::runtime_error(fmt::format("exporting '{}' as '{}': shape {} does not hold its {} values", p.name, e.key,
-                                         sdk::shape_string(e.shape.data(), static_cast<int32_t>(e.shape.size())),
-                                         p.data.size()));
+                                         sdk::shape_string(e.shape.data(), static_cast<int32_t>(e.shape.size())), values));
   std::vector<int64_t> strides(n, 1);  // of the source, row-major
   for (size_t d = n; d-- > 1;) strides[d - 1] = strides[d] * p.shape[d];
   std::vector<int64_t> index(n, 0);  // over the transposed dims, last fastest
@@ -77,8 +85,8 @@ decltype(MLPH_WorkloadApi::reference_layout) reference_layout_of(const LoadedPlu
 }
 
 size_t export_weights(decltype(MLPH_WorkloadApi::reference_layout) layout, const std::vector<ParameterValues>& params,
-                      uint64_t micro_batches, const std::filesystem::path& file) {
-  NpzWriter npz(file);
+                      uint64_t micro_batches, AtomicFile file) {
+  NpzWriter npz(std::move(file));
   std::set<std::string> keys;
   for (const ParameterValues& p : params) {
     for (const Entry& e : entries_of(layout, p)) {

@@ -17,6 +17,7 @@ using namespace mlph::core;
 namespace {
 
 int convert(const std::string& checkpoint_path, const std::string& out, const std::vector<std::filesystem::path>& dirs) {
+  AtomicFile out_file(out);  // a path that cannot be written fails before the checkpoint is read
   const CheckpointReader checkpoint(checkpoint_path);
   const Manifest& m = checkpoint.manifest();
   const LoadedPlugin workload = PluginLoader(default_search_path(dirs)).load(MLPH_KIND_WORKLOAD, m.identity.workload);
@@ -33,7 +34,7 @@ int convert(const std::string& checkpoint_path, const std::string& out, const st
     std::memcpy(p.data.data(), bytes.data(), bytes.size());
     params.push_back(std::move(p));
   }
-  const size_t arrays = export_weights(layout, params, m.state.micro_batches, out);
+  const size_t arrays = export_weights(layout, params, m.state.micro_batches, std::move(out_file));
   std::printf("%s: %zu arrays of %s after epoch %u, in the reference's names\n", out.c_str(), arrays,
               m.identity.benchmark.c_str(), m.state.epochs_done);
   return 0;
@@ -79,6 +80,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "mlph-export: error: %s\n", e.what());
     return 2;
   } catch (const LoadError& e) {
+    std::fprintf(stderr, "mlph-export: error: %s\n", e.what());
+    return 2;
+  } catch (const OutputError& e) {
     std::fprintf(stderr, "mlph-export: error: %s\n", e.what());
     return 2;
   } catch (const std::exception& e) {

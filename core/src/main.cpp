@@ -9,6 +9,7 @@
 #include "mlph/core/campaign.hpp"
 #include "mlph/core/plugin_loader.hpp"
 #include "mlph/core/runner.hpp"
+#include "mlph/sdk/numbers.hpp"
 
 namespace po = boost::program_options;
 using namespace mlph::core;
@@ -68,7 +69,8 @@ int main_checked(int argc, char** argv) {
   CampaignOptions campaign;
   std::vector<std::string> plugin_dirs;
   std::string borrow, system_info, checkpoint_dir, resume, export_weights;
-  uint64_t seed = 0;
+  // Unsigned numbers are read as text: program_options would take -1 as 4294967295.
+  std::string seed, checkpoint_every = "1", checkpoint_keep = "2";
   po::options_description cli(
       "mlperf-run: train an MLPerf HPC benchmark to its quality target with run-time plug-ins\n\n"
       "usage: mlperf-run --workload NAME [--backend NAME] [--config FILE] [--set key=value]... [options]\n\n"
@@ -93,8 +95,8 @@ int main_checked(int argc, char** argv) {
       ("checkpoint-dir", po::value(&checkpoint_dir),
        "save a checkpoint into DIR after every epoch (weights, optimizer state, counters); go on after a failure "
        "with --resume DIR")
-      ("checkpoint-every", po::value(&options.checkpoint_every), "with --checkpoint-dir: epochs between checkpoints (default 1)")
-      ("checkpoint-keep", po::value(&options.checkpoint_keep), "with --checkpoint-dir: checkpoints kept, the newest (default 2)")
+      ("checkpoint-every", po::value(&checkpoint_every), "with --checkpoint-dir: epochs between checkpoints (default 1)")
+      ("checkpoint-keep", po::value(&checkpoint_keep), "with --checkpoint-dir: checkpoints kept, the newest (default 2)")
       ("resume", po::value(&resume),
        "go on from a checkpoint (DIR/epoch-NNNNNN, or DIR: its latest) with the next epoch; a resumed run is not a "
        "timed MLPerf result")
@@ -129,7 +131,14 @@ int main_checked(int argc, char** argv) {
   }
   for (const auto& d : plugin_dirs) options.plugin_dirs.emplace_back(d);
   if (vm.count("list-plugins")) return list_plugins(options.plugin_dirs);
-  if (vm.count("seed")) options.seed = seed;
+  try {
+    if (vm.count("seed")) options.seed = mlph::sdk::parse_integer<uint64_t>(seed, "--seed");
+    options.checkpoint_every = mlph::sdk::parse_integer<uint32_t>(checkpoint_every, "--checkpoint-every", 1);
+    options.checkpoint_keep = mlph::sdk::parse_integer<uint32_t>(checkpoint_keep, "--checkpoint-keep", 1);
+  } catch (const mlph::sdk::Error& e) {
+    std::fprintf(stderr, "mlperf-run: error: %s\n", e.what());
+    return 2;
+  }
   options.output_dir = vm["output"].as<std::string>();
   options.checkpoint_dir = checkpoint_dir, options.resume_from = resume, options.export_weights = export_weights;
   if (vm.count("runs") && !(checkpoint_dir.empty() && resume.empty() && export_weights.empty())) {

@@ -19,13 +19,16 @@ std::string relative_source(const char* file) {
 MlLogger::MlLogger(const std::filesystem::path& path, bool echo) : path_(path), echo_(echo) {
   if (!path.empty()) {
     if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-    file_ = std::fopen(path.c_str(), "w");
-    if (!file_) throw std::runtime_error(fmt::format("{}: cannot open the MLPerf log for writing", path.string()));
+    file_.emplace(path);
+    file_->commit();  // named at once, and written on: a crash leaves the log where it is looked for
   }
 }
 
 MlLogger::~MlLogger() {
-  if (file_) std::fclose(file_);
+  try {
+    if (file_) file_->sync();
+  } catch (const OutputError&) {  // the lines are written; only their durability is in doubt
+  }
 }
 
 void MlLogger::event(const std::string& key, const Json& value, const Metadata& metadata, std::source_location where) {
@@ -62,9 +65,9 @@ void MlLogger::write(const char* event_type, const std::string& key, const Json&
                                 std::chrono::system_clock::now().time_since_epoch())
                                 .count();
   const std::string line = format_line(event_type, key, value, metadata, where, std::to_string(time_ms));
-  if (file_) {
-    std::fputs(line.c_str(), file_);
-    std::fflush(file_);
+  try {
+    if (file_) file_->write(line);  // one write(2) per line, as the crash handler's last words
+  } catch (const OutputError&) {  // a full disk costs log lines, not the run (the log then fails the checker)
   }
   if (echo_) {
     std::fputs(line.c_str(), stdout);

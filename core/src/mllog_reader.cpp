@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "mlph/core/json.hpp"
@@ -22,7 +23,7 @@ LogLine parse_line(std::string text, size_t line_number, size_t max_nodes, size_
   LogLine l;
   l.line = line_number;
   const auto time = json_number_value(object["time_ms"]);
-  if (!time) throw std::runtime_error("time_ms is not a number");
+  if (!time || !std::isfinite(*time)) throw std::runtime_error("time_ms is not a finite number");
   l.time_ms = *time;
   l.key = object["key"].as<std::string>();
   l.event_type = object["event_type"] ? object["event_type"].as<std::string>() : "";

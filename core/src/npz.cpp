@@ -4,10 +4,12 @@
 #include <zlib.h>
 
 #include <limits>
+#include <optional>
 #include <stdexcept>
 
+#include "mlph/core/tensor_bytes.hpp"
+
 namespace mlph::core {
-namespace fs = std::filesystem;
 namespace {
 
 // The zip format's fields are little-endian; so is every machine this runs on (static_assert below).
@@ -50,29 +52,20 @@ std::string npy_header(MLPH_DType dtype, const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-NpzWriter::NpzWriter(fs::path file) : file_(std::move(file)), temp_(file_.string() + ".tmp") {
-  out_.open(temp_, std::ios::binary | std::ios::trunc);
-  if (!out_) throw std::runtime_error(fmt::format("{}: cannot write it", temp_.string()));
-}
-
-NpzWriter::~NpzWriter() {
-  if (finished_) return;
-  out_.close();
-  std::error_code ignored;
-  fs::remove(temp_, ignored);
-}
+NpzWriter::NpzWriter(AtomicFile file) : out_(std::move(file)) {}
 
 void NpzWriter::add(const std::string& name, MLPH_DType dtype, const std::vector<int64_t>& shape, const void* data) {
-  uint64_t count = 1;
-  for (int64_t d : shape) count *= static_cast<uint64_t>(d);
   const std::string header = npy_header(dtype, shape);
-  const uint64_t bytes = count * mlph_dtype_size(dtype), size = header.size() + bytes;
   const std::string member = name + ".npy";
-  if (offset_ + 30 + member.size() + size > std::numeric_limits<uint32_t>::max())
-    throw std::runtime_error(fmt::format("{}: more than 4 GiB, which needs zip64 (not written here)", file_.string()));
+  constexpr uint64_t kZipLimit = std::numeric_limits<uint32_t>::max();
+  const std::optional<uint64_t> bytes = tensor_bytes(shape, dtype);
+  if (!bytes || *bytes > kZipLimit || offset_ + 30 + member.size() + header.size() + *bytes > kZipLimit)
+    throw std::runtime_error(fmt::format("{}: array '{}' makes it more than 4 GiB, which needs zip64 (not written here)",
+                                         out_.target().string(), name));
+  const uint64_t size = header.size() + *bytes;
   uLong crc = ::crc32(0, reinterpret_cast<const Bytef*>(header.data()), static_cast<uInt>(header.size()));
-  for (uint64_t done = 0; done < bytes;) {
-    const auto chunk = static_cast<uInt>(std::min<uint64_t>(bytes - done, 1u << 30));
+  for (uint64_t done = 0; done < *bytes;) {
+    const auto chunk = static_cast<uInt>(std::min<uint64_t>(*bytes - done, 1u << 30));
     crc = ::crc32(crc, static_cast<const Bytef*>(data) + done, chunk);
     done += chunk;
   }
@@ -81,16 +74,18 @@ void NpzWriter::add(const std::string& name, MLPH_DType dtype, const std::vector
   put32(local, 0x04034b50), put16(local, 20), put16(local, 0), put16(local, 0), put16(local, 0), put16(local, 0x21);
   put32(local, e.crc32), put32(local, e.size), put32(local, e.size), put16(local, static_cast<uint16_t>(member.size()));
   put16(local, 0);
-  out_.write(local.data(), static_cast<std::streamsize>(local.size()));
-  out_.write(member.data(), static_cast<std::streamsize>(member.size()));
-  out_.write(header.data(), static_cast<std::streamsize>(header.size()));
-  out_.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
-  if (!out_) throw std::runtime_error(fmt::format("{}: cannot write it", temp_.string()));
+  out_.write(local);
+  out_.write(member);
+  out_.write(header);
+  out_.write(data, *bytes);
   offset_ += local.size() + member.size() + size;
   entries_.push_back(e);
 }
 
 void NpzWriter::finish() {
+  if (entries_.size() > std::numeric_limits<uint16_t>::max())
+    throw std::runtime_error(fmt::format("{}: {} arrays, more than zip's 65535 without zip64 (not written here)",
+                                         out_.target().string(), entries_.size()));
   std::string directory;
   for (const Entry& e : entries_) {
     put32(directory, 0x02014b50), put16(directory, 20), put16(directory, 20), put16(directory, 0);
@@ -100,16 +95,15 @@ void NpzWriter::finish() {
     put32(directory, e.offset);
     directory += e.name;
   }
+  if (offset_ + directory.size() > std::numeric_limits<uint32_t>::max())
+    throw std::runtime_error(fmt::format("{}: more than 4 GiB, which needs zip64 (not written here)", out_.target().string()));
   std::string end;
   put32(end, 0x06054b50), put16(end, 0), put16(end, 0), put16(end, static_cast<uint16_t>(entries_.size()));
   put16(end, static_cast<uint16_t>(entries_.size())), put32(end, static_cast<uint32_t>(directory.size()));
   put32(end, static_cast<uint32_t>(offset_)), put16(end, 0);
-  out_.write(directory.data(), static_cast<std::streamsize>(directory.size()));
-  out_.write(end.data(), static_cast<std::streamsize>(end.size()));
-  out_.close();
-  if (!out_) throw std::runtime_error(fmt::format("{}: cannot write it", temp_.string()));
-  fs::rename(temp_, file_);
-  finished_ = true;
+  out_.write(directory);
+  out_.write(end);
+  out_.commit();
 }
 
 }  // namespace mlph::core

@@ -16,6 +16,8 @@
 #include <set>
 #include <string_view>
 
+#include "mlph/core/fnv1a.hpp"
+
 namespace mlph::core {
 namespace fs = std::filesystem;
 
@@ -115,12 +117,10 @@ bool trust_every_file() {
 
 std::string hash_file(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
-  uint64_t h = 0xcbf29ce484222325ULL;
+  Fnv1a hash;
   char buffer[1 << 16];
-  while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
-    for (std::streamsize i = 0; i < in.gcount(); ++i) h = (h ^ static_cast<unsigned char>(buffer[i])) * 0x100000001b3ULL;
-  }
-  return fmt::format("fnv1a64:{:016x}", h);
+  while (in.read(buffer, sizeof buffer) || in.gcount() > 0) hash.add(buffer, static_cast<size_t>(in.gcount()));
+  return "fnv1a64:" + hash.hex();
 }
 
 // The smallest table each kind must provide under ABI 1.0, and the names of its required members.

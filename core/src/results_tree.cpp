@@ -4,9 +4,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
-#include <fstream>
 #include <map>
 
+#include "mlph/core/atomic_file.hpp"
 #include "mlph/core/config.hpp"
 #include "mlph/core/mllog.hpp"
 #include "mlph/core/mllog_reader.hpp"
@@ -39,13 +39,12 @@ bool ResultsTree::holds_results() const {
 void write_code_reference(const fs::path& dir, const std::string& version, const std::vector<std::string>& command,
                           int runs, const std::string& config_file) {
   fs::create_directories(dir);
-  std::ofstream readme(dir / "README.md");
-  readme << "# mlperf-hpc " << version << "\n\n"
-         << "The runs in `results/` were made by `mlperf-run` of mlperf-hpc " << version
-         << " (C++ runner with run-time plug-ins; the plug-in files and their hashes are in every log's "
-         << "`mlph_plugin` lines).\n\nCommand of run 0 (" << runs << " runs, seeds differ):\n\n    ";
-  for (const auto& a : command) readme << a << ' ';
-  readme << "\n";
+  std::string readme = fmt::format("# mlperf-hpc {0}\n\nThe runs in `results/` were made by `mlperf-run` of mlperf-hpc {0} "
+                                   "(C++ runner with run-time plug-ins; the plug-in files and their hashes are in every "
+                                   "log's `mlph_plugin` lines).\n\nCommand of run 0 ({1} runs, seeds differ):\n\n    ",
+                                   version, runs);
+  for (const auto& a : command) readme += a + ' ';
+  write_whole_file(dir / "README.md", readme + "\n");
   if (!config_file.empty() && fs::exists(config_file))
     fs::copy_file(config_file, dir / fs::path(config_file).filename(), fs::copy_options::overwrite_existing);
 }
@@ -55,12 +54,11 @@ namespace {
 // Writes `fields` as a JSON object of strings: the official system-description checker joins
 // the counts as text and fails on JSON numbers.
 void write_json(const fs::path& file, const SystemFields& fields) {
-  std::ofstream out(file);
-  out << "{\n";
+  std::string out = "{\n";
   for (size_t i = 0; i < fields.size(); ++i)
-    out << "    " << json(fields[i].first).text << ": " << json(fields[i].second).text << (i + 1 < fields.size() ? "," : "")
-        << "\n";
-  out << "}\n";
+    out += fmt::format("    {}: {}{}\n", json(fields[i].first).text, json(fields[i].second).text,
+                       i + 1 < fields.size() ? "," : "");
+  write_whole_file(file, out + "}\n");
 }
 
 std::string availability(const std::string& status) {

@@ -24,11 +24,13 @@
 #include "mlph/core/mllog.hpp"
 #include "mlph/core/plugin_loader.hpp"
 #include "mlph/core/progress.hpp"
+#include "mlph/core/rank_check.hpp"
 #include "mlph/core/run_report.hpp"
 #include "mlph/core/session.hpp"
 #include "mlph/core/signals.hpp"
 #include "mlph/core/system_probe.hpp"
 #include "mlph/sdk/backend.hpp"
+#include "mlph/sdk/storage.hpp"
 #include "mlph/sdk/tensor.hpp"
 
 namespace mlph::core {
@@ -50,6 +52,8 @@ class Run {
   int timed_run();
   void open_resume();
   void check_checkpoints_and_export();
+  void reserve_checkpoint_dir();
+  void reserve_export();
   void initialize(MlLogger& log);
   void resume_training(MlLogger& log);
   void save_checkpoint_if_due(MlLogger& log, Progress& progress, uint32_t epochs_done);
@@ -78,7 +82,9 @@ class Run {
   SignalWatcher& signals_;
   std::unique_ptr<CheckpointReader> resume_;  // --resume: opened and checked before anything starts
   CheckpointOptions checkpoints_;
+  std::optional<sdk::detail::Fd> checkpoint_lock_;  // held on checkpoints_.dir for the whole run (rank 0)
   decltype(MLPH_WorkloadApi::reference_layout) export_layout_ = nullptr;  // --export-weights
+  std::optional<AtomicFile> export_file_;  // --export-weights, reserved before the log begins (rank 0)
   std::unique_ptr<Session> session_;
   // Declared after the session: destroyed before the plug-ins that made them.
   Owned<MLPH_Model> model_{nullptr, nullptr};
@@ -502,7 +508,7 @@ void Run::export_trained_weights() {
     MLPH_Tensor view{};
     params.push_back({v.name ? v.name : "", {v.shape, v.shape + v.ndim}, read_parameter(backend(), model_.get(), *graph_, i, view)});
   }
-  const size_t arrays = export_weights(export_layout_, params, micro_batches_, options_.export_weights);
+  const size_t arrays = export_weights(export_layout_, params, micro_batches_, std::move(*export_file_));
   std::fprintf(stderr, "exported %zu arrays in the reference's names to %s\n", arrays, options_.export_weights.c_str());
 }
 
@@ -536,6 +542,7 @@ void Run::check_checkpoints_and_export() {
                                         "and --resume",
                                         sdk::spatial::grid_text(session_->spatial_grid())));
   }
+  if (!checkpoints_.dir.empty() && session_->topology().rank == 0) reserve_checkpoint_dir();
   if (!checkpoints_.dir.empty()) {
     const std::vector<std::filesystem::path> existing = list_checkpoints(checkpoints_.dir);
     std::error_code absent;  // a new directory is nobody's parent
@@ -558,13 +565,52 @@ void Run::check_checkpoints_and_export() {
       throw CheckpointError(fmt::format("--export-weights: workload {} does not say how the reference names its "
                                         "parameters (ABI 1.4 reference_layout)",
                                         session_->workload_plugin().descriptor->name));
+    if (session_->topology().rank == 0) reserve_export();
   }
   if (resume_) {
     check_same_run(*resume_, run_identity(*session_, nullptr));
     check(workload()->build_graph(session_->workload(), session_->info().local_batch_size, session_->seed(), &graph_),
           "building the model");
     check_same_run(*resume_, run_identity(*session_, graph_));
+    check_restorable(*resume_, *graph_);
   }
+}
+
+// --checkpoint-dir, made and locked before the log begins: a path that cannot be a directory fails
+// now, not after the first epoch, and a second run saving into it is refused for as long as this one
+// runs (an flock, which the kernel drops however the run ends).
+void Run::reserve_checkpoint_dir() {
+  const std::filesystem::path& dir = checkpoints_.dir;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir))
+    throw CheckpointError(fmt::format("--checkpoint-dir {}: cannot be made a directory: {}", dir.string(),
+                                      ec ? ec.message() : "something else is there"));
+  const std::filesystem::path lock = dir / ".lock";
+  std::optional<sdk::detail::Fd> held = [&] {
+    try {
+      return sdk::lock_file(lock.string(), true, 0644);  // readable as the checkpoints are: a group shares it
+    } catch (const sdk::Error& e) {
+      throw CheckpointError(fmt::format("--checkpoint-dir {}: {}", dir.string(), e.what()));
+    }
+  }();
+  if (!held)
+    throw CheckpointError(fmt::format("--checkpoint-dir {}: another run is saving checkpoints there (it holds {}); let it "
+                                      "end, or choose another directory",
+                                      dir.string(), lock.string()));
+  checkpoint_lock_.emplace(std::move(*held));
+}
+
+// --export-weights: its file is made (hidden, beside it) before the log begins, so a path that cannot
+// be written fails now rather than after the training; and it is never the run's own log.
+void Run::reserve_export() {
+  const std::filesystem::path& file = options_.export_weights;
+  std::error_code a, b;
+  const std::filesystem::path log = std::filesystem::weakly_canonical(options_.output_dir / options_.log_name, a);
+  if (!a && std::filesystem::weakly_canonical(file, b) == log && !b)
+    throw CheckpointError(fmt::format("--export-weights {}: is the run's MLPerf log", file.string()));
+  if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path(), a);
+  export_file_.emplace(file);
 }
 
 int Run::execute() {
@@ -572,7 +618,13 @@ int Run::execute() {
     const Activity doing("setting up the run");
     if (!options_.resume_from.empty()) open_resume();
     session_ = std::make_unique<Session>(options_);
-    if (options_.generate_data_dir.empty()) check_checkpoints_and_export();
+    if (options_.generate_data_dir.empty()) {
+      check_ranks_agree(*session_, run_facts(*session_, resume_.get()));
+      check_checkpoints_and_export();
+    }
+  } catch (const RankMismatch& e) {  // every rank found it: one of them says so
+    if (session_->topology().rank == 0) std::fprintf(stderr, "mlperf-run: error: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mlperf-run: error: %s\n", e.what());
     return 2;

@@ -4,7 +4,10 @@
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/eventhandler.h>
 
+#include <optional>
+#include <set>
 #include <sstream>
+#include <vector>
 
 #include "mlph/sdk/storage.hpp"
 
@@ -13,7 +16,8 @@ namespace {
 
 constexpr const char* kNoAliases = "YAML anchors and aliases are not accepted (an alias can expand without bound)";
 
-// Counts the nodes of a document as the parser reports them and refuses anchors and aliases.
+// Counts the nodes of a document as the parser reports them and refuses anchors, aliases and a key
+// given twice in one map (yaml-cpp would keep the first, Python's json the last: neither is safe).
 class BoundedDocument : public YAML::EventHandler {
  public:
   explicit BoundedDocument(size_t max_nodes) : max_nodes_(max_nodes) {}
@@ -21,28 +25,43 @@ class BoundedDocument : public YAML::EventHandler {
 
   void OnDocumentStart(const YAML::Mark&) override {}
   void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override { node(mark, anchor); }
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override { node(mark, anchor, ""); }
   void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { throw YamlError(mark.line + 1, kNoAliases); }
-  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor, const std::string&) override {
-    node(mark, anchor);
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor, const std::string& value) override {
+    node(mark, anchor, value);
   }
   void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
                        YAML::EmitterStyle::value) override {
-    node(mark, anchor);
+    node(mark, anchor, std::nullopt);
+    open_.push_back(Container{false, true, {}});
   }
-  void OnSequenceEnd() override {}
+  void OnSequenceEnd() override { open_.pop_back(); }
   void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor, YAML::EmitterStyle::value) override {
-    node(mark, anchor);
+    node(mark, anchor, std::nullopt);
+    open_.push_back(Container{true, true, {}});
   }
-  void OnMapEnd() override {}
+  void OnMapEnd() override { open_.pop_back(); }
   void OnAnchor(const YAML::Mark& mark, const std::string&) override { throw YamlError(mark.line + 1, kNoAliases); }
 
  private:
-  void node(const YAML::Mark& mark, YAML::anchor_t anchor) {
+  struct Container {
+    bool map;
+    bool at_key = true;          // a map's next node is a key
+    std::set<std::string> keys;  // its scalar keys so far
+  };
+
+  // `scalar`: the node's text when it is a scalar (or null: ""), nullopt for a sequence or map.
+  void node(const YAML::Mark& mark, YAML::anchor_t anchor, const std::optional<std::string>& scalar) {
     if (anchor != YAML::NullAnchor) throw YamlError(mark.line + 1, kNoAliases);
     if (++nodes_ > max_nodes_) throw YamlTooLarge(mark.line + 1, fmt::format("more than {} YAML nodes", max_nodes_));
+    if (open_.empty() || !open_.back().map) return;
+    Container& map = open_.back();
+    if (map.at_key && scalar && !map.keys.insert(*scalar).second)
+      throw YamlError(mark.line + 1, fmt::format("the key \"{}\" is given twice", escaped(*scalar, 120)));
+    map.at_key = !map.at_key;
   }
   size_t max_nodes_, nodes_ = 0;
+  std::vector<Container> open_;
 };
 
 }  // namespace

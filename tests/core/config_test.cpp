@@ -130,6 +130,18 @@ TEST(Config, AnchorsAndAliasesAreRefused) {
             "bound)");
 }
 
+// Issue 28, defect 15: yaml-cpp keeps the first of two equal keys, Python the last: a key given twice
+// is refused, naming its line, in a file or in a --set value alike (unknown keys are errors too).
+TEST(Config, AKeyGivenTwiceIsRefused) {
+  const std::string file = write_yaml("twice.yaml", "model:\n  dropout: 0.25\n  kernel_size: 5\n  dropout: 0.75\n");
+  EXPECT_EQ(error_of([&] { Config::load(schema(), file, {}); }), file + ":4: the key \"dropout\" is given twice");
+  const std::string nested = write_yaml("twice2.yaml", "model:\n  dropout: 0.25\nmodel:\n  kernel_size: 5\n");
+  EXPECT_EQ(error_of([&] { Config::load(schema(), nested, {}); }), nested + ":3: the key \"model\" is given twice");
+  // Equal keys in different maps are no repetition.
+  const std::string apart = write_yaml("apart.yaml", "model:\n  dropout: 0.25\ndata:\n  dropout: 1\n");
+  EXPECT_NE(error_of([&] { Config::load(schema(), apart, {}); }).find("unknown"), std::string::npos);
+}
+
 TEST(Config, TheFileMustBeASmallRegularFile) {
   const auto dir = std::filesystem::temp_directory_path() / "config-dir.yaml";
   std::filesystem::create_directories(dir);

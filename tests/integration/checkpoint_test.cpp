@@ -5,6 +5,7 @@
 // gets one line naming the file and what differs, exit status 2 and no log.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -260,4 +261,171 @@ TEST_F(BadCheckpoint, TheUnspoiltCopyResumes) {  // the control for the refusals
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_SAYS(r.output, "epoch 2/2 done");
   EXPECT_EQ(r.output.find("epoch 1/2 done"), std::string::npos) << r.output;
+}
+
+// ---- Issue 28: what a run writes is checked and reserved before it starts ---------------------------
+// The linear-regression test workload (an epoch in a fraction of a second) on the reference backend;
+// CosmoFlow where the export needs a workload that names the reference's parameters.
+class RunOutputs : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fresh_dir("run-outputs-" + std::to_string(getpid()));
+    const CliResult data = run_cli(kLinReg + "--generate-data " + (dir_ / "data").string());
+    if (data.exit_code != 0) setup_error_ = "generating the data: " + data.output;
+  }
+  void SetUp() override { ASSERT_EQ(setup_error_, ""); }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  // A linreg run of `epochs` (the target is out of reach: it ends aborted, exit 1) with `flags`.
+  static std::string linreg(const std::string& flags, int epochs = 1) {
+    return kLinReg + "--seed 3 --set train.epochs=" + std::to_string(epochs) + " --data " + (dir_ / "data").string() +
+           " " + flags;
+  }
+  static inline const std::string kLinReg = "--plugin-dir " MLPH_TEST_PLUGIN_DIR
+                                            " --workload linreg --division open --set train.target_mae=0.0001 ";
+  static inline fs::path dir_;
+  static inline std::string setup_error_;
+};
+
+// Defect 6: a second run saving into the same --checkpoint-dir deleted the first's checkpoints and
+// moved `latest` back, silently. A run holds an flock on DIR/.lock: a second is refused while the first
+// runs, and goes on once it is gone (SIGKILL included: the kernel drops the lock).
+TEST_F(RunOutputs, ACheckpointDirInUseIsRefused) {
+  const fs::path ck = dir_ / "ck-busy", out = dir_ / "out-busy";
+  const pid_t first = spawn_cli(linreg("--checkpoint-dir " + ck.string() + " --output " + (out / "a").string(), 1000000),
+                                dir_ / "first.txt");
+  for (int i = 0; i < 6000 && !fs::exists(ck / "latest"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(fs::exists(ck / "latest")) << slurp(dir_ / "first.txt");
+  const std::string second = linreg("--checkpoint-dir " + ck.string() + " --resume " + ck.string() + " --output " +
+                                    (out / "b").string(), 3);
+  const CliResult refused = run_cli(second);
+  kill(first, SIGKILL);
+  waitpid(first, nullptr, 0);
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_SAYS(refused.output, "--checkpoint-dir " + ck.string() + ": another run is saving checkpoints there (it holds " +
+                                  (ck / ".lock").string() + ")");
+  EXPECT_EQ(std::count(refused.output.begin(), refused.output.end(), '\n'), 1) << refused.output;
+  EXPECT_FALSE(fs::exists(out / "b" / "result_0.txt"));
+  const CliResult after = run_cli(second);
+  EXPECT_EQ(after.exit_code, 1) << after.output;
+  EXPECT_SAYS(after.output, "note: resumed after epoch");
+}
+
+// Defect 7: a checkpoint directory that cannot be one (a file is there) failed after the first epoch,
+// exit 1; a bad --export-weights path after the run converged. Both fail before the log now, exit 2.
+TEST_F(RunOutputs, ACheckpointDirThatCannotBeOneFailsBeforeTheRun) {
+  const fs::path out = dir_ / "out-file";
+  std::ofstream(dir_ / "a-file") << "x";
+  const CliResult r = run_cli(linreg("--checkpoint-dir " + (dir_ / "a-file").string() + " --output " + out.string()));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_SAYS(r.output, "--checkpoint-dir " + (dir_ / "a-file").string() + ": cannot be made a directory");
+  EXPECT_FALSE(fs::exists(out / "result_0.txt"));
+}
+
+TEST_F(RunOutputs, AnExportThatCannotBeWrittenFailsBeforeTheRun) {
+  const fs::path data = dir_ / "cosmoflow-data", out = dir_ / "out-export";
+  ASSERT_EQ(run_cli(kCosmoFlow + kCosmoFlowData + "--generate-data " + data.string()).exit_code, 0);
+  std::ofstream(dir_ / "not-a-dir") << "x";
+  const std::string run = kCosmoFlow + "--set train.epochs=1 --data " + data.string() + " --output " + out.string();
+  const CliResult bad = run_cli(run + " --export-weights " + (dir_ / "not-a-dir" / "w.npz").string());
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_SAYS(bad.output, (dir_ / "not-a-dir" / "w.npz").string() + ": cannot create a file beside it");
+  EXPECT_FALSE(fs::exists(out / "result_0.txt"));
+  // Defect 11: nor may the export replace the run's own log.
+  const CliResult log = run_cli(run + " --export-weights " + (out / "result_0.txt").string());
+  EXPECT_EQ(log.exit_code, 2) << log.output;
+  EXPECT_SAYS(log.output, "--export-weights " + (out / "result_0.txt").string() + ": is the run's MLPerf log");
+  EXPECT_FALSE(fs::exists(out / "result_0.txt"));
+}
+
+// Defect 5: a FIFO where the log goes blocked the run forever; the log replaces whatever is there.
+TEST_F(RunOutputs, ALogPathThatIsAFifoIsReplaced) {
+  const fs::path out = dir_ / "out-fifo";
+  fs::create_directories(out);
+  ASSERT_EQ(mkfifo((out / "result_0.txt").c_str(), 0644), 0);
+  const CliResult r = run_command("timeout 120 " MLPH_BINARY_DIR "/bin/mlperf-run " + linreg("--output " + out.string()));
+  EXPECT_EQ(r.exit_code, 1) << r.output;  // 124: timed out
+  ASSERT_TRUE(fs::is_regular_file(out / "result_0.txt"));
+  EXPECT_SAYS(read_lines(out / "result_0.txt").back(), "\"key\": \"run_stop\"");
+}
+
+// Defect 12: --checkpoint-every -1 and --checkpoint-keep -1 were 4294967295 (and --seed -1 2^64 - 1).
+TEST_F(RunOutputs, CountsMustBeInRange) {
+  for (const std::string flag : {"--checkpoint-every -1", "--checkpoint-every 0", "--checkpoint-keep -1",
+                                  "--checkpoint-keep 4294967296", "--seed -1"}) {
+    const CliResult r = run_cli(kLinReg + flag + " --set train.epochs=1 --data " + (dir_ / "data").string() +
+                                " --checkpoint-dir " + (dir_ / "ck-range").string() + " --output " +
+                                (dir_ / "out-range").string());
+    EXPECT_EQ(r.exit_code, 2) << flag << ": " << r.output;
+    const std::string option = flag.substr(0, flag.find(' '));
+    EXPECT_SAYS(r.output, "'" + option + "' = \"" + flag.substr(flag.find(' ') + 1) + "\" is out of range");
+    EXPECT_FALSE(fs::exists(dir_ / "out-range" / "result_0.txt"));
+  }
+}
+
+// Defect 13: a checkpoint whose tensor has another shape, or lacks one, was refused only once the log
+// had begun (exit 1, an earlier result_0.txt replaced); the README promises exit 2 and no log.
+TEST_F(RunOutputs, ACheckpointThatDoesNotFitTheGraphIsRefusedBeforeTheLog) {
+  const fs::path ck = dir_ / "ck-fit", out = dir_ / "out-fit";
+  ASSERT_EQ(run_cli(linreg("--checkpoint-dir " + ck.string() + " --output " + out.string())).exit_code, 1);
+  std::ofstream(out / "result_0.txt", std::ios::trunc) << "an earlier run's log\n";
+  const fs::path manifest = ck / "epoch-000001" / "manifest.json";
+  const std::string good = slurp(manifest);
+  const auto refused = [&](const std::string& text, const std::string& expected) {
+    std::ofstream(manifest, std::ios::trunc) << text;
+    const CliResult r = run_cli(linreg("--resume " + ck.string() + " --output " + out.string(), 2));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_SAYS(r.output, "checkpoint " + (ck / "epoch-000001").string() + ": " + expected);
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    EXPECT_EQ(slurp(out / "result_0.txt"), "an earlier run's log\n");
+  };
+  std::string reshaped = good;
+  const std::string w = "\"name\": \"w\", \"slot\": \"\", \"dtype\": \"float32\", \"shape\": [8, 1]";
+  ASSERT_NE(reshaped.find(w), std::string::npos) << good;
+  reshaped.replace(reshaped.find(w), w.size(), "\"name\": \"w\", \"slot\": \"\", \"dtype\": \"float32\", \"shape\": [1, 8]");
+  refused(reshaped, "'w' is float32 [1,8], this run's graph has float32 [8,1]");
+  std::string missing = good;  // the record of b's velocity, a line of its own
+  const size_t at = missing.find("{\"name\": \"b\", \"slot\": \"velocity\"");
+  ASSERT_NE(at, std::string::npos) << good;
+  const size_t line = missing.rfind('\n', at);
+  missing.erase(line, missing.find('\n', at) - line);
+  if (missing.find("}\n  ]") == std::string::npos) missing.replace(missing.find("},\n  ]"), 3, "}\n");
+  refused(missing, "has no 'b/velocity'");
+  std::ofstream(manifest, std::ios::trunc) << good;
+  EXPECT_EQ(run_cli(linreg("--resume " + ck.string() + " --output " + out.string(), 2)).exit_code, 1) << "the control";
+}
+
+// Defects 1 and 2 through mlph-export: a CRC-consistent checkpoint of CosmoFlow whose dense kernel has
+// 20 dims (their product 1 mod 2^64) crashed it; one of [2^62 + 1, 4] wrote heap bytes into the .npz.
+TEST(MlphExport, HostileShapesAreRefusedInOneLine) {
+  const fs::path dir = fresh_dir("export-hostile-" + std::to_string(getpid()));
+  struct Case {
+    int64_t values;     // written: CRC and size are consistent
+    std::string shape;  // then stated
+    std::string expected;
+  };
+  for (const Case& c : std::vector<Case>{
+           {1, "6280111091792576901, 6139343578876104525, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1",
+            "tensor 'dense1.kernel' has 20 dims, more than the 8 of a tensor"},
+           {4, "4611686018427387905, 4",
+            "tensor 'dense1.kernel' of shape [4611686018427387905,4] is not the 16 bytes the manifest says"}}) {
+    const fs::path ck = dir / "ck";
+    fs::remove_all(ck);
+    core::CheckpointWriter writer(ck, 1);
+    const float values[4] = {1, 2, 3, 4};
+    writer.add("dense1.kernel", "", MLPH_DTYPE_F32, {c.values}, values);
+    core::CheckpointIdentity id;
+    id.benchmark = id.workload = "cosmoflow", id.backend = "reference";
+    const fs::path written = writer.commit(id, {1, 1, 1, {}}, 2);
+    std::string manifest = slurp(written / "manifest.json");
+    const size_t from = manifest.find("\"shape\": ["), to = manifest.find(']', from) + 1;
+    manifest.replace(from, to - from, "\"shape\": [" + c.shape + "]");
+    std::ofstream(written / "manifest.json", std::ios::trunc) << manifest;
+    const CliResult r = run_command(std::string(MLPH_BINARY_DIR "/bin/mlph-export ") + ck.string() + " " +
+                                    (dir / "w.npz").string());
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_SAYS(r.output, (written / "manifest.json").string() + ": " + c.expected);
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    EXPECT_FALSE(fs::exists(dir / "w.npz"));
+  }
+  fs::remove_all(dir);
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # CI: fuzzes the readers of untrusted input (tests/fuzz: TFRecord+gzip, npy, HDF5 sample and stats,
-# storage/stage's pack manifest and tar.zst parts, YAML configs, MLPerf logs and YAML of log keys)
+# storage/stage's pack manifest and tar.zst parts, YAML configs, MLPerf logs and YAML of log keys,
+# checkpoints with mlph-export's conversion, mlperf-score's judging of a log)
 # with libFuzzer, ASan and UBSan. Installs what it needs (Debian 12's clang 14 and its runtimes),
 # builds the harnesses in a build tree of their own, replays every committed corpus file once (a
 # crash that was fixed stays fixed), then fuzzes each harness for a bounded time. Fails on any

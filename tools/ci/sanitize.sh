@@ -50,11 +50,13 @@ ASAN_SKIP+='|^CosmoFlowDataSynthetic\.IsFastEnough$'
 ASAN_SKIP+='|^DeepCamRun\.(EveryValidationSampleCountsOnceWhateverTheBatch|AccumulationDefersUpdatesAcrossEpochs)$'
 # In CI, the unit tests of our own C++, every case of these binaries but ASAN_SKIP's: the readers
 # (TFRecord, npy, HDF5, pack manifest and tar, posix storage), the SDK, configs and text input, the
-# core (its loader with the broken plug-ins, logs, checkpoint files), storage/stage, the reference
-# backend. Not the end-to-end binaries (integration, submission, MPI, workloads' runs): each builds
-# and runs mlperf-run trainings, past CI's time under ASan on 2 cores.
-ASAN_CI_BINARIES=(core_test sdk_validate_test sdk_host_program_test cosmoflow_data_test deepcam_data_test
-                  storage_posix_test storage_stage_test reference_backend_test reference_thread_pool_test)
+# core (its loader with the broken plug-ins, logs, checkpoint files and hostile checkpoints, the
+# export, atomic files, the ranks' facts), mlperf-score's reading of forged logs, storage/stage, the
+# reference backend. Not the end-to-end binaries (integration, submission, MPI, workloads' runs):
+# each builds and runs mlperf-run trainings, past CI's time under ASan on 2 cores.
+ASAN_CI_BINARIES=(core_test score_input_test sdk_validate_test sdk_host_program_test cosmoflow_data_test
+                  deepcam_data_test storage_posix_test storage_stage_test reference_backend_test
+                  reference_thread_pool_test)
 
 # ThreadSanitizer, the threads: the reference backend's pool (ReferenceThreadPool, ReferenceApi) and
 # gradient buckets' comms thread (comms_mpi_collectives' GradientBuckets; comms_mpi_dp_equivalence,

@@ -7,9 +7,9 @@
 
 #include <boost/program_options.hpp>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 
+#include "mlph/core/atomic_file.hpp"
 #include "report.hpp"
 #include "scoring.hpp"
 
@@ -58,7 +58,7 @@ int score(const Options& o) {
   std::printf("\n%s", summary_table(sub).c_str());
   const std::string csv = summary_csv(sub);
   if (!o.csv.empty()) {
-    std::ofstream(o.csv) << csv;
+    mlph::core::write_whole_file(o.csv, csv);
     std::printf("CSV (as the result summarizer writes it): %s\n", o.csv.c_str());
   }
   std::printf("%s\n", rejected ? "verdict: NOT ACCEPTED (see the errors above)" : "verdict: accepted");

@@ -5,10 +5,13 @@
 
 #include <array>
 #include <boost/dll/runtime_symbol_info.hpp>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
+#include <cstring>
 #include <sstream>
+
+#include "mlph/core/atomic_file.hpp"
 
 #include "scoring.hpp"
 
@@ -33,10 +36,32 @@ std::pair<int, std::string> shell(const std::string& command) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
 }
 
-std::string python_command(const OfficialTools& t, const std::string& args) {
-  // The checkers write their log files into the working directory: give them a scratch one.
+// A directory of its own under TMPDIR, removed with all it holds.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string path = (fs::temp_directory_path() / "mlperf-score.XXXXXX").string();
+    if (!::mkdtemp(path.data())) throw std::runtime_error(fmt::format("{}: cannot create it: {}", path, std::strerror(errno)));
+    path_ = path;
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// Runs Python with `args` (an official tool): exit code and merged output. The checkers write their
+// log files into the working directory: they get a scratch one, which goes when they are done.
+std::pair<int, std::string> run_python(const OfficialTools& t, const std::string& args) {
+  const ScratchDir scratch;
   const std::string env = t.pythonpath.empty() ? "" : "PYTHONPATH=" + quoted(t.pythonpath) + "${PYTHONPATH:+:$PYTHONPATH} ";
-  return fmt::format("cd \"$(mktemp -d)\" && {}{} {}", env, quoted(t.python), args);
+  return shell(fmt::format("cd {} && {}{} {}", quoted(scratch.path().string()), env, quoted(t.python), args));
 }
 
 std::vector<std::string> lines_starting(const std::string& text, std::initializer_list<const char*> prefixes) {
@@ -62,7 +87,7 @@ OfficialTools find_official_tools(const std::string& package_dir) {
   OfficialTools t;
   t.python = python_interpreter();
   t.pythonpath = package_dir.empty() ? "" : fs::absolute(package_dir).string();
-  const auto [code, output] = shell(python_command(t, "-c 'import mlperf_logging.package_checker, mlperf_logging.result_summarizer'"));
+  const auto [code, output] = run_python(t, "-c 'import mlperf_logging.package_checker, mlperf_logging.result_summarizer'");
   t.available = code == 0;
   if (!t.available)
     t.why = fmt::format("{} cannot import mlperf_logging{}; give --mlperf-logging DIR", t.python,
@@ -73,9 +98,9 @@ OfficialTools find_official_tools(const std::string& package_dir) {
 OfficialResult run_package_checker(const OfficialTools& t, const fs::path& org_dir, const std::string& ruleset,
                                    bool rcp_bypass) {
   OfficialResult r;
-  const auto [code, output] = shell(python_command(
-      t, fmt::format("-m mlperf_logging.package_checker {} hpc {}{}", quoted(fs::absolute(org_dir).string()), ruleset,
-                     rcp_bypass ? " --rcp-bypass" : "")));
+  const auto [code, output] =
+      run_python(t, fmt::format("-m mlperf_logging.package_checker {} hpc {}{}", quoted(fs::absolute(org_dir).string()),
+                                ruleset, rcp_bypass ? " --rcp-bypass" : ""));
   r.output = output;
   r.passed = code == 0 && output.find("FOUND NO ERRORS") != std::string::npos;
   r.findings = lines_starting(output, {"ERROR", "PACKAGE CHECKER", "Traceback", "AssertionError"});
@@ -84,9 +109,8 @@ OfficialResult run_package_checker(const OfficialTools& t, const fs::path& org_d
 
 OfficialResult run_compliance_checker(const OfficialTools& t, const fs::path& log, const std::string& ruleset) {
   OfficialResult r;
-  const auto [code, output] = shell(python_command(
-      t, fmt::format("-m mlperf_logging.compliance_checker --usage hpc --ruleset {} {}", ruleset,
-                     quoted(fs::absolute(log).string()))));
+  const auto [code, output] = run_python(t, fmt::format("-m mlperf_logging.compliance_checker --usage hpc --ruleset {} {}",
+                                                         ruleset, quoted(fs::absolute(log).string())));
   r.output = output;
   r.passed = code == 0 && output.find("SUCCESS") != std::string::npos;
   r.findings = lines_starting(output, {"ERROR", "WARNING - ", "CHECK for", "Required", "Failed"});
@@ -97,9 +121,9 @@ OfficialResult run_result_summarizer(const OfficialTools& t, const fs::path& org
                                      const fs::path& csv) {
   OfficialResult r;
   fs::remove(csv);
-  const auto [code, output] = shell(python_command(
-      t, fmt::format("-m mlperf_logging.result_summarizer {} hpc {} --csv {}", quoted(fs::absolute(org_dir).string()),
-                     ruleset, quoted(fs::absolute(csv).string()))));
+  const auto [code, output] =
+      run_python(t, fmt::format("-m mlperf_logging.result_summarizer {} hpc {} --csv {}",
+                                quoted(fs::absolute(org_dir).string()), ruleset, quoted(fs::absolute(csv).string())));
   r.output = output;
   r.passed = code == 0 && fs::exists(csv);
   return r;
@@ -120,13 +144,13 @@ int write_report(const std::vector<std::string>& paths, const fs::path& out, con
   }
   if (results.empty()) throw std::runtime_error("no result directories found");
   fs::create_directories(out);
-  std::ofstream runs(out / "runs.csv"), epochs(out / "epochs.csv"), md(out / "summary.md");
-  runs << "set,system,scaling,benchmark,run,seed,compliant,status,global_batch_size,train_samples,epochs_to_converge,"
-          "time_to_train_min,init_s,staging_s,training_s,evaluation_s,other_s,throughput_samples_per_s\n";
-  epochs << "set,run,epoch,metric_key,metric\n";
-  md << "# MLPerf HPC results\n\n"
-     << "| system | scaling | benchmark | runs | GBS | score (min) | epochs to converge | verdict |\n"
-     << "|---|---|---|---|---|---|---|---|\n";
+  std::string runs = "set,system,scaling,benchmark,run,seed,compliant,status,global_batch_size,train_samples,"
+                     "epochs_to_converge,time_to_train_min,init_s,staging_s,training_s,evaluation_s,other_s,"
+                     "throughput_samples_per_s\n";
+  std::string epochs = "set,run,epoch,metric_key,metric\n";
+  std::string md = "# MLPerf HPC results\n\n"
+                   "| system | scaling | benchmark | runs | GBS | score (min) | epochs to converge | verdict |\n"
+                   "|---|---|---|---|---|---|---|---|\n";
   for (size_t i = 0; i < results.size(); ++i) {
     const BenchmarkResult& b = results[i];
     const std::string set = fmt::format("{}/{}/{}", b.system, b.scaling, b.benchmark);
@@ -137,27 +161,29 @@ int write_report(const std::vector<std::string>& paths, const fs::path& out, con
       const double timed = r.minutes * 60, other = std::max(0.0, timed - r.staging_s - r.train_s - r.eval_s);
       const int epochs_run = r.metric.empty() ? 0 : r.metric.back().epoch;
       const double throughput = r.train_s > 0 ? static_cast<double>(r.train_samples) * epochs_run / r.train_s : 0;
-      runs << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{:.6f},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f}\n", set,
+      runs += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{:.6f},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f}\n", set,
                           b.system, b.scaling, b.benchmark, r.file.filename().string(), r.seed ? *r.seed : 0,
                           r.verdict.valid ? 1 : 0, r.status, r.global_batch_size, r.train_samples, r.epochs_to_converge,
                           r.minutes, r.init_s, r.staging_s, r.train_s, r.eval_s, other, throughput);
       for (const EpochPoint& e : r.metric)
-        epochs << fmt::format("{},{},{},{},{}\n", set, r.file.filename().string(), e.epoch, r.metric_key, e.metric);
+        epochs += fmt::format("{},{},{},{},{}\n", set, r.file.filename().string(), e.epoch, r.metric_key, e.metric);
       if (r.epochs_to_converge > 0) epochs_sum += r.epochs_to_converge, ++converged;
       gbs = std::max(gbs, r.global_batch_size);
     }
-    md << fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} |\n", b.system, b.scaling, b.benchmark, b.runs.size(),
+    md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} |\n", b.system, b.scaling, b.benchmark, b.runs.size(),
                       gbs, b.score ? fmt::format("{:.4f}", *b.score) : "none",
                       converged ? fmt::format("{:.2f}", epochs_sum / converged) : "-",
                       b.errors.empty() ? "accepted" : "NOT ACCEPTED");
   }
   for (const BenchmarkResult& b : results)
-    for (const std::string& e : b.errors) md << "\n- " << e;
-  md << "\n\n## Plots\n\n"
-     << "![Time to solution per run: staging, training, evaluation, other](time_breakdown.png)\n\n"
-     << "![Epochs to converge and throughput against the global batch size](batch_size.png)\n\n"
-     << "![Quality metric per epoch, every run](metric_per_epoch.png)\n";
-  runs.close(), epochs.close(), md.close();
+    for (const std::string& e : b.errors) md += "\n- " + e;
+  md += "\n\n## Plots\n\n"
+        "![Time to solution per run: staging, training, evaluation, other](time_breakdown.png)\n\n"
+        "![Epochs to converge and throughput against the global batch size](batch_size.png)\n\n"
+        "![Quality metric per epoch, every run](metric_per_epoch.png)\n";
+  core::write_whole_file(out / "runs.csv", runs);
+  core::write_whole_file(out / "epochs.csv", epochs);
+  core::write_whole_file(out / "summary.md", md);
 
   // share/mlperf-hpc/ beside the program's bin/: in the build tree as in an installation.
   const fs::path script =

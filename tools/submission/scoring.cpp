@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <regex>
 #include <set>
@@ -187,18 +188,26 @@ std::optional<double> olympic_mean(std::vector<double> minutes, int dropped) {
   return std::accumulate(minutes.begin() + first, minutes.begin() + last, 0.0) / (last - first);
 }
 
-RunResult read_run(const fs::path& file, const std::string& ruleset) {
+RunResult read_run(const fs::path& file, const std::string& ruleset) { return score_log(core::read_mllog(file), ruleset); }
+
+RunResult score_log(const core::ParsedLog& log, const std::string& ruleset) {
   RunResult r;
+  const fs::path& file = log.file;
   r.file = file;
-  const core::ParsedLog log = core::read_mllog(file);
   r.verdict = check_log(log, ruleset);
   const core::LogLine* start = log.find("run_start");
   const core::LogLine* stop = log.find("run_stop");
   if (start && stop) {
-    r.timed = true;
     r.start_ms = start->time_ms, r.stop_ms = stop->time_ms;
     r.minutes = (r.stop_ms - r.start_ms) / 60 / 1000;
     r.status = scalar_text(stop->metadata["status"]);
+    // A time to train is a finite span forward in time: anything else would score NaN, or better than any run.
+    r.timed = std::isfinite(r.minutes) && r.start_ms >= 0 && r.stop_ms >= r.start_ms;
+    if (!r.timed) {
+      r.verdict.valid = false;
+      r.verdict.errors.push_back(fmt::format("{}:{}: run_stop at time_ms {} is no time after run_start's {} (line {})",
+                                             file.string(), stop->line, stop->time_ms, start->time_ms, start->line));
+    }
   } else {
     r.verdict.valid = false;
     r.verdict.errors.push_back(fmt::format("{}: run_{} not recorded", file.string(), start ? "stop" : "start"));
@@ -278,7 +287,16 @@ BenchmarkResult score_directory(const fs::path& dir, const std::string& scaling,
     }
   }
 
-  if (fs::exists(dir / "scaling.json")) b.scaling_factor = load_submission_file(dir / "scaling.json")["scaling_factor"].as<double>();
+  if (fs::exists(dir / "scaling.json")) {
+    const YAML::Node factor = load_submission_file(dir / "scaling.json")["scaling_factor"];
+    const std::optional<double> value = factor && factor.IsScalar() ? core::json_number_value(factor) : std::nullopt;
+    if (value && std::isfinite(*value) && *value > 0)
+      b.scaling_factor = *value;
+    else
+      b.errors.push_back(fmt::format("{}: \"scaling_factor\" {} is not a positive finite number",
+                                     (dir / "scaling.json").string(),
+                                     factor && factor.IsScalar() ? core::escaped(factor.Scalar(), 40) : "(missing)"));
+  }
 
   if (scaling == "strong") {
     std::vector<double> minutes;

@@ -58,6 +58,8 @@ BenchmarkResult score_directory(const std::filesystem::path& dir, const std::str
 
 // Reads and scores one log (no directory rules).
 RunResult read_run(const std::filesystem::path& file, const std::string& ruleset);
+// The same for a log already read.
+RunResult score_log(const core::ParsedLog& log, const std::string& ruleset);
 
 // Strong-scaling mean as the summarizer computes it from the kept times and the number dropped;
 // nullopt when more than one run was dropped or nothing is left.

@@ -8,7 +8,6 @@
 // rank is done, each rank lists the node's staged files and takes files[local_rank::local_size] of
 // the (shuffled) listing. With one rank per node that is exactly files[rank::size].
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 #include <archive.h>
@@ -279,14 +278,13 @@ class StageStorage final : public mlph::sdk::Storage {
     if (abandoned_) fail(MLPH_ABORTED, root_.string() + ": no lock taken: the run is ending");
     const fs::path lock = root_ / (std::string(kAlivePrefix) + std::to_string(rank));
     const fs::path locking = root_ / (".locking-" + std::to_string(rank));
-    mlph::sdk::detail::Fd fd(::open(locking.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600));
-    if (fd.get() < 0 || ::flock(fd.get(), LOCK_EX | LOCK_NB) != 0)
-      fail(MLPH_PERMISSION_DENIED, locking.string() + ": cannot create and lock: " + std::strerror(errno));
+    std::optional<mlph::sdk::detail::Fd> fd = mlph::sdk::lock_file(locking.string(), true);
+    if (!fd) fail(MLPH_PERMISSION_DENIED, locking.string() + ": locked by another process");
     std::error_code ec;
     fs::rename(locking, lock, ec);
     if (ec) fail(MLPH_PERMISSION_DENIED, lock.string() + ": cannot name the lock: " + ec.message());
     files_.push_back(lock);  // removed with the copy; the lock goes when the process does
-    alive_.emplace(std::move(fd));
+    alive_.emplace(std::move(*fd));
   }
 
   // A copy is stale when it has lock files and every one of them can be locked: no rank holds it.
@@ -296,8 +294,11 @@ class StageStorage final : public mlph::sdk::Storage {
     for (fs::directory_iterator it(copy, ec), end; !ec && it != end; it.increment(ec)) {
       if (it->path().filename().string().rfind(kAlivePrefix, 0) != 0) continue;
       any = true;
-      const mlph::sdk::detail::Fd fd(::open(it->path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-      if (fd.get() < 0 || ::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) return false;  // held: a run is using it
+      try {
+        if (!mlph::sdk::lock_file(it->path().string(), false)) return false;  // held: a run is using it
+      } catch (const mlph::sdk::Error&) {
+        return false;  // not ours to judge: left alone
+      }
     }
     return any && !ec;
   }

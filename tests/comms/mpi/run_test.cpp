@@ -92,6 +92,29 @@ TEST(MpiRun, TwoRanksWriteOneLogThatPassesTheChecker) {
   EXPECT_EQ(check.exit_code, 0) << check.output;
 }
 
+// Issue 28, defect 9: a rank started with another learning rate trained on silently, the log showing
+// rank 0's. The ranks compare what they run before the log begins: one line naming the rank and the
+// key, exit 2 on every rank, no log.
+TEST(MpiRun, RanksThatDoNotRunTheSameThingAreRefusedNamingTheRankAndKey) {
+  const fs::path out = fresh_dir("mpi-mismatch");
+  mpirun_2_ranks();  // its environment
+  const std::string run = MLPH_BINARY_DIR "/bin/mlperf-run " + kTiny +
+                          "--comms mpi --set train.epochs=1 --set train.target_mae=10 --data " + dataset().string() +
+                          " --output " + out.string();
+  const CliResult r = run_command(std::string(MLPH_MPIEXEC) + " --oversubscribe -np 1 " + run + " : -np 1 " + run +
+                                  " --set optimizer.base_lr=0.002");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("mlperf-run: error: rank 1 does not run what rank 0 runs: config optimizer.base_lr is '0.002' "
+                          "there, '0.001' on rank 0"),
+            std::string::npos)
+      << r.output;
+  size_t errors = 0;
+  for (size_t at = r.output.find("mlperf-run: error"); at != std::string::npos; at = r.output.find("mlperf-run: error", at + 1))
+    ++errors;
+  EXPECT_EQ(errors, 1u) << r.output;
+  EXPECT_FALSE(fs::exists(out / "result_0.txt"));
+}
+
 // DeepCAM on 2 ranks with the reference's multi-rank options together: batch norm over both ranks
 // (SyncBatchNorm) and 2 micro-batches per update. Open division, with a target one epoch reaches.
 TEST(MpiRun, DeepCamWithGroupBatchNormAndAccumulation) {

@@ -48,7 +48,12 @@ struct SavedCheckpoint {
 SavedCheckpoint save_checkpoint(const CheckpointOptions& options, const Session& session, MLPH_Model* model,
                                 const MLPH_Graph& graph, const RunnerState& state, bool pending);
 
-// Writes the checkpoint's parameters and state slots into `model` (compiled from `graph`).
+// Throws CheckpointError naming the checkpoint and the first of `graph`'s parameters (or their state
+// slots) that it lacks or holds with another dtype or shape: checked before the run's log begins.
+void check_restorable(const CheckpointReader& checkpoint, const MLPH_Graph& graph);
+
+// Writes the checkpoint's parameters and state slots into `model` (compiled from `graph`), which
+// check_restorable accepts.
 void restore_checkpoint(const CheckpointReader& checkpoint, const Session& session, MLPH_Model* model,
                         const MLPH_Graph& graph);
 

@@ -11,11 +11,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "mlph/common.h"
+#include "mlph/core/atomic_file.hpp"
 
 namespace mlph::core {
 
@@ -65,12 +67,17 @@ struct Manifest {
 };
 
 inline constexpr int kCheckpointVersion = 1;
+// The bounds of a manifest read back (text_input.hpp): the mini DeepCAM's, the largest here (LAMB,
+// 1 057 tensors), is 169 KB of 18 302 YAML nodes: these leave 25 and 13 times that.
+inline constexpr uint64_t kMaxManifestBytes = uint64_t{4} << 20;
+inline constexpr size_t kMaxManifestNodes = 250'000;
 
 // The checkpoint directory's name for the state after `epochs_done` epochs: epoch-000012.
 std::string checkpoint_name(uint32_t epochs_done);
 // The complete checkpoints in `dir` (epoch-* with a manifest), oldest first.
 std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& dir);
-// The checkpoint `dir`'s `latest` names (unchecked), or an empty path when it has none.
+// The checkpoint `dir`'s `latest` names, or an empty path when it has none. A `latest` that is not a
+// regular file of one line naming a checkpoint of `dir` (epoch-NNNNNN) is a CheckpointError.
 std::filesystem::path latest_checkpoint(const std::filesystem::path& dir);
 
 // One checkpoint being written; nothing is visible under its name until commit().
@@ -90,14 +97,15 @@ class CheckpointWriter {
 
  private:
   std::filesystem::path dir_, temp_, final_;
-  int fd_ = -1;
+  std::optional<AtomicFile> tensors_file_;
   uint64_t offset_ = 0;
   std::vector<TensorRecord> tensors_;
 };
 
 // A checkpoint opened for reading: `path` is one checkpoint (holding manifest.json) or a checkpoint
-// directory (its `latest`). The manifest is parsed and every tensor's size and CRC32 checked before
-// the constructor returns; any fault is a CheckpointError naming the file.
+// directory (its `latest`). The manifest is parsed (bounded, text_input.hpp) and every tensor's shape,
+// size, place in tensors.bin and CRC32 checked before the constructor returns, through a buffer of a
+// few MiB; any fault is a CheckpointError naming the file.
 class CheckpointReader {
  public:
   explicit CheckpointReader(const std::filesystem::path& path);
@@ -105,10 +113,11 @@ class CheckpointReader {
   const Manifest& manifest() const { return manifest_; }
   // The tensor's record, or null when the checkpoint has none of that name and slot.
   const TensorRecord* find(const std::string& name, const std::string& slot) const;
-  // Its bytes (as checked at open).
+  // Its bytes, their CRC32 checked again.
   std::vector<std::byte> read(const TensorRecord& record) const;
 
  private:
+  void check_crc(const TensorRecord& record, uint32_t crc) const;
   std::filesystem::path dir_;
   Manifest manifest_;
 };

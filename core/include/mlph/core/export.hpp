@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "mlph/core/atomic_file.hpp"
 #include "mlph/core/plugin_loader.hpp"
 #include "mlph/workload.h"
 
@@ -23,10 +24,11 @@ struct ParameterValues {
 // The workload's reference_layout, or null when it has none (older than ABI 1.4, or it cannot say).
 decltype(MLPH_WorkloadApi::reference_layout) reference_layout_of(const LoadedPlugin& workload);
 
-// Writes the reference's tensors of `params` to `file`; `micro_batches` fills the batch counters
-// (PyTorch BatchNorm's num_batches_tracked). Returns how many arrays it wrote. Throws
-// std::runtime_error naming the parameter when the workload does not know one.
+// Writes the reference's tensors of `params` to `file` (made beforehand: a run reserves its export
+// before it starts); `micro_batches` fills the batch counters (PyTorch BatchNorm's
+// num_batches_tracked). Returns how many arrays it wrote. Throws std::runtime_error naming the
+// parameter when the workload does not know one, or when a shape does not hold its values.
 size_t export_weights(decltype(MLPH_WorkloadApi::reference_layout) layout, const std::vector<ParameterValues>& params,
-                      uint64_t micro_batches, const std::filesystem::path& file);
+                      uint64_t micro_batches, AtomicFile file);
 
 }  // namespace mlph::core

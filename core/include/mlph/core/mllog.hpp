@@ -7,11 +7,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <source_location>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "mlph/core/atomic_file.hpp"
 #include "mlph/core/json.hpp"
 
 namespace mlph::core {
@@ -20,8 +22,8 @@ using Metadata = std::vector<std::pair<std::string, Json>>;
 
 class MlLogger {
  public:
-  // Writes to `path` when it is not empty, and to stdout when `echo`; neither: a disabled logger
-  // (ranks other than 0).
+  // Writes to `path` when it is not empty (a new file renamed over what was there: atomic_file.hpp),
+  // and to stdout when `echo`; neither: a disabled logger (ranks other than 0).
   MlLogger(const std::filesystem::path& path, bool echo);
   ~MlLogger();
   MlLogger(const MlLogger&) = delete;
@@ -44,7 +46,7 @@ class MlLogger {
   LineTemplate line_template(const char* event_type, const std::string& key, Metadata metadata,
                              const std::string& text_key,
                              std::source_location where = std::source_location::current()) const;
-  int fd() const { return file_ ? fileno(file_) : -1; }
+  int fd() const { return file_ ? file_->fd() : -1; }
 
  private:
   void write(const char* event_type, const std::string& key, const Json& value, const Metadata& metadata,
@@ -52,7 +54,7 @@ class MlLogger {
   static std::string format_line(const char* event_type, const std::string& key, const Json& value,
                                  const Metadata& metadata, const std::source_location& where, const std::string& time_ms);
   std::filesystem::path path_;
-  std::FILE* file_ = nullptr;
+  std::optional<AtomicFile> file_;
   bool echo_;
 };
 

@@ -7,20 +7,20 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "mlph/common.h"
+#include "mlph/core/atomic_file.hpp"
 
 namespace mlph::core {
 
 class NpzWriter {
  public:
-  explicit NpzWriter(std::filesystem::path file);  // written to file.tmp, renamed by finish()
-  ~NpzWriter();                                    // an unfinished archive is removed
-  NpzWriter(const NpzWriter&) = delete;
-  NpzWriter& operator=(const NpzWriter&) = delete;
+  // Written into `file` (atomic_file.hpp: it may have been made long before, to reserve the path);
+  // an unfinished archive never appears under its name.
+  explicit NpzWriter(AtomicFile file);
+  explicit NpzWriter(const std::filesystem::path& file) : NpzWriter(AtomicFile(file)) {}
 
   // Array `name` (numpy.load's key) of little-endian float32, int64, ... row-major; ndim 0 is a scalar.
   void add(const std::string& name, MLPH_DType dtype, const std::vector<int64_t>& shape, const void* data);
@@ -31,11 +31,9 @@ class NpzWriter {
     std::string name;
     uint32_t crc32, size, offset;
   };
-  std::filesystem::path file_, temp_;
-  std::ofstream out_;
+  AtomicFile out_;
   uint64_t offset_ = 0;
   std::vector<Entry> entries_;
-  bool finished_ = false;
 };
 
 }  // namespace mlph::core

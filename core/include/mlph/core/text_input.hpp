@@ -1,6 +1,6 @@
 // Reading what people and other programs wrote: configs, YAML of log keys, MLPerf logs, system
-// descriptions. Files must be regular and of bounded size; YAML has a bounded node count and no
-// anchors or aliases; both are checked before anything grows. (An alias repeats a node without
+// descriptions, checkpoint manifests. Files must be regular and of bounded size; YAML has a bounded
+// node count, no anchors or aliases, and no key twice in a map; all are checked before anything grows. (An alias repeats a node without
 // copying it: a few hundred bytes of YAML can stand for billions of nodes once walked, the
 // "billion laughs"; and a node takes about 480 bytes of memory however little text it needs.)
 #pragma once
@@ -54,8 +54,8 @@ std::string escaped(std::string_view text, size_t max_shown = std::string_view::
 std::string read_text_file(const std::filesystem::path& file, uint64_t max_bytes, std::string_view what);
 
 // The first YAML document of `text`. Refused (YamlError) when it is not YAML, holds an anchor or an
-// alias, or (YamlTooLarge) more than `max_nodes` nodes: checked on the parser's events, before any
-// node is built.
+// alias or a key twice in one map (yaml-cpp would keep the first, Python's json the last), or
+// (YamlTooLarge) more than `max_nodes` nodes: checked on the parser's events, before any node is built.
 // `nodes`, if given, receives the node count.
 YAML::Node load_yaml(const std::string& text, size_t max_nodes, size_t* nodes = nullptr);
 

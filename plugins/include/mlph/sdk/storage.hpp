@@ -2,6 +2,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -181,6 +182,26 @@ inline std::vector<std::byte> read_regular_file(const std::string& path, uint64_
     return bytes.data();
   });
   return bytes;
+}
+
+// ---- a lock a process holds while it runs ----------------------------------------------------
+
+// An exclusive flock(2) on the regular file at `path` (created with `mode` when `create`; never
+// opened through a symbolic link), held until the returned Fd is closed or the process ends however
+// it ends: the kernel drops it. nullopt when another process holds it. Throws, naming the path, when
+// it cannot be opened (or is no regular file) or locked. Whoever can read the file can lock it.
+inline std::optional<detail::Fd> lock_file(const std::string& path, bool create, mode_t mode = 0600) {
+  detail::Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | (create ? O_CREAT : 0), mode));
+  if (fd.get() < 0) {
+    const int e = errno;
+    fail(e == ENOENT ? MLPH_NOT_FOUND : MLPH_PERMISSION_DENIED, path + ": cannot open the lock file: " + std::strerror(e));
+  }
+  struct stat info {};
+  if (::fstat(fd.get(), &info) != 0 || !S_ISREG(info.st_mode))
+    fail(MLPH_INVALID_ARGUMENT, path + ": is " + detail::file_kind(info.st_mode) + ", not a lock file");
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) == 0) return fd;
+  if (errno == EWOULDBLOCK) return std::nullopt;
+  fail(MLPH_PERMISSION_DENIED, path + ": cannot lock: " + std::strerror(errno));
 }
 
 // Whether a storage table has read_range (ABI 1.5).

@@ -1,0 +1,52 @@
+// Issue 28, defect 9: ranks that do not run the same thing are told apart at start. Their facts
+// (rank_check.hpp) compared as every rank compares them after the allgather; the 2-rank run itself is
+// in tests/comms/mpi/run_test.cpp (MpiRun.RanksThatDoNotRunTheSameThingAreRefusedNamingTheRankAndKey).
+#include <gtest/gtest.h>
+
+#include "mlph/core/rank_check.hpp"
+
+using namespace mlph::core;
+
+namespace {
+
+RunFacts facts(const std::string& lr, const std::string& resumed = "(none)") {
+  return {{"backend plug-in", "reference 1.0.0 (fnv1a64:0123)"},
+          {"config optimizer.base_lr", lr},
+          {"config train.epochs", "3"},
+          {"resumed from", resumed}};
+}
+
+}  // namespace
+
+TEST(RankCheck, FactsSurviveTheirEncodingWhateverTheyHold) {
+  RunFacts odd = facts(std::string("a\0b\n=\x1b", 6));
+  odd.emplace_back("", "");
+  EXPECT_EQ(decode_facts(encode_facts(odd)), odd);
+  std::string cut = encode_facts(odd);
+  cut.pop_back();
+  EXPECT_THROW(decode_facts(cut), RankMismatch);
+  EXPECT_THROW(decode_facts(std::string(7, '\xff')), RankMismatch);
+}
+
+TEST(RankCheck, TheFirstRankAndKeyThatDifferAreNamed) {
+  EXPECT_EQ(first_difference({facts("0.001"), facts("0.001"), facts("0.001")}), "");
+  EXPECT_EQ(first_difference({facts("0.001"), facts("0.001"), facts("0.002"), facts("0.5")}),
+            "rank 2 does not run what rank 0 runs: config optimizer.base_lr is '0.002' there, '0.001' on rank 0 (start "
+            "every rank with the same configuration, plug-ins and checkpoint)");
+  const std::string resumed = first_difference({facts("0.001", "epoch 2, micro-batch 8"), facts("0.001", "epoch 1, micro-batch 4")});
+  EXPECT_NE(resumed.find("rank 1 does not run what rank 0 runs: resumed from is 'epoch 1, micro-batch 4' there, 'epoch 2, "
+                         "micro-batch 8' on rank 0"),
+            std::string::npos)
+      << resumed;
+  RunFacts fewer = facts("0.001");
+  fewer.erase(fewer.begin() + 2);  // no train.epochs: another workload's schema
+  EXPECT_NE(first_difference({facts("0.001"), fewer}).find("config train.epochs is (absent) there, '3' on rank 0"),
+            std::string::npos);
+  RunFacts more = facts("0.001");
+  more.insert(more.begin() + 1, {"config model.extra", "1"});
+  EXPECT_NE(first_difference({facts("0.001"), more}).find("config model.extra is '1' there, (absent) on rank 0"),
+            std::string::npos);
+  EXPECT_NE(first_difference({facts("0.001"), facts("0.001\n\x1b[2J")}).find("'0.001\\n\\u001b[2J' there"),
+            std::string::npos)
+      << "quoted escaped";
+}
