@@ -95,15 +95,17 @@ std::string manifest_json(const CheckpointIdentity& id, const RunnerState& state
                            records.empty() ? "" : ",", json(t.name).text, json(t.slot).text,
                            json(sdk::schema::dtype_name(t.dtype)).text, fmt::join(t.shape, ", "), t.offset, t.bytes,
                            t.crc32);
+  const int version = state.steps_done > 0 ? 2 : 1;  // see kCheckpointVersion
   return fmt::format(
       "{{\n  \"format\": {}, \"version\": {},\n  \"benchmark\": {}, \"workload\": {}, \"backend\": {},\n"
       "  \"graph_fingerprint\": {}, \"seed\": {}, \"ranks\": {}, \"gradient_accumulation\": {},\n"
       "  \"config_hash\": {},\n  \"hyperparameters\": {{{}\n  }},\n"
-      "  \"state\": {{\"epochs_done\": {}, \"micro_batches\": {}, \"optimizer_steps\": {}, \"metrics\": [{}]}},\n"
+      "  \"state\": {{\"epochs_done\": {}, {}\"micro_batches\": {}, \"optimizer_steps\": {}, \"metrics\": [{}]}},\n"
       "  \"tensors_file\": {}, \"tensors_bytes\": {},\n  \"tensors\": [{}\n  ]\n}}\n",
-      json(kFormat).text, kCheckpointVersion, json(id.benchmark).text, json(id.workload).text, json(id.backend).text,
+      json(kFormat).text, version, json(id.benchmark).text, json(id.workload).text, json(id.backend).text,
       json(id.graph_fingerprint).text, id.seed, id.ranks, id.accumulation, json(id.config_hash).text, hparams,
-      state.epochs_done, state.micro_batches, state.optimizer_steps, fmt::join(metrics, ", "), json(kTensors).text,
+      state.epochs_done, version > 1 ? fmt::format("\"steps_done\": {}, ", state.steps_done) : "",
+      state.micro_batches, state.optimizer_steps, fmt::join(metrics, ", "), json(kTensors).text,
       tensors_bytes, records);
 }
 
@@ -123,9 +125,10 @@ class ManifestParser {
     if (text(root_, "format") != kFormat)
       throw CheckpointError(fmt::format("{}: not an mlperf-hpc checkpoint (format '{}', expected '{}')", file_.string(),
                                         text(root_, "format"), kFormat));
-    if (const auto version = number<int>(root_, "version"); version != kCheckpointVersion)
-      throw CheckpointError(fmt::format("{}: checkpoint format version {}; this build reads version {}", file_.string(),
-                                        version, kCheckpointVersion));
+    const auto version = number<int>(root_, "version");
+    if (version < 1 || version > kCheckpointVersion)
+      throw CheckpointError(fmt::format("{}: checkpoint format version {}; this build reads versions 1 to {}",
+                                        file_.string(), version, kCheckpointVersion));
     Manifest m;
     CheckpointIdentity& id = m.identity;
     id.benchmark = text(root_, "benchmark"), id.workload = text(root_, "workload"), id.backend = text(root_, "backend");
@@ -135,6 +138,7 @@ class ManifestParser {
     for (const auto& kv : field(root_, "hyperparameters")) id.hyperparameters[kv.first.as<std::string>()] = kv.second.as<std::string>();
     const YAML::Node state = field(root_, "state");
     m.state.epochs_done = number<uint32_t>(state, "epochs_done");
+    if (version > 1) m.state.steps_done = number<uint64_t>(state, "steps_done");
     m.state.micro_batches = number<uint64_t>(state, "micro_batches");
     m.state.optimizer_steps = number<uint64_t>(state, "optimizer_steps");
     for (const YAML::Node& v : field(state, "metrics")) m.state.metrics.push_back(metric(v));
@@ -207,7 +211,9 @@ void remove_quietly(const fs::path& path) {
 
 }  // namespace
 
-std::string checkpoint_name(uint32_t epochs_done) { return fmt::format("epoch-{:06}", epochs_done); }
+std::string checkpoint_name(uint32_t epochs_done, uint64_t steps_done) {
+  return steps_done == 0 ? fmt::format("epoch-{:06}", epochs_done) : fmt::format("epoch-{:06}-step-{:06}", epochs_done, steps_done);
+}
 
 std::vector<fs::path> list_checkpoints(const fs::path& dir) {
   std::vector<fs::path> found;
@@ -225,10 +231,10 @@ fs::path latest_checkpoint(const fs::path& dir) {
   return name.empty() ? fs::path() : dir / name;
 }
 
-CheckpointWriter::CheckpointWriter(fs::path dir, uint32_t epochs_done)
+CheckpointWriter::CheckpointWriter(fs::path dir, uint32_t epochs_done, uint64_t steps_done)
     : dir_(std::move(dir)),
-      temp_(dir_ / fmt::format(".{}.tmp", checkpoint_name(epochs_done))),
-      final_(dir_ / checkpoint_name(epochs_done)) {
+      temp_(dir_ / fmt::format(".{}.tmp", checkpoint_name(epochs_done, steps_done))),
+      final_(dir_ / checkpoint_name(epochs_done, steps_done)) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) throw CheckpointError(fmt::format("{}: cannot create the checkpoint directory: {}", dir_.string(), ec.message()));
