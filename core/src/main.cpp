@@ -91,13 +91,14 @@ int main_checked(int argc, char** argv) {
       ("generate-data", po::value(&options.generate_data_dir), "write the workload's synthetic dataset to DIR and exit")
       ("log-name", po::value(&options.log_name), "file name of the MLPerf log in --output (default result_0.txt)")
       ("checkpoint-dir", po::value(&checkpoint_dir),
-       "save a checkpoint into DIR after every epoch (weights, optimizer state, counters); go on after a failure "
-       "with --resume DIR")
+       "save a checkpoint into DIR after every epoch (weights, optimizer state, counters), and where SIGUSR1, SIGTERM "
+       "or SIGINT stops the run (exit status 3); go on with --resume DIR, or --resume auto")
       ("checkpoint-every", po::value(&options.checkpoint_every), "with --checkpoint-dir: epochs between checkpoints (default 1)")
       ("checkpoint-keep", po::value(&options.checkpoint_keep), "with --checkpoint-dir: checkpoints kept, the newest (default 2)")
       ("resume", po::value(&resume),
-       "go on from a checkpoint (DIR/epoch-NNNNNN, or DIR: its latest) with the next epoch; a resumed run is not a "
-       "timed MLPerf result")
+       "go on from a checkpoint (DIR/epoch-NNNNNN[-step-NNNNNN], or DIR: its latest) where it stopped; `auto`: from "
+       "--checkpoint-dir's latest if it holds one, else start afresh (a requeued job); a resumed run is not a timed "
+       "MLPerf result")
       ("export-weights", po::value(&export_weights),
        "at the end, write the trained weights to FILE (.npz) in the reference implementation's PyTorch names and layouts")
       ("borrow-hparams", po::value(&borrow),
@@ -131,7 +132,9 @@ int main_checked(int argc, char** argv) {
   if (vm.count("list-plugins")) return list_plugins(options.plugin_dirs);
   if (vm.count("seed")) options.seed = seed;
   options.output_dir = vm["output"].as<std::string>();
-  options.checkpoint_dir = checkpoint_dir, options.resume_from = resume, options.export_weights = export_weights;
+  options.checkpoint_dir = checkpoint_dir, options.export_weights = export_weights;
+  options.resume_auto = resume == "auto";  // a checkpoint directory named auto: --resume ./auto
+  if (!options.resume_auto) options.resume_from = resume;
   if (vm.count("runs") && !(checkpoint_dir.empty() && resume.empty() && export_weights.empty())) {
     std::fprintf(stderr, "mlperf-run: error: --runs makes timed submission runs: no --checkpoint-dir, --resume or "
                          "--export-weights with it\n");

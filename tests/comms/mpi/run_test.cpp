@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../../integration/cli.hpp"
+#include "mlph/core/checkpoint_file.hpp"
 #include "mpirun.hpp"
 
 using namespace mlph::test;
@@ -219,6 +220,96 @@ TEST(MpiRun, CheckpointsOfASpatialRunAreRefused) {
                                        (dir / "whole" / "epoch-000001").string());
   EXPECT_EQ(resume.exit_code, 2) << resume.output;
   EXPECT_NE(resume.output.find(refused), std::string::npos) << resume.output;
+}
+
+// A signal that reaches one rank only (SIGUSR1 to rank 1) stops both at the same step: they vote at
+// every step boundary. Rank 0 saves the checkpoint inside the epoch, both exit 3, and the same
+// command again (--resume auto) ends with the weights of a run never stopped, bit for bit.
+TEST(MpiRun, ASignalToOneRankStopsEveryRankAtTheSameStepAndTheRunResumesBitwise) {
+  const fs::path dir = fresh_dir("mpi-stop");
+  const std::string run = kTiny + "--comms mpi --set backend.threads=1 --set train.epochs=2 --set train.target_mae=0.0001 "
+                                  "--data " + dataset().string();
+  const CliResult whole = run_command(mpirun() + run + " --output " + (dir / "whole").string() + " --export-weights " +
+                                      (dir / "whole.npz").string());
+  ASSERT_EQ(whole.exit_code, 1) << whole.output;  // the target is out of reach
+  const std::string again = run + " --checkpoint-dir " + (dir / "ck").string() + " --resume auto ";
+  const fs::path printed = dir / "stopped.txt";
+  const std::string command = "exec " + mpirun() + again + "--output " + (dir / "stopped").string() + " > " +
+                              printed.string() + " 2>&1";
+  const pid_t launcher = fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  pid_t rank1 = -1;
+  for (const auto start = std::chrono::steady_clock::now(); std::chrono::steady_clock::now() - start < std::chrono::seconds(120);) {
+    if (read_file(printed).find("epoch 2/2  step 1/") != std::string::npos && (rank1 = find_rank(launcher, 1)) > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GT(rank1, 0) << read_file(printed);
+  kill(rank1, SIGUSR1);
+  int status = 0;
+  waitpid(launcher, &status, 0);
+  const std::string output = read_file(printed);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << status << "\n" << output;
+  const std::vector<std::string> lines = read_lines(dir / "stopped" / "result_0.txt");
+  ASSERT_FALSE(lines.empty());
+  EXPECT_NE(lines.back().find("SIGUSR1 (Slurm's warning"), std::string::npos) << lines.back();
+  EXPECT_NE(lines.back().find("checkpoint " + (dir / "ck").string() + "/epoch-000001-step-"), std::string::npos)
+      << lines.back();
+  const CliResult resumed = run_command(mpirun() + again + "--output " + (dir / "resumed").string() + " --export-weights " +
+                                        (dir / "resumed.npz").string());
+  EXPECT_EQ(resumed.exit_code, 1) << resumed.output;
+  EXPECT_NE(resumed.output.find("note: resumed at step"), std::string::npos) << resumed.output;
+  EXPECT_TRUE(read_file(dir / "whole.npz") == read_file(dir / "resumed.npz")) << "the resumed run's weights differ";
+}
+
+// Inside an epoch each rank's batch-norm running statistics are its own (the epoch's end averages
+// them): a checkpoint there holds rank 1's beside rank 0's, and the resumed run, averaging them at
+// the epoch's end, exports what a run never stopped does (DeepCAM, 2 ranks, 3 steps an epoch).
+TEST(MpiRun, DeepCamStoppedInsideAnEpochKeepsEachRanksRunningStatistics) {
+  if (!fs::exists(fs::path(MLPH_PLUGIN_DIR) / "libmlph-workload-deepcam.so")) GTEST_SKIP() << "deepcam not built (HDF5)";
+  const fs::path dir = fresh_dir("mpi-stop-deepcam");
+  const std::string shape = "--workload deepcam --division open --seed 5 --set data.height=32 --set data.width=32 ";
+  ASSERT_EQ(run_cli(shape + "--set data.synthetic.train=6 --set data.synthetic.valid=2 --generate-data " +
+                    (dir / "data").string()).exit_code, 0);
+  const std::string run = shape + "--comms mpi --set backend.threads=1 --set train.batch_size=1 --set train.epochs=1 "
+                                  "--set train.target_iou=0.9999 --data " + (dir / "data").string();
+  const CliResult whole = run_command(mpirun() + run + " --output " + (dir / "whole").string() + " --export-weights " +
+                                      (dir / "whole.npz").string());
+  ASSERT_EQ(whole.exit_code, 1) << whole.output;
+  const std::string again = run + " --checkpoint-dir " + (dir / "ck").string() + " --resume auto ";
+  const fs::path printed = dir / "stopped.txt";
+  const std::string command = "exec " + mpirun() + again + "--output " + (dir / "stopped").string() + " > " +
+                              printed.string() + " 2>&1";
+  const pid_t launcher = fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  pid_t rank1 = -1;
+  for (const auto start = std::chrono::steady_clock::now(); std::chrono::steady_clock::now() - start < std::chrono::seconds(180);) {
+    if (read_file(printed).find("epoch 1/1  step 1/") != std::string::npos && (rank1 = find_rank(launcher, 1)) > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GT(rank1, 0) << read_file(printed);
+  kill(rank1, SIGUSR1);
+  int status = 0;
+  waitpid(launcher, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << status << "\n" << read_file(printed);
+  {
+    const mlph::core::CheckpointReader inside(dir / "ck");
+    EXPECT_GT(inside.manifest().state.steps_done, 0u);
+    EXPECT_NE(inside.find("xception.conv1.bn.running_mean", "rank-1"), nullptr) << "rank 1's own statistics";
+    EXPECT_EQ(inside.find("xception.conv1.weight", "rank-1"), nullptr) << "trainable weights are every rank's";
+  }
+  const CliResult resumed = run_command(mpirun() + again + "--output " + (dir / "resumed").string() + " --export-weights " +
+                                        (dir / "resumed.npz").string());
+  EXPECT_EQ(resumed.exit_code, 1) << resumed.output;
+  EXPECT_TRUE(read_file(dir / "whole.npz") == read_file(dir / "resumed.npz")) << "the resumed run's weights differ";
+  if (!HasFailure()) fs::remove_all(dir);  // 650 MB of checkpoint
 }
 
 namespace {
