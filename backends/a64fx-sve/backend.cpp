@@ -1,6 +1,7 @@
 // libmlph-backend-a64fx-sve.so: the op catalogue on SVE kernels, vector-length agnostic (A64FX,
 // Graviton3, Grace...), OpenMP threads. Options: `threads` (default: OpenMP's, OMP_NUM_THREADS or
-// every core); anything else is MLPH_INVALID_ARGUMENT.
+// every CPU of the process's affinity mask, as srun --cpu-bind sets it); anything else is
+// MLPH_INVALID_ARGUMENT.
 #include "mlph/sdk/plugin.hpp"
 
 #include "mlph/sdk/backend.hpp"

@@ -1,16 +1,13 @@
 #include "backend.hpp"
 
-#include <algorithm>
-#include <thread>
-
+#include "mlph/sdk/cpus.hpp"
 #include "model.hpp"
 
 namespace mlph::reference {
 
 ReferenceBackend::ReferenceBackend(const MLPH_HostApi* host, const sdk::Options& options) : host_(host) {
   options.allow_only({"threads"}, "reference backend");
-  const long long fallback = std::max(1u, std::thread::hardware_concurrency());
-  const long long threads = options.get_int("threads", fallback);
+  const long long threads = options.get_int("threads", sdk::available_cpus());
   if (threads < 1 || threads > 4096)
     sdk::fail(MLPH_INVALID_ARGUMENT,
               "reference backend: option 'threads' must be in [1, 4096], got " + options.get("threads"));

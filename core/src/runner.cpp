@@ -29,6 +29,7 @@
 #include "mlph/core/signals.hpp"
 #include "mlph/core/system_probe.hpp"
 #include "mlph/sdk/backend.hpp"
+#include "mlph/sdk/cpus.hpp"
 #include "mlph/sdk/tensor.hpp"
 
 namespace mlph::core {
@@ -80,6 +81,7 @@ class Run {
   void stage_data(MlLogger& log);
   void end_log(MlLogger& log, bool converged, const std::string& failure);
   void log_plugin(MlLogger& log, const LoadedPlugin& plugin);
+  void log_slurm(MlLogger& log, const SlurmTask& task);
 
   const MLPH_WorkloadApi* workload() const { return session_->workload_api(); }
   const MLPH_BackendApi* backend() const { return session_->backend_api(); }
@@ -132,6 +134,16 @@ void Run::log_plugin(MlLogger& log, const LoadedPlugin& p) {
                                                 json(p.file.string()).text, json(p.file_hash).text)));
 }
 
+// Where srun placed the run (rank 0's view): the job, the step's nodes and tasks, the CPUs the task
+// may use (the backends' default thread count), and how often the job was requeued.
+void Run::log_slurm(MlLogger& log, const SlurmTask& task) {
+  log.event("mlph_slurm",
+            json_raw(fmt::format("{{\"job_id\": {}, \"step_id\": {}, \"nodes\": {}, \"tasks\": {}, "
+                                 "\"tasks_on_node\": {}, \"local_rank\": {}, \"cpus\": {}, \"restarts\": {}}}",
+                                 json(task.job_id).text, json(task.step_id).text, task.nodes, task.tasks,
+                                 task.local_tasks, task.local_rank, sdk::available_cpus(), task.restarts)));
+}
+
 void Run::initialize(MlLogger& log) {
   log.event("cache_clear", json(true));
   log.start("init_start");
@@ -147,6 +159,7 @@ void Run::initialize(MlLogger& log) {
   const std::string platform = session_->config().get("mlperf.platform");
   log.event("submission_platform", json(platform.empty() ? host_name() : platform));
   for (const LoadedPlugin* p : session_->plugins()) log_plugin(log, *p);
+  if (const std::optional<SlurmTask>& slurm = session_->slurm()) log_slurm(log, *slurm);
 
   batch_ = session_->info().local_batch_size;
   if (!graph_) {  // a resumed run built it already, to compare it with the checkpoint's
@@ -483,7 +496,7 @@ int Run::timed_run() {
   const LogWatch crash_words(log, run_stopped_);  // a crash or a stuck read ends the log too
   // A signal that finds this rank blocked (see SignalWatcher) ends the log from the watcher.
   const double grace = checkpoints_.dir.empty() ? 0 : as_number("run.stop_grace_s", session_->config().get("run.stop_grace_s"));
-  signals_.set_stop_grace(grace, true);
+  signals_.set_stop_grace(grace, !session_->slurm());  // srun kills only after KillWait
   signals_.set_last_words([&, grace](int signal, bool final) {
     const char* name = signal == SIGTERM ? "SIGTERM" : "SIGINT";
     const std::string why =
