@@ -366,6 +366,16 @@ TEST(MpiRun, KilledRankAbortsEveryRankAndTheLog) {
   EXPECT_NE(output.find("process rank 1"), std::string::npos) << output;
 }
 
+// A rank killed outright (a failing node) cannot remove the files it staged; the other, ending,
+// finds no rank holding the copy any more and removes it whole.
+TEST(MpiRun, AKilledRankLeavesNoStagedCopy) {
+  const fs::path target = fresh_dir("mpi-kill-stage-target");
+  const std::string output = fault_rank_1("mpi-kill-stage", SIGKILL, std::chrono::seconds(10),
+                                          "--storage stage --set storage.target=" + target.string() + " ");
+  EXPECT_TRUE(fs::is_empty(target)) << "the killed rank's staged files were left behind\n" << output;
+  EXPECT_NE(output.find("removed the files of ranks that ended without removing them"), std::string::npos) << output;
+}
+
 TEST(MpiRun, HungRankTimesOutAndAbortsEveryRank) {
   // Rank 1 stops (SIGSTOP): rank 0's next collective times out (3 s) naming it, and the job ends.
   const std::string output = fault_rank_1("mpi-hang", SIGSTOP, std::chrono::seconds(15));
