@@ -1,6 +1,8 @@
 // mlperf-run: the command-line front of the core runner.
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <iostream>
@@ -8,6 +10,7 @@
 #include "mlph/core/borrow.hpp"
 #include "mlph/core/campaign.hpp"
 #include "mlph/core/plugin_loader.hpp"
+#include "mlph/core/results_tree.hpp"
 #include "mlph/core/runner.hpp"
 
 namespace po = boost::program_options;
@@ -47,6 +50,29 @@ std::string output_problem(const std::filesystem::path& output) {
   return "";
 }
 
+// --describe-system: the system description of a campaign's tree, from one of its logs. Written aside
+// and renamed into place: the tasks of a job array may write it at the same time.
+int describe_system(const std::string& log, const std::filesystem::path& output, const CampaignOptions& campaign,
+                    const std::string& system_info) {
+  if (campaign.org.empty() || campaign.system.empty()) {
+    std::fprintf(stderr, "mlperf-run: error: --describe-system needs --org and --system (the tree's names)\n");
+    return 2;
+  }
+  try {
+    const SystemFields fields = system_info.empty() ? SystemFields{} : read_system_info(system_info);
+    const ResultsTree tree(output, campaign.org, campaign.system, "", false);
+    std::filesystem::create_directories(tree.systems);
+    const std::filesystem::path aside = tree.system_json().string() + fmt::format(".{}.tmp", getpid());
+    write_system_json(aside, log, campaign.org, campaign.system, MLPH_VERSION, fields);
+    std::filesystem::rename(aside, tree.system_json());
+    std::fprintf(stderr, "wrote %s\n", tree.system_json().c_str());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mlperf-run: error: --describe-system %s: %s\n", log.c_str(), e.what());
+    return 2;
+  }
+}
+
 int main_checked(int argc, char** argv);
 
 }  // namespace
@@ -67,7 +93,7 @@ int main_checked(int argc, char** argv) {
   RunOptions options;
   CampaignOptions campaign;
   std::vector<std::string> plugin_dirs;
-  std::string borrow, system_info, checkpoint_dir, resume, export_weights;
+  std::string borrow, system_info, checkpoint_dir, resume, export_weights, describe_log;
   uint64_t seed = 0;
   po::options_description cli(
       "mlperf-run: train an MLPerf HPC benchmark to its quality target with run-time plug-ins\n\n"
@@ -111,7 +137,12 @@ int main_checked(int argc, char** argv) {
       ("org", po::value(&campaign.org), "submitting organization (same as --set mlperf.org=ORG)")
       ("system", po::value(&campaign.system), "system name (same as --set mlperf.platform=NAME; default: the host name)")
       ("system-info", po::value(&system_info), "with --runs: YAML of system-description fields to fill or override")
-      ("launcher", po::value(&campaign.launcher), "with --runs: command prefix of every run, e.g. \"mpirun -n 4\"");
+      ("launcher", po::value(&campaign.launcher), "with --runs: command prefix of every run, e.g. \"mpirun -n 4\"")
+      ("slurm", "with --runs: write the campaign as a Slurm job array (<output>/slurm/<system>-<benchmark>.sbatch, "
+                "one task per run, launched by srun unless --launcher) for one sbatch, instead of running it")
+      ("describe-system", po::value(&describe_log),
+       "write <output>/<org>/systems/<system>.json (--org, --system, --system-info) from the result log LOG and this "
+       "machine, and exit: what each task of a --slurm job array does after its run");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, cli), vm);
@@ -130,6 +161,7 @@ int main_checked(int argc, char** argv) {
   }
   for (const auto& d : plugin_dirs) options.plugin_dirs.emplace_back(d);
   if (vm.count("list-plugins")) return list_plugins(options.plugin_dirs);
+  if (vm.count("describe-system")) return describe_system(describe_log, vm["output"].as<std::string>(), campaign, system_info);
   if (vm.count("seed")) options.seed = seed;
   options.output_dir = vm["output"].as<std::string>();
   options.checkpoint_dir = checkpoint_dir, options.export_weights = export_weights;
@@ -150,12 +182,17 @@ int main_checked(int argc, char** argv) {
                  options.log_name.c_str());
     return 2;
   }
+  if (vm.count("slurm") && !vm.count("runs")) {
+    std::fprintf(stderr, "mlperf-run: error: --slurm goes with --runs: it writes a campaign as a job array\n");
+    return 2;
+  }
   if (vm.count("runs")) {
     if (campaign.runs < 0) {
       std::fprintf(stderr, "mlperf-run: error: --runs must be >= 0\n");
       return 2;
     }
     campaign.weak = vm.count("weak") > 0;
+    campaign.slurm = vm.count("slurm") > 0;
     campaign.system_info = system_info;
     campaign.borrow_hparams = borrow;  // each run borrows for itself: it knows its rank count
     campaign.executable = "/proc/self/exe";
