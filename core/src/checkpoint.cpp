@@ -167,7 +167,9 @@ void restore_checkpoint(const CheckpointReader& checkpoint, const Session& sessi
                         const MLPH_Graph& graph) {
   const MLPH_BackendApi* api = session.backend_api();
   const std::vector<std::string> slots = optimizer_slots(graph);
+  // The parameter's values: its own slot "", or this rank's ("rank-<r>"); any other slot is optimizer state.
   const auto load = [&](size_t i, const std::string& slot) {
+    const bool values = slot.empty() || slot == rank_slot(session.topology().rank);
     const MLPH_Value& v = graph.values[graph.params[i].value];
     const std::string name = v.name ? v.name : "";
     const TensorRecord* record = checkpoint.find(name, slot);
@@ -177,7 +179,7 @@ void restore_checkpoint(const CheckpointReader& checkpoint, const Session& sessi
                                         checkpoint.dir().string(), slot_name(name, slot)));
     std::vector<std::byte> data = checkpoint.read(*record);
     const MLPH_Tensor view = sdk::host_tensor(MLPH_DTYPE_F32, v.shape, v.ndim, data.data());
-    check(slot.empty() ? api->write_parameter(model, i, &view) : api->write_state(model, i, slot.c_str(), &view),
+    check(values ? api->write_parameter(model, i, &view) : api->write_state(model, i, slot.c_str(), &view),
           fmt::format("backend {}: restoring '{}'", session.backend_name(), slot_name(name, slot)));
     return true;
   };

@@ -57,8 +57,9 @@ class Run {
   int execute();
 
  private:
-  struct StepOf {  // training step `step` (0-based) of an epoch of `steps`
+  struct StepOf {  // training step `step` (0-based) of an epoch of `steps`; the signal that stopped it there
     uint64_t step, steps;
+    int signal = 0;
   };
   int generate_data();
   int timed_run();
@@ -69,7 +70,7 @@ class Run {
   void resume_training(MlLogger& log);
   void save_checkpoint_if_due(MlLogger& log, Progress& progress, uint32_t epochs_done);
   std::filesystem::path save(MlLogger& log, Progress& progress, const RunnerState& state, const RankCopies& copies = {});
-  bool stop_requested();
+  int stop_requested();
   [[noreturn]] void stop(MlLogger& log, Progress& progress, uint32_t epoch, StepOf at);
   void export_trained_weights();
   bool train_and_evaluate(MlLogger& log);
@@ -236,13 +237,14 @@ std::filesystem::path Run::save(MlLogger& log, Progress& progress, const RunnerS
   return saved.path;
 }
 
-// At every training step boundary: whether a signal asks the run to stop. Every rank votes, so that
-// all stop at the same step (a rank going on alone would wait in the next step's collectives).
-bool Run::stop_requested() {
-  int32_t asked = interrupted() ? 1 : 0;
+// At every training step boundary: the signal that asks the run to stop, 0 for none. Every rank
+// votes, so that all stop at the same step (a rank going on alone would wait in the next step's
+// collectives), naming the same signal (SIGTERM before SIGUSR1) whichever rank got it.
+int Run::stop_requested() {
+  int32_t signal = stop_signal();
   if (session_->topology().size > 1)
-    check(comms()->allreduce(session_->comm(), &asked, 1, MLPH_DTYPE_I32, MLPH_REDUCE_MAX), "comms");
-  return asked != 0;
+    check(comms()->allreduce(session_->comm(), &signal, 1, MLPH_DTYPE_I32, MLPH_REDUCE_MAX), "comms");
+  return signal;
 }
 
 // Stops before training step `at` of `epoch`: rank 0 saves where the run stands when it has a
@@ -250,7 +252,7 @@ bool Run::stop_requested() {
 // left early would have the launcher end rank 0 while it writes).
 void Run::stop(MlLogger& log, Progress& progress, uint32_t epoch, StepOf at) {
   signals_.stopping();
-  const int signal = stop_signal();
+  const int signal = at.signal;
   const uint64_t step = at.step;
   const std::string where = fmt::format("stopped before training step {} of {} in epoch {}", step + 1, at.steps, epoch + 1);
   if (checkpoints_.dir.empty())
@@ -354,7 +356,7 @@ std::optional<Run::StepOf> Run::train_epoch(uint32_t epoch, uint64_t first_step,
   mine.erase(mine.begin(), mine.begin() + static_cast<std::ptrdiff_t>(first_step * batch_));
   Prefetcher reader(workload(), train_set_.get(), *graph_, std::move(mine), batch_, read_plan("training", epoch), part_);
   for (uint64_t step = first_step; step < steps; ++step) {
-    if (stop_requested()) return StepOf{step, steps};
+    if (const int signal = stop_requested()) return StepOf{step, steps, signal};
     Batch& batch = reader.get(step - first_step);
     const Activity doing(fmt::format("running training step {} of epoch {}", step + 1, epoch + 1));
     // Gradient accumulation: the window counts micro-batches globally, across epochs (as the

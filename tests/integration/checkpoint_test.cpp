@@ -175,6 +175,8 @@ core::Manifest check_stop_and_auto_resume(const std::string& name, const std::st
   const CliResult resumed = run_cli(again + "--output " + (dir / "b2").string() + " --export-weights " +
                                     (dir / "b.npz").string());
   EXPECT_EQ(resumed.exit_code, 1) << resumed.output;
+  const std::string resumed_end = read_lines(dir / "b2" / "result_0.txt").back();
+  EXPECT_EQ(resumed_end.find("\"error\""), std::string::npos) << "not the target: a failure\n" << resumed_end;
   EXPECT_NE(resumed.output.find("--resume auto: going on from the newest checkpoint in " + checkpoints.string()),
             std::string::npos)
       << resumed.output;

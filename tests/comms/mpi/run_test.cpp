@@ -261,6 +261,8 @@ TEST(MpiRun, ASignalToOneRankStopsEveryRankAtTheSameStepAndTheRunResumesBitwise)
   const CliResult resumed = run_command(mpirun() + again + "--output " + (dir / "resumed").string() + " --export-weights " +
                                         (dir / "resumed.npz").string());
   EXPECT_EQ(resumed.exit_code, 1) << resumed.output;
+  EXPECT_EQ(read_lines(dir / "resumed" / "result_0.txt").back().find("\"error\""), std::string::npos)
+      << "not the target: a failure\n" << resumed.output;
   EXPECT_NE(resumed.output.find("note: resumed at step"), std::string::npos) << resumed.output;
   EXPECT_TRUE(read_file(dir / "whole.npz") == read_file(dir / "resumed.npz")) << "the resumed run's weights differ";
 }
@@ -308,6 +310,8 @@ TEST(MpiRun, DeepCamStoppedInsideAnEpochKeepsEachRanksRunningStatistics) {
   const CliResult resumed = run_command(mpirun() + again + "--output " + (dir / "resumed").string() + " --export-weights " +
                                         (dir / "resumed.npz").string());
   EXPECT_EQ(resumed.exit_code, 1) << resumed.output;
+  EXPECT_EQ(read_lines(dir / "resumed" / "result_0.txt").back().find("\"error\""), std::string::npos)
+      << "not the target: a failure\n" << resumed.output;
   EXPECT_TRUE(read_file(dir / "whole.npz") == read_file(dir / "resumed.npz")) << "the resumed run's weights differ";
   if (!HasFailure()) fs::remove_all(dir);  // 650 MB of checkpoint
 }
