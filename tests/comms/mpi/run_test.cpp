@@ -222,6 +222,35 @@ TEST(MpiRun, CheckpointsOfASpatialRunAreRefused) {
   EXPECT_NE(resume.output.find(refused), std::string::npos) << resume.output;
 }
 
+// Starts `command` in a shell; a test that ends before waiting for it kills it (no orphan run writing
+// into the next test's directory).
+class Launched {
+ public:
+  explicit Launched(const std::string& command) : pid_(fork()) {
+    if (pid_ == 0) {
+      execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+  }
+  ~Launched() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  Launched(const Launched&) = delete;
+  Launched& operator=(const Launched&) = delete;
+  pid_t pid() const { return pid_; }
+  int wait() {  // the wait status
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return status;
+  }
+
+ private:
+  pid_t pid_;
+};
+
 // A signal that reaches one rank only (SIGUSR1 to rank 1) stops both at the same step: they vote at
 // every step boundary. Rank 0 saves the checkpoint inside the epoch, both exit 3, and the same
 // command again (--resume auto) ends with the weights of a run never stopped, bit for bit.
@@ -236,21 +265,17 @@ TEST(MpiRun, ASignalToOneRankStopsEveryRankAtTheSameStepAndTheRunResumesBitwise)
   const fs::path printed = dir / "stopped.txt";
   const std::string command = "exec " + mpirun() + again + "--output " + (dir / "stopped").string() + " > " +
                               printed.string() + " 2>&1";
-  const pid_t launcher = fork();
-  ASSERT_GE(launcher, 0);
-  if (launcher == 0) {
-    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
+  Launched launcher(command);
+  ASSERT_GT(launcher.pid(), 0);
   pid_t rank1 = -1;
   for (const auto start = std::chrono::steady_clock::now(); std::chrono::steady_clock::now() - start < std::chrono::seconds(120);) {
-    if (read_file(printed).find("epoch 2/2  step 1/") != std::string::npos && (rank1 = find_rank(launcher, 1)) > 0) break;
+    if (read_file(printed).find("epoch 2/2  step 1/") != std::string::npos && (rank1 = find_rank(launcher.pid(), 1)) > 0)
+      break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_GT(rank1, 0) << read_file(printed);
   kill(rank1, SIGUSR1);
-  int status = 0;
-  waitpid(launcher, &status, 0);
+  const int status = launcher.wait();
   const std::string output = read_file(printed);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << status << "\n" << output;
   const std::vector<std::string> lines = read_lines(dir / "stopped" / "result_0.txt");
@@ -285,21 +310,17 @@ TEST(MpiRun, DeepCamStoppedInsideAnEpochKeepsEachRanksRunningStatistics) {
   const fs::path printed = dir / "stopped.txt";
   const std::string command = "exec " + mpirun() + again + "--output " + (dir / "stopped").string() + " > " +
                               printed.string() + " 2>&1";
-  const pid_t launcher = fork();
-  ASSERT_GE(launcher, 0);
-  if (launcher == 0) {
-    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
+  Launched launcher(command);
+  ASSERT_GT(launcher.pid(), 0);
   pid_t rank1 = -1;
-  for (const auto start = std::chrono::steady_clock::now(); std::chrono::steady_clock::now() - start < std::chrono::seconds(180);) {
-    if (read_file(printed).find("epoch 1/1  step 1/") != std::string::npos && (rank1 = find_rank(launcher, 1)) > 0) break;
+  for (const auto start = std::chrono::steady_clock::now(); std::chrono::steady_clock::now() - start < std::chrono::seconds(600);) {
+    if (read_file(printed).find("epoch 1/1  step 1/") != std::string::npos && (rank1 = find_rank(launcher.pid(), 1)) > 0)
+      break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_GT(rank1, 0) << read_file(printed);
   kill(rank1, SIGUSR1);
-  int status = 0;
-  waitpid(launcher, &status, 0);
+  const int status = launcher.wait();
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << status << "\n" << read_file(printed);
   {
     const mlph::core::CheckpointReader inside(dir / "ck");
