@@ -212,7 +212,8 @@ void remove_quietly(const fs::path& path) {
 }  // namespace
 
 std::string checkpoint_name(uint32_t epochs_done, uint64_t steps_done) {
-  return steps_done == 0 ? fmt::format("epoch-{:06}", epochs_done) : fmt::format("epoch-{:06}-step-{:06}", epochs_done, steps_done);
+  return steps_done == 0 ? fmt::format("epoch-{:06}", epochs_done)
+                         : fmt::format("epoch-{:06}-step-{:06}", epochs_done, steps_done);
 }
 
 std::vector<fs::path> list_checkpoints(const fs::path& dir) {

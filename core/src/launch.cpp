@@ -69,7 +69,8 @@ std::optional<SlurmTask> slurm_task(const Environment& env) {
   task.restarts = number(env, "SLURM_RESTART_COUNT", 0);
   const char* per_node = env("SLURM_STEP_TASKS_PER_NODE") ? env("SLURM_STEP_TASKS_PER_NODE") : env("SLURM_TASKS_PER_NODE");
   const std::vector<int32_t> counts = expand_tasks_per_node(per_node ? per_node : std::to_string(task.tasks));
-  if (task.node_index >= static_cast<int32_t>(counts.size()) || task.local_rank >= counts[static_cast<size_t>(task.node_index)])
+  if (task.node_index >= static_cast<int32_t>(counts.size()) ||
+      task.local_rank >= counts[static_cast<size_t>(task.node_index)])
     throw std::runtime_error(fmt::format("Slurm's task variables disagree: SLURM_NODEID={} SLURM_LOCALID={} "
                                          "with tasks per node '{}'",
                                          task.node_index, task.local_rank, per_node ? per_node : ""));

@@ -161,7 +161,8 @@ int main_checked(int argc, char** argv) {
   }
   for (const auto& d : plugin_dirs) options.plugin_dirs.emplace_back(d);
   if (vm.count("list-plugins")) return list_plugins(options.plugin_dirs);
-  if (vm.count("describe-system")) return describe_system(describe_log, vm["output"].as<std::string>(), campaign, system_info);
+  if (vm.count("describe-system"))
+    return describe_system(describe_log, vm["output"].as<std::string>(), campaign, system_info);
   if (vm.count("seed")) options.seed = seed;
   options.output_dir = vm["output"].as<std::string>();
   options.checkpoint_dir = checkpoint_dir, options.export_weights = export_weights;

@@ -212,7 +212,8 @@ void Run::resume_training(MlLogger& log) {
 // every rank holds the same weights and optimizer state. Other ranks go on to the next epoch.
 void Run::save_checkpoint_if_due(MlLogger& log, Progress& progress, uint32_t epochs_done) {
   if (checkpoints_.dir.empty() || epochs_done % checkpoints_.every != 0 || session_->topology().rank != 0) return;
-  save(log, progress, RunnerState{epochs_done, micro_batches_, micro_batches_ / session_->gradient_accumulation(), metrics_});
+  const uint64_t updates = micro_batches_ / session_->gradient_accumulation();
+  save(log, progress, RunnerState{epochs_done, micro_batches_, updates, metrics_});
 }
 
 // Rank 0's part of saving `state` (inside an epoch every rank gathers its statistics first: stop).
@@ -497,7 +498,8 @@ int Run::timed_run() {
   MlLogger log(log_path, false);
   const LogWatch crash_words(log, run_stopped_);  // a crash or a stuck read ends the log too
   // A signal that finds this rank blocked (see SignalWatcher) ends the log from the watcher.
-  const double grace = checkpoints_.dir.empty() ? 0 : as_number("run.stop_grace_s", session_->config().get("run.stop_grace_s"));
+  const double grace =
+      checkpoints_.dir.empty() ? 0 : as_number("run.stop_grace_s", session_->config().get("run.stop_grace_s"));
   signals_.set_stop_grace(grace, !session_->slurm());  // srun kills only after KillWait
   signals_.set_last_words([&, grace](int signal, bool final) {
     const char* name = signal == SIGTERM ? "SIGTERM" : "SIGINT";

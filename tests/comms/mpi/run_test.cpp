@@ -268,7 +268,8 @@ TEST(MpiRun, ASignalToOneRankStopsEveryRankAtTheSameStepAndTheRunResumesBitwise)
   Launched launcher(command);
   ASSERT_GT(launcher.pid(), 0);
   pid_t rank1 = -1;
-  for (const auto start = std::chrono::steady_clock::now(); std::chrono::steady_clock::now() - start < std::chrono::seconds(120);) {
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < std::chrono::seconds(120)) {
     if (read_file(printed).find("epoch 2/2  step 1/") != std::string::npos && (rank1 = find_rank(launcher.pid(), 1)) > 0)
       break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -313,7 +314,8 @@ TEST(MpiRun, DeepCamStoppedInsideAnEpochKeepsEachRanksRunningStatistics) {
   Launched launcher(command);
   ASSERT_GT(launcher.pid(), 0);
   pid_t rank1 = -1;
-  for (const auto start = std::chrono::steady_clock::now(); std::chrono::steady_clock::now() - start < std::chrono::seconds(600);) {
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < std::chrono::seconds(600)) {
     if (read_file(printed).find("epoch 1/1  step 1/") != std::string::npos && (rank1 = find_rank(launcher.pid(), 1)) > 0)
       break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

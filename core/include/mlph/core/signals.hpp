@@ -51,7 +51,7 @@ class SignalWatcher {
   // SIGTERM), else only once the grace is over (srun's KillWait).
   void set_stop_grace(double seconds, bool early);
   // The run has stopped at a step boundary, every rank agreeing: it saves and ends in order, for
-  // which the watcher waits (the grace, at least kOrderlyEnd).
+  // which the watcher waits (the grace, at least 10 s).
   void stopping();
   // The status the process exits with should the watcher end it (1 until the run says otherwise).
   void set_exit_status(int status);
