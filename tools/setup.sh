@@ -63,9 +63,10 @@ case "$mode" in
     fi
     ;;
   slurm)
-    echo "== the Slurm tests, under a one-node cluster (tools/slurm/local-cluster.sh)"
-    eval "$(tools/slurm/local-cluster.sh start)"
-    trap 'tools/slurm/local-cluster.sh stop' EXIT
+    echo "== the Slurm tests, under a one-node cluster (tools/slurm/local-cluster.sh, as root)"
+    as_root=""; [ "$(id -u)" -ne 0 ] && as_root="sudo"
+    eval "$($as_root tools/slurm/local-cluster.sh start)"
+    trap "$as_root tools/slurm/local-cluster.sh stop" EXIT
     ctest --test-dir "$build" --output-on-failure -L '^slurm_test$'
     ;;
   *) echo "usage: tools/setup.sh [run|test|slurm]" >&2; exit 2 ;;
