@@ -37,12 +37,11 @@ namespace {
 const std::string kRun = MLPH_BINARY_DIR "/bin/mlperf-run";
 const std::string kJob = MLPH_SOURCE_DIR "/tools/slurm/mlperf.sbatch";
 
-// The CosmoFlow mini, cut to CI's size: 32 samples of 32^3, 2 ranks of batch 2 (8 steps an epoch),
-// one thread per rank (a task's one CPU; the same for the runs compared bit for bit).
+// The CosmoFlow mini, cut to CI's size: 32^3 samples, 2 ranks of batch 2 (16 samples: 4 steps an
+// epoch), one thread per rank (a task's one CPU; the same for the runs compared bit for bit).
 const std::string kMiniSeedless = "--config " MLPH_SOURCE_DIR "/configs/cosmoflow/mini.yaml --division open "
                                   "--set optimizer.warmup_epochs=0 --set train.batch_size=2 --set backend.threads=1 ";
 const std::string kMini = kMiniSeedless + "--seed 4242 ";
-const std::string kData = "--set data.synthetic.train=32 --set data.synthetic.valid=8 --set data.synthetic.format=tfrecord ";
 
 std::string slurp(const fs::path& file) {
   std::ifstream in(file);
@@ -63,15 +62,13 @@ void figure(const std::string& what, double seconds) {
   testing::Test::RecordProperty(what, std::to_string(seconds));
 }
 
-// The dataset, once per test process.
-const fs::path& dataset() {
-  static const fs::path dir = [] {
-    const fs::path d = fresh_dir(std::string("slurm-data-") + testing::UnitTest::GetInstance()->current_test_info()->name());
-    const CliResult r = run_cli(kMini + kData + "--generate-data " + d.string());
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    return d;
-  }();
-  return dir;
+// The test's dataset of `train` training samples (and 4 validation samples).
+fs::path dataset(int train = 16) {
+  const fs::path d = fresh_dir(std::string("slurm-data-") + testing::UnitTest::GetInstance()->current_test_info()->name());
+  const CliResult r = run_cli(kMini + "--set data.synthetic.format=tfrecord --set data.synthetic.valid=4 "
+                              "--set data.synthetic.train=" + std::to_string(train) + " --generate-data " + d.string());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return d;
 }
 
 // `scontrol show job -o`, as key -> value.
@@ -238,7 +235,7 @@ TEST(Slurm, TasksThatEachSeeOneRankAreRefused) {
 TEST(Slurm, RequeuedJobGoesOnFromItsCheckpointBitwise) {
   REQUIRE_CLUSTER();
   const fs::path dir = fresh_dir("slurm-requeue");
-  const std::string run = kMini + "--set train.epochs=1 --set train.target_mae=10 --data " + dataset().string();
+  const std::string run = kMini + "--set train.epochs=1 --set train.target_mae=10 --data " + dataset(32).string();
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1), setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
   setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
   const CliResult whole = run_command(MLPH_MPIEXEC " --oversubscribe -np 2 " + kRun + " --comms mpi " + run + " --output " +
@@ -249,7 +246,7 @@ TEST(Slurm, RequeuedJobGoesOnFromItsCheckpointBitwise) {
                          run + " --output " + (dir / "out").string() + " --checkpoint-dir " + (dir / "ck").string() +
                              " --export-weights " + (dir / "stopped.npz").string(),
                          dir / "job.out");
-  ASSERT_TRUE(wait_for_text(job.output, "epoch 1/1  step 3/", std::chrono::seconds(120))) << slurp(job.output);
+  ASSERT_TRUE(wait_for_text(job.output, "epoch 1/1  step 2/", std::chrono::seconds(120))) << slurp(job.output);
   ASSERT_EQ(run_command("scontrol requeue " + job.id).exit_code, 0);
   const Ended ended = wait_for(job, std::chrono::seconds(240));
   ASSERT_EQ(ended.state, "COMPLETED") << slurp(job.output);
@@ -330,7 +327,7 @@ TEST(Slurm, AKilledTaskFailsTheJobLeavingNothingStagedAndTheCheckpointWhole) {
                              dataset().string() + " --output " + (dir / "out").string() + " --checkpoint-dir " +
                              (dir / "ck").string(),
                          dir / "job.out");
-  ASSERT_TRUE(wait_for_text(job.output, "epoch 2/10  step 2/", std::chrono::seconds(120))) << slurp(job.output);
+  ASSERT_TRUE(wait_for_text(job.output, "epoch 2/10  step 1/", std::chrono::seconds(120))) << slurp(job.output);
   const pid_t victim = task_pid(job.id, 1);
   ASSERT_GT(victim, 0);
   kill(victim, SIGKILL);
