@@ -497,10 +497,13 @@ int Run::timed_run() {
   const std::filesystem::path log_path = rank0 ? options_.output_dir / options_.log_name : std::filesystem::path();
   MlLogger log(log_path, false);
   const LogWatch crash_words(log, run_stopped_);  // a crash or a stuck read ends the log too
-  // A signal that finds this rank blocked (see SignalWatcher) ends the log from the watcher.
-  const double grace =
-      checkpoints_.dir.empty() ? 0 : as_number("run.stop_grace_s", session_->config().get("run.stop_grace_s"));
-  signals_.set_stop_grace(grace, !session_->slurm());  // srun kills only after KillWait
+  // A signal that finds this rank blocked (see SignalWatcher) ends the log from the watcher. The run
+  // may take the grace to reach a step boundary when it saves a checkpoint there, and under srun,
+  // which kills only after KillWait: it then ends in order, saying where it stopped.
+  const double grace = checkpoints_.dir.empty() && !session_->slurm()
+                           ? 0
+                           : as_number("run.stop_grace_s", session_->config().get("run.stop_grace_s"));
+  signals_.set_stop_grace(grace, !session_->slurm());
   signals_.set_last_words([&, grace](int signal, bool final) {
     const char* name = signal == SIGTERM ? "SIGTERM" : "SIGINT";
     const std::string why =

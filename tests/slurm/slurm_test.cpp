@@ -62,11 +62,12 @@ void figure(const std::string& what, double seconds) {
   testing::Test::RecordProperty(what, std::to_string(seconds));
 }
 
-// The test's dataset of `train` training samples (and 4 validation samples).
-fs::path dataset(int train = 16) {
+// The test's dataset: `train` training and `valid` validation samples (one global batch at least).
+fs::path dataset(int train = 16, int valid = 4) {
   const fs::path d = fresh_dir(std::string("slurm-data-") + testing::UnitTest::GetInstance()->current_test_info()->name());
-  const CliResult r = run_cli(kMini + "--set data.synthetic.format=tfrecord --set data.synthetic.valid=4 "
-                              "--set data.synthetic.train=" + std::to_string(train) + " --generate-data " + d.string());
+  const CliResult r = run_cli(kMini + "--set data.synthetic.format=tfrecord --set data.synthetic.valid=" +
+                              std::to_string(valid) + " --set data.synthetic.train=" + std::to_string(train) +
+                              " --generate-data " + d.string());
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return d;
 }
@@ -311,6 +312,28 @@ TEST(Slurm, TimeLimitWarningCheckpointsAndTheJobRequeuesItself) {
   const std::string all = slurp(job.output);
   EXPECT_NE(all.find("mlperf-run: SIGTERM (the time limit"), std::string::npos) << all;
   EXPECT_NE(all.find("not requeued here"), std::string::npos) << all;
+}
+
+// Item 3: srun sends SIGKILL only KillWait after SIGTERM, so under it a run without checkpoints
+// also waits for its step to end (steps of 8 samples: longer than the half second it waits elsewhere)
+// and its log says where it stopped, instead of "blocked in a step or collective".
+TEST(Slurm, ScancelEndsARunAtItsNextStep) {
+  REQUIRE_CLUSTER();
+  const fs::path dir = fresh_dir("slurm-scancel");
+  const Job job = submit(env_for(), "", kJob,
+                         kMini + "--set train.batch_size=8 --set train.epochs=1000 --set train.target_mae=0.0001 "
+                                 "--data " + dataset(16, 16).string() + " --output " + (dir / "out").string(),
+                         dir / "job.out");
+  ASSERT_TRUE(wait_for_text(job.output, "epoch 2/1000", std::chrono::seconds(120))) << slurp(job.output);
+  run_command("scancel " + job.id);
+  const Ended ended = wait_for(job, std::chrono::seconds(60));
+  EXPECT_EQ(ended.state, "CANCELLED");
+  const std::string last = last_line(dir / "out" / "result_0.txt");
+  EXPECT_NE(last.find("SIGTERM (the time limit, a preemption or requeue, scancel, or a launcher ending the job): "
+                      "stopped before training step 1 of 1"),
+            std::string::npos)
+      << last;
+  EXPECT_NE(last.find("no checkpoint (no --checkpoint-dir)"), std::string::npos) << last;
 }
 
 // Item 4: a task killed outright (a node failing) mid-epoch, with checkpoints and staged data: the
