@@ -2,6 +2,8 @@
 # One-command set-up on Debian 12: install what is missing, build, then
 #   tools/setup.sh run    train CosmoFlow (mini config) to its target on the CPU, check the log
 #   tools/setup.sh test   run the test suite
+#   tools/setup.sh slurm  install Slurm and MUNGE too, start a one-node cluster on this machine
+#                         (tools/slurm/local-cluster.sh, as root) and run the Slurm tests under it
 # Environment: BUILD_DIR (default build), JOBS (default: all cores), MLPH_WERROR (default ON under CI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +20,10 @@ packages=(cmake ninja-build g++ pkg-config python3 python3-yaml
 # load our exported weights (torch, a large download).
 test_packages=(python3-pandas python3-torch)
 [ "$mode" = test ] && packages+=("${test_packages[@]}")
+# Only the Slurm tests need these (the daemons, the clients, srun's PMIx plug-in); their services are
+# not started: tools/slurm/local-cluster.sh starts its own.
+slurm_packages=(slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins)
+[ "$mode" = slurm ] && packages+=("${slurm_packages[@]}")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -56,5 +62,12 @@ case "$mode" in
       ../shared/tools/mllog-check "$out/result_0.txt" | tail -n 3
     fi
     ;;
-  *) echo "usage: tools/setup.sh [run|test]" >&2; exit 2 ;;
+  slurm)
+    echo "== the Slurm tests, under a one-node cluster (tools/slurm/local-cluster.sh, as root)"
+    as_root=""; [ "$(id -u)" -ne 0 ] && as_root="sudo"
+    eval "$($as_root tools/slurm/local-cluster.sh start)"
+    trap "$as_root tools/slurm/local-cluster.sh stop" EXIT
+    ctest --test-dir "$build" --output-on-failure -L '^slurm_test$'
+    ;;
+  *) echo "usage: tools/setup.sh [run|test|slurm]" >&2; exit 2 ;;
 esac

@@ -1,7 +1,8 @@
 // libmlph-backend-a64fx-sve.so: the op catalogue on SVE kernels, vector-length agnostic (A64FX,
 // Graviton3, Grace...), OpenMP threads. Options: `threads` (default: OpenMP's, OMP_NUM_THREADS or
-// every core), and the shared `precision` (fp32 only) and `deterministic` (always: bitwise repeatable
-// for a fixed thread count); anything else is MLPH_INVALID_ARGUMENT.
+// every CPU of the process's affinity mask, as srun --cpu-bind sets it), and the shared `precision`
+// (fp32 only) and `deterministic` (always: bitwise repeatable for a fixed thread count); anything
+// else is MLPH_INVALID_ARGUMENT.
 #include "mlph/sdk/plugin.hpp"
 
 #include "mlph/sdk/backend.hpp"

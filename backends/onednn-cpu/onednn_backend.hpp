@@ -9,7 +9,7 @@
 namespace mlph::onednn {
 
 struct BackendOptions {
-  int threads = 0;  // 0: OpenMP's default (OMP_NUM_THREADS, else every core)
+  int threads = 0;  // 0: OpenMP's default (OMP_NUM_THREADS, else the CPUs of the affinity mask: srun --cpu-bind)
   bool bf16 = false;  // `precision: bf16`: convolutions compute in bf16, everything else stays fp32
 };
 

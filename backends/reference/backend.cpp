@@ -1,9 +1,7 @@
 #include "backend.hpp"
 
-#include <algorithm>
-#include <thread>
-
 #include "mlph/sdk/compute.hpp"
+#include "mlph/sdk/cpus.hpp"
 #include "mlph/sdk/host_executor.hpp"
 #include "ops.hpp"
 
@@ -13,8 +11,7 @@ ReferenceBackend::ReferenceBackend(const MLPH_HostApi* host, const sdk::Options&
   options.allow_only(sdk::with_compute_options({"threads"}), "reference backend");
   // fp32 only, and deterministic whether asked or not: bitwise repeatable for a fixed thread count.
   sdk::read_compute_settings(options, {sdk::Precision::fp32}, "reference backend");
-  const long long fallback = std::max(1u, std::thread::hardware_concurrency());
-  const long long threads = options.get_int("threads", fallback);
+  const long long threads = options.get_int("threads", sdk::available_cpus());
   if (threads < 1 || threads > 4096)
     sdk::fail(MLPH_INVALID_ARGUMENT,
               "reference backend: option 'threads' must be in [1, 4096], got " + options.get("threads"));

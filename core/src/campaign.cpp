@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <csignal>
+#include <fstream>
 #include <random>
 #include <set>
 #include <sstream>
@@ -92,7 +93,66 @@ std::vector<int> run_all(const RunOptions& each, const CampaignOptions& c, const
   return exit_codes;
 }
 
+// A word for bash: as it is when it needs no quotes, else in single quotes.
+std::string shell_word(const std::string& word) {
+  if (!word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=/.,:@%") ==
+                           std::string::npos)
+    return word;
+  std::string quoted = "'";
+  for (char ch : word) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return quoted + "'";
+}
+
+// The campaign as a Slurm job array: task i is run i (seed i, result_<i>.txt), started by the
+// launcher (srun with PMIx by default) inside the task's allocation, which sbatch's own options size
+// (-N, --ntasks-per-node, ...). Each task then writes the system description from its log, so that
+// the tree is whole whichever task ends first. Paths stay as given: the script runs from `cwd`.
+void write_slurm_array(const fs::path& file, const RunOptions& each, const CampaignOptions& c, const ResultsTree& tree,
+                       const std::string& benchmark, const std::vector<uint64_t>& seeds, const std::string& org,
+                       const std::string& system) {
+  const std::string log_mark = "\x01";  // the log name: task i's, filled in by bash
+  const std::vector<std::string> words = run_command(each, c, 0, tree.results, log_mark);
+  std::string command;
+  for (size_t k = 0; k < words.size(); ++k) {
+    const bool seed = k > 0 && words[k - 1] == "--seed";
+    command += (seed ? "\"${seeds[$i]}\"" : words[k] == log_mark ? "\"result_$i.txt\"" : shell_word(words[k])) + " ";
+  }
+  command.pop_back();
+  const std::string log = shell_word(tree.results.string()) + "/\"result_$i.txt\"";
+  std::string describe = shell_word(c.executable.string()) + " --describe-system " + log + " --org " + shell_word(org) +
+                         " --system " + shell_word(system) + " --output " + shell_word(tree.org_dir.parent_path().string());
+  if (!c.system_info.empty()) describe += " --system-info " + shell_word(c.system_info.string());
+  std::string seed_list;
+  for (uint64_t seed : seeds) seed_list += (seed_list.empty() ? "" : " ") + std::to_string(seed);
+  fs::create_directories(file.parent_path() / "logs");
+  std::ofstream out(file);
+  out << "#!/bin/bash\n"
+      << "# An MLPerf HPC " << benchmark << " submission of " << seeds.size() << " runs as a Slurm job array, written by\n"
+      << "# mlperf-run " << c.version << " --runs " << seeds.size() << " --slurm. Submit it once, sized for one run:\n"
+      << "#   sbatch [-N NODES --ntasks-per-node TASKS ...] " << file.string() << "\n"
+      << "# Array task i is run i (its seed below), writing " << (tree.results / "result_<i>.txt").string() << ";\n"
+      << "# then the system description " << tree.system_json().string() << " from its log.\n"
+      << "#SBATCH --job-name=mlperf-" << benchmark << "\n"
+      << "#SBATCH --array=0-" << seeds.size() - 1 << "\n"
+      << "#SBATCH --output=" << (file.parent_path() / "logs" / (file.stem().string() + "-%A_%a.out")).string() << "\n"
+      << "set -u\n"
+      << "cd " << shell_word(fs::current_path().string()) << " || exit 2\n"
+      << "seeds=(" << seed_list << ")\n"
+      << "i=${SLURM_ARRAY_TASK_ID:?run this script with sbatch: it is a job array}\n"
+      << "echo \"run $i of " << seeds.size() << ", seed ${seeds[$i]}, job ${SLURM_JOB_ID:-?} on ${SLURM_JOB_NODELIST:-?}\"\n"
+      << command << "\n"
+      << "status=$?\n"
+      << "[ -f " << log << " ] && " << describe << "\n"
+      << "exit $status\n";
+  if (!out.flush()) throw std::runtime_error(fmt::format("{}: cannot write the job array", file.string()));
+  fs::permissions(file, fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add);
+}
+
 }  // namespace
+
+fs::path slurm_array_path(const fs::path& output, const std::string& system, const std::string& benchmark) {
+  return output / "slurm" / (system + "-" + benchmark + ".sbatch");
+}
 
 int run_campaign(const RunOptions& run, const CampaignOptions& c) {
   BenchmarkFacts benchmark;
@@ -114,6 +174,11 @@ int run_campaign(const RunOptions& run, const CampaignOptions& c) {
     return 2;
   }
   const int runs = c.runs > 0 ? c.runs : required;
+  if (c.slurm && c.weak) {
+    std::fprintf(stderr, "mlperf-run: error: --weak --slurm: a throughput campaign runs its instances at once, which "
+                 "a job array does not promise; run it inside one allocation with --launcher instead\n");
+    return 2;
+  }
   if (org.empty()) org = "mlperf-hpc";
   if (system.empty()) system = host_name();
   const ResultsTree tree(run.output_dir, org, system, benchmark.name, c.weak);
@@ -136,6 +201,16 @@ int run_campaign(const RunOptions& run, const CampaignOptions& c) {
     write_code_reference(tree.implementation, c.version,
                          run_command(each, c, run.seed.value_or(0), "<results dir>", "result_0.txt"), runs,
                          run.config_file);
+    if (c.slurm) {
+      CampaignOptions slurm = c;
+      if (slurm.launcher.empty()) slurm.launcher = "srun --mpi=pmix --kill-on-bad-exit=1";
+      const fs::path file = slurm_array_path(fs::absolute(run.output_dir), system, benchmark.name);
+      write_slurm_array(file, each, slurm, tree, benchmark.name, campaign_seeds(run, runs), org, system);
+      std::fprintf(stderr, "wrote %s: %d runs as a Slurm job array; submit them with\n  sbatch [options for one run] %s\n"
+                   "each writes %s/result_<i>.txt; then mlperf-score score %s\n",
+                   file.c_str(), runs, file.c_str(), tree.results.c_str(), tree.org_dir.c_str());
+      return 0;
+    }
     if (c.weak) fs::create_directories(tree.console);
     std::signal(SIGINT, on_stop);  // the runs see Ctrl-C too and log "aborted"; we start no more
     std::signal(SIGTERM, on_stop);

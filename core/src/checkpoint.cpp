@@ -34,6 +34,8 @@ bool trainable(const MLPH_Parameter& p) { return (p.flags & MLPH_PARAM_TRAINABLE
 
 std::string slot_name(const std::string& name, const std::string& slot) { return slot.empty() ? name : name + "/" + slot; }
 
+std::string rank_slot(int32_t rank) { return fmt::format("rank-{}", rank); }
+
 }  // namespace
 
 std::string missing_state_support(const Session& session) {
@@ -106,13 +108,30 @@ void check_same_run(const CheckpointReader& checkpoint, const CheckpointIdentity
                                       where, escaped(saved.graph_fingerprint, 40), run.graph_fingerprint));
 }
 
+RankCopies gather_rank_copies(const Session& session, MLPH_Model* model, const MLPH_Graph& graph) {
+  RankCopies copies;
+  const auto ranks = static_cast<size_t>(session.topology().size);
+  if (ranks == 1) return copies;
+  for (size_t i = 0; i < graph.n_params; ++i) {
+    if (trainable(graph.params[i])) continue;
+    MLPH_Tensor view{};
+    const std::vector<float> mine = read_parameter(session.backend_api(), model, graph, i, view);
+    std::vector<float> all(mine.size() * ranks);
+    check(session.comms_api()->allgather(session.comm(), mine.data(), all.data(), mine.size() * sizeof(float)),
+          "comms: gathering every rank's running statistics for the checkpoint");
+    copies[i].assign(all.begin() + static_cast<std::ptrdiff_t>(mine.size()), all.end());
+  }
+  return copies;
+}
+
 SavedCheckpoint save_checkpoint(const CheckpointOptions& options, const Session& session, MLPH_Model* model,
-                                const MLPH_Graph& graph, const RunnerState& state, bool pending) {
+                                const MLPH_Graph& graph, const RunnerState& state, bool pending,
+                                const RankCopies& copies) {
   const double started = host_api()->now_seconds();
   const MLPH_BackendApi* api = session.backend_api();
   std::vector<std::string> slots = optimizer_slots(graph);
   if (pending) slots.emplace_back(sdk::kPendingGradientSlot);
-  CheckpointWriter writer(options.dir, state.epochs_done);
+  CheckpointWriter writer(options.dir, state.epochs_done, state.steps_done);
   for (size_t i = 0; i < graph.n_params; ++i) {
     const MLPH_Parameter& p = graph.params[i];
     const MLPH_Value& v = graph.values[p.value];
@@ -121,6 +140,10 @@ SavedCheckpoint save_checkpoint(const CheckpointOptions& options, const Session&
     MLPH_Tensor view{};
     std::vector<float> buffer = read_parameter(api, model, graph, i, view);  // `view` then takes each state slot
     writer.add(name, "", MLPH_DTYPE_F32, shape, buffer.data());
+    if (const auto found = copies.find(i); found != copies.end() && !buffer.empty())
+      for (size_t r = 1; r <= found->second.size() / buffer.size(); ++r)
+        writer.add(name, rank_slot(static_cast<int32_t>(r)), MLPH_DTYPE_F32, shape,
+                   found->second.data() + (r - 1) * buffer.size());
     if (!trainable(p)) continue;
     for (const std::string& slot : slots) {
       check(api->read_state(model, i, slot.c_str(), &view),
@@ -152,7 +175,10 @@ void check_restorable(const CheckpointReader& checkpoint, const MLPH_Graph& grap
                                           sdk::schema::dtype_name(MLPH_DTYPE_F32), sdk::shape_string(v.shape, v.ndim)));
     };
     check_slot("", true);
-    if (!trainable(graph.params[i])) continue;
+    if (!trainable(graph.params[i])) {
+      for (int32_t r = 1; r < checkpoint.manifest().identity.ranks; ++r) check_slot(rank_slot(r), false);  // inside an epoch
+      continue;
+    }
     for (const std::string& slot : slots) check_slot(slot, true);
     check_slot(sdk::kPendingGradientSlot, false);  // present when a window was open at the epoch's end
   }
@@ -163,19 +189,24 @@ void restore_checkpoint(const CheckpointReader& checkpoint, const Session& sessi
   check_restorable(checkpoint, graph);
   const MLPH_BackendApi* api = session.backend_api();
   const std::vector<std::string> slots = optimizer_slots(graph);
+  // The parameter's values: its own slot "", or this rank's ("rank-<r>"); any other slot is optimizer state.
   const auto load = [&](size_t i, const std::string& slot) {
+    const bool values = slot.empty() || slot == rank_slot(session.topology().rank);
     const MLPH_Value& v = graph.values[graph.params[i].value];
     const std::string name = v.name ? v.name : "";
     const TensorRecord* record = checkpoint.find(name, slot);  // as check_restorable found it
     if (!record) return;
     std::vector<std::byte> data = checkpoint.read(*record);
     const MLPH_Tensor view = sdk::host_tensor(MLPH_DTYPE_F32, v.shape, v.ndim, data.data());
-    check(slot.empty() ? api->write_parameter(model, i, &view) : api->write_state(model, i, slot.c_str(), &view),
+    check(values ? api->write_parameter(model, i, &view) : api->write_state(model, i, slot.c_str(), &view),
           fmt::format("backend {}: restoring '{}'", session.backend_name(), slot_name(name, slot)));
   };
   for (size_t i = 0; i < graph.n_params; ++i) {
     load(i, "");
-    if (!trainable(graph.params[i])) continue;
+    if (!trainable(graph.params[i])) {
+      if (const int32_t rank = session.topology().rank; rank > 0) load(i, rank_slot(rank));  // a checkpoint inside an epoch
+      continue;
+    }
     for (const std::string& slot : slots) load(i, slot);
     load(i, sdk::kPendingGradientSlot);
   }

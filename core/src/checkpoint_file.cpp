@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <regex>
 
 #include "mlph/core/json.hpp"
 #include "mlph/core/tensor_bytes.hpp"
@@ -53,15 +54,17 @@ std::string manifest_json(const CheckpointIdentity& id, const RunnerState& state
                            records.empty() ? "" : ",", json(t.name).text, json(t.slot).text,
                            json(sdk::schema::dtype_name(t.dtype)).text, fmt::join(t.shape, ", "), t.offset, t.bytes,
                            t.crc32);
+  const int version = state.steps_done > 0 ? 2 : 1;  // see kCheckpointVersion
   return fmt::format(
       "{{\n  \"format\": {}, \"version\": {},\n  \"benchmark\": {}, \"workload\": {}, \"backend\": {},\n"
       "  \"graph_fingerprint\": {}, \"seed\": {}, \"ranks\": {}, \"gradient_accumulation\": {},\n"
       "  \"config_hash\": {},\n  \"hyperparameters\": {{{}\n  }},\n"
-      "  \"state\": {{\"epochs_done\": {}, \"micro_batches\": {}, \"optimizer_steps\": {}, \"metrics\": [{}]}},\n"
+      "  \"state\": {{\"epochs_done\": {}, {}\"micro_batches\": {}, \"optimizer_steps\": {}, \"metrics\": [{}]}},\n"
       "  \"tensors_file\": {}, \"tensors_bytes\": {},\n  \"tensors\": [{}\n  ]\n}}\n",
-      json(kFormat).text, kCheckpointVersion, json(id.benchmark).text, json(id.workload).text, json(id.backend).text,
+      json(kFormat).text, version, json(id.benchmark).text, json(id.workload).text, json(id.backend).text,
       json(id.graph_fingerprint).text, id.seed, id.ranks, id.accumulation, json(id.config_hash).text, hparams,
-      state.epochs_done, state.micro_batches, state.optimizer_steps, fmt::join(metrics, ", "), json(kTensors).text,
+      state.epochs_done, version > 1 ? fmt::format("\"steps_done\": {}, ", state.steps_done) : "",
+      state.micro_batches, state.optimizer_steps, fmt::join(metrics, ", "), json(kTensors).text,
       tensors_bytes, records);
 }
 
@@ -85,9 +88,10 @@ class ManifestParser {
     if (const std::string format = text(root_, "format"); format != kFormat)
       throw CheckpointError(fmt::format("{}: not an mlperf-hpc checkpoint (format '{}', expected '{}')", file_.string(),
                                         escaped(format, 80), kFormat));
-    if (const auto version = number<int>(root_, "version"); version != kCheckpointVersion)
-      throw CheckpointError(fmt::format("{}: checkpoint format version {}; this build reads version {}", file_.string(),
-                                        version, kCheckpointVersion));
+    const auto version = number<int>(root_, "version");
+    if (version < 1 || version > kCheckpointVersion)
+      throw CheckpointError(fmt::format("{}: checkpoint format version {}; this build reads versions 1 to {}",
+                                        file_.string(), version, kCheckpointVersion));
     Manifest m;
     CheckpointIdentity& id = m.identity;
     id.benchmark = name(root_, "benchmark"), id.workload = name(root_, "workload"), id.backend = name(root_, "backend");
@@ -101,6 +105,7 @@ class ManifestParser {
     }
     const YAML::Node state = field(root_, "state", YAML::NodeType::Map);
     m.state.epochs_done = number<uint32_t>(state, "epochs_done");
+    if (version > 1) m.state.steps_done = number<uint64_t>(state, "steps_done");
     m.state.micro_batches = number<uint64_t>(state, "micro_batches");
     m.state.optimizer_steps = number<uint64_t>(state, "optimizer_steps");
     for (const YAML::Node& v : field(state, "metrics", YAML::NodeType::Sequence)) m.state.metrics.push_back(metric(v));
@@ -233,7 +238,10 @@ sdk::detail::Fd open_tensors(const fs::path& file, uint64_t& size) {
 
 }  // namespace
 
-std::string checkpoint_name(uint32_t epochs_done) { return fmt::format("epoch-{:06}", epochs_done); }
+std::string checkpoint_name(uint32_t epochs_done, uint64_t steps_done) {
+  return steps_done == 0 ? fmt::format("epoch-{:06}", epochs_done)
+                         : fmt::format("epoch-{:06}-step-{:06}", epochs_done, steps_done);
+}
 
 std::vector<fs::path> list_checkpoints(const fs::path& dir) {
   std::vector<fs::path> found;
@@ -256,18 +264,17 @@ fs::path latest_checkpoint(const fs::path& dir) {
   }
   if (name.ends_with('\n')) name.pop_back();
   // Only a checkpoint of this directory: not a path elsewhere, not the directory itself.
-  const bool checkpoint = name.starts_with("epoch-") && name.size() > 6 &&
-                          std::all_of(name.begin() + 6, name.end(), [](char c) { return c >= '0' && c <= '9'; });
-  if (!checkpoint)
-    throw CheckpointError(fmt::format("{}: names \"{}\", not a checkpoint of this directory (epoch-NNNNNN)",
+  static const std::regex checkpoint_name_pattern("epoch-[0-9]+(-step-[0-9]+)?");
+  if (!std::regex_match(name, checkpoint_name_pattern))
+    throw CheckpointError(fmt::format("{}: names \"{}\", not a checkpoint of this directory (epoch-NNNNNN[-step-NNNNNN])",
                                       file.string(), escaped(name, 80)));
   return dir / name;
 }
 
-CheckpointWriter::CheckpointWriter(fs::path dir, uint32_t epochs_done)
+CheckpointWriter::CheckpointWriter(fs::path dir, uint32_t epochs_done, uint64_t steps_done)
     : dir_(std::move(dir)),
-      temp_(dir_ / fmt::format(".{}.tmp", checkpoint_name(epochs_done))),
-      final_(dir_ / checkpoint_name(epochs_done)) {
+      temp_(dir_ / fmt::format(".{}.tmp", checkpoint_name(epochs_done, steps_done))),
+      final_(dir_ / checkpoint_name(epochs_done, steps_done)) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) throw CheckpointError(fmt::format("{}: cannot create the checkpoint directory: {}", dir_.string(), ec.message()));

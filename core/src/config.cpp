@@ -219,6 +219,11 @@ std::vector<MLPH_ParamSpec> core_schema() {
       free("parallel.spatial", MLPH_TYPE_STRING, "1",
            "ranks per sample along each spatial dim, e.g. 2x1x1 (D, H, W): each rank holds its block of every sample, "
            "halos exchanged before each convolution; the ranks count in sample groups of that many; 1: none"),
+      {"run.stop_grace_s", MLPH_TYPE_FLOAT, "20",
+       "with --checkpoint-dir, or under srun: seconds after SIGTERM or SIGINT the run may take to end its step (and "
+       "save a checkpoint) before it is ended where it is (under Slurm's KillWait, 30 s by default; SIGUSR1 waits for "
+       "the step however long)", MLPH_CLOSED_FREE,
+       MLPH_BOUND_MIN | MLPH_BOUND_MAX, 0, 3600, "at most an hour"},
       {"data.read_timeout_s", MLPH_TYPE_FLOAT, "600",
        "seconds a batch may take to read before the run is ended as stuck (a reader hung on a file)", MLPH_CLOSED_FREE,
        MLPH_BOUND_MIN | MLPH_BOUND_MIN_EXCLUSIVE | MLPH_BOUND_MAX, 0, 86400, "at most a day"},

@@ -1,6 +1,8 @@
 // mlperf-run: the command-line front of the core runner.
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <iostream>
@@ -8,6 +10,7 @@
 #include "mlph/core/borrow.hpp"
 #include "mlph/core/campaign.hpp"
 #include "mlph/core/plugin_loader.hpp"
+#include "mlph/core/results_tree.hpp"
 #include "mlph/core/runner.hpp"
 #include "mlph/sdk/numbers.hpp"
 
@@ -48,6 +51,29 @@ std::string output_problem(const std::filesystem::path& output) {
   return "";
 }
 
+// --describe-system: the system description of a campaign's tree, from one of its logs. Written aside
+// and renamed into place: the tasks of a job array may write it at the same time.
+int describe_system(const std::string& log, const std::filesystem::path& output, const CampaignOptions& campaign,
+                    const std::string& system_info) {
+  if (campaign.org.empty() || campaign.system.empty()) {
+    std::fprintf(stderr, "mlperf-run: error: --describe-system needs --org and --system (the tree's names)\n");
+    return 2;
+  }
+  try {
+    const SystemFields fields = system_info.empty() ? SystemFields{} : read_system_info(system_info);
+    const ResultsTree tree(output, campaign.org, campaign.system, "", false);
+    std::filesystem::create_directories(tree.systems);
+    const std::filesystem::path aside = tree.system_json().string() + fmt::format(".{}.tmp", getpid());
+    write_system_json(aside, log, campaign.org, campaign.system, MLPH_VERSION, fields);
+    std::filesystem::rename(aside, tree.system_json());
+    std::fprintf(stderr, "wrote %s\n", tree.system_json().c_str());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mlperf-run: error: --describe-system %s: %s\n", log.c_str(), e.what());
+    return 2;
+  }
+}
+
 int main_checked(int argc, char** argv);
 
 }  // namespace
@@ -68,7 +94,7 @@ int main_checked(int argc, char** argv) {
   RunOptions options;
   CampaignOptions campaign;
   std::vector<std::string> plugin_dirs;
-  std::string borrow, system_info, checkpoint_dir, resume, export_weights;
+  std::string borrow, system_info, checkpoint_dir, resume, export_weights, describe_log;
   // Unsigned numbers are read as text: program_options would take -1 as 4294967295.
   std::string seed, checkpoint_every = "1", checkpoint_keep = "2";
   po::options_description cli(
@@ -93,13 +119,14 @@ int main_checked(int argc, char** argv) {
       ("generate-data", po::value(&options.generate_data_dir), "write the workload's synthetic dataset to DIR and exit")
       ("log-name", po::value(&options.log_name), "file name of the MLPerf log in --output (default result_0.txt)")
       ("checkpoint-dir", po::value(&checkpoint_dir),
-       "save a checkpoint into DIR after every epoch (weights, optimizer state, counters); go on after a failure "
-       "with --resume DIR")
+       "save a checkpoint into DIR after every epoch (weights, optimizer state, counters), and where SIGUSR1, SIGTERM "
+       "or SIGINT stops the run (exit status 3); go on with --resume DIR, or --resume auto")
       ("checkpoint-every", po::value(&checkpoint_every), "with --checkpoint-dir: epochs between checkpoints (default 1)")
       ("checkpoint-keep", po::value(&checkpoint_keep), "with --checkpoint-dir: checkpoints kept, the newest (default 2)")
       ("resume", po::value(&resume),
-       "go on from a checkpoint (DIR/epoch-NNNNNN, or DIR: its latest) with the next epoch; a resumed run is not a "
-       "timed MLPerf result")
+       "go on from a checkpoint (DIR/epoch-NNNNNN[-step-NNNNNN], or DIR: its latest) where it stopped; `auto`: from "
+       "--checkpoint-dir's latest if it holds one, else start afresh (a requeued job); a resumed run is not a timed "
+       "MLPerf result")
       ("export-weights", po::value(&export_weights),
        "at the end, write the trained weights to FILE (.npz) in the reference implementation's PyTorch names and layouts")
       ("borrow-hparams", po::value(&borrow),
@@ -112,7 +139,12 @@ int main_checked(int argc, char** argv) {
       ("org", po::value(&campaign.org), "submitting organization (same as --set mlperf.org=ORG)")
       ("system", po::value(&campaign.system), "system name (same as --set mlperf.platform=NAME; default: the host name)")
       ("system-info", po::value(&system_info), "with --runs: YAML of system-description fields to fill or override")
-      ("launcher", po::value(&campaign.launcher), "with --runs: command prefix of every run, e.g. \"mpirun -n 4\"");
+      ("launcher", po::value(&campaign.launcher), "with --runs: command prefix of every run, e.g. \"mpirun -n 4\"")
+      ("slurm", "with --runs: write the campaign as a Slurm job array (<output>/slurm/<system>-<benchmark>.sbatch, "
+                "one task per run, launched by srun unless --launcher) for one sbatch, instead of running it")
+      ("describe-system", po::value(&describe_log),
+       "write <output>/<org>/systems/<system>.json (--org, --system, --system-info) from the result log LOG and this "
+       "machine, and exit: what each task of a --slurm job array does after its run");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, cli), vm);
@@ -131,6 +163,8 @@ int main_checked(int argc, char** argv) {
   }
   for (const auto& d : plugin_dirs) options.plugin_dirs.emplace_back(d);
   if (vm.count("list-plugins")) return list_plugins(options.plugin_dirs);
+  if (vm.count("describe-system"))
+    return describe_system(describe_log, vm["output"].as<std::string>(), campaign, system_info);
   try {
     if (vm.count("seed")) options.seed = mlph::sdk::parse_integer<uint64_t>(seed, "--seed");
     options.checkpoint_every = mlph::sdk::parse_integer<uint32_t>(checkpoint_every, "--checkpoint-every", 1);
@@ -140,7 +174,9 @@ int main_checked(int argc, char** argv) {
     return 2;
   }
   options.output_dir = vm["output"].as<std::string>();
-  options.checkpoint_dir = checkpoint_dir, options.resume_from = resume, options.export_weights = export_weights;
+  options.checkpoint_dir = checkpoint_dir, options.export_weights = export_weights;
+  options.resume_auto = resume == "auto";  // a checkpoint directory named auto: --resume ./auto
+  if (!options.resume_auto) options.resume_from = resume;
   if (vm.count("runs") && !(checkpoint_dir.empty() && resume.empty() && export_weights.empty())) {
     std::fprintf(stderr, "mlperf-run: error: --runs makes timed submission runs: no --checkpoint-dir, --resume or "
                          "--export-weights with it\n");
@@ -156,12 +192,17 @@ int main_checked(int argc, char** argv) {
                  options.log_name.c_str());
     return 2;
   }
+  if (vm.count("slurm") && !vm.count("runs")) {
+    std::fprintf(stderr, "mlperf-run: error: --slurm goes with --runs: it writes a campaign as a job array\n");
+    return 2;
+  }
   if (vm.count("runs")) {
     if (campaign.runs < 0) {
       std::fprintf(stderr, "mlperf-run: error: --runs must be >= 0\n");
       return 2;
     }
     campaign.weak = vm.count("weak") > 0;
+    campaign.slurm = vm.count("slurm") > 0;
     campaign.system_info = system_info;
     campaign.borrow_hparams = borrow;  // each run borrows for itself: it knows its rank count
     campaign.executable = "/proc/self/exe";

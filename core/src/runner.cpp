@@ -31,6 +31,7 @@
 #include "mlph/core/system_probe.hpp"
 #include "mlph/sdk/backend.hpp"
 #include "mlph/sdk/storage.hpp"
+#include "mlph/sdk/cpus.hpp"
 #include "mlph/sdk/tensor.hpp"
 
 namespace mlph::core {
@@ -42,14 +43,29 @@ class RunFailure : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The run stopped at a step boundary on a signal (signals.hpp), every rank at the same one: logged as
+// aborted with the reason; the process exits 3 when the checkpoint to go on from is saved, else 1.
+class RunStopped : public std::runtime_error {
+ public:
+  RunStopped(const std::string& why, bool saved) : std::runtime_error(why), saved(saved) {}
+  bool saved;
+};
+
+constexpr int kExitStoppedWithCheckpoint = 3;
+
 class Run {
  public:
   Run(const RunOptions& options, SignalWatcher& signals) : options_(options), signals_(signals) {}
   int execute();
 
  private:
+  struct StepOf {  // training step `step` (0-based) of an epoch of `steps`; the signal that stopped it there
+    uint64_t step, steps;
+    int signal = 0;
+  };
   int generate_data();
   int timed_run();
+  void find_resume_auto();
   void open_resume();
   void check_checkpoints_and_export();
   void reserve_checkpoint_dir();
@@ -57,10 +73,13 @@ class Run {
   void initialize(MlLogger& log);
   void resume_training(MlLogger& log);
   void save_checkpoint_if_due(MlLogger& log, Progress& progress, uint32_t epochs_done);
+  std::filesystem::path save(MlLogger& log, Progress& progress, const RunnerState& state, const RankCopies& copies = {});
+  int stop_requested();
+  [[noreturn]] void stop(MlLogger& log, Progress& progress, uint32_t epoch, StepOf at);
   void export_trained_weights();
   bool train_and_evaluate(MlLogger& log);
   void check_eval_outputs() const;
-  void train_epoch(uint32_t epoch, Progress& progress);
+  std::optional<StepOf> train_epoch(uint32_t epoch, uint64_t first_step, Progress& progress);
   double evaluate(uint32_t epoch);
   uint64_t eval_samples() const;
   void open_datasets();
@@ -70,6 +89,7 @@ class Run {
   void log_device(MlLogger& log, const BackendDevice& device);
   long long accelerators_per_node(const BackendDevice& device) const;
   double read_loss(const MLPH_StepResult& result, bool deferred);
+  void log_slurm(MlLogger& log, const SlurmTask& task);
 
   const MLPH_WorkloadApi* workload() const { return session_->workload_api(); }
   const MLPH_BackendApi* backend() const { return session_->backend_api(); }
@@ -92,7 +112,10 @@ class Run {
   std::unique_ptr<InputBuffers> inputs_;  // after the model: freed while the backend still lives
   const MLPH_Graph* graph_ = nullptr;
   uint64_t train_size_ = 0, eval_size_ = 0, micro_batches_ = 0;
-  uint32_t batch_ = 0, first_epoch_ = 0;  // first_epoch_: where a resumed run goes on
+  uint32_t batch_ = 0, first_epoch_ = 0;  // first_epoch_, first_step_: where a resumed run goes on
+  uint64_t first_step_ = 0;
+  std::filesystem::path newest_saved_;  // in checkpoints_.dir: written by this run, or the one it goes on from
+  std::string resume_note_;             // what --resume auto found
   std::vector<double> metrics_;           // the quality metric after each epoch
   double last_loss_ = 0;                  // the training loss last read (averaged over the ranks)
   // Staged data is dealt out among the ranks of a node (see storage.h: MLPH_StageStats), else among all;
@@ -144,6 +167,14 @@ void Run::log_device(MlLogger& log, const BackendDevice& device) {
                                  json(type).text, device.id, json(device.name).text, device.per_node,
                                  device.memory_bytes, json(device.precision).text,
                                  device.deterministic ? "true" : "false")));
+// Where srun placed the run (rank 0's view): the job, the step's nodes and tasks, the CPUs the task
+// may use (the backends' default thread count), and how often the job was requeued.
+void Run::log_slurm(MlLogger& log, const SlurmTask& task) {
+  log.event("mlph_slurm",
+            json_raw(fmt::format("{{\"job_id\": {}, \"step_id\": {}, \"nodes\": {}, \"tasks\": {}, "
+                                 "\"tasks_on_node\": {}, \"local_rank\": {}, \"cpus\": {}, \"restarts\": {}}}",
+                                 json(task.job_id).text, json(task.step_id).text, task.nodes, task.tasks,
+                                 task.local_tasks, task.local_rank, sdk::available_cpus(), task.restarts)));
 }
 
 void Run::initialize(MlLogger& log) {
@@ -165,6 +196,7 @@ void Run::initialize(MlLogger& log) {
   log.event("submission_platform", json(platform.empty() ? host_name() : platform));
   for (const LoadedPlugin* p : session_->plugins()) log_plugin(log, *p);
   log_device(log, device);
+  if (const std::optional<SlurmTask>& slurm = session_->slurm()) log_slurm(log, *slurm);
 
   batch_ = session_->info().local_batch_size;
   if (!graph_) {  // a resumed run built it already, to compare it with the checkpoint's
@@ -196,16 +228,20 @@ void Run::resume_training(MlLogger& log) {
   }
   const RunnerState& state = resume_->manifest().state;
   first_epoch_ = state.epochs_done;
+  first_step_ = state.steps_done;
   micro_batches_ = state.micro_batches;
   metrics_ = state.metrics;
-  const std::string note = fmt::format("resumed after epoch {} from {}: not a timed MLPerf result (its time to train "
-                                       "covers only epochs {} on)",
-                                       state.epochs_done, resume_->dir().string(), state.epochs_done + 1);
+  const std::string where = state.steps_done == 0 ? fmt::format("after epoch {}", state.epochs_done)
+                                                  : fmt::format("at step {} of epoch {}", state.steps_done + 1,
+                                                                state.epochs_done + 1);
+  const std::string note = fmt::format("resumed {} from {}: not a timed MLPerf result (its time to train covers only "
+                                       "the training after the checkpoint)",
+                                       where, resume_->dir().string());
   log.event("mlph_resumed_from",
-            json_raw(fmt::format("{{\"checkpoint\": {}, \"epochs_done\": {}, \"micro_batches\": {}, "
+            json_raw(fmt::format("{{\"checkpoint\": {}, \"epochs_done\": {}, \"steps_done\": {}, \"micro_batches\": {}, "
                                  "\"metrics\": {}, \"note\": {}}}",
-                                 json(resume_->dir().string()).text, state.epochs_done, state.micro_batches,
-                                 json_list(state.metrics, false).text, json(note).text)));
+                                 json(resume_->dir().string()).text, state.epochs_done, state.steps_done,
+                                 state.micro_batches, json_list(state.metrics, false).text, json(note).text)));
   if (session_->topology().rank == 0) std::fprintf(stderr, "note: %s\n", note.c_str());
 }
 
@@ -213,17 +249,77 @@ void Run::resume_training(MlLogger& log) {
 // every rank holds the same weights and optimizer state. Other ranks go on to the next epoch.
 void Run::save_checkpoint_if_due(MlLogger& log, Progress& progress, uint32_t epochs_done) {
   if (checkpoints_.dir.empty() || epochs_done % checkpoints_.every != 0 || session_->topology().rank != 0) return;
+  const uint64_t updates = micro_batches_ / session_->gradient_accumulation();
+  save(log, progress, RunnerState{epochs_done, micro_batches_, updates, metrics_});
+}
+
+// Rank 0's part of saving `state` (inside an epoch every rank gathers its statistics first: stop).
+// A checkpoint of that state already there (the one the run goes on from) is not written again.
+std::filesystem::path Run::save(MlLogger& log, Progress& progress, const RunnerState& state,
+                                const RankCopies& copies) {
+  if (newest_saved_.filename() == checkpoint_name(state.epochs_done, state.steps_done)) return newest_saved_;
   Stopwatch watch(time_.checkpoint_s);
-  const Activity doing(fmt::format("saving the checkpoint after epoch {}", epochs_done));
+  const Activity doing(fmt::format("saving the checkpoint {}", checkpoint_name(state.epochs_done, state.steps_done)));
   const uint32_t window = session_->gradient_accumulation();
-  const RunnerState state{epochs_done, micro_batches_, micro_batches_ / window, metrics_};
   const SavedCheckpoint saved =
-      save_checkpoint(checkpoints_, *session_, model_.get(), *graph_, state, micro_batches_ % window != 0);
-  log.event("mlph_checkpoint", json_raw(fmt::format("{{\"path\": {}, \"epochs_done\": {}, \"bytes\": {}, \"seconds\": {}}}",
-                                                   json(saved.path.string()).text, epochs_done, saved.bytes,
-                                                   json(saved.seconds).text)));
+      save_checkpoint(checkpoints_, *session_, model_.get(), *graph_, state, micro_batches_ % window != 0, copies);
+  newest_saved_ = saved.path;
+  if (!run_stopped_)  // the watcher's last words may have ended the log (signals.hpp)
+    log.event("mlph_checkpoint",
+              json_raw(fmt::format("{{\"path\": {}, \"epochs_done\": {}, \"steps_done\": {}, \"bytes\": {}, "
+                                   "\"seconds\": {}}}",
+                                   json(saved.path.string()).text, state.epochs_done, state.steps_done, saved.bytes,
+                                   json(saved.seconds).text)));
   progress.message(fmt::format("checkpoint {} ({:.1f} MiB in {:.2f} s)", saved.path.string(),
                                static_cast<double>(saved.bytes) / 1048576.0, saved.seconds));
+  return saved.path;
+}
+
+// At every training step boundary: the signal that asks the run to stop, 0 for none. Every rank
+// votes, so that all stop at the same step (a rank going on alone would wait in the next step's
+// collectives), naming the same signal (SIGTERM before SIGUSR1) whichever rank got it.
+int Run::stop_requested() {
+  int32_t signal = stop_signal();
+  if (session_->topology().size > 1)
+    check(comms()->allreduce(session_->comm(), &signal, 1, MLPH_DTYPE_I32, MLPH_REDUCE_MAX), "comms");
+  return signal;
+}
+
+// Stops before training step `at` of `epoch`: rank 0 saves where the run stands when it has a
+// checkpoint directory, and every rank learns whether that worked before any leaves (a rank that
+// left early would have the launcher end rank 0 while it writes).
+void Run::stop(MlLogger& log, Progress& progress, uint32_t epoch, StepOf at) {
+  signals_.stopping();
+  const int signal = at.signal;
+  const uint64_t step = at.step;
+  const std::string where = fmt::format("stopped before training step {} of {} in epoch {}", step + 1, at.steps, epoch + 1);
+  if (checkpoints_.dir.empty())
+    throw RunStopped(fmt::format("{}: {}; no checkpoint (no --checkpoint-dir)", stop_reason(signal), where), false);
+  const RunnerState state{epoch, micro_batches_, micro_batches_ / session_->gradient_accumulation(), metrics_, step};
+  // Inside an epoch each rank's running statistics are its own until the epoch's end averages them.
+  const RankCopies copies = step > 0 ? gather_rank_copies(*session_, model_.get(), *graph_) : RankCopies{};
+  std::string failed;
+  if (session_->topology().rank == 0) {
+    try {
+      save(log, progress, state, copies);
+    } catch (const std::exception& e) {
+      failed = e.what();
+    }
+  }
+  int32_t ok = failed.empty() ? 1 : 0;  // rank 0's verdict (the others hold 1)
+  if (session_->topology().size > 1)
+    check(comms()->allreduce(session_->comm(), &ok, 1, MLPH_DTYPE_I32, MLPH_REDUCE_SUM), "comms");
+  const bool done = ok == session_->topology().size;
+  if (!done)
+    throw RunStopped(fmt::format("{}: {}; the checkpoint could not be saved{}", stop_reason(signal), where,
+                                 failed.empty() ? " (on rank 0)" : ": " + failed),
+                     false);
+  signals_.set_exit_status(kExitStoppedWithCheckpoint);
+  const std::string name = checkpoint_name(epoch, step);
+  throw RunStopped(fmt::format("{}: {}; checkpoint {} saved: the run goes on from it with --resume auto --checkpoint-dir "
+                               "{} (a requeued job does so by itself)",
+                               stop_reason(signal), where, (checkpoints_.dir / name).string(), checkpoints_.dir.string()),
+                   true);
 }
 
 void Run::open_datasets() {
@@ -282,21 +378,29 @@ void Run::stage_data(MlLogger& log) {
   data_shard_ = {stats.shard_index / ranks, stats.shard_count / ranks};
 }
 
-void Run::train_epoch(uint32_t epoch, Progress& progress) {
+// Trains epoch `epoch` from step `first_step` on (a resumed run's first epoch may start inside);
+// returns the step before which a signal stopped it, if one did.
+std::optional<Run::StepOf> Run::train_epoch(uint32_t epoch, uint64_t first_step, Progress& progress) {
   Stopwatch watch(time_.train_s);
   const Activity training(fmt::format("training epoch {}", epoch + 1));
   // Each rank takes its shard of the shared order: the reference's shuffle-then-shard.
   const std::vector<uint64_t> order = epoch_order(workload(), session_->workload(), epoch, train_size_, session_->seed());
-  Prefetcher reader(workload(), train_set_.get(), *inputs_, shard(order, data_shard_, batch_), batch_,
-                    read_plan("training", epoch), part_);
+  std::vector<uint64_t> mine = shard(order, data_shard_, batch_);
+  const uint64_t steps = mine.size() / batch_;
+  if (first_step > steps)
+    throw RunFailure(fmt::format("the checkpoint stopped at training step {} of epoch {}, but an epoch of this run has "
+                                 "{} steps (another dataset?)",
+                                 first_step + 1, epoch + 1, steps));
+  mine.erase(mine.begin(), mine.begin() + static_cast<std::ptrdiff_t>(first_step * batch_));
+  Prefetcher reader(workload(), train_set_.get(), *inputs_, std::move(mine), batch_, read_plan("training", epoch), part_);
   // A backend that can defer the loss (ABI 1.6) is not waited for each step: the loss is read (and
   // averaged over the ranks, and checked) about ten times an epoch and at its end, at the same steps
   // on every rank.
   const bool defer = session_->backend_is_1_6() && backend()->read_loss;
-  const uint64_t read_every = defer ? std::max<uint64_t>(1, reader.steps() / 10) : 1;
-  for (uint64_t step = 0; step < reader.steps(); ++step) {
-    if (interrupted()) throw RunFailure("interrupted");
-    Batch& batch = reader.get(step);
+  const uint64_t read_every = defer ? std::max<uint64_t>(1, steps / 10) : 1;
+  for (uint64_t step = first_step; step < steps; ++step) {
+    if (const int signal = stop_requested()) return StepOf{step, steps, signal};
+    Batch& batch = reader.get(step - first_step);
     const Activity doing(fmt::format("running training step {} of epoch {}", step + 1, epoch + 1));
     // Gradient accumulation: the window counts micro-batches globally, across epochs (as the
     // references do); the workload's schedule is asked once per update, whether it goes by epoch or
@@ -310,7 +414,7 @@ void Run::train_epoch(uint32_t epoch, Progress& progress) {
     check(backend()->train_step(model_.get(), batch.tensors.data(), batch.tensors.size(), &args, &result),
           "training step");
     ++micro_batches_;
-    if ((step + 1) % read_every == 0 || step + 1 == reader.steps()) {
+    if ((step + 1) % read_every == 0 || step + 1 == steps) {
       last_loss_ = read_loss(result, defer);
       if (!std::isfinite(last_loss_))
         throw RunFailure(fmt::format("training diverged: the loss is {} at epoch {}, step {}", last_loss_, epoch + 1,
@@ -318,6 +422,7 @@ void Run::train_epoch(uint32_t epoch, Progress& progress) {
     }
     progress.step(epoch, step, last_loss_);
   }
+  return std::nullopt;
 }
 
 // The step's loss (waiting for it when deferred), averaged over the ranks: what the terminal shows, and
@@ -369,8 +474,8 @@ double Run::evaluate(uint32_t epoch) {
     output_tensors.push_back(sdk::host_tensor(MLPH_DTYPE_F32, v.shape, v.ndim, outputs[i].data()));
   }
   std::vector<double> sums(graph_->n_eval_outputs, 0.0);
+  // A signal waits for the evaluation's end (the next training step): the watcher bounds SIGTERM's wait.
   for (uint64_t step = 0; step < reader.steps(); ++step) {
-    if (interrupted()) throw RunFailure("interrupted");
     Batch& batch = reader.get(step);
     const Activity doing(fmt::format("running evaluation step {} of epoch {}", step + 1, epoch + 1));
     check(backend()->eval_step(model_.get(), batch.tensors.data(), batch.tensors.size(), output_tensors.data(),
@@ -411,7 +516,8 @@ bool Run::train_and_evaluate(MlLogger& log) {
     const double started = host_api()->now_seconds();
     const Metadata epoch_num = {{"epoch_num", json(static_cast<int>(epoch + 1))}};
     log.start("epoch_start", {}, epoch_num);
-    train_epoch(epoch, progress);
+    const uint64_t first_step = epoch == first_epoch_ ? first_step_ : 0;
+    if (const std::optional<StepOf> stopped = train_epoch(epoch, first_step, progress)) stop(log, progress, epoch, *stopped);
     session_->average_non_trainable(model_.get(), *graph_);
     log.start("eval_start", {}, epoch_num);
     const double metric = evaluate(epoch);
@@ -443,11 +549,23 @@ int Run::timed_run() {
   const std::filesystem::path log_path = rank0 ? options_.output_dir / options_.log_name : std::filesystem::path();
   MlLogger log(log_path, false);
   const LogWatch crash_words(log, run_stopped_);  // a crash or a stuck read ends the log too
-  // A signal that finds this rank blocked (see SignalWatcher) ends the log from the watcher.
-  signals_.set_last_words([&](int signal) {
-    const std::string why = fmt::format("{} while blocked in a step or collective: the job is being ended "
-                                        "(did another rank fail?)", signal == SIGTERM ? "SIGTERM" : "SIGINT");
+  // A signal that finds this rank blocked (see SignalWatcher) ends the log from the watcher. The run
+  // may take the grace to reach a step boundary when it saves a checkpoint there, and under srun,
+  // which kills only after KillWait: it then ends in order, saying where it stopped.
+  const double grace = checkpoints_.dir.empty() && !session_->slurm()
+                           ? 0
+                           : as_number("run.stop_grace_s", session_->config().get("run.stop_grace_s"));
+  signals_.set_stop_grace(grace, !session_->slurm());
+  signals_.set_last_words([&, grace](int signal, bool final) {
+    const char* name = signal == SIGTERM ? "SIGTERM" : "SIGINT";
+    const std::string why =
+        final ? fmt::format("{} while blocked in a step or collective: the job is being ended (did another rank fail?)",
+                            name)
+              : fmt::format("{} during a step, or while blocked in a collective (did another rank fail?): the job is "
+                            "being ended; a checkpoint is saved if the step ends within {} s (run.stop_grace_s)",
+                            name, grace);
     end_log(log, false, why);
+    if (!final) return;
     session_->abandon();  // the watcher exits next: the staged copy goes now
     std::fprintf(stderr, "mlperf-run: rank %d: error: %s\n", session_->topology().rank, why.c_str());
   });
@@ -455,8 +573,9 @@ int Run::timed_run() {
     SignalWatcher& signals;
     ~Forget() { signals.set_last_words(nullptr); }
   } forget{signals_};  // before `log` goes
-  bool converged = false;
+  bool converged = false, stopped = false, checkpointed = false;
   std::string failure;
+  if (rank0 && !resume_note_.empty()) std::fprintf(stderr, "note: %s\n", resume_note_.c_str());
   // hpc 1.0.0/2.0.0 time the staging (inside run_start, as the reference); from 3.0.0 it may precede it.
   const bool timed_staging = session_->config().get("run.staging") == "timed";
   double started = 0;
@@ -468,10 +587,12 @@ int Run::timed_run() {
     if (timed_staging) stage_data(log);
     open_datasets();
     converged = train_and_evaluate(log);
+  } catch (const RunStopped& e) {
+    failure = e.what(), stopped = true, checkpointed = e.saved;
   } catch (const std::exception& e) {
     failure = e.what();
   }
-  if (started > 0)
+  if (started > 0 && !run_stopped_)  // (the watcher's last words may have ended the log already)
     report_breakdown(log, started, time_, *session_->storage_handle(), staged_, rank0);
   end_log(log, converged, failure);
   if (failure.empty() && !options_.export_weights.empty() && rank0) {  // after run_stop: not timed
@@ -482,7 +603,9 @@ int Run::timed_run() {
     }
   }
   // Every rank says why it failed (the ranks may fail differently); rank 0 names the log.
-  if (!failure.empty()) {
+  if (stopped) {
+    if (rank0) std::fprintf(stderr, "mlperf-run: %s\n", failure.c_str());
+  } else if (!failure.empty()) {
     if (session_->topology().size > 1)
       std::fprintf(stderr, "mlperf-run: rank %d: error: %s\n", session_->topology().rank, failure.c_str());
     else
@@ -492,7 +615,9 @@ int Run::timed_run() {
     std::fprintf(stderr, "MLPerf log: %s (run_stop: %s)\n", log_path.c_str(), converged ? "success" : "aborted");
   }
   // A rank that failed alone must not wait in MPI_Finalize for peers that never get there: leaving
-  // now, non-zero, makes the launcher (mpirun; srun --kill-on-bad-exit) end every rank.
+  // now, non-zero, makes the launcher (mpirun; srun --kill-on-bad-exit) end every rank. Ranks that
+  // stopped on a signal stopped together: they finish as usual.
+  if (stopped) return checkpointed ? kExitStoppedWithCheckpoint : 1;
   if (!failure.empty() && session_->topology().size > 1) {
     session_->abandon();  // no destructor runs: the staged copy goes now
     std::fflush(nullptr);
@@ -558,6 +683,7 @@ void Run::check_checkpoints_and_export() {
       throw CheckpointError(fmt::format("{} holds a newer checkpoint ({}) than {}, which going on would overwrite: "
                                         "resume from the newest, or save into another directory",
                                         checkpoints_.dir.string(), latest.filename().string(), resume_->dir().string()));
+    if (continuing) newest_saved_ = resume_->dir();
   }
   if (!options_.export_weights.empty()) {
     export_layout_ = reference_layout_of(session_->workload_plugin());
@@ -611,11 +737,23 @@ void Run::reserve_export() {
     throw CheckpointError(fmt::format("--export-weights {}: is the run's MLPerf log", file.string()));
   if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path(), a);
   export_file_.emplace(file);
+// --resume auto: the newest checkpoint in --checkpoint-dir if it holds one (a requeued job's), else a
+// fresh start.
+void Run::find_resume_auto() {
+  const std::filesystem::path& dir = options_.checkpoint_dir;
+  if (dir.empty()) throw CheckpointError("--resume auto: needs --checkpoint-dir, where it looks for a checkpoint");
+  if (list_checkpoints(dir).empty() && latest_checkpoint(dir).empty()) {
+    resume_note_ = fmt::format("--resume auto: no checkpoint in {} yet: starting afresh", dir.string());
+    return;
+  }
+  options_.resume_from = dir;  // its `latest` (CheckpointReader: a damaged one is refused, named)
+  resume_note_ = fmt::format("--resume auto: going on from the newest checkpoint in {}", dir.string());
 }
 
 int Run::execute() {
   try {
     const Activity doing("setting up the run");
+    if (options_.resume_auto) find_resume_auto();
     if (!options_.resume_from.empty()) open_resume();
     session_ = std::make_unique<Session>(options_);
     if (options_.generate_data_dir.empty()) {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <random>
 
 #include "mlph/core/benchmark.hpp"
@@ -77,6 +78,10 @@ Session::Session(const RunOptions& options_) {
 
   comm_ = create<MLPH_Comm>(comms_api(), passthrough_options(config_, "comms."), "comms");
   check(comms_api()->topology(comm_.get(), &topology_), "comms");
+  slurm_ = slurm_task();
+  std::string placement;
+  topology_ = reconcile_topology(topology_, slurm_, config_.get("plugins.comms"), placement);
+  if (!placement.empty() && topology_.rank == 0) std::fprintf(stderr, "note: %s\n", placement.c_str());
   read_spatial_grid();
   comms_handle_ = {sizeof(MLPH_CommsHandle), nullptr, comms_api(), comm_.get()};
   storage_ = create<MLPH_Storage>(storage_lib_.api<MLPH_StorageApi>(), passthrough_options(config_, "storage."),

@@ -138,3 +138,47 @@ TEST(CheckpointFile, ALatestNamingNothingIsAnError) {
         << e.what();
   }
 }
+
+// A checkpoint inside an epoch (a run stopped by a signal): named after its step, version 2 (a
+// version 1 reader would resume it at the epoch's start), its position read back; the checkpoint at
+// an epoch's end stays version 1, which older builds read.
+TEST(CheckpointFile, InsideAnEpochIsVersion2AndSortsByStep) {
+  const fs::path dir = fresh("ckpt-step");
+  commit(dir, 2);
+  CheckpointWriter w(dir, 2, 5);
+  const float values[3] = {1, 2, 3};
+  w.add("w", "", MLPH_DTYPE_F32, {3}, values);
+  w.add("w", "rank-1", MLPH_DTYPE_F32, {3}, values);
+  EXPECT_EQ(w.commit(identity(), RunnerState{2, 25, 12, {0.5, 0.25}, 5}, 3), dir / "epoch-000002-step-000005");
+  commit(dir, 3, 3);
+  const std::vector<fs::path> kept = list_checkpoints(dir);
+  ASSERT_EQ(kept.size(), 3u);
+  EXPECT_EQ(kept[1].filename(), "epoch-000002-step-000005") << "between the epochs it lies between";
+
+  const CheckpointReader inside(kept[1]);
+  EXPECT_EQ(inside.manifest().state.epochs_done, 2u);
+  EXPECT_EQ(inside.manifest().state.steps_done, 5u);
+  EXPECT_EQ(inside.manifest().state.micro_batches, 25u);
+  EXPECT_NE(inside.find("w", "rank-1"), nullptr);
+  const auto version_of = [](const fs::path& checkpoint) {
+    std::ifstream in(checkpoint / "manifest.json");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return text.substr(text.find("\"version\": ") + 11, 1);
+  };
+  EXPECT_EQ(version_of(kept[1]), "2");
+  EXPECT_EQ(version_of(kept[0]), "1");
+  EXPECT_EQ(CheckpointReader(kept[0]).manifest().state.steps_done, 0u);
+
+  // A version from a later build is refused, naming it.
+  std::ifstream in(kept[1] / "manifest.json");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text.replace(text.find("\"version\": 2"), 12, "\"version\": 3");
+  std::ofstream(kept[1] / "manifest.json") << text;
+  try {
+    CheckpointReader r(kept[1]);
+    FAIL() << "opened";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint format version 3; this build reads versions 1 to 2"), std::string::npos)
+        << e.what();
+  }
+}

@@ -1,18 +1,23 @@
 // Checkpoints through mlperf-run. A run killed with SIGKILL in the middle of an epoch and resumed from
 // its last checkpoint ends with bitwise the weights and metrics of a run never interrupted (same backend, same thread count), for CosmoFlow (dropout: the micro-batch counter) and
 // DeepCAM (LAMB, batch-norm statistics, an accumulation window open across the epoch's end), on the
-// reference and onednn-cpu backends. A checkpoint that is truncated, corrupt, foreign or of another run
-// gets one line naming the file and what differs, exit status 2 and no log.
+// reference and onednn-cpu backends. A run stopped by SIGUSR1 or SIGTERM (Slurm's warning before the
+// time limit, the limit itself) saves a checkpoint at the next step, inside the epoch, exits 3, and
+// `--resume auto` goes on from it to the same bits. A checkpoint that is truncated, corrupt, foreign
+// or of another run gets one line naming the file and what differs, exit status 2 and no log.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iterator>
 #include <thread>
+
+#include <fmt/format.h>
 
 #include "cli.hpp"
 #include "mlph/core/checkpoint_file.hpp"
@@ -58,23 +63,29 @@ pid_t spawn_cli(const std::string& args, const fs::path& log) {
   return pid;
 }
 
-// SIGKILL once `log` shows `marker` (a progress line inside an epoch); false if the run ended first.
-bool kill_at(pid_t pid, const fs::path& log, const std::string& marker) {
+// Sends `signal` once `log` shows `marker` (a progress line inside an epoch) and returns the run's
+// wait status; -1 if the run ended first.
+int signal_at(pid_t pid, const fs::path& log, const std::string& marker, int signal) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (std::chrono::steady_clock::now() < deadline) {
     if (slurp(log).find(marker) != std::string::npos) {
-      kill(pid, SIGKILL);
+      kill(pid, signal);
       int status = 0;
       waitpid(pid, &status, 0);
-      return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+      return status;
     }
     int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) return false;
+    if (waitpid(pid, &status, WNOHANG) == pid) return -1;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   kill(pid, SIGKILL);
   waitpid(pid, nullptr, 0);
-  return false;
+  return -1;
+}
+
+bool kill_at(pid_t pid, const fs::path& log, const std::string& marker) {
+  const int status = signal_at(pid, log, marker, SIGKILL);
+  return status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
 }
 
 std::string last_value(const fs::path& log, const std::string& key) {
@@ -116,7 +127,116 @@ void check_resume_is_bitwise(const std::string& name, const std::string& flags, 
   EXPECT_EQ(slurp(checkpoints / "latest"), core::checkpoint_name(epochs) + "\n");
 }
 
+// Run A never stops; run B (--checkpoint-dir, --resume auto: nothing to resume yet) gets `signal` in
+// epoch `epoch` after its step `after_step` and stops at the next step boundary: exit 3, its log ends
+// aborted naming the signal and the checkpoint, which lies inside the epoch. The same command again
+// goes on from it by itself and ends with A's weights, bit for bit, and its log says it resumed.
+// Returns the manifest of the checkpoint B saved (read before the resumed run prunes it).
+core::Manifest check_stop_and_auto_resume(const std::string& name, const std::string& flags, const std::string& data_flags,
+                                    uint32_t epochs, uint32_t epoch, uint32_t after_step, int signal,
+                                    const std::string& metric_key) {
+  const fs::path dir = fresh_dir(name);
+  EXPECT_EQ(run_cli(flags + data_flags + "--generate-data " + (dir / "data").string()).exit_code, 0);
+  const std::string common = flags + "--data " + (dir / "data").string() + " ";
+  const CliResult a = run_cli(common + "--output " + (dir / "a").string() + " --export-weights " + (dir / "a.npz").string());
+  EXPECT_EQ(a.exit_code, 1) << a.output;  // the target is out of reach: aborted, not an error
+
+  const fs::path checkpoints = dir / "ck";
+  const std::string again = common + "--checkpoint-dir " + checkpoints.string() + " --resume auto ";
+  const pid_t pid = spawn_cli(again + "--output " + (dir / "b").string(), dir / "b.txt");
+  const std::string marker = fmt::format("epoch {}/{}  step {}/", epoch, epochs, after_step);
+  const int status = signal_at(pid, dir / "b.txt", marker, signal);
+  const std::string printed = slurp(dir / "b.txt");
+  EXPECT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 3) << status << "\n" << printed;
+  EXPECT_NE(printed.find("--resume auto: no checkpoint in " + checkpoints.string() + " yet: starting afresh"),
+            std::string::npos)
+      << printed;
+  const std::vector<std::string> lines = read_lines(dir / "b" / "result_0.txt");
+  const std::string last = lines.empty() ? "" : lines.back();
+  EXPECT_EQ(mllog_key(last), "run_stop") << last;
+  EXPECT_NE(last.find("\"status\": \"aborted\""), std::string::npos) << last;
+  const fs::path saved = core::latest_checkpoint(checkpoints);
+  const std::string said = std::string("mlperf-run: ") +
+                            (signal == SIGUSR1 ? "SIGUSR1 (Slurm's warning" : "SIGTERM (the time limit");
+  EXPECT_NE(printed.find(said), std::string::npos) << printed;
+  EXPECT_NE(printed.find("checkpoint " + saved.string() + " saved"), std::string::npos) << printed;
+  if (signal == SIGUSR1) {  // the log says it too; after SIGTERM a step longer than half a second has the
+    // watcher end the log first: "SIGTERM during a step ... a checkpoint is saved if the step ends within"
+    EXPECT_NE(last.find("checkpoint " + saved.string() + " saved"), std::string::npos) << last;
+  } else {
+    EXPECT_NE(last.find("SIGTERM"), std::string::npos) << last;
+  }
+  const std::string inside = fmt::format("epoch-{:06}-step-", epoch - 1);
+  EXPECT_EQ(saved.filename().string().rfind(inside, 0), 0u) << saved << ": not inside epoch " << epoch;
+  if (testing::Test::HasFailure()) return {};
+  const core::Manifest manifest = core::CheckpointReader(saved).manifest();
+  EXPECT_GT(manifest.state.steps_done, 0u);
+  EXPECT_EQ(manifest.state.epochs_done, epoch - 1);
+
+  const CliResult resumed = run_cli(again + "--output " + (dir / "b2").string() + " --export-weights " +
+                                    (dir / "b.npz").string());
+  EXPECT_EQ(resumed.exit_code, 1) << resumed.output;
+  const std::string resumed_end = read_lines(dir / "b2" / "result_0.txt").back();
+  EXPECT_EQ(resumed_end.find("\"error\""), std::string::npos) << "not the target: a failure\n" << resumed_end;
+  EXPECT_NE(resumed.output.find("--resume auto: going on from the newest checkpoint in " + checkpoints.string()),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("note: resumed at step "), std::string::npos) << resumed.output;
+  EXPECT_TRUE(slurp(dir / "a.npz") == slurp(dir / "b.npz")) << "the resumed run's weights differ";
+  EXPECT_EQ(last_value(dir / "a" / "result_0.txt", metric_key), last_value(dir / "b2" / "result_0.txt", metric_key));
+  EXPECT_NE(last_value(dir / "b2" / "result_0.txt", "mlph_resumed_from"), "");
+  return manifest;
+}
+
 }  // namespace
+
+TEST(Stop, SigusrInsideAnEpochSavesAndAutoResumeIsBitwise) {
+  check_stop_and_auto_resume("stop-usr1", kCosmoFlow, kCosmoFlowData, 3, 2, 2, SIGUSR1, "eval_error");
+}
+
+TEST(Stop, SigtermInsideAnEpochSavesAndAutoResumeIsBitwiseOnOnednn) {
+  if (!has_plugin("libmlph-backend-onednn-cpu.so")) GTEST_SKIP() << "onednn-cpu is not built";
+  check_stop_and_auto_resume("stop-term-onednn", kCosmoFlow + "--backend onednn-cpu ", kCosmoFlowData, 3, 2, 1, SIGTERM,
+                             "eval_error");
+}
+
+// One epoch of 3 micro-batches in windows of 2, stopped inside it: after micro-batch 1 the window is
+// open and its pending sum is saved with the checkpoint (650 MB), after 2 it is closed and is not.
+TEST(Stop, DeepCamStoppedInsideAnAccumulationWindowResumesBitwise) {
+  if (!has_plugin("libmlph-workload-deepcam.so")) GTEST_SKIP() << "deepcam is not built (HDF5)";
+  const core::Manifest saved = check_stop_and_auto_resume("stop-deepcam", kDeepCam + "--set train.epochs=1 ",
+                                                          kDeepCamData, 1, 1, 1, SIGUSR1, "eval_accuracy");
+  if (!HasFailure()) {
+    EXPECT_EQ(saved.state.steps_done, saved.state.micro_batches);
+    const bool pending = std::any_of(saved.tensors.begin(), saved.tensors.end(), [](const core::TensorRecord& t) {
+      return t.name == "xception.conv1.weight" && t.slot == "pending_gradient";
+    });
+    EXPECT_EQ(pending, saved.state.micro_batches % 2 == 1) << "the pending sum is saved exactly when the window is open";
+  }
+  remove_if_passed(fs::temp_directory_path() / "mlph-test-stop-deepcam");
+}
+
+// A run without --checkpoint-dir stops at the next step all the same, saying it saved nothing: exit 1.
+TEST(Stop, WithoutACheckpointDirTheRunStopsAndSaysSo) {
+  const fs::path dir = fresh_dir("stop-nothing");
+  ASSERT_EQ(run_cli(kCosmoFlow + kCosmoFlowData + "--generate-data " + (dir / "data").string()).exit_code, 0);
+  const pid_t pid = spawn_cli(kCosmoFlow + "--data " + (dir / "data").string() + " --output " + (dir / "out").string(),
+                              dir / "out.txt");
+  const int status = signal_at(pid, dir / "out.txt", "epoch 1/3  step 2/", SIGUSR1);
+  EXPECT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 1) << status << slurp(dir / "out.txt");
+  const std::string last = read_lines(dir / "out" / "result_0.txt").back();
+  EXPECT_NE(last.find("SIGUSR1 (Slurm's warning before the time limit, or a preemption notice): stopped before "
+                      "training step "),
+            std::string::npos)
+      << last;
+  EXPECT_NE(last.find("no checkpoint (no --checkpoint-dir)"), std::string::npos) << last;
+}
+
+TEST(Stop, ResumeAutoNeedsACheckpointDir) {
+  const CliResult r = run_cli(kCosmoFlow + "--data /nonexistent --resume auto");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--resume auto: needs --checkpoint-dir"), std::string::npos) << r.output;
+}
 
 TEST(Resume, CosmoFlowReferenceIsBitwiseAfterSigkill) {
   check_resume_is_bitwise("resume-cosmoflow", kCosmoFlow, kCosmoFlowData, 3, "eval_error");

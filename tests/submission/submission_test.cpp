@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <sys/wait.h>
 
 #include "mlph/core/borrow.hpp"
@@ -394,4 +395,59 @@ TEST(EndToEnd, ThreeRunsMakeAScorableTree) {
   const Cli report = run(score_bin + " report " + org.string() + " --out " + (root / "report").string());
   EXPECT_EQ(report.code, 0) << report.output;
   EXPECT_TRUE(fs::exists(root / "report" / "summary.md"));
+}
+
+// --runs 3 --slurm writes the campaign as one job array instead of running it: the tree's
+// implementation notes, no result yet, and a script (bash syntax checked) whose task i runs run i
+// with its seed and log name through srun, then describes the system from its log. Run outside
+// sbatch it refuses in one line. (tests/slurm submits one to a real Slurm.)
+TEST(EndToEnd, SlurmWritesTheCampaignAsOneJobArray) {
+  const fs::path root = test::fresh_tree("slurm-array");
+  const std::string run_bin = MLPH_BINARY_DIR "/bin/mlperf-run";
+  const Cli c = run(run_bin + " --workload cosmoflow --division open --comms mpi --data /data/cosmo --runs 3 --slurm "
+                              "--org acme --system box1 --seed 41 --output " + (root / "out").string());
+  ASSERT_EQ(c.code, 0) << c.output;
+  const fs::path script = root / "out" / "slurm" / "box1-cosmoflow.sbatch";
+  ASSERT_TRUE(fs::exists(script)) << c.output;
+  EXPECT_NE(c.output.find("sbatch [options for one run] " + script.string()), std::string::npos) << c.output;
+  std::ifstream in(script);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const std::string& line : std::vector<std::string>{"#SBATCH --array=0-2\n", "seeds=(41 42 43)\n",
+                                 "srun --mpi=pmix --kill-on-bad-exit=1 " + run_bin + " --workload cosmoflow --comms mpi "
+                                 "--data /data/cosmo --division open --set mlperf.org=acme --set mlperf.platform=box1 "
+                                 "--seed \"${seeds[$i]}\" --output ",
+                                 "--log-name \"result_$i.txt\"\n", " --describe-system "})
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+  EXPECT_EQ(run("bash -n " + script.string()).code, 0);
+  const fs::path org = root / "out" / "acme";
+  EXPECT_TRUE(fs::exists(org / "benchmarks" / "cosmoflow" / "implementations" / "mlperf-hpc" / "README.md"));
+  EXPECT_TRUE(fs::is_empty(org / "results" / "box1" / "strong" / "cosmoflow"));
+  const Cli outside = run("env -u SLURM_ARRAY_TASK_ID bash " + script.string());
+  EXPECT_NE(outside.code, 0);
+  EXPECT_NE(outside.output.find("run this script with sbatch: it is a job array"), std::string::npos) << outside.output;
+  const Cli weak = run(run_bin + " --workload cosmoflow --runs 3 --slurm --weak --output " + (root / "weak").string());
+  EXPECT_EQ(weak.code, 2) << weak.output;
+  EXPECT_NE(weak.output.find("--weak --slurm: a throughput campaign runs its instances at once"), std::string::npos)
+      << weak.output;
+}
+
+// --describe-system writes the system description from a log, as each array task does after its run;
+// without the tree's names it refuses.
+TEST(EndToEnd, DescribeSystemWritesTheTreesSystemJson) {
+  const fs::path root = test::fresh_tree("describe-system");
+  FakeRun r;
+  r.seed = 7;
+  test::write_log(root / "result_0.txt", r);
+  const std::string run_bin = MLPH_BINARY_DIR "/bin/mlperf-run";
+  const Cli ok = run(run_bin + " --describe-system " + (root / "result_0.txt").string() + " --org acme --system box1 "
+                     "--output " + (root / "out").string());
+  ASSERT_EQ(ok.code, 0) << ok.output;
+  std::ifstream json(root / "out" / "acme" / "systems" / "box1.json");
+  const std::string text((std::istreambuf_iterator<char>(json)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"submitter\": \"acme\""), std::string::npos) << text;
+  EXPECT_NE(text.find("\"system_name\": \"box1\""), std::string::npos) << text;
+  const Cli missing = run(run_bin + " --describe-system " + (root / "result_0.txt").string() + " --output " +
+                          (root / "out").string());
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.output.find("--describe-system needs --org and --system"), std::string::npos) << missing.output;
 }

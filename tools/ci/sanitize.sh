@@ -40,11 +40,11 @@ MPI_TESTS="^(comms_mpi_|MpiFaults\.|MpiRun\.)"
 #  DeepCamRun.EveryValidationSampleCountsOnceWhateverTheBatch, .AccumulationDefersUpdatesAcross-
 #               Epochs  several DeepCAM trainings each; DeepCamRun.GenerateDataThenOneEpoch keeps
 #               the HDF5 reading and the training loop here.
-#  Resume, Export (but for the cheap refusal)  trainings killed and resumed, exported and loaded
-#               into PyTorch; the checkpoint files are written and read here in CheckpointFile
-#               and BadCheckpoint, every refusal of a bad one included.
+#  Resume, Stop, Export (but for the cheap refusal)  trainings killed or stopped by signals and
+#               resumed, exported and loaded into PyTorch; the checkpoint files are written and read
+#               here in CheckpointFile and BadCheckpoint, every refusal of a bad one included.
 #  CosmoFlowDataSynthetic.IsFastEnough  a timing bound for release builds.
-ASAN_SKIP='^(Convergence|Install|Conformance|MpiRun|EndToEnd|Resume)\.|^comms_mpi_dp_equivalence$'
+ASAN_SKIP='^(Convergence|Install|Conformance|MpiRun|EndToEnd|Resume|Stop)\.|^comms_mpi_dp_equivalence$'
 ASAN_SKIP+='|^StageRun\.TimedAndUntimedStagingPassTheOfficialChecker$|^Export\.[A-Za-z]+LoadsInto'
 ASAN_SKIP+='|^CosmoFlowDataSynthetic\.IsFastEnough$'
 ASAN_SKIP+='|^DeepCamRun\.(EveryValidationSampleCountsOnceWhateverTheBatch|AccumulationDefersUpdatesAcrossEpochs)$'

@@ -317,6 +317,8 @@ class StageStorage final : public mlph::sdk::Storage {
 
   // Removes what this rank staged, files first, then the directories it made, innermost first:
   // a directory that still holds another rank's files stays, so the node's last rank removes it.
+  // A rank killed outright (a failing node, a task Slurm killed) removes nothing: when no rank holds
+  // the copy any more, the one removing its own files last removes the dead ranks' too.
   // The caller holds mutex_.
   void remove_copy() {
     if (keep_) return;
@@ -325,6 +327,9 @@ class StageStorage final : public mlph::sdk::Storage {
     for (auto dir = dirs_.rbegin(); dir != dirs_.rend(); ++dir) fs::remove(*dir, ec);
     files_.clear();
     dirs_.clear();
+    if (!root_.empty() && fs::exists(root_, ec) && is_stale(root_) && fs::remove_all(root_, ec) > 0 && !ec)
+      host_->log(MLPH_LOG_WARNING, "storage/stage",
+                 (root_.string() + ": removed the files of ranks that ended without removing them").c_str());
   }
 
   // One plan per subdirectory of the source: its files from the manifest or the listing.

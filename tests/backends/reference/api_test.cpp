@@ -2,9 +2,11 @@
 // training, parameter and gradient access, eval, options, comms, and the errors compile and the
 // steps must return (code and a message that names the culprit).
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <cmath>
 
+#include "mlph/sdk/cpus.hpp"
 #include "test_util.hpp"
 
 namespace mlph::reference {
@@ -331,8 +333,23 @@ TEST(ReferenceApi, Options) {
   EXPECT_EQ(create_error({{"threads", "many"}}).code, MLPH_INVALID_ARGUMENT);
   EXPECT_EQ(create_error({{"threads", "1"}}).code, MLPH_OK);
   EXPECT_EQ(create_error({}).code, MLPH_OK);
-  EXPECT_EQ(ReferenceBackend(core::host_api(), sdk::Options()).threads(),
-            std::max(1u, std::thread::hardware_concurrency()));
+  EXPECT_EQ(ReferenceBackend(core::host_api(), sdk::Options()).threads(), sdk::available_cpus());
+}
+
+// Its default thread count is the CPUs it may run on (srun --cpu-bind, taskset), not the machine's.
+TEST(ReferenceApi, DefaultThreadsFollowTheAffinityMask) {
+  cpu_set_t all;
+  ASSERT_EQ(sched_getaffinity(0, sizeof all, &all), 0);
+  if (CPU_COUNT(&all) < 2) GTEST_SKIP() << "one CPU: nothing to restrict";
+  int first = 0;
+  while (!CPU_ISSET(first, &all)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+  const unsigned threads = ReferenceBackend(core::host_api(), sdk::Options()).threads();
+  ASSERT_EQ(sched_setaffinity(0, sizeof all, &all), 0);
+  EXPECT_EQ(threads, 1u);
 }
 
 // The options every backend shares (sdk/compute.hpp): fp32 only, deterministic whether asked or not,

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../../integration/cli.hpp"
+#include "mlph/core/checkpoint_file.hpp"
 #include "mpirun.hpp"
 
 using namespace mlph::test;
@@ -244,6 +245,123 @@ TEST(MpiRun, CheckpointsOfASpatialRunAreRefused) {
   EXPECT_NE(resume.output.find(refused), std::string::npos) << resume.output;
 }
 
+// Starts `command` in a shell; a test that ends before waiting for it kills it (no orphan run writing
+// into the next test's directory).
+class Launched {
+ public:
+  explicit Launched(const std::string& command) : pid_(fork()) {
+    if (pid_ == 0) {
+      execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+  }
+  ~Launched() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  Launched(const Launched&) = delete;
+  Launched& operator=(const Launched&) = delete;
+  pid_t pid() const { return pid_; }
+  int wait() {  // the wait status
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return status;
+  }
+
+ private:
+  pid_t pid_;
+};
+
+// A signal that reaches one rank only (SIGUSR1 to rank 1) stops both at the same step: they vote at
+// every step boundary. Rank 0 saves the checkpoint inside the epoch, both exit 3, and the same
+// command again (--resume auto) ends with the weights of a run never stopped, bit for bit.
+TEST(MpiRun, ASignalToOneRankStopsEveryRankAtTheSameStepAndTheRunResumesBitwise) {
+  const fs::path dir = fresh_dir("mpi-stop");
+  const std::string run = kTiny + "--comms mpi --set backend.threads=1 --set train.epochs=2 --set train.target_mae=0.0001 "
+                                  "--data " + dataset().string();
+  const CliResult whole = run_command(mpirun() + run + " --output " + (dir / "whole").string() + " --export-weights " +
+                                      (dir / "whole.npz").string());
+  ASSERT_EQ(whole.exit_code, 1) << whole.output;  // the target is out of reach
+  const std::string again = run + " --checkpoint-dir " + (dir / "ck").string() + " --resume auto ";
+  const fs::path printed = dir / "stopped.txt";
+  const std::string command = "exec " + mpirun() + again + "--output " + (dir / "stopped").string() + " > " +
+                              printed.string() + " 2>&1";
+  Launched launcher(command);
+  ASSERT_GT(launcher.pid(), 0);
+  pid_t rank1 = -1;
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < std::chrono::seconds(120)) {
+    if (read_file(printed).find("epoch 2/2  step 1/") != std::string::npos && (rank1 = find_rank(launcher.pid(), 1)) > 0)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GT(rank1, 0) << read_file(printed);
+  kill(rank1, SIGUSR1);
+  const int status = launcher.wait();
+  const std::string output = read_file(printed);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << status << "\n" << output;
+  const std::vector<std::string> lines = read_lines(dir / "stopped" / "result_0.txt");
+  ASSERT_FALSE(lines.empty());
+  EXPECT_NE(lines.back().find("SIGUSR1 (Slurm's warning"), std::string::npos) << lines.back();
+  EXPECT_NE(lines.back().find("checkpoint " + (dir / "ck").string() + "/epoch-000001-step-"), std::string::npos)
+      << lines.back();
+  const CliResult resumed = run_command(mpirun() + again + "--output " + (dir / "resumed").string() + " --export-weights " +
+                                        (dir / "resumed.npz").string());
+  EXPECT_EQ(resumed.exit_code, 1) << resumed.output;
+  EXPECT_EQ(read_lines(dir / "resumed" / "result_0.txt").back().find("\"error\""), std::string::npos)
+      << "not the target: a failure\n" << resumed.output;
+  EXPECT_NE(resumed.output.find("note: resumed at step"), std::string::npos) << resumed.output;
+  EXPECT_TRUE(read_file(dir / "whole.npz") == read_file(dir / "resumed.npz")) << "the resumed run's weights differ";
+}
+
+// Inside an epoch each rank's batch-norm running statistics are its own (the epoch's end averages
+// them): a checkpoint there holds rank 1's beside rank 0's, and the resumed run, averaging them at
+// the epoch's end, exports what a run never stopped does (DeepCAM, 2 ranks, 3 steps an epoch).
+TEST(MpiRun, DeepCamStoppedInsideAnEpochKeepsEachRanksRunningStatistics) {
+  if (!fs::exists(fs::path(MLPH_PLUGIN_DIR) / "libmlph-workload-deepcam.so")) GTEST_SKIP() << "deepcam not built (HDF5)";
+  const fs::path dir = fresh_dir("mpi-stop-deepcam");
+  const std::string shape = "--workload deepcam --division open --seed 5 --set data.height=32 --set data.width=32 ";
+  ASSERT_EQ(run_cli(shape + "--set data.synthetic.train=6 --set data.synthetic.valid=2 --generate-data " +
+                    (dir / "data").string()).exit_code, 0);
+  const std::string run = shape + "--comms mpi --set backend.threads=1 --set train.batch_size=1 --set train.epochs=1 "
+                                  "--set train.target_iou=0.9999 --data " + (dir / "data").string();
+  const CliResult whole = run_command(mpirun() + run + " --output " + (dir / "whole").string() + " --export-weights " +
+                                      (dir / "whole.npz").string());
+  ASSERT_EQ(whole.exit_code, 1) << whole.output;
+  const std::string again = run + " --checkpoint-dir " + (dir / "ck").string() + " --resume auto ";
+  const fs::path printed = dir / "stopped.txt";
+  const std::string command = "exec " + mpirun() + again + "--output " + (dir / "stopped").string() + " > " +
+                              printed.string() + " 2>&1";
+  Launched launcher(command);
+  ASSERT_GT(launcher.pid(), 0);
+  pid_t rank1 = -1;
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < std::chrono::seconds(600)) {
+    if (read_file(printed).find("epoch 1/1  step 1/") != std::string::npos && (rank1 = find_rank(launcher.pid(), 1)) > 0)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GT(rank1, 0) << read_file(printed);
+  kill(rank1, SIGUSR1);
+  const int status = launcher.wait();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << status << "\n" << read_file(printed);
+  {
+    const mlph::core::CheckpointReader inside(dir / "ck");
+    EXPECT_GT(inside.manifest().state.steps_done, 0u);
+    EXPECT_NE(inside.find("xception.conv1.bn.running_mean", "rank-1"), nullptr) << "rank 1's own statistics";
+    EXPECT_EQ(inside.find("xception.conv1.weight", "rank-1"), nullptr) << "trainable weights are every rank's";
+  }
+  const CliResult resumed = run_command(mpirun() + again + "--output " + (dir / "resumed").string() + " --export-weights " +
+                                        (dir / "resumed.npz").string());
+  EXPECT_EQ(resumed.exit_code, 1) << resumed.output;
+  EXPECT_EQ(read_lines(dir / "resumed" / "result_0.txt").back().find("\"error\""), std::string::npos)
+      << "not the target: a failure\n" << resumed.output;
+  EXPECT_TRUE(read_file(dir / "whole.npz") == read_file(dir / "resumed.npz")) << "the resumed run's weights differ";
+  if (!HasFailure()) fs::remove_all(dir);  // 650 MB of checkpoint
+}
+
 namespace {
 
 // Starts a 2-rank run, sends `signal` to rank 1 once training runs, and returns what the job printed
@@ -296,6 +414,16 @@ TEST(MpiRun, KilledRankAbortsEveryRankAndTheLog) {
   // mpirun sees rank 1 die, names it, and ends rank 0, whose log still ends "aborted".
   const std::string output = fault_rank_1("mpi-kill", SIGKILL, std::chrono::seconds(10));
   EXPECT_NE(output.find("process rank 1"), std::string::npos) << output;
+}
+
+// A rank killed outright (a failing node) cannot remove the files it staged; the other, ending,
+// finds no rank holding the copy any more and removes it whole.
+TEST(MpiRun, AKilledRankLeavesNoStagedCopy) {
+  const fs::path target = fresh_dir("mpi-kill-stage-target");
+  const std::string output = fault_rank_1("mpi-kill-stage", SIGKILL, std::chrono::seconds(10),
+                                          "--storage stage --set storage.target=" + target.string() + " ");
+  EXPECT_TRUE(fs::is_empty(target)) << "the killed rank's staged files were left behind\n" << output;
+  EXPECT_NE(output.find("removed the files of ranks that ended without removing them"), std::string::npos) << output;
 }
 
 TEST(MpiRun, HungRankTimesOutAndAbortsEveryRank) {

@@ -2,7 +2,9 @@
 // process (caches and plug-in state start clean, as separate jobs do), written as the MLCommons
 // submission tree (results_tree.hpp). N defaults to the count the workload says its rules require.
 // Strong scaling (time to solution) runs them one after another; weak scaling (throughput) runs
-// M model instances at once, each with its own log.
+// M model instances at once, each with its own log. With `slurm`, a strong-scaling campaign is not run
+// but written as a Slurm job array, one array task per run (slurm_array_path): one sbatch submits
+// the whole result set, each task writing its result_<i>.txt into the same tree.
 #pragma once
 
 #include <filesystem>
@@ -19,6 +21,7 @@ struct CampaignOptions {
   std::string system;  // empty: the host name
   std::filesystem::path system_info;  // YAML of system-description fields that override the detected ones
   std::string launcher;               // prefix of every run's command line, e.g. "mpirun -n 4"
+  bool slurm = false;                 // write the job array instead of running (launcher default: srun)
   std::string borrow_hparams;         // passed on to every run
   std::filesystem::path executable;   // mlperf-run itself
   std::string version;                // mlperf-hpc version, for the system description
@@ -27,5 +30,10 @@ struct CampaignOptions {
 // Runs the campaign. Exit code: 0 every run converged; 1 some run failed or did not converge
 // (the tree is still written; the scorer judges it); 2 bad usage or configuration.
 int run_campaign(const RunOptions& run, const CampaignOptions& campaign);
+
+// Where --runs --slurm writes its job array: <output>/slurm/<system>-<benchmark>.sbatch, beside the
+// submission tree (not in it); the array tasks' Slurm output goes to <output>/slurm/logs/.
+std::filesystem::path slurm_array_path(const std::filesystem::path& output, const std::string& system,
+                                       const std::string& benchmark);
 
 }  // namespace mlph::core

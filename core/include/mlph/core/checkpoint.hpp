@@ -6,7 +6,9 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "mlph/backend.h"
 #include "mlph/core/checkpoint_file.hpp"
@@ -43,17 +45,27 @@ struct SavedCheckpoint {
   double seconds = 0;
 };
 
-// Writes `model`'s state after `state.epochs_done` epochs into options.dir (checkpoint_file.hpp).
-// `pending`: an accumulation window is open, so the pending gradient sums are saved too.
-SavedCheckpoint save_checkpoint(const CheckpointOptions& options, const Session& session, MLPH_Model* model,
-                                const MLPH_Graph& graph, const RunnerState& state, bool pending);
+// Inside an epoch each rank's non-trainable parameters (batch-norm running statistics) are its own:
+// the epoch's end averages them. A checkpoint there holds every rank's: parameter index -> the values
+// of ranks 1..n-1, one after another (rank 0's are the parameter's). Collective: every rank calls it;
+// empty on one rank.
+using RankCopies = std::map<size_t, std::vector<float>>;
+RankCopies gather_rank_copies(const Session& session, MLPH_Model* model, const MLPH_Graph& graph);
 
 // Throws CheckpointError naming the checkpoint and the first of `graph`'s parameters (or their state
 // slots) that it lacks or holds with another dtype or shape: checked before the run's log begins.
 void check_restorable(const CheckpointReader& checkpoint, const MLPH_Graph& graph);
 
+// Writes `model`'s state (after `state.epochs_done` epochs and `state.steps_done` steps of the next)
+// into options.dir (checkpoint_file.hpp), `copies` as slots "rank-<r>". `pending`: an accumulation
+// window is open, so the pending gradient sums are saved too.
+SavedCheckpoint save_checkpoint(const CheckpointOptions& options, const Session& session, MLPH_Model* model,
+                                const MLPH_Graph& graph, const RunnerState& state, bool pending,
+                                const RankCopies& copies = {});
+
 // Writes the checkpoint's parameters and state slots into `model` (compiled from `graph`), which
-// check_restorable accepts.
+// check_restorable accepts; a rank r > 0 takes its own non-trainable values where the checkpoint has
+// them ("rank-<r>").
 void restore_checkpoint(const CheckpointReader& checkpoint, const Session& session, MLPH_Model* model,
                         const MLPH_Graph& graph);
 

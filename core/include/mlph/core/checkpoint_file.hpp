@@ -1,4 +1,5 @@
-// The checkpoint on disk. A directory holds one subdirectory per checkpoint, `epoch-000012/`, with
+// The checkpoint on disk. A directory holds one subdirectory per checkpoint, `epoch-000012/` after
+// 12 epochs or `epoch-000012-step-000034/` 34 steps into the 13th (a run stopped by a signal), with
 //   manifest.json   what the run was (benchmark, backend, graph, seed, hyperparameters) and where it
 //                   stood (RunnerState), and the index of the tensors with a CRC32 (zlib) each;
 //   tensors.bin     the tensors' bytes, each at a 64-byte aligned offset;
@@ -27,16 +28,19 @@ class CheckpointError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Where the run stood after an epoch (and its evaluation): with the tensors, all a run needs to go on
-// bitwise as if it had never stopped. The schedule position follows from these (the learning rate is
-// the workload's function of epoch and optimizer step), and so does the data order: the runner's
-// shuffle is keyed by seed + epoch, a workload's sample_order by the epoch alone. The counter of
-// in-graph randomness (dropout) is the micro-batch counter.
+// Where the run stood after an epoch (and its evaluation), or after a step inside one: with the
+// tensors, all a run needs to go on bitwise as if it had never stopped. The schedule position follows
+// from these (the learning rate is the workload's function of epoch and optimizer step), and so does
+// the data order: the runner's shuffle is keyed by seed + epoch, a workload's sample_order by the
+// epoch alone, and each rank's batches are its share of that order in turn, so the first
+// `steps_done` of them are skipped. The counter of in-graph randomness (dropout) is the micro-batch
+// counter.
 struct RunnerState {
   uint32_t epochs_done = 0;      // the run goes on with epoch index `epochs_done` (0-based)
   uint64_t micro_batches = 0;    // micro-batches trained: the counter of dropout and of the accumulation window
   uint64_t optimizer_steps = 0;  // updates applied (micro_batches / accumulation; Adam's t)
   std::vector<double> metrics;   // the quality metric after each epoch so far
+  uint64_t steps_done = 0;       // training steps of epoch `epochs_done` taken (0: at its start)
 };
 
 // What a run must share with a checkpoint to continue from it.
@@ -52,7 +56,8 @@ struct CheckpointIdentity {
 
 struct TensorRecord {
   std::string name;  // the graph value's name
-  std::string slot;  // "" for the parameter's values, else its state slot ("m", "pending_gradient", ...)
+  std::string slot;  // "" for the parameter's values, else its state slot ("m", "pending_gradient", ...),
+                     // or "rank-<r>": rank r's own values of a non-trainable one (checkpoint.hpp)
   MLPH_DType dtype = MLPH_DTYPE_F32;
   std::vector<int64_t> shape;
   uint64_t offset = 0, bytes = 0;
@@ -66,24 +71,28 @@ struct Manifest {
   uint64_t tensors_bytes = 0;
 };
 
-inline constexpr int kCheckpointVersion = 1;
 // The bounds of a manifest read back (text_input.hpp): the mini DeepCAM's, the largest here (LAMB,
 // 1 057 tensors), is 169 KB of 18 302 YAML nodes: these leave 25 and 13 times that.
 inline constexpr uint64_t kMaxManifestBytes = uint64_t{4} << 20;
 inline constexpr size_t kMaxManifestNodes = 250'000;
+// Version 2 is written only for a checkpoint inside an epoch (state.steps_done > 0, and with several
+// ranks each one's batch-norm statistics: TensorRecord.slot "rank-<r>"), which a version 1 reader
+// would resume at the wrong place; an epoch's end is still written as version 1. Both are read.
+inline constexpr int kCheckpointVersion = 2;
 
-// The checkpoint directory's name for the state after `epochs_done` epochs: epoch-000012.
-std::string checkpoint_name(uint32_t epochs_done);
+// The checkpoint directory's name for the state after `epochs_done` epochs and `steps_done` steps of
+// the next: epoch-000012, epoch-000012-step-000034. Names sort as the states do.
+std::string checkpoint_name(uint32_t epochs_done, uint64_t steps_done = 0);
 // The complete checkpoints in `dir` (epoch-* with a manifest), oldest first.
 std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& dir);
 // The checkpoint `dir`'s `latest` names, or an empty path when it has none. A `latest` that is not a
-// regular file of one line naming a checkpoint of `dir` (epoch-NNNNNN) is a CheckpointError.
+// regular file of one line naming a checkpoint of `dir` (epoch-NNNNNN[-step-NNNNNN]) is a CheckpointError.
 std::filesystem::path latest_checkpoint(const std::filesystem::path& dir);
 
 // One checkpoint being written; nothing is visible under its name until commit().
 class CheckpointWriter {
  public:
-  CheckpointWriter(std::filesystem::path dir, uint32_t epochs_done);
+  CheckpointWriter(std::filesystem::path dir, uint32_t epochs_done, uint64_t steps_done = 0);
   ~CheckpointWriter();  // an uncommitted checkpoint is removed
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;

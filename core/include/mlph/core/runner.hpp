@@ -23,15 +23,19 @@ struct RunOptions {
   std::vector<std::filesystem::path> plugin_dirs;
   std::string generate_data_dir;  // non-empty: write the workload's synthetic dataset there and exit
   // Checkpoints (checkpoint.hpp): saved into checkpoint_dir after every checkpoint_every-th epoch,
-  // the newest checkpoint_keep kept; resume_from: a checkpoint (or a directory's latest) to go on
-  // from; export_weights: an .npz of the trained weights in the reference's names, written at the end.
+  // and where a signal stops the run (signals.hpp), the newest checkpoint_keep kept; resume_from: a
+  // checkpoint (or a directory's latest) to go on from; resume_auto: checkpoint_dir's latest if it
+  // has one, else a fresh start (a requeued job); export_weights: an .npz of the trained weights in
+  // the reference's names, written at the end.
   std::filesystem::path checkpoint_dir, resume_from, export_weights;
+  bool resume_auto = false;
   uint32_t checkpoint_every = 1, checkpoint_keep = 2;
 };
 
 // Returns the process exit code: 0 when the run reached its target (or data generation finished),
 // 1 when a started run failed or did not converge (its log ends with run_stop "aborted"),
-// 2 for bad usage, configuration or plug-ins (reported before any log is written).
+// 2 for bad usage, configuration or plug-ins (reported before any log is written),
+// 3 when a signal stopped it and the checkpoint to go on from is saved (its log ends "aborted").
 int run(const RunOptions& options);
 
 }  // namespace mlph::core

@@ -8,6 +8,7 @@
 
 #include "mlph/core/config.hpp"
 #include "mlph/core/crash.hpp"
+#include "mlph/core/launch.hpp"
 #include "mlph/core/plugin_loader.hpp"
 #include "mlph/core/runner.hpp"
 #include "mlph/sdk/spatial.hpp"
@@ -46,7 +47,10 @@ class Session {
 
   const Config& config() const { return config_; }
   uint64_t seed() const { return seed_; }
+  // The ranks as the comms plug-in sees them, the local rank and node count checked against srun's
+  // (launch.hpp); slurm(): this process as srun's task, when it is one.
   const MLPH_Topology& topology() const { return topology_; }
+  const std::optional<SlurmTask>& slurm() const { return slurm_; }
   const MLPH_WorkloadInfo& info() const { return info_; }
   // Micro-batches per optimizer step: the workload's (ABI 1.2), 1 for older workloads. Checked in the
   // constructor: a backend older than ABI 1.2 cannot defer its update and is refused.
@@ -115,6 +119,7 @@ class Session {
   MLPH_CommsHandle comms_handle_{};
   std::unique_ptr<WatchedStorage> watched_storage_;
   MLPH_Topology topology_{};
+  std::optional<SlurmTask> slurm_;
   MLPH_WorkloadInfo info_{};
   uint32_t gradient_accumulation_ = 1;
   bool eval_per_sample_ = false;
