@@ -167,6 +167,8 @@ void Run::log_device(MlLogger& log, const BackendDevice& device) {
                                  json(type).text, device.id, json(device.name).text, device.per_node,
                                  device.memory_bytes, json(device.precision).text,
                                  device.deterministic ? "true" : "false")));
+}
+
 // Where srun placed the run (rank 0's view): the job, the step's nodes and tasks, the CPUs the task
 // may use (the backends' default thread count), and how often the job was requeued.
 void Run::log_slurm(MlLogger& log, const SlurmTask& task) {
@@ -737,6 +739,8 @@ void Run::reserve_export() {
     throw CheckpointError(fmt::format("--export-weights {}: is the run's MLPerf log", file.string()));
   if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path(), a);
   export_file_.emplace(file);
+}
+
 // --resume auto: the newest checkpoint in --checkpoint-dir if it holds one (a requeued job's), else a
 // fresh start.
 void Run::find_resume_auto() {
