@@ -160,18 +160,29 @@ struct Stream::State {
   std::condition_variable wake, progress;
   std::deque<std::function<void()>> queue;
   uint64_t enqueued = 0, finished = 0;  // tickets: the last one handed out, the last one run or skipped
+  int waiting = 0;                      // callers in wait or synchronize
   bool stop = false;
   std::exception_ptr error;
   std::chrono::microseconds delay{env_size("MLPH_EMULATED_DEVICE_DELAY_US", 200)};
   std::thread worker;
+
+  void wait(std::unique_lock<std::mutex>& lock, uint64_t ticket) {
+    if (finished >= ticket) return;
+    ++waiting;
+    wake.notify_all();
+    progress.wait(lock, [&] { return finished >= ticket; });
+    --waiting;
+  }
 
   void serve() {
     std::unique_lock lock(mutex);
     for (;;) {
       wake.wait(lock, [&] { return stop || !queue.empty(); });
       if (queue.empty()) return;
+      // The work runs later than the call that enqueued it, unless someone waits for it (a copy the
+      // caller needs now need not pay for the emulation).
+      wake.wait_for(lock, delay, [&] { return stop || waiting > 0; });
       lock.unlock();
-      std::this_thread::sleep_for(delay);  // the work runs later than the call that enqueued it
       device().open();
       lock.lock();
       for (bool last = false; !last;) {  // everything queued meanwhile, with the arena open once
@@ -227,12 +238,12 @@ uint64_t Stream::enqueue(std::function<void()> task) {
 
 void Stream::wait(uint64_t ticket) {
   std::unique_lock lock(state_->mutex);
-  state_->progress.wait(lock, [&] { return state_->finished >= ticket; });
+  state_->wait(lock, ticket);
 }
 
 void Stream::synchronize() {
   std::unique_lock lock(state_->mutex);
-  state_->progress.wait(lock, [&] { return state_->finished == state_->enqueued; });
+  state_->wait(lock, state_->enqueued);
   if (std::exception_ptr error = std::exchange(state_->error, nullptr)) std::rethrow_exception(error);
 }
 
