@@ -334,7 +334,7 @@ void CudaModel::upload_control_block() {
   const float one = 1.0f;
   put(block_.one, &one, sizeof one);
   StepResults results;
-  results.loss_scale = settings_.compute.precision == sdk::Precision::fp16 ? plan::LossScaler().scale() : 1.0f;
+  results.loss_scale = settings_.compute.precision == sdk::Precision::fp16 ? settings_.loss_scale : 1.0f;
   put(block_.results, &results, sizeof results);
   const std::vector<int64_t> no_bad_label(2 * static_cast<size_t>(label_checks_), -1);
   put(block_.results + sizeof(StepResults), no_bad_label.data(), no_bad_label.size() * sizeof(int64_t));

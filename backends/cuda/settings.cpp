@@ -16,13 +16,20 @@ bool read_switch(const sdk::Options& options, const std::string& key, bool fallb
 }  // namespace
 
 Settings read_settings(const sdk::Options& options) {
-  options.allow_only(sdk::with_compute_options({"device", "workspace_mb", "graphs"}), kWho);
+  options.allow_only(sdk::with_compute_options({"device", "workspace_mb", "graphs", "loss_scale"}), kWho);
   Settings s;
   s.compute = sdk::read_compute_settings(
       options, {sdk::Precision::fp32, sdk::Precision::tf32, sdk::Precision::bf16, sdk::Precision::fp16}, kWho);
   if (options.has("device")) s.device = options.get_int<int>("device", 0, 0);
   s.workspace_bytes = options.get_int<size_t>("workspace_mb", s.workspace_bytes >> 20, 0, size_t{1} << 30) << 20;
   s.graphs = read_switch(options, "graphs", true);
+  if (options.has("loss_scale")) {
+    const auto scale = options.get_int<long long>("loss_scale", 65536, 1, 1LL << 24);
+    if ((scale & (scale - 1)) != 0)
+      sdk::fail(MLPH_INVALID_ARGUMENT, std::string(kWho) + ": option 'loss_scale' is " + std::to_string(scale) +
+                                           "; expected a power of two from 1 to 2^24");
+    s.loss_scale = static_cast<float>(scale);
+  }
   return s;
 }
 

@@ -5,6 +5,8 @@
 //                 order within a fixed workspace budget, so that steps repeat bit for bit
 //   workspace_mb  the most one cuDNN or cuBLASLt call may use as workspace (MiB; default 1024)
 //   graphs        1 (default): after warm-up the training step is captured in a CUDA graph and replayed
+//   loss_scale    fp16: the dynamic loss scale's start, a power of two (default 65536, PyTorch
+//                 GradScaler's init_scale); a lower one skips fewer first steps on overflow
 #pragma once
 
 #include <cstddef>
@@ -24,6 +26,7 @@ struct Settings {
   sdk::ComputeSettings compute;
   size_t workspace_bytes = size_t{1} << 30;
   bool graphs = true;
+  float loss_scale = 65536.0f;
 };
 
 // Every option checked, an unknown one refused, each in one line naming it.

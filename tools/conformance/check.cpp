@@ -111,6 +111,20 @@ const Tolerance& tolerance_for(const Tolerance& precision, const MLPH_Graph& gra
   return tolerance_for("fp32");
 }
 
+// Adam's step divides the gradient's average by its root mean square: an element whose gradient is
+// within rounding of zero moves by a full step of either sign. In a reduced precision the gradient
+// (held to the precision's tolerance) carries that rounding, so a few elements flip and the update's
+// norm-wise error is about 2 sqrt(flipped share), whatever u is: 1.4e-1 measured on an H200 in bf16
+// (cuda, adamw, 3 steps; 0.5% flipped). The optimizer itself computes in float32 at every precision
+// and is held to fp32's 1e-4 in the fp32 rows; here its updates are only kept from being wrong in
+// kind (a wrong term or sign moves every element: an error near 1 or above).
+std::optional<double> update_tolerance_for(const Tolerance& row, const MLPH_Graph& graph) {
+  const std::string name = graph.optimizer.name ? graph.optimizer.name : "";
+  const bool adaptive = name == "adam" || name == "adamw" || name == "lamb";
+  if (!adaptive || &row == &tolerance_for("fp32")) return std::nullopt;
+  return 3e-1;
+}
+
 std::string reduced_precision_ops() {
   std::string names;
   for (const sdk::schema::Op& op : sdk::schema::ops())
@@ -216,7 +230,8 @@ void compare(const LoadedBackend& reference, const LoadedBackend& candidate, con
       worst(actual.forward, expected.forward, noise ? &noise->forward : nullptr, row.tolerance, "output", row.tensors),
       worst(actual.gradients, expected.gradients, noise ? &noise->gradients : nullptr, row.tolerance, "gradient",
             row.tensors),
-      worst(actual.updates, expected.updates, noise ? &noise->updates : nullptr, row.tolerance, "update", row.tensors)};
+      worst(actual.updates, expected.updates, noise ? &noise->updates : nullptr,
+            row.update_tolerance.value_or(row.tolerance), "update", row.tensors)};
   row.forward = checks[0].error, row.gradient = checks[1].error, row.update = checks[2].error;
   for (const Worst& w : checks) {
     if (w.failed.empty()) continue;

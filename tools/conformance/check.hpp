@@ -33,6 +33,10 @@ const std::vector<std::string>& precisions();
 // graph has an op the catalogue computes in reduced precision (op_schema.hpp: reduced_precision),
 // fp32's otherwise, since every other op computes in float32 at any backend.precision.
 const Tolerance& tolerance_for(const Tolerance& precision, const MLPH_Graph& graph);
+
+// The bound on a row's updates where it is not its tolerance: an adaptive optimizer (adam, adamw,
+// lamb) after ops in a reduced precision (check.cpp says why).
+std::optional<double> update_tolerance_for(const Tolerance& row, const MLPH_Graph& graph);
 // "conv, conv_transpose, dense": the ops a reduced precision applies to.
 std::string reduced_precision_ops();
 
@@ -75,6 +79,7 @@ struct Row {
   std::string op, description;
   std::optional<double> forward, gradient, update;  // worst relative_error of each kind; empty: not compared
   double tolerance = 0;
+  std::optional<double> update_tolerance;  // where the updates are held to another bound (update_tolerance_for)
   Verdict verdict = Verdict::pass;
   std::string reason;  // for FAIL and NOT IMPLEMENTED
   std::vector<TensorError> tensors;  // every compared tensor, in graph order

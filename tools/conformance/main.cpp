@@ -272,7 +272,9 @@ Report run_checks(const Settings& s, const std::vector<std::string>& checks, con
     const int first = s.case_number > 0 ? s.case_number - 1 : 0, end = s.case_number > 0 ? s.case_number : s.cases;
     for (int i = first; i < end; ++i) {
       OpCase c = make_case(name, i, s.seed);
-      Row row(c.op, c.description, tolerance_for(tolerance, *c.graph->graph()).op);
+      const Tolerance& bound = tolerance_for(tolerance, *c.graph->graph());
+      Row row(c.op, c.description, bound.op);
+      row.update_tolerance = update_tolerance_for(bound, *c.graph->graph());
       row.rerun = fmt::format("--ops {} --case {}", name, i + 1);
       compare(reference, candidate, *c.graph->graph(), c.inputs, c.learning_rates, c.first_step, row);
       report.rows.push_back(std::move(row));

@@ -29,7 +29,9 @@ const Cells kTitles = {"op", "case", "fwd err", "grad err", "update err", "toler
 
 // Whole models: some tensors may be off by 10x their measured noise (models.cpp).
 bool noise_bounded(const Row& row) {
-  return std::any_of(row.tensors.begin(), row.tensors.end(), [&](const TensorError& t) { return t.allowed > row.tolerance; });
+  return std::any_of(row.tensors.begin(), row.tensors.end(), [&](const TensorError& t) {
+    return t.allowed > (t.kind == "update" ? row.update_tolerance.value_or(row.tolerance) : row.tolerance);
+  });
 }
 
 Cells cells(const Row& row) {
@@ -38,7 +40,10 @@ Cells cells(const Row& row) {
           error_text(row.forward),
           error_text(row.gradient),
           error_text(row.update),
-          row.tolerance > 0 ? fmt::format("{:.0e}{}", row.tolerance, noise_bounded(row) ? " or 10x noise" : "") : "-",
+          row.tolerance > 0 ? fmt::format("{:.0e}{}{}", row.tolerance,
+                                          row.update_tolerance ? fmt::format(", update {:.0e}", *row.update_tolerance) : "",
+                                          noise_bounded(row) ? " or 10x noise" : "")
+                            : "-",
           verdict_text(row)};
 }
 

@@ -42,16 +42,19 @@ TEST(CudaSettings, DefaultsAreFp32NondeterministicGraphsOnAndAGibOfWorkspace) {
   EXPECT_FALSE(s.compute.deterministic);
   EXPECT_TRUE(s.graphs);
   EXPECT_EQ(s.workspace_bytes, size_t{1} << 30);
+  EXPECT_EQ(s.loss_scale, 65536.0f);
 }
 
 TEST(CudaSettings, EveryOptionIsRead) {
   const Settings s = read_settings(options(
-      {{"device", "3"}, {"precision", "bf16"}, {"deterministic", "1"}, {"workspace_mb", "256"}, {"graphs", "0"}}));
+      {{"device", "3"}, {"precision", "bf16"}, {"deterministic", "1"}, {"workspace_mb", "256"}, {"graphs", "0"},
+       {"loss_scale", "1024"}}));
   EXPECT_EQ(s.device, 3);
   EXPECT_EQ(s.compute.precision, sdk::Precision::bf16);
   EXPECT_TRUE(s.compute.deterministic);
   EXPECT_EQ(s.workspace_bytes, size_t{256} << 20);
   EXPECT_FALSE(s.graphs);
+  EXPECT_EQ(s.loss_scale, 1024.0f);
   for (const char* p : {"fp32", "tf32", "bf16", "fp16"})
     EXPECT_EQ(sdk::precision_name(read_settings(options({{"precision", p}})).compute.precision), std::string(p));
   EXPECT_TRUE(read_settings(options({{"graphs", "true"}})).graphs);
@@ -65,6 +68,9 @@ TEST(CudaSettings, BadOrUnknownOptionsFailInOneLineNamingThem) {
             "cuda backend: option 'graphs' is 'yes'; expected 0, 1, false or true");
   EXPECT_NE(error_of([] { read_settings(options({{"device", "-1"}})); }).find("'device'"), std::string::npos);
   EXPECT_NE(error_of([] { read_settings(options({{"workspace_mb", "lots"}})); }).find("'workspace_mb'"), std::string::npos);
+  EXPECT_EQ(error_of([] { read_settings(options({{"loss_scale", "1000"}})); }),
+            "cuda backend: option 'loss_scale' is 1000; expected a power of two from 1 to 2^24");
+  EXPECT_NE(error_of([] { read_settings(options({{"loss_scale", "0"}})); }).find("'loss_scale'"), std::string::npos);
 }
 
 // ---- the device of a rank --------------------------------------------------------------------------

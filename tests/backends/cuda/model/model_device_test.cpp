@@ -64,7 +64,9 @@ struct Net {
     auto value = [&](const char* name, std::vector<int64_t> shape) { return g.value(name, MLPH_DTYPE_F32, shape); };
     const int32_t x = value("x", {2, 8, 8, 3});
     const int32_t c1 = value("c1", {2, 8, 8, 4});
-    g.node("conv", "c1", {x, param("w1", {3, 3, 3, 4}, 1), param("b1", {4}, 2)}, {c1}, {{"padding", {1, 1}}});
+    // No bias before batch norm (as the real models): its gradient is zero but for rounding, which
+    // AdamW turns into full-size steps of either sign, so no two backends would agree on it.
+    g.node("conv", "c1", {x, param("w1", {3, 3, 3, 4}, 1)}, {c1}, {{"padding", {1, 1}}});
     const int32_t bn = value("bn", {2, 8, 8, 4});
     g.node("batch_norm", "bn",
            {c1, param("gamma", {4}, 3, MLPH_PARAM_TRAINABLE, 1.0f), param("beta", {4}, 4, MLPH_PARAM_TRAINABLE, 0.0f),
@@ -264,7 +266,10 @@ TEST_F(CudaModelDevice, AModelGivenAnothersStateMidWindowTrainsBitForBitAlike) {
 TEST_F(CudaModelDevice, ReducedPrecisionsTrainWithinTheirTolerance) {
   for (const auto& [precision, tolerance] : {std::pair{"tf32", 2e-2}, {"bf16", 1e-1}, {"fp16", 5e-2}}) {
     Net net;
-    Model cuda("cuda", {{"precision", precision}}, net.graph()), reference("reference", {}, net.graph());
+    // fp16 from a loss scale of 1024: at PyTorch's 65536 this net's first steps overflow in half
+    // precision and are skipped (as PyTorch's would be), which the reference never does.
+    Model cuda("cuda", {{"precision", precision}, {"loss_scale", "1024"}}, net.graph()),
+        reference("reference", {}, net.graph());
     for (uint64_t step = 0; step < 3; ++step) {
       std::vector<Floats> in = batch(static_cast<uint32_t>(step)), same = in;
       const double expected = reference.train(same, step);
