@@ -1,12 +1,15 @@
 // A device emulated on the host (MLPH_DEVICE_EMULATED), so that the device paths of the ABI (1.6) are
 // tested without a GPU: the test device backend and the test comms plug-in share it through this one
 // shared library, as a GPU's backend and its collectives share the device's runtime.
-//  - A Stream runs the work enqueued on it in order, on a thread of its own, each task after a short
-//    delay: work really runs later than the call that enqueued it, so a caller that reads a result
-//    without synchronizing, or rewrites an input the stream has yet to read, gets wrong numbers.
-//  - Device memory is one arena that only a stream's work may touch: it is readable and writable
-//    while some task runs and inaccessible (PROT_NONE) otherwise, so code outside a stream touching
-//    it faults at once. Memory is poisoned (NaN) when allocated and when freed.
+//  - A Stream runs the work enqueued on it in order, on a thread of its own, once idle after a delay
+//    (MLPH_EMULATED_DEVICE_DELAY_US, default 200) that a caller waiting for it cuts short: work really
+//    runs later than the call that enqueued it, so a caller that reads a result without
+//    synchronizing, or rewrites an input the stream has yet to read, gets wrong numbers.
+//  - Device memory is one arena (MLPH_EMULATED_DEVICE_BYTES, default 8 GiB of address space) that only
+//    a stream's work may touch: readable and writable while a stream runs work, inaccessible
+//    (PROT_NONE) otherwise, so a host touch of it faults at once (the protection is the process's:
+//    another thread touching it while a stream runs is not caught). Memory is poisoned (NaN) when
+//    allocated and when freed.
 //  - Pinned memory: host blocks the backend hands out for input batches (alloc_input), poisoned when freed.
 #pragma once
 
