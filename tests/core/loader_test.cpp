@@ -87,15 +87,17 @@ TEST(PluginLoader, ScanReportsBrokenLibrariesWithoutThrowing) {
   // The five broken libraries, plus five loadable test backends: the conformance suite's faulty
   // one, the tracing one and its ABI 1.3 build, one built against ABI 1.1 (an older minor loads)
   // and the crashing one; the two linear-regression test workloads, one of them built as ABI 1.2;
-  // and the stalling storage.
+  // and the stalling storage; the emulated device's backend and (built with MPI) its comms.
   const auto entries = loader.scan();
-  ASSERT_EQ(entries.size(), 13u);
+  const bool emulated_comms = fs::exists(fs::path(MLPH_TEST_PLUGIN_DIR) / "libmlph-comms-emulated.so");
+  ASSERT_EQ(entries.size(), emulated_comms ? 15u : 14u);
   for (const ScanEntry& e : entries) {
     const std::string file = e.file.filename().string();
     const bool loadable = file == "libmlph-backend-faulty.so" || file == "libmlph-backend-tracing.so" ||
                           file == "libmlph-backend-tracing-abi13.so" || file == "libmlph-backend-abi11.so" ||
                           file == "libmlph-backend-crashing.so" || file == "libmlph-workload-linreg.so" ||
-                          file == "libmlph-workload-linreg-abi12.so" || file == "libmlph-storage-stalling.so";
+                          file == "libmlph-workload-linreg-abi12.so" || file == "libmlph-storage-stalling.so" ||
+                          file == "libmlph-backend-emulated.so" || file == "libmlph-comms-emulated.so";
     EXPECT_EQ(e.ok, loadable) << e.file;
     EXPECT_EQ(e.error.empty(), loadable) << e.file;
   }

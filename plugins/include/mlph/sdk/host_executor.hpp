@@ -16,12 +16,18 @@
 // argument-dependent lookup finds them: `relu_forward(threads, n, x, y)`. forward_node and
 // backward_node below are the list of what a backend implements; their signatures are those of
 // backends/reference/ops.hpp. Calls resolve at compile time: no cost over calling the kernels directly.
+//
+// A backend that runs the executor somewhere else (a device emulated on the host, whose stream runs
+// the work: tests/plugins/emulated_device) derives from it, constructs it with
+// GradientAveraging::by_backend and drives run_train's stages itself: load_inputs, forward_backward,
+// then with plan.apply_update its own average of parameter_gradients() over the ranks, and update.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,6 +42,11 @@
 
 namespace mlph::sdk::host {
 
+// Who averages the trainable parameters' gradients over the ranks when an update applies: the
+// executor (in buckets overlapped with backward, over the comms' host calls), or the backend deriving
+// from it, between forward_backward and update (e.g. with stream-ordered device collectives).
+enum class GradientAveraging { buckets, by_backend };
+
 template <class Kernels>
 class Executor : public ModelProtocol {
  public:
@@ -44,7 +55,8 @@ class Executor : public ModelProtocol {
   // Allocates every buffer, moves the parameters' initial contents in and splits the communicators
   // of the batch-norm groups and spatial ops (collective, as compile is). `who` starts every error
   // line ("reference backend"); `comms` may be null (one rank).
-  Executor(const MLPH_HostApi* host, const MLPH_CommsHandle* comms, Program program, std::string who, Kernels kernels);
+  Executor(const MLPH_HostApi* host, const MLPH_CommsHandle* comms, Program program, std::string who, Kernels kernels,
+           GradientAveraging averaging = GradientAveraging::buckets);
 
  protected:
   // ---- the protocol's hooks (sdk/model_protocol.hpp) ----
@@ -53,6 +65,15 @@ class Executor : public ModelProtocol {
   void run_eval(const MLPH_Tensor* inputs, MLPH_Tensor* outputs) override;
   void zero_gradients() override;
   float* host_storage(const ParamTensor& tensor) override;
+
+  // ---- run_train's stages, for a backend that drives them (GradientAveraging::by_backend) ----
+  void load_inputs(const MLPH_Tensor* inputs);
+  // Forward and backward of the loaded micro-batch: the loss, and its gradient added to the window's sum.
+  void forward_backward(const StepPlan& plan);
+  // After the average over the ranks: the regularization (into the gradient and the loss) and the optimizer.
+  void update(const StepPlan& plan);
+  // The trainable parameters' gradients, all in one buffer (graph order): what the ranks average.
+  std::span<float> parameter_gradients() { return {param_grads_.data(), param_grads_.size()}; }
 
  private:
   const ValueInfo& info(int32_t v) const { return program_.value(v); }
@@ -66,7 +87,6 @@ class Executor : public ModelProtocol {
 
   std::vector<GradientBuckets::Param> allocate();
   void build_group_ops();
-  void load_inputs(const MLPH_Tensor* inputs);
   void forward_node(const Node& node, bool training, uint64_t step);
   void backward(bool apply_update);
   void backward_node(const Node& node);
@@ -99,7 +119,7 @@ class Executor : public ModelProtocol {
 
 template <class Kernels>
 Executor<Kernels>::Executor(const MLPH_HostApi* host, const MLPH_CommsHandle* comms, Program program,
-                            std::string who, Kernels kernels)
+                            std::string who, Kernels kernels, GradientAveraging averaging)
     : ModelProtocol(host, std::move(who), signature_of(program, program.optimizer.state)),
       comms_(comms),
       program_(std::move(program)),
@@ -111,7 +131,7 @@ Executor<Kernels>::Executor(const MLPH_HostApi* host, const MLPH_CommsHandle* co
     fail(MLPH_INVALID_ARGUMENT, who_ + ": the comms handle has no allreduce");
   const std::vector<GradientBuckets::Param> gradients = allocate();
   build_group_ops();
-  if (comms_ && !param_grads_.empty())
+  if (comms_ && !param_grads_.empty() && averaging == GradientAveraging::buckets)
     buckets_ = std::make_unique<GradientBuckets>(host_, *comms_, param_grads_.data(), gradients);
 }
 
@@ -188,13 +208,23 @@ void Executor<Kernels>::load_inputs(const MLPH_Tensor* inputs) {
 template <class Kernels>
 void Executor<Kernels>::run_train(const MLPH_Tensor* inputs, const StepPlan& plan) {
   load_inputs(inputs);
+  forward_backward(plan);
+  if (!plan.apply_update) return;  // the gradient waits for the rest of its window
+  if (buckets_) buckets_->finish();
+  update(plan);
+}
+
+template <class Kernels>
+void Executor<Kernels>::forward_backward(const StepPlan& plan) {
   for (const Node& node : program_.nodes) forward_node(node, true, plan.micro_step);
   backward(plan.apply_update);
   loss_ = static_cast<double>(data(program_.loss)[0]);
-  if (!plan.apply_update) return;  // the gradient waits for the rest of its window
-  // Regularization joins after the averaging, once per update: the weights, hence 2 * l2 * w, are the
-  // same on every rank and across the window.
-  if (buckets_) buckets_->finish();
+}
+
+// Regularization joins after the averaging, once per update: the weights, hence 2 * l2 * w, are the
+// same on every rank and across the window.
+template <class Kernels>
+void Executor<Kernels>::update(const StepPlan& plan) {
   loss_ += regularize();
   apply_optimizer(plan.learning_rate, plan.step);
 }
