@@ -65,34 +65,33 @@ std::string gib(size_t bytes) {
 
 // ---- buffers ----
 
-DeviceBuffer::DeviceBuffer(const Context& where, size_t bytes, const std::string& what) : bytes_(bytes) {
-  check(where, cudaMalloc(&data_, bytes ? bytes : 1), "cudaMalloc", what + " (" + gib(bytes) + ")");
+template <Memory kind>
+Buffer<kind>::Buffer(const Context& where, size_t bytes, const std::string& what) : bytes_(bytes) {
+  const size_t size = bytes ? bytes : 1;
+  if constexpr (kind == Memory::device)
+    check(where, cudaMalloc(&data_, size), "cudaMalloc", what + " (" + gib(bytes) + ")");
+  else
+    check(where, cudaHostAlloc(&data_, size, cudaHostAllocDefault), "cudaHostAlloc", what + " (" + gib(bytes) + ")");
 }
-DeviceBuffer::~DeviceBuffer() {
-  if (data_) cudaFree(data_);
+template <Memory kind>
+Buffer<kind>::~Buffer() {
+  if (!data_) return;
+  if constexpr (kind == Memory::device)
+    cudaFree(data_);
+  else
+    cudaFreeHost(data_);
 }
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+template <Memory kind>
+Buffer<kind>::Buffer(Buffer&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+template <Memory kind>
+Buffer<kind>& Buffer<kind>::operator=(Buffer&& other) noexcept {
   std::swap(data_, other.data_);
   std::swap(bytes_, other.bytes_);
   return *this;
 }
-
-PinnedBuffer::PinnedBuffer(const Context& where, size_t bytes, const std::string& what) : bytes_(bytes) {
-  check(where, cudaHostAlloc(&data_, bytes ? bytes : 1, cudaHostAllocDefault), "cudaHostAlloc",
-        what + " (" + gib(bytes) + ")");
-}
-PinnedBuffer::~PinnedBuffer() {
-  if (data_) cudaFreeHost(data_);
-}
-PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
-PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
-  std::swap(data_, other.data_);
-  std::swap(bytes_, other.bytes_);
-  return *this;
-}
+template class Buffer<Memory::device>;
+template class Buffer<Memory::pinned>;
 
 // ---- streams and events ----
 

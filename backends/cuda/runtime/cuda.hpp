@@ -44,14 +44,19 @@ MemoryInfo memory_info(const Context& where);
 // "1.50 GiB".
 std::string gib(size_t bytes);
 
-class DeviceBuffer {
+// Memory the runtime allocates: on the device (cudaMalloc), or page-locked on the host (cudaHostAlloc),
+// which the device copies to and from asynchronously.
+enum class Memory { device, pinned };
+
+template <Memory kind>
+class Buffer {
  public:
-  DeviceBuffer() = default;
+  Buffer() = default;
   // `what` names the buffer in the error ("cudaMalloc for the arena (3.20 GiB)").
-  DeviceBuffer(const Context& where, size_t bytes, const std::string& what);
-  ~DeviceBuffer();
-  DeviceBuffer(DeviceBuffer&& other) noexcept;
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  Buffer(const Context& where, size_t bytes, const std::string& what);
+  ~Buffer();
+  Buffer(Buffer&& other) noexcept;
+  Buffer& operator=(Buffer&& other) noexcept;
 
   void* data() const { return data_; }
   size_t size() const { return bytes_; }
@@ -64,27 +69,8 @@ class DeviceBuffer {
   void* data_ = nullptr;
   size_t bytes_ = 0;
 };
-
-// Page-locked host memory (cudaHostAlloc): what the device copies to and from asynchronously.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  PinnedBuffer(const Context& where, size_t bytes, const std::string& what);
-  ~PinnedBuffer();
-  PinnedBuffer(PinnedBuffer&& other) noexcept;
-  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
-
-  void* data() const { return data_; }
-  size_t size() const { return bytes_; }
-  template <class T = void>
-  T* at(size_t offset) const {
-    return reinterpret_cast<T*>(static_cast<char*>(data_) + offset);
-  }
-
- private:
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
+using DeviceBuffer = Buffer<Memory::device>;
+using PinnedBuffer = Buffer<Memory::pinned>;
 
 // A stream that does not synchronize with the legacy default stream.
 class Stream {

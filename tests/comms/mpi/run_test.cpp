@@ -274,6 +274,20 @@ class Launched {
   pid_t pid_;
 };
 
+// Rank 1's process of `launcher`'s mpirun, once the run has printed `progress` into `printed`; <= 0
+// when that does not happen within `limit`.
+pid_t rank1_once_printed(const Launched& launcher, const fs::path& printed, const std::string& progress,
+                         std::chrono::seconds limit) {
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < limit) {
+    if (pid_t rank1 = -1; read_file(printed).find(progress) != std::string::npos &&
+                          (rank1 = find_rank(launcher.pid(), 1)) > 0)
+      return rank1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return -1;
+}
+
 // A signal that reaches one rank only (SIGUSR1 to rank 1) stops both at the same step: they vote at
 // every step boundary. Rank 0 saves the checkpoint inside the epoch, both exit 3, and the same
 // command again (--resume auto) ends with the weights of a run never stopped, bit for bit.
@@ -290,13 +304,7 @@ TEST(MpiRun, ASignalToOneRankStopsEveryRankAtTheSameStepAndTheRunResumesBitwise)
                               printed.string() + " 2>&1";
   Launched launcher(command);
   ASSERT_GT(launcher.pid(), 0);
-  pid_t rank1 = -1;
-  const auto start = std::chrono::steady_clock::now();
-  while (std::chrono::steady_clock::now() - start < std::chrono::seconds(120)) {
-    if (read_file(printed).find("epoch 2/2  step 1/") != std::string::npos && (rank1 = find_rank(launcher.pid(), 1)) > 0)
-      break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  const pid_t rank1 = rank1_once_printed(launcher, printed, "epoch 2/2  step 1/", std::chrono::seconds(120));
   ASSERT_GT(rank1, 0) << read_file(printed);
   kill(rank1, SIGUSR1);
   const int status = launcher.wait();
@@ -336,13 +344,7 @@ TEST(MpiRun, DeepCamStoppedInsideAnEpochKeepsEachRanksRunningStatistics) {
                               printed.string() + " 2>&1";
   Launched launcher(command);
   ASSERT_GT(launcher.pid(), 0);
-  pid_t rank1 = -1;
-  const auto start = std::chrono::steady_clock::now();
-  while (std::chrono::steady_clock::now() - start < std::chrono::seconds(600)) {
-    if (read_file(printed).find("epoch 1/1  step 1/") != std::string::npos && (rank1 = find_rank(launcher.pid(), 1)) > 0)
-      break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  const pid_t rank1 = rank1_once_printed(launcher, printed, "epoch 1/1  step 1/", std::chrono::seconds(600));
   ASSERT_GT(rank1, 0) << read_file(printed);
   kill(rank1, SIGUSR1);
   const int status = launcher.wait();
