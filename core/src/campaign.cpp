@@ -123,7 +123,10 @@ void write_slurm_array(const fs::path& file, const RunOptions& each, const Campa
                          " --system " + shell_word(system) + " --output " + shell_word(tree.org_dir.parent_path().string());
   if (!c.system_info.empty()) describe += " --system-info " + shell_word(c.system_info.string());
   std::string seed_list;
-  for (uint64_t seed : seeds) seed_list += (seed_list.empty() ? "" : " ") + std::to_string(seed);
+  for (uint64_t seed : seeds) {
+    if (!seed_list.empty()) seed_list += ' ';
+    seed_list += std::to_string(seed);
+  }
   fs::create_directories(file.parent_path() / "logs");
   std::ofstream out(file);
   out << "#!/bin/bash\n"
