@@ -202,7 +202,10 @@ class StageStorage final : public mlph::sdk::Storage {
     MLPH_Topology t{sizeof(MLPH_Topology), nullptr, 0, 1, 0, 1, 1};
     mlph::sdk::check(host_, comms.api->topology(comms.comm, &t), "storage/stage: comms");
     const std::string who = "storage/stage: rank " + std::to_string(t.rank) + ": ";
-    root_ = target_base_ / ("mlperf-stage-" + job_tag(comms, t));
+    {
+      std::lock_guard lock(mutex_);  // abandon() may read it from another thread
+      root_ = target_base_ / ("mlperf-stage-" + job_tag(comms, t));
+    }
     source_ = fs::absolute(source_dir).lexically_normal();
 
     MLPH_StageStats out{sizeof(MLPH_StageStats), nullptr, 0, 0, 0, 0.0, t.local_rank, t.local_size};
