@@ -166,11 +166,10 @@ struct CudnnEmulation {
           });
         });
   }
-  // The explicit padding copy (identity when cuDNN pads).
-  std::vector<float> pad_input(const std::vector<float>& x) const {
-    if (!c.explicit_padding) return x;
-    const View unpadded(c.in, c.spatial);
-    std::vector<float> padded(static_cast<size_t>(in.size()), 0.0f);
+  // f(unpadded, padded) for each element the explicit padding copy moves: its index in the caller's
+  // input and in the padded buffer (elements past `copied` no window reaches, and are not moved).
+  template <class F>
+  void for_each_copied(const View& unpadded, F f) const {
     for (int64_t n = 0; n < in.n; ++n)
       for (int64_t ch = 0; ch < in.c; ++ch)
         for_each(unpadded.s, [&](const int64_t* p) {
@@ -180,8 +179,15 @@ struct CudnnEmulation {
             if (e >= 0 && p[d] >= c.copied[static_cast<size_t>(e)]) return;
             q[d] = p[d] + (e >= 0 ? c.offset[static_cast<size_t>(e)] : 0);
           }
-          padded[static_cast<size_t>(in.at(n, ch, q))] = x[static_cast<size_t>(unpadded.at(n, ch, p))];
+          f(unpadded.at(n, ch, p), in.at(n, ch, q));
         });
+  }
+  // The explicit padding copy (identity when cuDNN pads).
+  std::vector<float> pad_input(const std::vector<float>& x) const {
+    if (!c.explicit_padding) return x;
+    const View unpadded(c.in, c.spatial);
+    std::vector<float> padded(static_cast<size_t>(in.size()), 0.0f);
+    for_each_copied(unpadded, [&](int64_t from, int64_t to) { padded[static_cast<size_t>(to)] = x[static_cast<size_t>(from)]; });
     return padded;
   }
   std::vector<float> forward(const std::vector<float>& x, const std::vector<float>& w) const {
@@ -196,18 +202,8 @@ struct CudnnEmulation {
     products([&](int64_t i, int64_t o, int64_t f) { dx[static_cast<size_t>(i)] += dy[static_cast<size_t>(o)] * w[static_cast<size_t>(f)]; });
     if (!c.explicit_padding) return dx;
     const View unpadded(c.in, c.spatial);
-    std::vector<float> cropped(static_cast<size_t>(unpadded.size()), 0.0f);
-    for (int64_t n = 0; n < in.n; ++n)
-      for (int64_t ch = 0; ch < in.c; ++ch)
-        for_each(unpadded.s, [&](const int64_t* p) {
-          int64_t q[3];
-          for (int d = 0; d < 3; ++d) {
-            const int64_t e = d - (3 - c.spatial);
-            if (e >= 0 && p[d] >= c.copied[static_cast<size_t>(e)]) return;  // no window reaches it: 0
-            q[d] = p[d] + (e >= 0 ? c.offset[static_cast<size_t>(e)] : 0);
-          }
-          cropped[static_cast<size_t>(unpadded.at(n, ch, p))] = dx[static_cast<size_t>(in.at(n, ch, q))];
-        });
+    std::vector<float> cropped(static_cast<size_t>(unpadded.size()), 0.0f);  // no window reaches the rest: 0
+    for_each_copied(unpadded, [&](int64_t to, int64_t from) { cropped[static_cast<size_t>(to)] = dx[static_cast<size_t>(from)]; });
     return cropped;
   }
 };
