@@ -227,6 +227,10 @@ std::vector<MLPH_ParamSpec> core_schema() {
       {"data.read_timeout_s", MLPH_TYPE_FLOAT, "600",
        "seconds a batch may take to read before the run is ended as stuck (a reader hung on a file)", MLPH_CLOSED_FREE,
        MLPH_BOUND_MIN | MLPH_BOUND_MIN_EXCLUSIVE | MLPH_BOUND_MAX, 0, 86400, "at most a day"},
+      {"data.readers", MLPH_TYPE_INT, "0",
+       "reader threads, each decoding a sample at a time, as many batches ahead of the step as they need; 0: half "
+       "the CPUs the process may run on (its affinity), 1 to 8", MLPH_CLOSED_FREE, MLPH_BOUND_MIN | MLPH_BOUND_MAX, 0,
+       8, "0 (auto) to 8"},
   };
 }
 

@@ -10,6 +10,7 @@
 
 #include "mlph/core/crash.hpp"
 #include "mlph/core/host.hpp"
+#include "mlph/sdk/cpus.hpp"
 #include "mlph/sdk/tensor.hpp"
 
 namespace mlph::core {
@@ -91,7 +92,25 @@ PartOffsets part_offsets(const MLPH_Graph& graph, const std::vector<int32_t>& sp
   return offsets;
 }
 
-InputBuffers::InputBuffers(const MLPH_Graph& graph, const MLPH_BackendApi* api, MLPH_Backend* backend) {
+ReadAhead read_ahead(int64_t configured, uint32_t batch) {
+  const auto readers = configured > 0 ? static_cast<uint32_t>(std::min<int64_t>(configured, kMaxReaders))
+                                      : std::clamp(sdk::available_cpus() / 2, 1u, kMaxReaders);
+  return {readers, std::max(1u, (readers + batch - 1) / std::max(1u, batch))};
+}
+
+Datasets::Datasets(const MLPH_WorkloadApi* api, MLPH_Workload* workload, MLPH_Split split,
+                   const MLPH_StorageHandle* storage, uint32_t readers, const char* what) {
+  for (uint32_t r = 0; r < std::max(1u, readers); ++r) {
+    MLPH_Dataset* raw = nullptr;
+    check(api->dataset_open(workload, split, storage, &raw), what);
+    owned_.emplace_back(raw, api->dataset_close);
+    raw_.push_back(raw);
+  }
+  check(api->dataset_size(raw_.front(), &size_), what);
+}
+
+InputBuffers::InputBuffers(const MLPH_Graph& graph, const MLPH_BackendApi* api, MLPH_Backend* backend, uint32_t ahead)
+    : memory_(std::make_unique<Block[]>(size_t{ahead} + 2)), batches_(size_t{ahead} + 2) {
   std::vector<size_t> offsets;
   size_t bytes = 0;
   for (size_t i = 0; i < graph.n_inputs; ++i) {
@@ -102,7 +121,7 @@ InputBuffers::InputBuffers(const MLPH_Graph& graph, const MLPH_BackendApi* api, 
   bytes = std::max(bytes, kAlignment);
   pinned_ = api && backend && api->struct_size >= MLPH_STRUCT_SIZE(MLPH_BackendApi, free_input) && api->alloc_input &&
             api->free_input;
-  for (size_t k = 0; k < kBatches; ++k) {
+  for (size_t k = 0; k < batches_.size(); ++k) {
     Block& block = memory_[k];
     if (pinned_) {
       check(api->alloc_input(backend, bytes, &block.data), fmt::format("allocating {} bytes of input memory", bytes));
@@ -129,51 +148,123 @@ InputBuffers::Block::~Block() {
     ::operator delete(data, std::align_val_t(kAlignment));
 }
 
-Prefetcher::Prefetcher(const MLPH_WorkloadApi* api, MLPH_Dataset* dataset, InputBuffers& buffers,
+Prefetcher::Prefetcher(const MLPH_WorkloadApi* api, std::span<MLPH_Dataset* const> readers, InputBuffers& buffers,
                        std::vector<uint64_t> order, uint32_t batch, ReadPlan plan, const PartOffsets& part)
-    : api_(api), dataset_(dataset), buffers_(buffers), order_(std::move(order)), batch_(batch), part_(part),
-      plan_(std::move(plan)) {
-  if (steps() > 0) start_filling(0);
-}
-
-void Prefetcher::start_filling(uint64_t i) {
-  Batch* b = &buffers_.next();
-  filling_ = b;
-  pending_ = std::async(std::launch::async, [this, i, b] { fill(i, *b); });
+    : api_(api), datasets_(readers.begin(), readers.end()), buffers_(buffers), order_(std::move(order)), batch_(batch),
+      part_(part), plan_(std::move(plan)) {
+  if (datasets_.empty()) throw std::logic_error("a Prefetcher needs a dataset to read");
+  if (steps() == 0) return;
+  Batch& any = buffers_.next();
+  for (const MLPH_Tensor& t : any.tensors) {
+    if (t.ndim < 1 || t.shape[0] != static_cast<int64_t>(batch_))
+      throw std::runtime_error(fmt::format("graph input {} has no leading dim of the batch size {}: the pipeline reads "
+                                           "a sample at a time", sdk::shape_string(t.shape, t.ndim), batch_));
+    row_bytes_.push_back(static_cast<size_t>(sdk::numel(t) / batch_) * mlph_dtype_size(t.dtype));
+  }
+  readers_.resize(datasets_.size());
+  {
+    std::lock_guard lock(mutex_);
+    filling_.push_back({&any, 0, nullptr});
+    started_samples_ = batch_;
+    for (uint64_t i = 1; i < std::min<uint64_t>(buffers_.ahead(), steps()); ++i) start(i);
+  }
+  for (size_t r = 0; r < datasets_.size(); ++r) threads_.emplace_back([this, r] { read_samples(r); });
 }
 
 Prefetcher::~Prefetcher() {
-  if (pending_.valid()) pending_.wait();
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;  // samples not yet taken are not read; those being read finish
+  }
+  work_.notify_all();
+}
+
+void Prefetcher::start(uint64_t i) {
+  filling_.push_back({&buffers_.next(), 0, nullptr});
+  started_samples_ = (i + 1) * batch_;
+  work_.notify_all();
+}
+
+// A reader thread: takes the next sample started, until the Prefetcher goes.
+void Prefetcher::read_samples(size_t reader) {
+  std::unique_lock lock(mutex_);
+  readers_[reader].thread = current_thread();
+  for (;;) {
+    work_.wait(lock, [&] { return stopping_ || next_sample_ < started_samples_; });
+    if (stopping_) return;
+    const uint64_t position = next_sample_++;
+    Filling& mine = filling(position / batch_);
+    if (!mine.error) {
+      readers_[reader].sample = position;
+      const Batch& batch = *mine.batch;
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        read_sample(reader, position, batch);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      readers_[reader].sample = kIdle;
+      Filling& same = filling(position / batch_);  // the deque may have grown meanwhile
+      if (error && !same.error) same.error = error;
+    }
+    if (++filling(position / batch_).settled == batch_) settled_.notify_all();
+  }
+}
+
+// Row `position % batch` of the batch: each input's tensor cut to that one sample.
+void Prefetcher::read_sample(size_t reader, uint64_t position, const Batch& batch) {
+  const uint64_t row = position % batch_;
+  const Activity reading(fmt::format("reading {} (sample {})", batch_name(position / batch_), order_[position]));
+  std::vector<MLPH_Tensor> rows = batch.tensors;
+  for (size_t k = 0; k < rows.size(); ++k) {
+    rows[k].shape[0] = 1;
+    rows[k].data = static_cast<std::byte*>(rows[k].data) + row * row_bytes_[k];
+  }
+  MLPH_Dataset* dataset = datasets_[reader];
+  if (part_.empty()) {
+    check(api_->dataset_read(dataset, &order_[position], 1, rows.data(), rows.size()), "reading data");
+    return;
+  }
+  const MLPH_SamplePart part{sizeof(MLPH_SamplePart), nullptr, part_.data(), part_.size() / MLPH_MAX_DIMS};
+  check(api_->dataset_read_part(dataset, &order_[position], 1, rows.data(), rows.size(), &part), "reading data");
 }
 
 Batch& Prefetcher::get(uint64_t i) {
-  if (pending_.wait_for(std::chrono::duration<double>(plan_.timeout_s)) == std::future_status::timeout) {
-    const std::string file = last_file_of(reader_);
+  std::unique_lock lock(mutex_);
+  if (i != first_filling_) throw std::logic_error("Prefetcher::get: batches are taken in order");
+  const auto deadline = std::chrono::duration<double>(plan_.timeout_s);
+  if (!settled_.wait_for(lock, deadline, [&] { return filling(i).settled == batch_; })) {
+    const std::string files = files_being_read(i);
     abandon_run(fmt::format("{} (samples {}) was not read within {} s (data.read_timeout_s){}", batch_name(i),
-                            sample_list(order_.data() + i * batch_, batch_), plan_.timeout_s,
-                            file.empty() ? "" : "; the file being read: " + file));
+                            sample_list(order_.data() + i * batch_, batch_), plan_.timeout_s, files));
   }
-  pending_.get();
-  Batch& ready = *filling_;
-  if (i + 1 < steps()) start_filling(i + 1);
-  return ready;
+  const Filling done = filling_.front();
+  filling_.pop_front();
+  ++first_filling_;
+  if (done.error) std::rethrow_exception(done.error);
+  if (i + buffers_.ahead() < steps()) start(i + buffers_.ahead());
+  return *done.batch;
+}
+
+// "; the file being read: F" (or "files", several readers on the batch), from what the readers of
+// batch i last opened; "" when none is known. The caller holds mutex_.
+std::string Prefetcher::files_being_read(uint64_t i) {
+  std::vector<std::string> files;
+  for (const Reader& r : readers_) {
+    if (r.sample == kIdle || r.sample / batch_ != i) continue;
+    const std::string file = last_file_of(r.thread);
+    if (!file.empty() && std::find(files.begin(), files.end(), file) == files.end()) files.push_back(file);
+  }
+  if (files.empty()) return "";
+  std::string list;
+  for (const std::string& f : files) list += (list.empty() ? "" : ", ") + f;
+  return fmt::format("; the file{} being read: {}", files.size() == 1 ? "" : "s", list);
 }
 
 std::string Prefetcher::batch_name(uint64_t i) const {
   return fmt::format("{} batch {} of epoch {}", plan_.split, i + 1, plan_.epoch + 1);
-}
-
-void Prefetcher::fill(uint64_t i, Batch& b) {
-  reader_ = current_thread();
-  const uint64_t* indices = order_.data() + i * batch_;
-  const Activity reading(fmt::format("reading {} (samples {})", batch_name(i), sample_list(indices, batch_)));
-  if (part_.empty()) {
-    check(api_->dataset_read(dataset_, indices, batch_, b.tensors.data(), b.tensors.size()), "reading data");
-    return;
-  }
-  const MLPH_SamplePart part{sizeof(MLPH_SamplePart), nullptr, part_.data(), part_.size() / MLPH_MAX_DIMS};
-  check(api_->dataset_read_part(dataset_, indices, batch_, b.tensors.data(), b.tensors.size(), &part),
-        "reading data");
 }
 
 }  // namespace mlph::core

@@ -97,6 +97,9 @@ class Run {
   ReadPlan read_plan(const char* split, uint32_t epoch) const {
     return {split, epoch, as_number("data.read_timeout_s", session_->config().get("data.read_timeout_s"))};
   }
+  ReadAhead reading() const {
+    return read_ahead(static_cast<int64_t>(as_number("data.readers", session_->config().get("data.readers"))), batch_);
+  }
 
   RunOptions options_;  // a copy: a resumed run takes the checkpoint's seed
   SignalWatcher& signals_;
@@ -108,7 +111,7 @@ class Run {
   std::unique_ptr<Session> session_;
   // Declared after the session: destroyed before the plug-ins that made them.
   Owned<MLPH_Model> model_{nullptr, nullptr};
-  Owned<MLPH_Dataset> train_set_{nullptr, nullptr}, eval_set_{nullptr, nullptr};
+  std::optional<Datasets> train_set_, eval_set_;
   std::unique_ptr<InputBuffers> inputs_;  // after the model: freed while the backend still lives
   const MLPH_Graph* graph_ = nullptr;
   uint64_t train_size_ = 0, eval_size_ = 0, micro_batches_ = 0;
@@ -212,7 +215,7 @@ void Run::initialize(MlLogger& log) {
   {
     const Activity doing("compiling the model");
     model_ = session_->compile(*graph_);
-    inputs_ = std::make_unique<InputBuffers>(*graph_, backend(), session_->backend());
+    inputs_ = std::make_unique<InputBuffers>(*graph_, backend(), session_->backend(), reading().batches);
   }
   if (resume_) resume_training(log);
   if (!checkpoints_.dir.empty()) check_state_readable(*session_, model_.get(), *graph_);
@@ -325,20 +328,19 @@ void Run::stop(MlLogger& log, Progress& progress, uint32_t epoch, StepOf at) {
 }
 
 void Run::open_datasets() {
-  MLPH_Dataset* raw = nullptr;
+  const uint32_t readers = reading().readers;
   {
     const Activity doing("opening the training data");
-    check(workload()->dataset_open(session_->workload(), MLPH_SPLIT_TRAIN, session_->storage_handle(), &raw), "training data");
-    train_set_ = Owned<MLPH_Dataset>(raw, workload()->dataset_close);
+    train_set_.emplace(workload(), session_->workload(), MLPH_SPLIT_TRAIN, session_->storage_handle(), readers,
+                       "training data");
   }
   {
     const Activity doing("opening the validation data");
-    check(workload()->dataset_open(session_->workload(), MLPH_SPLIT_VALIDATION, session_->storage_handle(), &raw),
-          "validation data");
-    eval_set_ = Owned<MLPH_Dataset>(raw, workload()->dataset_close);
+    eval_set_.emplace(workload(), session_->workload(), MLPH_SPLIT_VALIDATION, session_->storage_handle(), readers,
+                      "validation data");
   }
-  check(workload()->dataset_size(train_set_.get(), &train_size_), "training data");
-  check(workload()->dataset_size(eval_set_.get(), &eval_size_), "validation data");
+  train_size_ = train_set_->size();
+  eval_size_ = eval_set_->size();
   // Staged, each node lists only its own files: the totals are the node sizes summed.
   double totals[2] = {static_cast<double>(train_size_), static_cast<double>(eval_size_)};
   if (staged_) {
@@ -394,7 +396,7 @@ std::optional<Run::StepOf> Run::train_epoch(uint32_t epoch, uint64_t first_step,
                                  "{} steps (another dataset?)",
                                  first_step + 1, epoch + 1, steps));
   mine.erase(mine.begin(), mine.begin() + static_cast<std::ptrdiff_t>(first_step * batch_));
-  Prefetcher reader(workload(), train_set_.get(), *inputs_, std::move(mine), batch_, read_plan("training", epoch), part_);
+  Prefetcher reader(workload(), train_set_->readers(), *inputs_, std::move(mine), batch_, read_plan("training", epoch), part_);
   // A backend that can defer the loss (ABI 1.6) is not waited for each step: the loss is read (and
   // averaged over the ranks, and checked) about ten times an epoch and at its end, at the same steps
   // on every rank.
@@ -466,7 +468,7 @@ double Run::evaluate(uint32_t epoch) {
   std::vector<uint64_t> mine = session_->eval_per_sample() ? deal(order, data_shard_) : shard(order, data_shard_, batch_);
   const uint64_t real = mine.size();
   while (mine.size() % batch_ != 0) mine.push_back(mine.back());  // padding, left out of the sums
-  Prefetcher reader(workload(), eval_set_.get(), *inputs_, std::move(mine), batch_, read_plan("validation", epoch),
+  Prefetcher reader(workload(), eval_set_->readers(), *inputs_, std::move(mine), batch_, read_plan("validation", epoch),
                     part_);
   std::vector<std::vector<float>> outputs(graph_->n_eval_outputs);
   std::vector<MLPH_Tensor> output_tensors;

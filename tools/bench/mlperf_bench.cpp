@@ -50,7 +50,7 @@ struct LayerResult {
 class StepBuffers {
  public:
   StepBuffers(Session& session, const MLPH_Graph& g) : inputs_(g, session.backend_api(), session.backend()) {
-    for (size_t k = 0; k < InputBuffers::kBatches; ++k) {
+    for (size_t k = 0; k < inputs_.count(); ++k) {
       Batch& batch = inputs_.next();
       for (size_t i = 0; i < batch.tensors.size(); ++i) fill(batch.tensors[i], i + 1);
     }
@@ -138,20 +138,24 @@ Timing time_graph(Session& session, const MLPH_Graph& graph, int steps, int warm
 // --data: training steps on batches that the run's pipeline reads from the dataset's files (the
 // workload's reader, one batch ahead on a second thread, into the backend's input memory), in the
 // run's sample order, epoch after epoch as the steps need. Besides the step time, how long the steps
-// waited for their batches: the time the pipeline could not hide.
+// waited for their batches: the time the pipeline could not hide; and, first, the same batches read
+// with no step between them: how fast the reader alone goes, the rate the steps could reach.
 struct FileTiming {
-  double train_s = 0, wait_s = 0;  // per step
+  double train_s = 0, wait_s = 0, read_s = 0;  // per step
   uint64_t dataset_size = 0;
+  uint32_t readers = 1;
 };
 
 FileTiming time_from_files(Session& session, const MLPH_Graph& graph, int steps, int warmup) {
   const MLPH_WorkloadApi* workload = session.workload_api();
-  MLPH_Dataset* raw = nullptr;
-  check(workload->dataset_open(session.workload(), MLPH_SPLIT_TRAIN, session.storage_handle(), &raw), "training data");
-  Owned<MLPH_Dataset> dataset(raw, workload->dataset_close);
-  FileTiming t;
-  check(workload->dataset_size(dataset.get(), &t.dataset_size), "training data");
   const uint32_t batch = session.info().local_batch_size;
+  const ReadAhead ahead =
+      read_ahead(static_cast<int64_t>(as_number("data.readers", session.config().get("data.readers"))), batch);
+  const Datasets dataset(workload, session.workload(), MLPH_SPLIT_TRAIN, session.storage_handle(), ahead.readers,
+                         "training data");
+  FileTiming t;
+  t.dataset_size = dataset.size();
+  t.readers = ahead.readers;
   if (t.dataset_size < batch)
     throw std::runtime_error(fmt::format("--data {}: {} training samples, fewer than one batch of {}",
                                          session.config().get("data.dir"), t.dataset_size, batch));
@@ -164,9 +168,16 @@ FileTiming time_from_files(Session& session, const MLPH_Graph& graph, int steps,
   }
   order.resize(needed);
   Owned<MLPH_Model> model = session.compile(graph);
-  InputBuffers buffers(graph, session.backend_api(), session.backend());
+  InputBuffers buffers(graph, session.backend_api(), session.backend(), ahead.batches);
   const double timeout = as_number("data.read_timeout_s", session.config().get("data.read_timeout_s"));
-  Prefetcher reader(workload, dataset.get(), buffers, std::move(order), batch, ReadPlan{"training", 0, timeout});
+  {
+    const std::vector<uint64_t> timed(order.begin() + static_cast<ptrdiff_t>(warmup) * batch, order.end());
+    Prefetcher alone(workload, dataset.readers(), buffers, timed, batch, ReadPlan{"training", 0, timeout});
+    t.read_s = seconds([&] {
+                 for (uint64_t i = 0; i < alone.steps(); ++i) alone.get(i);
+               }) / steps;
+  }
+  Prefetcher reader(workload, dataset.readers(), buffers, std::move(order), batch, ReadPlan{"training", 0, timeout});
   Stepper stepper(session, model.get());
   uint64_t step = 0;
   for (; step < static_cast<uint64_t>(warmup); ++step) stepper.train(reader.get(step));
@@ -228,9 +239,9 @@ void write_json(const std::string& path, Session& session, uint32_t batch, doubl
   out << fmt::format(" \"device\": {}, \"precision\": {},\n", json(device.name).text,
                      json(device.precision).text);
   if (files)
-    out << fmt::format(" \"files\": {{\"dir\": {}, \"samples\": {}, \"train_s\": {}, \"wait_s\": {}}},\n",
+    out << fmt::format(" \"files\": {{\"dir\": {}, \"samples\": {}, \"train_s\": {}, \"wait_s\": {}, \"read_s\": {}, \"readers\": {}}},\n",
                        json(session.config().get("data.dir")).text, files->dataset_size, num(files->train_s),
-                       num(files->wait_s));
+                       num(files->wait_s), num(files->read_s), files->readers);
   out << fmt::format(" \"peak_precision\": \"{}\", \"peak_gflops\": {}, \"model\": {{\"train_s\": {}, \"eval_s\": "
                      "{}}},\n \"layers\": [",
                      peak.precision, num(peak.gflops), num(model.train_s), num(model.eval_s));
@@ -337,10 +348,10 @@ int main(int argc, char** argv) {
     if (!data_dir.empty()) {
       if (session.topology().size > 1) throw std::runtime_error("--data reads batches on one rank: run it without mpirun");
       files = time_from_files(session, *graph, steps, warmup);
-      fmt::print("from files ({}, {} samples): train step {:.4f} s  {:.3f} samples/s; waited for batches {:.4f} s "
-                 "per step ({:.1f}% of the step)\n",
-                 data_dir, files->dataset_size, files->train_s, batch / files->train_s, files->wait_s,
-                 100 * files->wait_s / files->train_s);
+      fmt::print("from files ({}, {} samples): {} reader{} alone {:.3f} samples/s; train step {:.4f} s  {:.3f} "
+                 "samples/s; waited for batches {:.4f} s per step ({:.1f}% of the step)\n",
+                 data_dir, files->dataset_size, files->readers, files->readers == 1 ? "" : "s", batch / files->read_s, files->train_s, batch / files->train_s,
+                 files->wait_s, 100 * files->wait_s / files->train_s);
     }
     std::cout << std::flush;
 

@@ -26,9 +26,26 @@ std::string box_text(const VolumeBox& b) {
 }
 }  // namespace
 
+std::shared_ptr<const DecodedSample> SampleCache::find(uint64_t index, const VolumeBox& box) {
+  std::lock_guard lock(mutex_);
+  if (box != box_) return nullptr;
+  const auto it = samples_.find(index);
+  return it == samples_.end() ? nullptr : it->second;
+}
+
+void SampleCache::keep(uint64_t index, const VolumeBox& box, std::shared_ptr<const DecodedSample> sample) {
+  std::lock_guard lock(mutex_);
+  if (box != box_) {
+    samples_.clear();
+    box_ = box;
+  }
+  samples_.emplace(index, std::move(sample));
+}
+
 CosmoDataset::CosmoDataset(const MLPH_HostApi* host, const DataSettings& settings, MLPH_Split split,
-                           const MLPH_StorageHandle& storage)
-    : host_(host), settings_(settings), storage_(storage) {
+                           const MLPH_StorageHandle& storage, std::shared_ptr<SampleCache> cache)
+    : host_(host), settings_(settings), storage_(storage),
+      cache_(cache ? std::move(cache) : std::make_shared<SampleCache>()) {
   box_.size.fill(settings_.edge);
   const std::string dir = sdk::split_directory(settings_.dir, split);
   const bool npy = settings_.format == "npy";
@@ -129,14 +146,44 @@ std::vector<CosmoDataset::Decoded> CosmoDataset::decode_file(size_t file_index) 
   return out;
 }
 
-const CosmoDataset::Decoded& CosmoDataset::sample(uint64_t index) {
-  if (auto it = cache_.find(index); it != cache_.end()) return it->second;
-  const uint64_t per_file = settings_.format == "npy" ? 1 : static_cast<uint64_t>(settings_.records_per_file);
-  const size_t file = static_cast<size_t>(index / per_file);
-  if (last_file_.first != file) last_file_ = {file, decode_file(file)};
-  Decoded& decoded = last_file_.second[index % per_file];
-  if (!settings_.cache) return decoded;
-  return cache_.emplace(index, decoded).first->second;
+// Whole samples, one per file, not kept: decoded straight into the batch's row, through one file
+// buffer that keeps its memory (no copy between, no fresh pages per sample): the pipeline's fast path.
+bool CosmoDataset::decodes_in_place() const {
+  const int64_t e = settings_.edge;
+  return !settings_.cache && box_.size == std::array<int64_t, 3>{e, e, e} &&
+         (settings_.format == "npy" || settings_.records_per_file == 1);
+}
+
+void CosmoDataset::decode_into(uint64_t index, const SampleView& out) {
+  const std::string& path = files_[static_cast<size_t>(index)];
+  try {
+    if (settings_.format == "npy") {
+      sdk::read_file(host_, storage_, path, "CosmoFlow data", max_npy_bytes(volume_bytes(settings_.edge)), file_bytes_);
+      const std::vector<std::byte> label = read_file(npy_label_path(path), max_npy_bytes(kTargets * sizeof(float)));
+      read_npy_sample(file_bytes_, label, path, settings_.edge, out);
+    } else {
+      sdk::read_file(host_, storage_, path, "CosmoFlow data", max_tfrecord_file_bytes(settings_.edge, 1), file_bytes_);
+      read_tfrecord_sample(file_bytes_, path, settings_.edge, out);
+    }
+  } catch (const DataError& e) {
+    fail(MLPH_DATA_LOSS, e.what());
+  }
+}
+
+// Sample `index` (box_ of it) copied to x and y: kept, or decoded (with the rest of its file, kept
+// for the next sample) and kept when data.cache says so.
+void CosmoDataset::copy_sample(uint64_t index, int16_t* x, float* y) {
+  std::shared_ptr<const Decoded> kept = settings_.cache ? cache_->find(index, box_) : nullptr;
+  const Decoded* s = kept.get();
+  if (!s) {
+    const uint64_t per_file = settings_.format == "npy" ? 1 : static_cast<uint64_t>(settings_.records_per_file);
+    const size_t file = static_cast<size_t>(index / per_file);
+    if (last_file_.first != file) last_file_ = {file, decode_file(file)};
+    s = &last_file_.second[index % per_file];
+    if (settings_.cache) cache_->keep(index, box_, std::make_shared<const Decoded>(*s));
+  }
+  std::memcpy(x, s->x.data(), s->x.size() * sizeof(int16_t));
+  std::memcpy(y, s->y.data(), s->y.size() * sizeof(float));
 }
 
 void CosmoDataset::read(const uint64_t* indices, size_t n, MLPH_Tensor* inputs, size_t n_inputs) {
@@ -167,9 +214,8 @@ void CosmoDataset::read_box(const uint64_t* indices, size_t n, MLPH_Tensor* inpu
     if (box.at[d] < 0 || box.size[d] < 1 || box.at[d] + box.size[d] > settings_.edge)
       fail(MLPH_INVALID_ARGUMENT, "CosmoFlow read: the part " + box_text(box) + " lies outside the " +
                                       volume_name(settings_.edge) + " volume");
-  if (box != box_) {  // decoded samples hold the old box
+  if (box != box_) {  // decoded samples hold the old box (the cache knows its box)
     box_ = box;
-    cache_.clear();
     last_file_ = {SIZE_MAX, {}};
   }
   const size_t volume = static_cast<size_t>(box.size[0] * box.size[1] * box.size[2] * 4);
@@ -181,9 +227,11 @@ void CosmoDataset::read_box(const uint64_t* indices, size_t n, MLPH_Tensor* inpu
   for (size_t i = 0; i < n; ++i) {
     if (indices[i] >= samples_)
       fail(MLPH_OUT_OF_RANGE, "sample " + std::to_string(indices[i]) + " of a dataset of " + std::to_string(samples_));
-    const Decoded& s = sample(indices[i]);
-    std::memcpy(x + i * volume, s.x.data(), volume * sizeof(int16_t));
-    std::memcpy(y + i * 4, s.y.data(), 4 * sizeof(float));
+    if (decodes_in_place()) {
+      decode_into(indices[i], {{x + i * volume, volume}, std::span<float, kTargets>(y + i * kTargets, kTargets)});
+      continue;
+    }
+    copy_sample(indices[i], x + i * volume, y + i * kTargets);
   }
 }
 

@@ -8,10 +8,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "mlph/sdk/workload.hpp"
+#include "data/sample.hpp"
 #include "settings.hpp"
 
 namespace mlph::cosmoflow {
@@ -22,10 +24,31 @@ struct VolumeBox {
   bool operator==(const VolumeBox&) const = default;
 };
 
+// A decoded sample: the box of its volume and its targets.
+struct DecodedSample {
+  std::vector<int16_t> x;
+  std::array<float, 4> y;
+};
+
+// data.cache: decoded samples kept after first use, one cache per split of a workload, shared by the
+// datasets that the run's readers open (each sample is kept once, whichever reader decoded it).
+// Samples of one box: keeping one of another box forgets the rest.
+class SampleCache {
+ public:
+  std::shared_ptr<const DecodedSample> find(uint64_t index, const VolumeBox& box);
+  void keep(uint64_t index, const VolumeBox& box, std::shared_ptr<const DecodedSample> sample);
+
+ private:
+  std::mutex mutex_;
+  VolumeBox box_;
+  std::map<uint64_t, std::shared_ptr<const DecodedSample>> samples_;
+};
+
 class CosmoDataset final : public sdk::Dataset {
  public:
+  // `cache`: where data.cache keeps samples (null: a cache of this dataset's own).
   CosmoDataset(const MLPH_HostApi* host, const DataSettings& settings, MLPH_Split split,
-               const MLPH_StorageHandle& storage);
+               const MLPH_StorageHandle& storage, std::shared_ptr<SampleCache> cache = nullptr);
   uint64_t size() override { return samples_; }
   void read(const uint64_t* indices, size_t n, MLPH_Tensor* inputs, size_t n_inputs) override;
   // x: the box at the part's offsets of x's dims 1-3, as large as the tensor; y: whole.
@@ -33,17 +56,16 @@ class CosmoDataset final : public sdk::Dataset {
                  const MLPH_SamplePart& part) override;
 
  private:
-  struct Decoded {
-    std::vector<int16_t> x;  // box_ of the volume
-    std::array<float, 4> y;
-  };
+  using Decoded = DecodedSample;
   void read_box(const uint64_t* indices, size_t n, MLPH_Tensor* inputs, size_t n_inputs, const VolumeBox& box);
+  bool decodes_in_place() const;
+  void decode_into(uint64_t index, const SampleView& out);
   std::vector<std::byte> read_file(const std::string& path, size_t max_bytes) const;
   std::vector<Decoded> decode_file(size_t file_index) const;
   Decoded read_npy_box(const std::string& path) const;
   void refuse_bytes_past(const std::string& path, uint64_t end) const;
   std::vector<int16_t> cut(std::vector<int16_t> volume) const;
-  const Decoded& sample(uint64_t index);
+  void copy_sample(uint64_t index, int16_t* x, float* y);
 
   const MLPH_HostApi* host_;
   DataSettings settings_;
@@ -51,8 +73,9 @@ class CosmoDataset final : public sdk::Dataset {
   std::vector<std::string> files_;        // tfrecord files, or *_data.npy files
   uint64_t samples_ = 0;
   VolumeBox box_;                         // what the decoded samples below hold (a new box clears them)
-  std::map<uint64_t, Decoded> cache_;     // data.cache: decoded samples kept after first use
+  std::shared_ptr<SampleCache> cache_;    // data.cache
   std::pair<size_t, std::vector<Decoded>> last_file_{SIZE_MAX, {}};  // multi-record files decode once
+  std::vector<std::byte> file_bytes_;  // decode_into's file, its memory kept from one sample to the next
 };
 
 }  // namespace mlph::cosmoflow

@@ -1,4 +1,5 @@
 // workload/cosmoflow: the MLPerf HPC CosmoFlow benchmark as a plug-in.
+#include <map>
 #include <memory>
 
 #include "borrow.hpp"
@@ -46,7 +47,9 @@ class CosmoFlow final : public sdk::Workload {
   }
 
   std::unique_ptr<sdk::Dataset> open(MLPH_Split split, const MLPH_StorageHandle& storage) override {
-    return std::make_unique<CosmoDataset>(host_, settings_.data, split, storage);
+    std::shared_ptr<SampleCache>& cache = caches_[split];  // one per split, whichever reader opens it
+    if (!cache) cache = std::make_shared<SampleCache>();
+    return std::make_unique<CosmoDataset>(host_, settings_.data, split, storage, cache);
   }
 
   double learning_rate(uint32_t epoch, uint64_t) override { return cosmoflow::learning_rate(settings_.schedule, epoch); }
@@ -66,6 +69,7 @@ class CosmoFlow final : public sdk::Workload {
   const MLPH_HostApi* host_;
   Settings settings_;
   std::unique_ptr<sdk::GraphBuilder> builder_;
+  std::map<MLPH_Split, std::shared_ptr<SampleCache>> caches_;  // data.cache, shared by the datasets of a split
   sdk::KeyValues log_;  // the hyperparameters logged after run_start
 };
 

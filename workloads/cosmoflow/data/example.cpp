@@ -301,6 +301,13 @@ std::vector<std::byte> ExampleBuilder::finish() const {
 }
 
 Sample decode_sample(std::span<const std::byte> record, int edge, const std::string& where) {
+  Sample sample;
+  sample.x.resize(volume_elements(edge));
+  decode_sample(record, edge, where, {sample.x, sample.y});
+  return sample;
+}
+
+void decode_sample(std::span<const std::byte> record, int edge, const std::string& where, const SampleView& out) {
   const size_t elements = volume_elements(edge);
   const Features features = decode_example(record, where);
   const Feature& x = require(features, "x", FeatureKind::bytes_list, where);
@@ -314,14 +321,12 @@ Sample decode_sample(std::span<const std::byte> record, int edge, const std::str
   if (y.floats.size() != kTargets)
     throw DataError(where, "feature 'y' holds " + std::to_string(y.floats.size()) + " floats, expected " +
                                std::to_string(kTargets));
-  Sample sample;
   for (int i = 0; i < kTargets; ++i) {
     if (!std::isfinite(y.floats[i]))
       throw DataError(where, "feature 'y' value " + std::to_string(i) + " is " + std::to_string(y.floats[i]));
-    sample.y[i] = y.floats[i];
+    out.y[static_cast<size_t>(i)] = y.floats[i];
   }
-  sample.x = decode_counts(x.bytes[0], edge, where);
-  return sample;
+  decode_counts(x.bytes[0], edge, where, out.x);
 }
 
 std::vector<std::byte> encode_sample(const Sample& sample, int edge) {

@@ -58,6 +58,7 @@ class ExampleBuilder {
 
 // The CosmoFlow sample in a record: 'x' one byte string of edge^3 x 4 int16 LE, 'y' 4 finite floats.
 Sample decode_sample(std::span<const std::byte> record, int edge, const std::string& where);
+void decode_sample(std::span<const std::byte> record, int edge, const std::string& where, const SampleView& out);
 std::vector<std::byte> encode_sample(const Sample& sample, int edge);
 
 }  // namespace mlph::cosmoflow

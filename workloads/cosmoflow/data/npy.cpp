@@ -1,5 +1,6 @@
 #include "npy.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstring>
@@ -255,12 +256,19 @@ std::array<float, kTargets> read_npy_label(std::span<const std::byte> label_npy,
 
 Sample read_npy_sample(std::span<const std::byte> data_npy, std::span<const std::byte> label_npy,
                        const std::string& name, int edge) {
+  Sample sample;
+  sample.x.resize(volume_elements(edge));
+  read_npy_sample(data_npy, label_npy, name, edge, {sample.x, sample.y});
+  return sample;
+}
+
+void read_npy_sample(std::span<const std::byte> data_npy, std::span<const std::byte> label_npy,
+                     const std::string& name, int edge, const SampleView& out) {
   const NpyArray x = parse_npy(data_npy, name);
   check_npy_volume(x, name, edge);
-  Sample sample;
-  sample.y = read_npy_label(label_npy, npy_label_path(name));
-  sample.x = decode_counts(x.data, edge, name);
-  return sample;
+  const std::array<float, kTargets> y = read_npy_label(label_npy, npy_label_path(name));
+  std::copy(y.begin(), y.end(), out.y.begin());
+  decode_counts(x.data, edge, name, out.x);
 }
 
 std::string npy_label_path(const std::string& data_path) {

@@ -49,6 +49,8 @@ std::vector<std::byte> encode_npy(std::string_view descr, std::span<const uint64
 // The sample of a _data.npy / _label.npy pair: '<i2' (edge, edge, edge, 4) and '<f4' with 4 values.
 Sample read_npy_sample(std::span<const std::byte> data_npy, std::span<const std::byte> label_npy,
                        const std::string& name, int edge);
+void read_npy_sample(std::span<const std::byte> data_npy, std::span<const std::byte> label_npy,
+                     const std::string& name, int edge, const SampleView& out);
 
 // The file name of the label file that belongs to a data file: x_data.npy -> x_label.npy.
 std::string npy_label_path(const std::string& data_path);

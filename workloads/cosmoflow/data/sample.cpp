@@ -18,9 +18,16 @@ std::string volume_name(int edge) { return std::to_string(edge) + "^3x" + std::t
 
 std::vector<int16_t> decode_counts(std::span<const std::byte> bytes, int edge, const std::string& where) {
   std::vector<int16_t> x(volume_elements(edge));
-  from_le_bytes(bytes, x.data());
-  check_counts(x, {0, 0, 0}, {edge, edge, edge}, where);
+  decode_counts(bytes, edge, where, x);
   return x;
+}
+
+void decode_counts(std::span<const std::byte> bytes, int edge, const std::string& where, std::span<int16_t> out) {
+  if (out.size() != volume_elements(edge) || bytes.size() != out.size_bytes())
+    throw std::invalid_argument("decode_counts: " + std::to_string(bytes.size()) + " bytes into " +
+                                std::to_string(out.size()) + " counts of a " + volume_name(edge) + " volume");
+  from_le_bytes(bytes, out.data());
+  check_counts(out, {0, 0, 0}, {edge, edge, edge}, where);
 }
 
 void check_counts(std::span<const int16_t> x, std::array<int64_t, 3> at, std::array<int64_t, 3> size,

@@ -21,6 +21,12 @@ struct Sample {
   std::array<float, kTargets> y{};
 };
 
+// Where a sample is decoded to when the caller owns the memory (a batch's row): no copy between.
+struct SampleView {
+  std::span<int16_t> x;  // edge^3 x 4
+  std::span<float, kTargets> y;
+};
+
 // Bad or unreadable data. what() is one line, "<where>: <problem>", where names the file (and the
 // record, when there are several), so a user can find the offending file from the message alone.
 class DataError : public std::runtime_error {
@@ -41,6 +47,8 @@ inline size_t volume_bytes(int edge) { return volume_elements(edge) * sizeof(int
 // on the way: particle counts are never negative (the model's log(1 + x) of -1 is -inf), and a
 // negative one is refused naming `where` (the file, and the record) and the voxel.
 std::vector<int16_t> decode_counts(std::span<const std::byte> bytes, int edge, const std::string& where);
+// The same into `out` (volume_elements(edge) values).
+void decode_counts(std::span<const std::byte> bytes, int edge, const std::string& where, std::span<int16_t> out);
 
 // The same check of counts already decoded: x holds the box of a volume that starts at voxel `at`
 // and spans `size` voxels along D, H, W (4 channels each); a negative count is refused naming

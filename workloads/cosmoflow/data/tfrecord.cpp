@@ -144,6 +144,20 @@ std::vector<Sample> read_tfrecord_samples(std::span<const std::byte> file, const
   return samples;
 }
 
+void read_tfrecord_sample(std::span<const std::byte> file, const std::string& name, int edge, const SampleView& out) {
+  const size_t max_bytes = max_tfrecord_bytes(edge, 1);
+  if (!is_gzip(file) && file.size() > max_bytes)
+    throw DataError(name, std::to_string(file.size()) + " bytes, more than the " + std::to_string(max_bytes) +
+                              " that one record of a " + volume_name(edge) + " sample can take");
+  for_each_tfrecord(
+      file, name,
+      [&](size_t index, std::span<const std::byte> record) {
+        if (index > 0) throw DataError(name, "holds more than one record, but data.records_per_file is 1");
+        decode_sample(record, edge, record_where(name, index), out);
+      },
+      max_bytes);
+}
+
 std::vector<std::byte> encode_tfrecords(std::span<const std::vector<std::byte>> records,
                                         const TfRecordWriteOptions& options) {
   std::vector<std::byte> file;

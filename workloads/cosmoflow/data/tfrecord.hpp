@@ -39,6 +39,8 @@ std::vector<std::vector<std::byte>> read_tfrecords(std::span<const std::byte> fi
 // holds (or inflates to) more than max_records records' worth of bytes is refused.
 std::vector<Sample> read_tfrecord_samples(std::span<const std::byte> file, const std::string& name, int edge,
                                           int max_records);
+// The one record of a file that holds exactly one, decoded into `out`.
+void read_tfrecord_sample(std::span<const std::byte> file, const std::string& name, int edge, const SampleView& out);
 
 struct TfRecordWriteOptions {
   bool gzip = false;

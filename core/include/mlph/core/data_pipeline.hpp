@@ -1,15 +1,19 @@
 // The data side of a run: the epoch's sample order (the same on every rank), each rank's share of
-// it, and batches decoded one ahead on a second thread, into buffers allocated once (the backend's
-// pinned memory where it has some), so reading overlaps the backend's step.
+// it, and batches decoded ahead by reader threads, a sample at a time each, into buffers allocated
+// once (the backend's pinned memory where it has some), so reading overlaps the backend's step.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <atomic>
-#include <future>
+#include <deque>
+#include <exception>
 #include <memory>
+#include <mutex>
+#include <span>
 #include <string>
 #include <sys/types.h>
+#include <thread>
 #include <vector>
 
 #include "mlph/backend.h"
@@ -45,6 +49,31 @@ using PartOffsets = std::vector<int64_t>;
 PartOffsets part_offsets(const MLPH_Graph& graph, const std::vector<int32_t>& spatial_dims,
                          const sdk::spatial::Dims& grid, const sdk::spatial::Dims& coordinates);
 
+// How a run reads: `readers` threads, each with its own opened dataset (the ABI allows one call at a
+// time per dataset), decode a sample at a time, `batches` batches ahead of the step, so that every
+// reader has a sample to decode even at batch size 1.
+struct ReadAhead {
+  uint32_t readers = 1, batches = 1;
+};
+// data.readers: `configured` readers, or 0: half the CPUs this process may run on (its affinity, as
+// Slurm or mpirun bind it), 1 to kMaxReaders; batches ahead: enough to give every reader a sample.
+constexpr uint32_t kMaxReaders = 8;
+ReadAhead read_ahead(int64_t configured, uint32_t batch);
+
+// One split of the dataset opened once per reader.
+class Datasets {
+ public:
+  Datasets(const MLPH_WorkloadApi* api, MLPH_Workload* workload, MLPH_Split split, const MLPH_StorageHandle* storage,
+           uint32_t readers, const char* what);
+  uint64_t size() const { return size_; }
+  std::span<MLPH_Dataset* const> readers() const { return raw_; }
+
+ private:
+  std::vector<std::unique_ptr<MLPH_Dataset, void (*)(MLPH_Dataset*)>> owned_;
+  std::vector<MLPH_Dataset*> raw_;
+  uint64_t size_ = 0;
+};
+
 // Tensors shaped like the graph inputs, over memory an InputBuffers owns, filled by the workload's reader.
 struct Batch {
   std::vector<MLPH_Tensor> tensors;
@@ -54,15 +83,17 @@ struct Batch {
 // alike: the backend's own input memory (ABI 1.6 alloc_input: pinned host memory it copies from
 // fastest) where it offers it, else ordinary host memory. Handed out in rotation: a backend of ABI 1.6
 // may still read a batch until its next call on the model returns, so one batch is being read by the
-// backend, one waits for its step and one is being filled.
+// backend, one waits for its step and `ahead` are being filled.
 class InputBuffers {
  public:
-  static constexpr size_t kBatches = 3;
   // `api` and `backend` may be null (host memory); otherwise they outlive this object.
-  InputBuffers(const MLPH_Graph& graph, const MLPH_BackendApi* api, MLPH_Backend* backend);
+  InputBuffers(const MLPH_Graph& graph, const MLPH_BackendApi* api, MLPH_Backend* backend, uint32_t ahead = 1);
 
   // The next batch in rotation (called from one thread).
-  Batch& next() { return batches_[next_++ % kBatches]; }
+  Batch& next() { return batches_[next_++ % batches_.size()]; }
+  size_t count() const { return batches_.size(); }
+  // Batches that can be filled while the backend holds two (see above).
+  uint32_t ahead() const { return static_cast<uint32_t>(batches_.size() - 2); }
   // Whether the batches are the backend's memory (MLPH_DEVICE_HOST_PINNED).
   bool pinned() const { return pinned_; }
 
@@ -77,8 +108,8 @@ class InputBuffers {
     Block& operator=(const Block&) = delete;
     ~Block();
   };
-  std::unique_ptr<Block[]> memory_ = std::make_unique<Block[]>(kBatches);
-  Batch batches_[kBatches];
+  std::unique_ptr<Block[]> memory_;
+  std::vector<Batch> batches_;
   bool pinned_ = false;
   uint64_t next_ = 0;
 };
@@ -91,38 +122,63 @@ struct ReadPlan {
   double timeout_s = 600;
 };
 
-// Reads the batches of `order` (whole batches; a remainder is not read) one ahead on a second thread,
-// into `buffers`' batches: whole samples, or with `part` (not empty) this rank's part of each
-// (dataset_read_part). The thread publishes what it reads (Activity). A batch not read within the
-// plan's timeout ends the process (abandon_run) naming the batch and the reader's samples and file: a
-// reader stuck in a library cannot be cancelled, and waiting for it would hang the run.
+// Reads the batches of `order` (whole batches; a remainder is not read) ahead of the step on a reader
+// thread per dataset of `readers`, a sample per call, into `buffers`' batches (as far ahead as they
+// allow): whole samples, or with `part` (not empty) this rank's part of each (dataset_read_part).
+// Every input's first dim is the batch: a sample's tensors are the batch's, one row of it. Each reader
+// publishes what it reads (Activity). A batch not read within the plan's timeout ends the process
+// (abandon_run) naming the batch, its samples and the files being read: a reader stuck in a library
+// cannot be cancelled, and waiting for it would hang the run.
 class Prefetcher {
  public:
-  Prefetcher(const MLPH_WorkloadApi* api, MLPH_Dataset* dataset, InputBuffers& buffers, std::vector<uint64_t> order,
-             uint32_t batch, ReadPlan plan, const PartOffsets& part = {});
+  Prefetcher(const MLPH_WorkloadApi* api, std::span<MLPH_Dataset* const> readers, InputBuffers& buffers,
+             std::vector<uint64_t> order, uint32_t batch, ReadPlan plan, const PartOffsets& part = {});
   ~Prefetcher();
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
 
   uint64_t steps() const { return order_.size() / batch_; }
-  // The batch of step `i` (called with i = 0, 1, 2, ... in order); rethrows the reader's error.
+  // The batch of step `i` (called with i = 0, 1, 2, ... in order); rethrows a reader's error.
   Batch& get(uint64_t i);
 
  private:
-  void start_filling(uint64_t i);
-  void fill(uint64_t i, Batch& b);
+  // A batch being read: its memory and how its samples went.
+  struct Filling {
+    Batch* batch = nullptr;
+    uint32_t settled = 0;      // samples read, or skipped after an error in the batch
+    std::exception_ptr error;  // the first sample's error
+  };
+  // What a reader thread is doing, for the timeout's message.
+  struct Reader {
+    pid_t thread = 0;
+    uint64_t sample = kIdle;  // position in order_, or kIdle
+  };
+  static constexpr uint64_t kIdle = UINT64_MAX;
+
+  void start(uint64_t i);  // batch i's samples go to the readers; the caller holds mutex_
+  void read_samples(size_t reader);
+  void read_sample(size_t reader, uint64_t position, const Batch& batch);
+  Filling& filling(uint64_t i) { return filling_[static_cast<size_t>(i - first_filling_)]; }
+  std::string files_being_read(uint64_t i);
   std::string batch_name(uint64_t i) const;
 
   const MLPH_WorkloadApi* api_;
-  MLPH_Dataset* dataset_;
+  std::vector<MLPH_Dataset*> datasets_;
   InputBuffers& buffers_;
   std::vector<uint64_t> order_;
   uint32_t batch_;
   PartOffsets part_;
   ReadPlan plan_;
-  std::atomic<pid_t> reader_{0};  // the thread reading (its activity names the samples and file)
-  Batch* filling_ = nullptr;  // the batch of the step being read ahead
-  std::future<void> pending_;
+  std::vector<size_t> row_bytes_;  // per input: one sample's bytes
+
+  std::mutex mutex_;  // guards what follows
+  std::condition_variable work_, settled_;
+  std::deque<Filling> filling_;  // batches first_filling_, first_filling_ + 1, ... (each started)
+  uint64_t first_filling_ = 0;
+  uint64_t next_sample_ = 0, started_samples_ = 0;  // positions in order_: handed to a reader, started
+  bool stopping_ = false;
+  std::vector<Reader> readers_;
+  std::vector<std::jthread> threads_;  // last: joined before the rest goes
 };
 
 }  // namespace mlph::core

@@ -40,15 +40,16 @@ inline std::vector<std::string> list_files(const MLPH_HostApi* host, const MLPH_
 
 // The whole file, refused with one line naming it when it is larger than `max_bytes` (what the
 // caller's format allows: a read never asks for an absurd buffer) or memory for it cannot be had.
-inline std::vector<std::byte> read_file(const MLPH_HostApi* host, const MLPH_StorageHandle& storage,
-                                        const std::string& path, const std::string& context,
-                                        uint64_t max_bytes = std::numeric_limits<uint64_t>::max()) {
+// The whole file at `path` into `into`, reusing its memory (a reader that keeps one buffer for every
+// file neither zeroes nor faults in fresh pages per file); refused beyond `max_bytes`, naming the file.
+inline void read_file(const MLPH_HostApi* host, const MLPH_StorageHandle& storage, const std::string& path,
+                      const std::string& context, uint64_t max_bytes, std::vector<std::byte>& into) {
   struct Target {
-    std::vector<std::byte> bytes;
+    std::vector<std::byte>& bytes;
     uint64_t max_bytes;
     std::optional<size_t> refused;  // the size asked for, when the buffer was refused
     bool out_of_memory = false;
-  } target{{}, max_bytes, std::nullopt};
+  } target{into, max_bytes, std::nullopt};
   auto alloc = [](void* ctx, size_t size) noexcept -> void* {
     auto* t = static_cast<Target*>(ctx);
     try {
@@ -72,8 +73,15 @@ inline std::vector<std::byte> read_file(const MLPH_HostApi* host, const MLPH_Sto
                                 " bytes a file of this data can hold");
   }
   check(host, error, context);
-  target.bytes.resize(size);
-  return std::move(target.bytes);
+  into.resize(size);
+}
+
+inline std::vector<std::byte> read_file(const MLPH_HostApi* host, const MLPH_StorageHandle& storage,
+                                        const std::string& path, const std::string& context,
+                                        uint64_t max_bytes = std::numeric_limits<uint64_t>::max()) {
+  std::vector<std::byte> bytes;
+  read_file(host, storage, path, context, max_bytes, bytes);
+  return bytes;
 }
 
 // ---- reading a file safely (storage plug-ins; workloads reading a file directly) --------------

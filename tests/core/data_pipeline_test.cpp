@@ -1,0 +1,174 @@
+// The run's pipeline with several readers: every batch holds its samples in order, each sample read
+// once, never two calls at a time on one dataset, reads overlapping across datasets, batches the step
+// (and the backend) hold left alone while the readers run ahead, and a sample's error raised with its
+// batch.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <thread>
+
+#include "mlph/core/data_pipeline.hpp"
+#include "mlph/core/host.hpp"
+#include "mlph/sdk/tensor.hpp"
+
+using namespace mlph;
+using namespace mlph::core;
+
+namespace {
+
+// A dataset whose sample k is x = [k, k + 0.5] and y = [-k]; it sleeps a little in each read so that
+// readers overlap, and records what it sees. Sample `failing` fails.
+struct Recorder {
+  std::mutex mutex;
+  std::multiset<uint64_t> read;
+  std::atomic<int> active{0}, most_active{0};
+  uint64_t failing = UINT64_MAX;
+};
+
+struct FakeDataset {
+  Recorder* recorder;
+  std::atomic<int> calls{0};  // calls on this dataset now: the ABI allows one
+  bool overlapped = false;
+};
+
+MLPH_Error* read_samples(MLPH_Dataset* d, const uint64_t* indices, size_t n, MLPH_Tensor* inputs, size_t n_inputs) {
+  auto* dataset = reinterpret_cast<FakeDataset*>(d);
+  Recorder& r = *dataset->recorder;
+  if (dataset->calls.fetch_add(1) != 0) dataset->overlapped = true;
+  const int now = r.active.fetch_add(1) + 1;
+  for (int seen = r.most_active.load(); now > seen && !r.most_active.compare_exchange_weak(seen, now);) {
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  MLPH_Error* error = nullptr;
+  if (n_inputs != 2 || inputs[0].shape[0] != static_cast<int64_t>(n) || inputs[1].shape[0] != static_cast<int64_t>(n)) {
+    error = host_api()->error_new(MLPH_INVALID_ARGUMENT, "shapes");
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      if (indices[i] == r.failing) {
+        error = host_api()->error_new(MLPH_DATA_LOSS, ("sample " + std::to_string(indices[i]) + ": corrupt").c_str());
+        break;
+      }
+      static_cast<float*>(inputs[0].data)[2 * i] = static_cast<float>(indices[i]);
+      static_cast<float*>(inputs[0].data)[2 * i + 1] = static_cast<float>(indices[i]) + 0.5f;
+      static_cast<float*>(inputs[1].data)[i] = -static_cast<float>(indices[i]);
+      std::lock_guard lock(r.mutex);
+      r.read.insert(indices[i]);
+    }
+  }
+  r.active.fetch_sub(1);
+  dataset->calls.fetch_sub(1);
+  return error;
+}
+
+// The graph inputs: x [batch, 2] and y [batch].
+struct Inputs {
+  explicit Inputs(uint32_t batch) {
+    values[0] = MLPH_Value{"x", MLPH_DTYPE_F32, 2, {batch, 2}};
+    values[1] = MLPH_Value{"y", MLPH_DTYPE_F32, 1, {batch}};
+    graph.struct_size = sizeof graph;
+    graph.values = values;
+    graph.n_values = 2;
+    graph.inputs = ids;
+    graph.n_inputs = 2;
+  }
+  MLPH_Value values[2]{};
+  int32_t ids[2] = {0, 1};
+  MLPH_Graph graph{};
+};
+
+struct Pipeline {
+  Pipeline(uint32_t readers, uint32_t batch) : inputs(batch), datasets(readers) {
+    api.struct_size = sizeof api;
+    api.dataset_read = read_samples;
+    for (FakeDataset& d : datasets) {
+      d.recorder = &recorder;
+      raw.push_back(reinterpret_cast<MLPH_Dataset*>(&d));
+    }
+  }
+  Recorder recorder;
+  Inputs inputs;
+  std::vector<FakeDataset> datasets;
+  std::vector<MLPH_Dataset*> raw;
+  MLPH_WorkloadApi api{};
+};
+
+std::vector<uint64_t> order_of(uint64_t n) {
+  std::vector<uint64_t> order = shuffled(n, 7);
+  return order;
+}
+
+float x0(const Batch& b, size_t row) { return static_cast<const float*>(b.tensors[0].data)[2 * row]; }
+
+}  // namespace
+
+TEST(Pipeline, ReadersFillEveryBatchInOrderEachSampleOnce) {
+  for (const auto& [readers, batch] : {std::pair{1u, 4u}, std::pair{3u, 2u}, std::pair{4u, 1u}, std::pair{8u, 3u}}) {
+    Pipeline p(readers, batch);
+    const ReadAhead ahead = read_ahead(readers, batch);
+    EXPECT_EQ(ahead.readers, readers);
+    EXPECT_EQ(ahead.batches, std::max(1u, (readers + batch - 1) / batch));
+    InputBuffers buffers(p.inputs.graph, nullptr, nullptr, ahead.batches);
+    const std::vector<uint64_t> order = order_of(30);
+    Prefetcher reader(&p.api, p.raw, buffers, order, batch, ReadPlan{"training", 0, 60});
+    const Batch* before = nullptr;
+    std::vector<float> before_x;
+    for (uint64_t i = 0; i < reader.steps(); ++i) {
+      const Batch& b = reader.get(i);
+      for (uint32_t row = 0; row < batch; ++row) {
+        const uint64_t sample = order[i * batch + row];
+        ASSERT_EQ(x0(b, row), static_cast<float>(sample)) << readers << " readers, batch " << i << " row " << row;
+        ASSERT_EQ(static_cast<const float*>(b.tensors[0].data)[2 * row + 1], static_cast<float>(sample) + 0.5f);
+        ASSERT_EQ(static_cast<const float*>(b.tensors[1].data)[row], -static_cast<float>(sample));
+      }
+      // The step holds b and the backend may still read the batch before: the readers, running ahead
+      // meanwhile, leave both alone.
+      std::this_thread::sleep_for(std::chrono::milliseconds(4));
+      if (before) {
+        for (uint32_t row = 0; row < batch; ++row) ASSERT_EQ(x0(*before, row), before_x[row]) << "batch " << i - 1;
+      }
+      for (uint32_t row = 0; row < batch; ++row) ASSERT_EQ(x0(b, row), static_cast<float>(order[i * batch + row]));
+      before = &b;
+      before_x.assign(static_cast<const float*>(b.tensors[0].data),
+                      static_cast<const float*>(b.tensors[0].data) + 2 * batch);
+      for (uint32_t row = 0; row < batch; ++row) before_x[row] = before_x[2 * row];
+    }
+    const uint64_t used = reader.steps() * batch;
+    EXPECT_EQ(p.recorder.read.size(), used) << "each sample once";
+    EXPECT_EQ(std::set<uint64_t>(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(used)),
+              std::set<uint64_t>(p.recorder.read.begin(), p.recorder.read.end()));
+    for (const FakeDataset& d : p.datasets) EXPECT_FALSE(d.overlapped) << "two calls at once on one dataset";
+    if (readers > 1) {
+      EXPECT_GT(p.recorder.most_active.load(), 1) << readers << " readers never overlapped";
+    }
+  }
+}
+
+TEST(Pipeline, ASamplesErrorComesWithItsBatch) {
+  Pipeline p(3, 2);
+  const std::vector<uint64_t> order = order_of(12);
+  p.recorder.failing = order[7];  // batch 4 (index 3), row 1
+  InputBuffers buffers(p.inputs.graph, nullptr, nullptr, read_ahead(3, 2).batches);
+  Prefetcher reader(&p.api, p.raw, buffers, order, 2, ReadPlan{"training", 0, 60});
+  for (uint64_t i = 0; i < 3; ++i) EXPECT_EQ(x0(reader.get(i), 0), static_cast<float>(order[2 * i]));
+  try {
+    reader.get(3);
+    ADD_FAILURE() << "the corrupt sample's batch was handed out";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("sample " + std::to_string(order[7]) + ": corrupt"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Pipeline, ReadersDefaultToHalfTheCpusWithinBounds) {
+  EXPECT_EQ(read_ahead(5, 4).readers, 5u);
+  EXPECT_EQ(read_ahead(5, 4).batches, 2u);
+  EXPECT_EQ(read_ahead(20, 1).readers, kMaxReaders);
+  const ReadAhead automatic = read_ahead(0, 1);
+  EXPECT_GE(automatic.readers, 1u);
+  EXPECT_LE(automatic.readers, kMaxReaders);
+  EXPECT_EQ(automatic.batches, automatic.readers) << "batch 1: a batch ahead per reader";
+}
