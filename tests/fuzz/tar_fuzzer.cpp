@@ -51,7 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     mlph::fuzz::refusing<mlph::sdk::Error>([&] {
       unpack_part(
           a.get(), "fuzz.tar.zst", manifest.entries, manifest.parts, 0, [](size_t) { return true; },
-          [&](size_t i) { return OutputFile(dir.path / manifest.entries[i].name); }, [](uint64_t) {}, found);
+          [&](size_t i) { return std::make_unique<OutputFile>(dir.path / manifest.entries[i].name); }, [](uint64_t) {}, found);
     });
   }
   // Only files the manifest names, none longer than it says.

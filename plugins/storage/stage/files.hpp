@@ -26,12 +26,21 @@ class Fd {
 // directory is refused, naming it, without being opened: reading one could wait forever.
 Fd open_regular(const std::filesystem::path& path);
 
+// Where the bytes of a file being staged go: the file itself, or a filter in front of it
+// (storage/stage inflates gzip files on their way to the file).
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  virtual void write(const char* data, size_t bytes) = 0;
+  virtual void close() = 0;  // reports what is wrong at the end (a failing close, a truncated stream)
+};
+
 // A new file (created or truncated, mode 0644) that checks every write and its close.
-class OutputFile {
+class OutputFile final : public Sink {
  public:
   explicit OutputFile(std::filesystem::path path);
-  void write(const char* data, size_t bytes);
-  void close();  // reports what a failing close says (NFS, quotas); the destructor does not
+  void write(const char* data, size_t bytes) override;
+  void close() override;  // reports what a failing close says (NFS, quotas); the destructor does not
   int fd() const { return fd_.get(); }
   const std::filesystem::path& path() const { return path_; }
 

@@ -154,7 +154,7 @@ void verify(const std::string& where, const ManifestEntry& entry, uint64_t bytes
 
 uint64_t unpack_part(archive* a, const std::string& where, const std::vector<ManifestEntry>& entries, uint32_t parts,
                      uint32_t part, const std::function<bool(size_t)>& keep,
-                     const std::function<OutputFile(size_t)>& create, const std::function<void(uint64_t)>& progress,
+                     const std::function<std::unique_ptr<Sink>(size_t)>& create, const std::function<void(uint64_t)>& progress,
                      std::vector<char>& found) {
   const auto fail = [&](const std::string& what) { sdk::fail(MLPH_DATA_LOSS, where + ": " + what); };
   uint64_t largest = 1;
@@ -178,18 +178,18 @@ uint64_t unpack_part(archive* a, const std::string& where, const std::vector<Man
       fail(name + ": " + std::to_string(archive_entry_size(entry)) + " bytes in the archive, the manifest says " +
            std::to_string(it->size));
     if (!keep(i)) continue;  // libarchive skips the data at the next header
-    OutputFile out = create(i);
+    const std::unique_ptr<Sink> out = create(i);
     uint64_t bytes = 0;
     uint32_t crc = 0;
     for (la_ssize_t n; (n = archive_read_data(a, buffer.data(), buffer.size())) != 0;) {
       if (n < 0) fail(name + ": " + archive_error_string(a));
       if (static_cast<uint64_t>(n) > it->size - bytes) fail(name + ": more data than the manifest's " + std::to_string(it->size) + " bytes");
       crc = crc32_update(crc, buffer.data(), static_cast<size_t>(n));
-      out.write(buffer.data(), static_cast<size_t>(n));
+      out->write(buffer.data(), static_cast<size_t>(n));
       bytes += static_cast<uint64_t>(n);
       progress(static_cast<uint64_t>(n));
     }
-    out.close();
+    out->close();
     verify(where + ": " + name, *it, bytes, crc, true);
     found[i] = 1;
   }

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -86,11 +87,11 @@ void verify(const std::string& where, const ManifestEntry& entry, uint64_t bytes
 // names it in errors) whose manifest lists `entries` in `parts` parts. Every entry of the archive
 // must be a regular file listed in this part, and appear once; its header must state the listed
 // size. Those that `keep(i)` wants (i: index into `entries`) are written to `create(i)`, never
-// more bytes than listed, and verified (size, CRC-32); each sets found[i] and calls `progress`
+// more bytes than listed, and verified (size, CRC-32, of the bytes in the archive); each sets found[i] and calls `progress`
 // with the bytes written. Returns the archive bytes read.
 uint64_t unpack_part(archive* a, const std::string& where, const std::vector<ManifestEntry>& entries, uint32_t parts,
                      uint32_t part, const std::function<bool(size_t)>& keep,
-                     const std::function<OutputFile(size_t)>& create, const std::function<void(uint64_t)>& progress,
+                     const std::function<std::unique_ptr<Sink>(size_t)>& create, const std::function<void(uint64_t)>& progress,
                      std::vector<char>& found);
 
 }  // namespace mlph::stage

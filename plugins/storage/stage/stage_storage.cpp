@@ -1,13 +1,15 @@
 // storage/stage: copies each rank's shard of the dataset from the shared ("parallel") file system
 // to node-local disk or RAM (/dev/shm), plain or from packed tar.zst archives, verifying sizes and
-// checksums; afterwards the workload lists and reads the node-local copy. See manifest.hpp for the
-// packed format and storage.h (`stage`) for the contract.
+// checksums, and with `inflate` writing gzip files decompressed; afterwards the workload lists and
+// reads the node-local copy. See manifest.hpp for the packed format and storage.h (`stage`) for the
+// contract.
 //
 // Sharding, as the CosmoFlow reference's utils/staging.py and data/cosmo.py: rank r of `size` copies
 // sorted(files)[r::size] of each split into a directory shared by the ranks of its node; after every
 // rank is done, each rank lists the node's staged files and takes files[local_rank::local_size] of
 // the (shuffled) listing. With one rank per node that is exactly files[rank::size].
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 #include <archive.h>
@@ -24,6 +26,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -32,6 +35,7 @@
 #include <vector>
 
 #include "files.hpp"
+#include "gunzip.hpp"
 #include "manifest.hpp"
 #include "mlph/sdk/storage.hpp"
 
@@ -62,6 +66,9 @@ struct SplitPlan {
   bool checksums = false;             // whether the split has a manifest (CRC-32s to verify)
   size_t usable = 0;                  // items[:usable] are staged, a multiple of the rank count
   int32_t rank = 0, size = 1;
+  // inflate=1, plain files: for each of this rank's gzip files, its estimated size inflated
+  // (find_gzip_files); empty otherwise.
+  std::vector<std::optional<uint64_t>> inflated;
   bool mine(size_t i) const { return i < usable && i % static_cast<size_t>(size) == static_cast<size_t>(rank); }
   uint64_t my_bytes() const {
     uint64_t total = 0;
@@ -69,6 +76,14 @@ struct SplitPlan {
       if (mine(i)) total = checked_add(total, items[i].size, source.string());
     return total;
   }
+  // What my files will take staged: their sizes, or what the gzip ones inflate to (estimated).
+  uint64_t my_staged_bytes() const {
+    uint64_t total = 0;
+    for (size_t i = 0; i < items.size(); ++i)
+      if (mine(i)) total = checked_add(total, is_gzip(i) ? *inflated[i] : items[i].size, source.string());
+    return total;
+  }
+  bool is_gzip(size_t i) const { return i < inflated.size() && inflated[i].has_value(); }
   size_t my_files() const { return usable / static_cast<size_t>(size); }
   // The parts that can hold files of this rank: those p with p % size == rank when the rank count
   // divides the part count, else all; never more than there are files (no part beyond is read).
@@ -133,15 +148,112 @@ void run_parallel(const std::vector<std::function<void()>>& jobs, int threads) {
   if (first) std::rethrow_exception(first);
 }
 
+// The bytes a rank has written to its staged copy, and how many it may write: what a gzip file
+// inflates to is known only once inflated (the space check can but estimate it, and a gzip "bomb"
+// inflates a thousandfold), so inflated writes stop at the limit rather than fill the target.
+struct WriteBudget {
+  std::atomic<uint64_t> written{0};
+  uint64_t limit = std::numeric_limits<uint64_t>::max();
+};
+
+// One staged file: its bytes as they come, or, for a gzip file staged with inflate=1, what they
+// inflate to. `gzip` unset: decided by the first two bytes written (gzip's magic, 1f 8b), for files
+// unpacked from archives. `source` names the file in errors.
+class StagedFile final : public mlph::stage::Sink {
+ public:
+  StagedFile(OutputFile file, std::string source, std::optional<bool> gzip, WriteBudget& budget)
+      : file_(std::move(file)), source_(std::move(source)), budget_(budget) {
+    if (gzip) decide(*gzip);
+  }
+
+  void write(const char* data, size_t bytes) override {
+    if (!gzip_) {
+      const size_t take = std::min(bytes, 2 - head_.size());
+      head_.append(data, take);
+      data += take;
+      bytes -= take;
+      if (head_.size() < 2) return;
+      decide(mlph::stage::is_gzip_magic(reinterpret_cast<const unsigned char*>(head_.data())));
+      pass(head_.data(), head_.size());
+    }
+    pass(data, bytes);
+  }
+
+  void close() override {
+    if (!gzip_) {  // fewer than two bytes: not gzip
+      decide(false);
+      pass(head_.data(), head_.size());
+    }
+    if (gunzip_) gunzip_->finish();
+    file_.close();
+  }
+
+  // copy_file_range wrote to file() directly (plain files only).
+  OutputFile& file() { return file_; }
+  void written_directly(uint64_t bytes) { budget_.written += bytes; }
+
+ private:
+  void decide(bool gzip) {
+    gzip_ = gzip;
+    if (gzip) gunzip_.emplace(source_);
+  }
+  void pass(const char* data, size_t bytes) {
+    if (!gunzip_) return put(data, bytes);
+    gunzip_->feed(data, bytes, [this](const char* inflated, size_t n) { put(inflated, n); });
+  }
+  void put(const char* data, size_t bytes) {
+    const uint64_t written = budget_.written += bytes;
+    if (gunzip_ && written > budget_.limit)
+      fail(MLPH_RESOURCE_EXHAUSTED, source_ + ": inflates past the " + std::to_string(budget_.limit) +
+                                        " bytes this rank may stage (storage.max_bytes, or its share of the target's free space)");
+    file_.write(data, bytes);
+  }
+
+  OutputFile file_;
+  std::string source_;
+  WriteBudget& budget_;
+  std::optional<bool> gzip_;
+  std::string head_;  // the first bytes, until two decide whether the file is gzip
+  std::optional<mlph::stage::Gunzip> gunzip_;
+};
+
+// Reads exactly `bytes` at `offset`; false at the end of the file.
+bool read_at(const Fd& fd, const fs::path& path, unsigned char* out, size_t bytes, off_t offset) {
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd.get(), out, bytes, offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(MLPH_DATA_LOSS, path.string() + ": cannot read: " + errno_text());
+    if (n == 0) return false;
+    out += n;
+    bytes -= static_cast<size_t>(n);
+    offset += n;
+  }
+  return true;
+}
+
+// What a file inflates to, when it is gzip (its first two bytes): the gzip trailer's ISIZE field,
+// the inflated size mod 2^32 (in a multi-member file, the last member's only). An estimate for the
+// space check, exact for the usual single-member file under 4 GiB; WriteBudget bounds the rest.
+std::optional<uint64_t> gzip_inflated_size(const fs::path& file) {
+  const Fd fd = mlph::stage::open_regular(file);
+  unsigned char head[2], isize[4];
+  if (!read_at(fd, file, head, sizeof head, 0) || !mlph::stage::is_gzip_magic(head)) return std::nullopt;
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) fail(MLPH_UNAVAILABLE, file.string() + ": cannot stat: " + errno_text());
+  if (st.st_size < 18 || !read_at(fd, file, isize, sizeof isize, st.st_size - 4)) return 0;  // inflating says what is wrong
+  return uint64_t{isize[0]} | uint64_t{isize[1]} << 8 | uint64_t{isize[2]} << 16 | uint64_t{isize[3]} << 24;
+}
+
 class StageStorage final : public mlph::sdk::Storage {
  public:
   StageStorage(const MLPH_HostApi* host, const mlph::sdk::Options& options) : host_(host) {
-    options.allow_only({"target", "keep", "threads", "max_bytes"}, "storage/stage");
+    options.allow_only({"target", "keep", "threads", "max_bytes", "inflate"}, "storage/stage");
     const std::string target = options.get("target", "");
     const char* tmpdir = std::getenv("TMPDIR");
     target_base_ = target == "ram" ? fs::path("/dev/shm") : !target.empty() ? fs::path(target)
                                                             : fs::path(tmpdir && *tmpdir ? tmpdir : "/tmp");
     keep_ = options.get_int("keep", 0) != 0;
+    inflate_ = options.get_int("inflate", 0, 0, 1) == 1;
     const long long threads = options.get_int("threads", 2);
     max_bytes_ = options.get_int("max_bytes", 0);
     if (threads < 1 || threads > kMaxThreads || max_bytes_ < 0)
@@ -213,6 +325,7 @@ class StageStorage final : public mlph::sdk::Storage {
     try {
       remove_stale_copies();
       plan(t);
+      if (inflate_) find_gzip_files();
       check_space(t);
       make_directory(root_);
       if (!keep_) hold_alive_lock(t.rank);
@@ -344,7 +457,7 @@ class StageStorage final : public mlph::sdk::Storage {
     std::sort(splits.begin(), splits.end());
     if (splits.empty()) fail(MLPH_NOT_FOUND, source_.string() + ": no subdirectories (train/, validation/) to stage");
     for (const fs::path& split : splits) {
-      SplitPlan p{split, root_ / split.filename(), 0, {}, false, 0, t.rank, t.size};
+      SplitPlan p{split, root_ / split.filename(), 0, {}, false, 0, t.rank, t.size, {}};
       if (fs::exists(split / mlph::stage::kManifestName)) {
         mlph::stage::Manifest m = mlph::stage::read_manifest(split / mlph::stage::kManifestName);
         p.parts = m.parts;
@@ -364,9 +477,23 @@ class StageStorage final : public mlph::sdk::Storage {
     }
   }
 
+  // inflate=1: which of this rank's plain files are gzip, and what each inflates to (estimated).
+  // Files unpacked from archives are known only as they are unpacked: StagedFile decides for them,
+  // and the space check counts their size in the archive.
+  void find_gzip_files() {
+    std::vector<std::function<void()>> jobs;
+    for (SplitPlan& p : plans_) {
+      if (p.parts != 0) continue;
+      p.inflated.resize(p.items.size());
+      for (size_t i = 0; i < p.items.size(); ++i)
+        if (p.mine(i)) jobs.push_back([&p, i] { p.inflated[i] = gzip_inflated_size(p.source / p.items[i].name); });
+    }
+    run_parallel(jobs, threads_);  // an open and two small reads per file: in parallel on a parallel file system
+  }
+
   void check_space(const MLPH_Topology& t) {
     uint64_t need = 0;
-    for (const SplitPlan& p : plans_) need = checked_add(need, p.my_bytes(), source_.string());
+    for (const SplitPlan& p : plans_) need = checked_add(need, p.my_staged_bytes(), source_.string());
     if (max_bytes_ > 0 && need > static_cast<uint64_t>(max_bytes_))
       fail(MLPH_RESOURCE_EXHAUSTED, "staging " + source_.string() + " needs " + std::to_string(need) +
                                         " bytes, more than storage.max_bytes = " + std::to_string(max_bytes_));
@@ -381,6 +508,8 @@ class StageStorage final : public mlph::sdk::Storage {
       fail(MLPH_RESOURCE_EXHAUSTED, root_.string() + ": no space to stage: the node's " + std::to_string(t.local_size) +
                                         " rank(s) need about " + std::to_string(node_need) + " bytes, " +
                                         std::to_string(free_bytes) + " are free");
+    budget_.limit = free_bytes / ranks;
+    if (max_bytes_ > 0) budget_.limit = std::min(budget_.limit, static_cast<uint64_t>(max_bytes_));
   }
 
   void copy_all(const MLPH_Topology& t, MLPH_StageStats& out) {
@@ -397,7 +526,8 @@ class StageStorage final : public mlph::sdk::Storage {
         for (size_t i = 0; i < p.items.size(); ++i)
           if (p.mine(i))
             jobs.push_back([&, i] {
-              copy_file(p.source / p.items[i].name, p.target / p.items[i].name, p.items[i], p.checksums, progress);
+              copy_file(p.source / p.items[i].name, p.target / p.items[i].name, p.items[i], p.checksums, p.is_gzip(i),
+                        progress);
               read_bytes += p.items[i].size;
             });
       } else {
@@ -416,10 +546,8 @@ class StageStorage final : public mlph::sdk::Storage {
                                    ": " + p.items[i].name + " is in the manifest but not in the archive");
     }
     out.bytes_read = read_bytes;
-    for (const SplitPlan& p : plans_) {
-      out.bytes_written += p.my_bytes();
-      out.files += p.my_files();
-    }
+    out.bytes_written = budget_.written;
+    for (const SplitPlan& p : plans_) out.files += p.my_files();
   }
 
   // Creates `dir` (and its parents) and remembers it for the clean-up, unless abandoned.
@@ -440,11 +568,13 @@ class StageStorage final : public mlph::sdk::Storage {
     return OutputFile(path);
   }
 
-  // Copies one plain file, never more bytes than expected, verifying its size (and CRC-32).
-  void copy_file(const fs::path& from, const fs::path& to, const ManifestEntry& item, bool check_crc, Progress& progress) {
+  // Copies one plain file (inflating it when `gzip`), never more bytes than expected, verifying its
+  // size (and CRC-32) as read.
+  void copy_file(const fs::path& from, const fs::path& to, const ManifestEntry& item, bool check_crc, bool gzip,
+                 Progress& progress) {
     const Fd in = mlph::stage::open_regular(from);
-    OutputFile out = create_file(to);
-    uint64_t bytes = check_crc ? 0 : copy_in_kernel(in.get(), out, from, item.size, progress);
+    StagedFile out(create_file(to), from.string(), gzip, budget_);
+    uint64_t bytes = check_crc || gzip ? 0 : copy_in_kernel(in.get(), out, from, item.size, progress);
     uint32_t crc = 0;
     std::vector<char> buffer(4 << 20);
     for (;;) {  // with a checksum to verify (or when the kernel cannot copy): through our buffer
@@ -469,16 +599,17 @@ class StageStorage final : public mlph::sdk::Storage {
   // Copies up to `size` bytes without passing them through user space (as cp does) while the
   // kernel can; returns the bytes copied, after which the caller's read/write loop finishes
   // whatever is left (and finds a file that grew).
-  static uint64_t copy_in_kernel(int in, OutputFile& out, const fs::path& from, uint64_t size, Progress& progress) {
+  static uint64_t copy_in_kernel(int in, StagedFile& out, const fs::path& from, uint64_t size, Progress& progress) {
     uint64_t bytes = 0;
     while (bytes < size) {
-      const ssize_t n = ::copy_file_range(in, nullptr, out.fd(), nullptr, std::min<uint64_t>(size - bytes, 64 << 20), 0);
+      const ssize_t n = ::copy_file_range(in, nullptr, out.file().fd(), nullptr, std::min<uint64_t>(size - bytes, 64 << 20), 0);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) return bytes;
       if (n < 0)
         fail(errno == ENOSPC || errno == EDQUOT ? MLPH_RESOURCE_EXHAUSTED : MLPH_DATA_LOSS,
-             from.string() + " -> " + out.path().string() + ": cannot copy: " + errno_text());
+             from.string() + " -> " + out.file().path().string() + ": cannot copy: " + errno_text());
       if (n == 0) return bytes;
+      out.written_directly(static_cast<uint64_t>(n));
       bytes += static_cast<uint64_t>(n);
       progress.add(static_cast<uint64_t>(n));
     }
@@ -496,7 +627,10 @@ class StageStorage final : public mlph::sdk::Storage {
       fail(MLPH_DATA_LOSS, path.string() + ": cannot read: " + archive_error_string(a.get()));
     return mlph::stage::unpack_part(
         a.get(), path.string(), p.items, p.parts, part, [&](size_t i) { return p.mine(i); },
-        [&](size_t i) { return create_file(p.target / p.items[i].name); },
+        [&](size_t i) {
+          return std::make_unique<StagedFile>(create_file(p.target / p.items[i].name), path.string() + ": " + p.items[i].name,
+                                              inflate_ ? std::nullopt : std::optional<bool>(false), budget_);
+        },
         [&](uint64_t bytes) { progress.add(bytes); }, found);
   }
 
@@ -516,9 +650,11 @@ class StageStorage final : public mlph::sdk::Storage {
   const MLPH_HostApi* host_;
   fs::path target_base_, root_, source_;
   bool keep_ = false;
+  bool inflate_ = false;  // gzip files are staged inflated
   int threads_ = 2;
   long long max_bytes_ = 0;
   std::vector<SplitPlan> plans_;
+  WriteBudget budget_;
   std::mutex mutex_;  // guards what follows
   std::vector<fs::path> files_, dirs_;  // what this rank created, for the clean-up
   bool abandoned_ = false;

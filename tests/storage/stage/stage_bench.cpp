@@ -1,5 +1,6 @@
 // mlph-stage-bench: times storage/stage on one rank (comms/local), for comparison with cp/tar.
-//   mlph-stage-bench SOURCE TARGET [THREADS]      prints files, bytes and bytes/s; removes the copy
+//   mlph-stage-bench SOURCE TARGET [THREADS] [INFLATE]   prints files, bytes and bytes/s; removes the copy
+// (INFLATE: storage.inflate, 0 or 1)
 #include <cstdio>
 #include <string>
 
@@ -10,7 +11,7 @@ using namespace mlph::core;
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: mlph-stage-bench SOURCE TARGET [THREADS]\n");
+    std::fprintf(stderr, "usage: mlph-stage-bench SOURCE TARGET [THREADS] [INFLATE]\n");
     return 2;
   }
   try {
@@ -22,9 +23,10 @@ int main(int argc, char** argv) {
     MLPH_Comm* comm = nullptr;
     check(comms_api->create(host_api(), nullptr, 0, &comm), "comms");
     const std::string threads = argc > 3 ? argv[3] : "2";
-    const MLPH_KeyValue options[] = {{"target", argv[2]}, {"threads", threads.c_str()}};
+    const std::string inflate = argc > 4 ? argv[4] : "0";
+    const MLPH_KeyValue options[] = {{"target", argv[2]}, {"threads", threads.c_str()}, {"inflate", inflate.c_str()}};
     MLPH_Storage* storage = nullptr;
-    check(storage_api->create(host_api(), options, 2, &storage), "storage");
+    check(storage_api->create(host_api(), options, 3, &storage), "storage");
     const MLPH_CommsHandle handle{sizeof(MLPH_CommsHandle), nullptr, comms_api, comm};
     MLPH_StageStats stats{};
     stats.struct_size = sizeof stats;

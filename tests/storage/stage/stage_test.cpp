@@ -1,12 +1,14 @@
-// storage/stage: shards, byte-identical copies (plain and tar.zst), checksums, space and read
-// faults with errors naming rank and file, untrusted manifests and archives, the clean-up when a run
-// is abandoned, and an end-to-end timed run checked by the official checker.
+// storage/stage: shards, byte-identical copies (plain and tar.zst), gzip files inflated while
+// staging, checksums, space and read faults with errors naming rank and file, untrusted manifests
+// and archives, the clean-up when a run is abandoned, and an end-to-end timed run checked by the
+// official checker.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <chrono>
@@ -312,6 +314,177 @@ TEST_F(Stage, RamTargetIsDevShm) {
   EXPECT_EQ(listed.front().rfind("/dev/shm/mlperf-stage-", 0), 0u) << listed.front();
 }
 
+// ---- inflate=1: gzip files staged decompressed ----
+
+// `members` written to `file` as a gzip stream of one member each (gzopen "ab" appends a member).
+void write_gzip(const fs::path& file, const std::vector<std::string>& members) {
+  fs::remove(file);
+  for (const std::string& member : members) {
+    gzFile gz = gzopen(file.c_str(), "ab");
+    ASSERT_NE(gz, nullptr) << file;
+    ASSERT_EQ(gzwrite(gz, member.data(), static_cast<unsigned>(member.size())), static_cast<int>(member.size()));
+    ASSERT_EQ(gzclose(gz), Z_OK);
+  }
+}
+
+// What `file` inflates to, every member (zlib's gzread, as gzip -d).
+std::string gunzip_file(const fs::path& file) {
+  gzFile gz = gzopen(file.c_str(), "rb");
+  std::string out;
+  char buffer[1 << 16];
+  for (int n; gz && (n = gzread(gz, buffer, sizeof buffer)) > 0;) out.append(buffer, static_cast<size_t>(n));
+  if (gz) gzclose(gz);
+  return out;
+}
+
+// Text that deflates about threefold: a real deflate stream (not stored blocks), more than the
+// inflater's 1 MiB buffer.
+std::string compressible(size_t bytes, uint32_t seed) {
+  std::string out;
+  for (uint32_t i = seed; out.size() < bytes; ++i) out += std::to_string(i * 2654435761u % 1000003u) + ' ';
+  out.resize(bytes);
+  return out;
+}
+
+class StageInflate : public Stage {
+ protected:
+  // train/: a.tfrecord (gzip, 3 MiB inflated), b.tfrecord (plain), c.tfrecord (gzip of three
+  // members), d.tfrecord (one byte, gzip's first magic byte: plain); `inflated` what each stages as.
+  fs::path make_source(const std::string& name) {
+    const fs::path source = dir(name);
+    fs::create_directories(source / "train");
+    inflated = {{"a.tfrecord", compressible(3 << 20, 1)},
+                {"b.tfrecord", "plain bytes, not gzip"},
+                {"c.tfrecord", ""},
+                {"d.tfrecord", "\x1f"}};
+    const std::vector<std::string> members = {compressible(1 << 20, 2), "", compressible(1500000, 3)};
+    for (const std::string& m : members) inflated["c.tfrecord"] += m;
+    write_gzip(source / "train" / "a.tfrecord", {inflated["a.tfrecord"]});
+    write_gzip(source / "train" / "c.tfrecord", members);
+    std::ofstream(source / "train" / "b.tfrecord", std::ios::binary) << inflated["b.tfrecord"];
+    std::ofstream(source / "train" / "d.tfrecord", std::ios::binary) << inflated["d.tfrecord"];
+    return source;
+  }
+  // Each listed staged file of train/ by name, read through the plug-in.
+  static std::map<std::string, std::string> staged(Stager& s, const fs::path& source) {
+    std::map<std::string, std::string> out;
+    for (const std::string& p : s.list(source / "train")) out[fs::path(p).filename().string()] = s.read(p);
+    return out;
+  }
+  static uint64_t total_size(const std::map<std::string, std::string>& files) {
+    uint64_t total = 0;
+    for (const auto& [name, bytes] : files) total += bytes.size();
+    return total;
+  }
+  std::map<std::string, std::string> inflated;
+};
+
+TEST_F(StageInflate, GzipFilesStageInflatedOthersAsTheyAre) {
+  const fs::path source = make_source("gz-src");
+  ASSERT_EQ(gunzip_file(source / "train" / "c.tfrecord"), inflated["c.tfrecord"]) << "three members, as gzip -d";
+  std::map<std::string, std::string> raw;
+  for (const auto& [name, bytes] : inflated) raw[name] = slurp(source / "train" / name);
+  ASSERT_LT(raw["a.tfrecord"].size() * 2, inflated["a.tfrecord"].size()) << "a real deflate stream";
+  FakeComm comm = rank_of(0, 1);
+  {
+    Stager s({{"target", dir("gz-target").string()}, {"inflate", "1"}, {"threads", "3"}});
+    ASSERT_EQ(s.stage(source, comm), "");
+    EXPECT_EQ(staged(s, source), inflated);
+    EXPECT_EQ(s.stats.files, 4u);
+    EXPECT_EQ(s.stats.bytes_read, total_size(raw));
+    EXPECT_EQ(s.stats.bytes_written, total_size(inflated));
+  }
+  {
+    Stager s({{"target", dir("gz-target").string()}, {"inflate", "0"}});
+    ASSERT_EQ(s.stage(source, comm), "");
+    EXPECT_EQ(staged(s, source), raw) << "inflate=0: gzip files are copied as they are";
+    EXPECT_EQ(s.stats.bytes_written, total_size(raw));
+  }
+  // Packed in tar.zst parts: the unpacked entries go through the same inflater.
+  const fs::path packed = dir("gz-packed");
+  mlph::stage::pack_split(source / "train", packed / "train", 2, 1);
+  Stager s({{"target", dir("gz-target").string()}, {"inflate", "1"}});
+  ASSERT_EQ(s.stage(packed, comm), "");
+  EXPECT_EQ(staged(s, packed), inflated);
+  EXPECT_EQ(s.stats.bytes_written, total_size(inflated));
+  EXPECT_EQ(s.stats.bytes_read, fs::file_size(packed / "train" / mlph::stage::part_name(0)) +
+                                    fs::file_size(packed / "train" / mlph::stage::part_name(1)));
+}
+
+TEST_F(StageInflate, ACorruptOrTruncatedGzipFileFailsNamingIt) {
+  const fs::path source = make_source("gz-bad");
+  const fs::path victim = source / "train" / "a.tfrecord";
+  const std::string good = slurp(victim);
+  std::string corrupt = good;
+  for (size_t i = corrupt.size() / 2; i < corrupt.size() / 2 + 64; ++i) corrupt[i] = static_cast<char>(~corrupt[i]);
+  const std::string truncated = good.substr(0, good.size() / 2);
+  FakeComm comm = rank_of(0, 1);
+  for (const bool truncate : {false, true}) {
+    std::ofstream(victim, std::ios::binary | std::ios::trunc) << (truncate ? truncated : corrupt);
+    const fs::path target = dir("gz-bad-target");
+    std::string error;
+    {
+      Stager s({{"target", target.string()}, {"inflate", "1"}, {"threads", "1"}});
+      error = s.stage(source, comm);
+      EXPECT_EQ(s.code, MLPH_DATA_LOSS);
+    }
+    EXPECT_NE(error.find("rank 0: " + victim.string() + ": cannot inflate: "), std::string::npos) << error;
+    EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+    if (truncate) {
+      EXPECT_NE(error.find("truncated"), std::string::npos) << error;
+    }
+    EXPECT_TRUE(fs::is_empty(target)) << "the partial copy is removed";
+    // The same file unpacked from an archive: named by part and entry.
+    const fs::path packed = dir("gz-bad-packed");
+    mlph::stage::pack_split(source / "train", packed / "train", 1, 1);
+    Stager s({{"target", target.string()}, {"inflate", "1"}});
+    const std::string error2 = s.stage(packed, comm);
+    EXPECT_NE(error2.find((packed / "train" / mlph::stage::part_name(0)).string() + ": a.tfrecord: cannot inflate: "),
+              std::string::npos)
+        << error2;
+  }
+  std::ofstream(victim, std::ios::binary | std::ios::trunc) << good.substr(0, 10);  // not even a header
+  Stager s({{"target", dir("gz-bad-target").string()}, {"inflate", "1"}});
+  EXPECT_NE(s.stage(source, comm).find(victim.string() + ": cannot inflate: truncated"), std::string::npos);
+}
+
+TEST_F(StageInflate, TheSpaceCheckCountsTheInflatedSizeAndInflatingStopsAtTheLimit) {
+  const fs::path source = make_source("gz-space");
+  uint64_t raw = 0;
+  for (const auto& item : fs::directory_iterator(source / "train")) raw += item.file_size();
+  const std::string limit = std::to_string(raw + 1000);  // the gzip files fit, inflated they do not
+  FakeComm comm = rank_of(0, 1);
+  Stager plain({{"target", dir("gz-space-target").string()}, {"max_bytes", limit}});
+  EXPECT_EQ(plain.stage(source, comm), "");
+  Stager s({{"target", dir("gz-space-target").string()}, {"max_bytes", limit}, {"inflate", "1"}});
+  const std::string error = s.stage(source, comm);
+  EXPECT_EQ(s.code, MLPH_RESOURCE_EXHAUSTED);
+  // The estimate: each gzip trailer's ISIZE, for c.tfrecord its last member's (1500000 bytes).
+  const uint64_t estimate = total_size(inflated) - inflated["c.tfrecord"].size() + 1500000;
+  EXPECT_NE(error.find("needs " + std::to_string(estimate) + " bytes, more than storage.max_bytes = " + limit),
+            std::string::npos)
+      << error;
+
+  // A trailer that understates (a last member of 10 bytes after 64 MiB of zeros, a "bomb"): the
+  // estimate passes, the writes stop at the limit.
+  const fs::path bomb = source / "train" / "a.tfrecord";
+  write_gzip(bomb, {std::string(64 << 20, '\0'), "ten bytes!"});
+  Stager t({{"target", dir("gz-space-target").string()}, {"max_bytes", "4000000"}, {"inflate", "1"}, {"threads", "1"}});
+  const std::string error2 = t.stage(source, comm);
+  EXPECT_EQ(t.code, MLPH_RESOURCE_EXHAUSTED);
+  EXPECT_NE(error2.find(bomb.string() + ": inflates past the 4000000 bytes this rank may stage"), std::string::npos)
+      << error2;
+}
+
+TEST_F(StageInflate, InflateIsZeroOrOne) {
+  try {
+    Stager s(std::map<std::string, std::string>{{"inflate", "2"}});
+    ADD_FAILURE() << "inflate=2 accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("must be an integer from 0 to 1"), std::string::npos) << e.what();
+  }
+}
+
 // ---- untrusted manifests and archives ----
 
 std::string manifest_error(const std::string& text) {
@@ -600,6 +773,36 @@ TEST_F(StageRun, AFailedStageEndsTheLogAbortedNamingTheRank) {
   EXPECT_NE(last.find("\"status\": \"aborted\""), std::string::npos) << last;
   EXPECT_NE(last.find("storage.max_bytes"), std::string::npos) << last;
   EXPECT_EQ(names(data() / "train"), before);
+}
+
+// A CosmoFlow run on GZIP TFRecords staged with inflate=1 trains on the staged plain TFRecords:
+// they are what the source inflates to, and the run reads exactly the bytes staging wrote.
+TEST_F(StageRun, InflatedGzipTfrecordsTrain) {
+  const fs::path out = dir("run-inflate"), target = dir("run-inflate-target");
+  const CliResult r = run_cli("--config " MLPH_SOURCE_DIR "/configs/cosmoflow/mini.yaml --storage stage --set train.epochs=1 "
+                              "--seed 5 --set storage.target=" + target.string() + " --set storage.inflate=1 "
+                              "--set storage.keep=1 --data " + data().string() + " --output " + out.string());
+  ASSERT_EQ(r.exit_code, 1) << r.output;  // one epoch: not converged
+  EXPECT_NE(r.output.find("staging (rank 0): 24 files"), std::string::npos) << r.output;
+  const auto k = keys(out / "result_0.txt");
+  EXPECT_LT(at(k, "eval_error"), k.size()) << "it trained and evaluated";
+  std::string io;
+  for (const std::string& line : read_lines(out / "result_0.txt"))
+    if (mllog_key(line) == "mlph_io") io = line;
+  uint64_t source_bytes = 0, inflated_bytes = 0;
+  for (const char* split : {"train", "validation"})
+    for (const std::string& name : names(data() / split)) {
+      const std::string staged = slurp(staged_root(target) / split / name);
+      ASSERT_FALSE(staged.empty()) << name;
+      EXPECT_NE(staged.substr(0, 2), "\x1f\x8b") << name << " staged as gzip";
+      EXPECT_EQ(staged, gunzip_file(data() / split / name)) << name;
+      source_bytes += fs::file_size(data() / split / name);
+      inflated_bytes += staged.size();
+    }
+  EXPECT_NE(io.find("\"staged_bytes\": " + std::to_string(inflated_bytes) + ","), std::string::npos) << io;
+  EXPECT_NE(io.find("\"staging_read_bytes\": " + std::to_string(source_bytes) + ","), std::string::npos) << io;
+  EXPECT_NE(io.find("\"read_bytes\": " + std::to_string(inflated_bytes) + ","), std::string::npos) << io;
+  fs::remove_all(target);  // kept (keep=1) to be inspected
 }
 
 // A signal during a step too long to wait for: the watcher ends the run (run_stop aborted) and the
