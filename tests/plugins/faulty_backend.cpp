@@ -6,9 +6,13 @@
 // or compiles them and then refuses every train_step (`fault=unimplemented_step`, as it must not); or
 // it words the compile errors of every graph its own way (`fault=validation`, a backend with its own checks);
 // or it saves its training state but restores none of it (`fault=state`: write_state does nothing); or
-// it reports itself not deterministic even with backend.deterministic=1 (`fault=nondeterministic`).
+// it reports itself not deterministic even with backend.deterministic=1 (`fault=nondeterministic`); or
+// it reports every parameter one ulp further from zero than it holds (`fault=rounding`: what an FMA
+// or a gradient off in its last bits does to an updated parameter, which conformance must tolerate).
 // Other options (threads, the shared precision and deterministic) go to the reference backend.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "backend.hpp"
 #include "forwarding_model.hpp"
@@ -30,13 +34,14 @@ void perturb(MLPH_Tensor& t) {
 class FaultyModel final : public test::ForwardingModel {
  public:
   FaultyModel(std::unique_ptr<sdk::Model> inner, bool forward, bool gradient, bool accumulation, bool refuse_steps,
-              bool forget_state)
+              bool forget_state, bool rounding)
       : ForwardingModel(std::move(inner)),
         forward_(forward),
         gradient_(gradient),
         accumulation_(accumulation),
         refuse_steps_(refuse_steps),
-        forget_state_(forget_state) {}
+        forget_state_(forget_state),
+        rounding_(rounding) {}
 
   void train_step(const MLPH_Tensor* inputs, size_t n, const MLPH_StepArgs& args, MLPH_StepResult& out) override {
     if (refuse_steps_)
@@ -56,9 +61,17 @@ class FaultyModel final : public test::ForwardingModel {
   void write_state(size_t index, const std::string& slot, const MLPH_Tensor& src) override {
     if (!forget_state_) ForwardingModel::write_state(index, slot, src);
   }
+  void read_parameter(size_t index, MLPH_Tensor& dst) override {
+    ForwardingModel::read_parameter(index, dst);
+    if (!rounding_ || dst.dtype != MLPH_DTYPE_F32) return;
+    float* data = static_cast<float*>(dst.data);
+    std::for_each(data, data + sdk::numel(dst), [](float& x) {
+      x = std::nextafter(x, std::copysign(std::numeric_limits<float>::infinity(), x));
+    });
+  }
 
  private:
-  bool forward_, gradient_, accumulation_, refuse_steps_, forget_state_;
+  bool forward_, gradient_, accumulation_, refuse_steps_, forget_state_, rounding_;
 };
 
 class FaultyBackend final : public sdk::Backend {
@@ -69,9 +82,11 @@ class FaultyBackend final : public sdk::Backend {
         fault_op_(options.get("fault_op")) {
     if (fault_op_.empty()) sdk::fail(MLPH_INVALID_ARGUMENT, "faulty backend: option 'fault_op' (an op name) is required");
     if (fault_ != "forward" && fault_ != "gradient" && fault_ != "accumulation" && fault_ != "unimplemented" &&
-        fault_ != "unimplemented_step" && fault_ != "validation" && fault_ != "state" && fault_ != "nondeterministic")
+        fault_ != "unimplemented_step" && fault_ != "validation" && fault_ != "state" && fault_ != "nondeterministic" &&
+        fault_ != "rounding")
       sdk::fail(MLPH_INVALID_ARGUMENT, "faulty backend: option 'fault' must be forward, gradient, accumulation, "
-                                       "unimplemented, unimplemented_step, validation, state or nondeterministic");
+                                       "unimplemented, unimplemented_step, validation, state, nondeterministic or "
+                                       "rounding");
   }
 
   sdk::DeviceAttributes attributes() const override {
@@ -94,7 +109,8 @@ class FaultyBackend final : public sdk::Backend {
       sdk::fail(MLPH_UNIMPLEMENTED, "faulty backend: op '" + fault_op_ + "' is not implemented (fault=unimplemented)");
     return std::make_unique<FaultyModel>(reference_.compile(graph, comms), has_op && fault_ == "forward",
                                          has_op && fault_ == "gradient", has_op && fault_ == "accumulation",
-                                         has_op && fault_ == "unimplemented_step", has_op && fault_ == "state");
+                                         has_op && fault_ == "unimplemented_step", has_op && fault_ == "state",
+                                         has_op && fault_ == "rounding");
   }
 
  private:

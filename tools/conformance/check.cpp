@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string_view>
 
@@ -55,25 +56,46 @@ std::vector<MLPH_Tensor> views(std::vector<HostTensor>& tensors) {
 const MLPH_Value& value_of(const MLPH_Graph& graph, int32_t index) { return graph.values[index]; }
 
 // The largest error over matching tensors, and the first tensor over `tolerance` (for the reason).
+// Turns `now` (a parameter after training) into its update, now - init, and returns the update's
+// rounding floor (Observed::update_floors): relative_error of one ulp of every new parameter.
+double rounding_floor(HostTensor& now, const float* init) {
+  double ulp2 = 0, update2 = 0, ulp_max = 0, update_max = 0;
+  for (size_t i = 0; i < now.numel(); ++i) {
+    float& value = now.as<float>()[i];
+    const float magnitude = std::abs(value);
+    const double ulp = std::nextafter(magnitude, std::numeric_limits<float>::infinity()) - magnitude;
+    value -= init[i];
+    ulp2 += ulp * ulp, update2 += double{value} * value;
+    ulp_max = std::max(ulp_max, ulp), update_max = std::max(update_max, double{std::abs(value)});
+  }
+  if (update_max == 0) return 0;
+  return std::max(std::sqrt(ulp2 / update2), ulp_max / update_max);
+}
+
 struct Worst {
   std::optional<double> error;
   std::string failed;
 };
 
 Worst worst(const std::vector<HostTensor>& actual, const std::vector<HostTensor>& expected,
-            const std::vector<HostTensor>* noisy, double tolerance, const char* kind, std::vector<TensorError>& all) {
+            const std::vector<HostTensor>* noisy, double tolerance, const char* kind, std::vector<TensorError>& all,
+            const std::vector<double>* floors = nullptr) {
   Worst w;
   for (size_t i = 0; i < expected.size(); ++i) {
     const double e = relative_error(actual[i], expected[i]);
     double allowed = tolerance;
     if (noisy) allowed = std::max(allowed, kNoiseFactor * relative_error((*noisy)[i], expected[i]));
-    all.push_back({kind, expected[i].name, e, allowed});
+    const double floor = floors ? (*floors)[i] : 0;
+    const bool by_noise = allowed > tolerance, by_rounding = floor > allowed;
+    allowed = std::max(allowed, floor);
+    all.push_back({kind, expected[i].name, e, allowed, by_rounding ? "fp32 rounding" : by_noise ? "10x noise" : ""});
     const bool worse = !w.error || std::isnan(e) || (!std::isnan(*w.error) && e > *w.error);  // NaN sticks
     if (worse) w.error = e;
     if (!(e <= allowed) && w.failed.empty())
-      w.failed = allowed > tolerance ? fmt::format("{} '{}' {:.1e} > {:.0f} x noise {:.1e}", kind, expected[i].name, e,
-                                                   kNoiseFactor, allowed / kNoiseFactor)
-                                     : fmt::format("{} '{}' {:.1e}", kind, expected[i].name, e);
+      w.failed = by_rounding ? fmt::format("{} '{}' {:.1e} > its fp32 rounding {:.1e}", kind, expected[i].name, e, floor)
+                 : by_noise  ? fmt::format("{} '{}' {:.1e} > {:.0f} x noise {:.1e}", kind, expected[i].name, e,
+                                           kNoiseFactor, allowed / kNoiseFactor)
+                             : fmt::format("{} '{}' {:.1e}", kind, expected[i].name, e);
   }
   return w;
 }
@@ -203,7 +225,7 @@ Observed observe(const LoadedBackend& backend, const MLPH_Graph& graph, std::vec
     HostTensor& u = seen.updates.emplace_back(HostTensor::like(value_of(graph, graph.params[p].value)));
     MLPH_Tensor view = u.view();
     core::check(api->read_parameter(model.get(), p, &view), "read_parameter of '" + u.name + "'");
-    for (size_t i = 0; i < u.numel(); ++i) u.as<float>()[i] -= graph.params[p].init[i];
+    seen.update_floors.push_back(rounding_floor(u, graph.params[p].init));
   }
   return seen;
 }
@@ -232,7 +254,7 @@ void compare(const LoadedBackend& reference, const LoadedBackend& candidate, con
       worst(actual.gradients, expected.gradients, noise ? &noise->gradients : nullptr, row.tolerance, "gradient",
             row.tensors),
       worst(actual.updates, expected.updates, noise ? &noise->updates : nullptr,
-            row.update_tolerance.value_or(row.tolerance), "update", row.tensors)};
+            row.update_tolerance.value_or(row.tolerance), "update", row.tensors, &expected.update_floors)};
   row.forward = checks[0].error, row.gradient = checks[1].error, row.update = checks[2].error;
   for (const Worst& w : checks) {
     if (w.failed.empty()) continue;

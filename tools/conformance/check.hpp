@@ -52,6 +52,10 @@ struct Observed {
   std::vector<HostTensor> forward;    // eval_step outputs before training, then the losses of the steps
   std::vector<HostTensor> gradients;  // read_gradient of each trainable parameter after the first step
   std::vector<HostTensor> updates;    // each parameter after the last step minus its initial value
+  // Per update, what it can resolve: an update is a difference of fp32 parameters, so a candidate that
+  // rounds each new parameter one ulp the other way (an FMA, a gradient off in its last bits) differs
+  // by this error however right it is (relative_error of one ulp of every parameter against the update).
+  std::vector<double> update_floors;
 };
 
 // Compiles `graph`, evaluates, then trains one step per learning rate (steps first_step, first_step+1, ...).
@@ -69,7 +73,8 @@ struct TensorError {
   std::string kind;  // "output", "gradient" or "update"
   std::string name;
   double error = 0;
-  double allowed = 0;  // the row's tolerance, or above it the tensor's own noise bound (whole models)
+  double allowed = 0;  // the row's tolerance, or above it the tensor's own bound:
+  std::string raised_by;  // "" (none), "10x noise" (whole models) or "fp32 rounding" (an update's floor)
 };
 
 // One line of the table.
