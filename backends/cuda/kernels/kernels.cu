@@ -131,6 +131,10 @@ cudaError_t max_pool_forward(cudaStream_t stream, const PoolShape& shape, const 
 }
 cudaError_t max_pool_backward(cudaStream_t stream, const PoolShape& shape, const float* x, const float* dy,
                               float* dx) {
+  // Tiling windows (CosmoFlow's): a thread per window finds its winner once; else a thread per element
+  // of dx gathers from every window that holds it (each window's winner found once per tap: 8x at 2^3).
+  if (pool_windows_tile(shape))
+    return each_row_channel<max_pool_backward_tiled_at>(stream, shape.out_positions(), shape.channels, shape, x, dy, dx);
   return each_row_channel<max_pool_backward_at>(stream, shape.in_positions(), shape.channels, shape, x, dy, dx);
 }
 

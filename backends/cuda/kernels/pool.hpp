@@ -88,4 +88,26 @@ MLPH_KERNEL void max_pool_backward_at(int64_t p, int64_t c, const PoolShape& s, 
   dx[self + c] = sum;
 }
 
+// Whether no two windows share an element (kernel == stride in every dim: CosmoFlow's 2x2x2 / 2).
+MLPH_KERNEL bool pool_windows_tile(const PoolShape& s) {
+  return s.kernel[0] == s.stride[0] && s.kernel[1] == s.stride[1] && s.kernel[2] == s.stride[2];
+}
+
+// max_pool_backward_at for windows that tile (pool_windows_tile), one thread per window and channel:
+// the winner found once, not once per tap, and each tap settled as the reference does (dx + dy at
+// the winner, dx + 0 elsewhere); every element lies in one window at most, so no two threads meet.
+MLPH_KERNEL void max_pool_backward_tiled_at(int64_t pos, int64_t c, const PoolShape& s, const float* x,
+                                            const float* dy, float* dx) {
+  const int64_t base = pool_window_offset(s, pos);
+  const int64_t winner = pool_winner(s, x + base, c);
+  const float g = dy[pos * s.channels + c];
+  for (int64_t kd = 0; kd < s.kernel[0]; ++kd)
+    for (int64_t kh = 0; kh < s.kernel[1]; ++kh)
+      for (int64_t kw = 0; kw < s.kernel[2]; ++kw) {
+        const int64_t tap = pool_tap_offset(s, kd, kh, kw);
+        float& d = dx[base + tap + c];
+        d = d + (tap == winner ? g : 0.0f);
+      }
+}
+
 }  // namespace mlph::cuda

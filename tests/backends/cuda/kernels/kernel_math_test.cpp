@@ -463,6 +463,7 @@ TEST(CudaKernelBodies, MaxPoolTiesNansAndOverlapsAreTheReferenceBits) {
                                        pool_window(2, {1, 7, 9}, {1, 3, 3}, {1, 2, 2}, 5),
                                        pool_window(1, {1, 6, 5}, {1, 2, 2}, {1, 1, 1}, 2)};
   uint32_t seed = 70;
+  int tiling = 0;
   for (const sdk::host::Window& g : windows) {
     const PoolShape s = pool_shape(g);
     // Small integers make ties common; a few NaNs must win their windows (and take the gradient).
@@ -480,11 +481,21 @@ TEST(CudaKernelBodies, MaxPoolTiesNansAndOverlapsAreTheReferenceBits) {
     std::vector<float> dx = random_floats(x.size(), ++seed);
     for (size_t i = 0; i < dx.size(); i += 3) dx[i] = -0.0f;  // the reference's + 0 for losers turns these to +0
     std::vector<float> expected_dx = dx;
+    const std::vector<float> dx0 = dx;
     each_row_channel(s.in_positions(), s.channels,
                      [&](int64_t p, int64_t c) { max_pool_backward_at(p, c, s, x.data(), dy.data(), dx.data()); });
     ref::max_pool_backward(pool(), g, x.data(), dy.data(), expected_dx.data());
     expect_same_bits(dx, expected_dx, "max_pool backward");
+    if (!pool_windows_tile(s)) continue;
+    // Tiling windows: a thread per window instead of per element of dx, the same bits (the ragged
+    // edge that no window covers left alone).
+    std::vector<float> tiled = dx0;
+    each_row_channel(s.out_positions(), s.channels,
+                     [&](int64_t pos, int64_t c) { max_pool_backward_tiled_at(pos, c, s, x.data(), dy.data(), tiled.data()); });
+    expect_same_bits(tiled, expected_dx, "max_pool backward, a thread per window");
+    ++tiling;
   }
+  EXPECT_EQ(tiling, 1) << "CosmoFlow's 2x2x2 / 2 tiles; the others overlap or leave gaps";
 }
 
 // ---- losses and metrics ----------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 // The cuda backend's model on a GPU, through the plug-in's C table as the core calls it, against the
 // reference backend: training steps (losses, parameters, gradients), evaluation, a checkpoint's state
-// written into a fresh model, and a CUDA-graph step against the same step run eagerly, bit for bit.
+// written into a fresh model, and a CUDA-graph step against the same step run eagerly, bit for bit;
+// the initial weights and the dropout masks are the reference's, bit for bit.
 // Without a GPU every case skips, saying why (tools/gpu's check runs them where there is one).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -275,6 +276,46 @@ TEST_F(CudaModelDevice, ReducedPrecisionsTrainWithinTheirTolerance) {
       const double expected = reference.train(same, step);
       EXPECT_NEAR(cuda.train(in, step), expected, tolerance * (1 + std::fabs(expected))) << precision << " step " << step;
     }
+  }
+}
+
+// The initial weights as the graph gives them, and the dropout masks (mlph_uniform on the device) the
+// reference backend's, for the same graph seed and step: a parameter fed straight through dropout to
+// the loss has a zero gradient exactly where its element was dropped, so the gradients' zeros are the
+// masks; three steps draw three masks.
+TEST_F(CudaModelDevice, InitialWeightsAndDropoutMasksAreTheReferences) {
+  Net net;
+  Model cuda_net("cuda", {{"deterministic", "1"}}, net.graph()), reference_net("reference", {}, net.graph());
+  for (size_t p = 0; p < net.graph().n_params; ++p)
+    expect_same_bits(cuda_net.read(p), reference_net.read(p), "initial parameter " + std::to_string(p));
+
+  mlph::sdk::GraphBuilder g;
+  const int32_t w = g.value("w", MLPH_DTYPE_F32, {4, 512});
+  g.parameter(w, random_floats(4 * 512, 21, 0.5f, 1.5f), 0.0, 1.0, MLPH_PARAM_TRAINABLE);
+  const int32_t dropped = g.value("dropped", MLPH_DTYPE_F32, {4, 512});
+  g.node("dropout", "drop", {w}, {dropped}, {{"rate", 0.3}});
+  const int32_t target = g.value("target", MLPH_DTYPE_F32, {4, 512});
+  const int32_t loss = g.value("loss", MLPH_DTYPE_F32, {});
+  g.node("mse", "loss", {dropped, target}, {loss});
+  g.loss(loss);
+  g.inputs({target});
+  g.eval_outputs({dropped});
+  g.optimizer("sgd_keras", {{"momentum", 0.0}});
+  g.seed(1234);
+  Model cuda("cuda", {{"deterministic", "1"}}, *g.graph()), reference("reference", {}, *g.graph());
+  for (uint64_t step = 0; step < 3; ++step) {
+    std::vector<Floats> in = {Floats(4 * 512, 0.0f)}, same = in;
+    cuda.train(in, step);
+    reference.train(same, step);
+    const Floats a = cuda.read(0, nullptr, true), b = reference.read(0, nullptr, true);
+    size_t zeros = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_EQ(a[i] == 0.0f, b[i] == 0.0f) << "step " << step << ": element " << i << " dropped by one backend only";
+      zeros += b[i] == 0.0f;
+    }
+    EXPECT_GT(zeros, 400u) << "a rate of 0.3 drops ~614 of 2048";
+    EXPECT_LT(zeros, 830u);
+    expect_near(a, b, 1e-6, "gradient at step " + std::to_string(step));
   }
 }
 
