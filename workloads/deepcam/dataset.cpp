@@ -1,6 +1,5 @@
 #include "dataset.hpp"
 
-#include <cstring>
 
 #include "data/file_order.hpp"
 #include "data/hdf5_io.hpp"
@@ -37,12 +36,11 @@ void DeepCamDataset::read(const uint64_t* indices, size_t n, MLPH_Tensor* inputs
     if (indices[i] >= files_.size())
       fail(MLPH_OUT_OF_RANGE, "sample " + std::to_string(indices[i]) + " of a dataset of " + std::to_string(files_.size()));
     const std::string& path = files_[indices[i]];
-    const std::vector<std::byte> bytes = sdk::read_file(
-        host_, storage_, path, "DeepCAM data", max_sample_file_bytes(settings_.height, settings_.width, settings_.channels));
-    try {
-      const Sample s = decode_sample(bytes, path, settings_.height, settings_.width, settings_.channels);
-      std::memcpy(x + i * values, s.data.data(), values * sizeof(float));
-      std::memcpy(labels + i * pixels, s.labels.data(), pixels * sizeof(int32_t));
+    sdk::read_file(host_, storage_, path, "DeepCAM data",
+                   max_sample_file_bytes(settings_.height, settings_.width, settings_.channels), file_bytes_);
+    try {  // straight into the batch's row
+      decode_sample(file_bytes_, path, settings_.height, settings_.width, settings_.channels,
+                    {{x + i * values, values}, {labels + i * pixels, pixels}});
     } catch (const DataError& e) {
       fail(MLPH_DATA_LOSS, e.what());
     }

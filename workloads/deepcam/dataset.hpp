@@ -26,6 +26,7 @@ class DeepCamDataset final : public sdk::Dataset {
   DataSettings settings_;
   MLPH_StorageHandle storage_;
   std::vector<std::string> files_;  // index i is sample i
+  std::vector<std::byte> file_bytes_;  // the file being decoded, its memory kept from one sample to the next
 };
 
 }  // namespace mlph::deepcam

@@ -134,9 +134,14 @@ class Image {
   template <class T>
   std::vector<T> read(const Dataset& d, hid_t memory_type, size_t count, const std::string& path) const {
     std::vector<T> out(count);
-    if (H5Dread(d.id->get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
-      throw DataError(name_, "cannot read '" + path + "' (truncated or corrupt file?)");
+    read_into(d, memory_type, out.data(), path);
     return out;
+  }
+  // The whole dataset into `out`, which holds as many elements as its (checked) shape.
+  template <class T>
+  void read_into(const Dataset& d, hid_t memory_type, T* out, const std::string& path) const {
+    if (H5Dread(d.id->get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0)
+      throw DataError(name_, "cannot read '" + path + "' (truncated or corrupt file?)");
   }
 
  private:
@@ -226,7 +231,7 @@ std::string type_name(H5T_class_t type_class, size_t size) {
 }
 
 // NaN or infinity would reach the loss as NaN, naming nothing: refused here, where the file is known.
-void check_finite(const std::vector<float>& data, const std::string& name, int width, int channels) {
+void check_finite(std::span<const float> data, const std::string& name, int width, int channels) {
   bool finite = true;
   for (const float v : data) finite &= std::isfinite(v);  // no early exit: the loop vectorizes
   if (finite) return;
@@ -238,8 +243,7 @@ void check_finite(const std::vector<float>& data, const std::string& name, int w
                             std::to_string(at % c) + ": the data must be finite");
 }
 
-std::vector<int32_t> checked_labels(const std::vector<double>& values, const std::string& name, int width) {
-  std::vector<int32_t> labels(values.size());
+void check_labels(std::span<const double> values, const std::string& name, int width, std::span<int32_t> labels) {
   for (size_t i = 0; i < values.size(); ++i) {
     const double v = values[i];
     if (!(v == 0.0 || v == 1.0 || v == 2.0))
@@ -247,30 +251,39 @@ std::vector<int32_t> checked_labels(const std::vector<double>& values, const std
                                 ", " + std::to_string(i % width) + "): labels must be 0, 1 or 2");
     labels[i] = static_cast<int32_t>(v);
   }
-  return labels;
 }
 
 }  // namespace
 
 Sample decode_sample(std::span<const std::byte> file, const std::string& name, int height, int width, int channels) {
+  const auto pixels = static_cast<size_t>(height) * static_cast<size_t>(width);
+  Sample s{std::vector<float>(pixels * static_cast<size_t>(channels)), std::vector<int32_t>(pixels)};
+  decode_sample(file, name, height, width, channels, {s.data, s.labels});
+  return s;
+}
+
+void decode_sample(std::span<const std::byte> file, const std::string& name, int height, int width, int channels,
+                   const SampleView& out) {
   const Session session;
   const Image image(file, name);
   const auto h = static_cast<hsize_t>(height), w = static_cast<hsize_t>(width), c = static_cast<hsize_t>(channels);
-  Sample s;
+  if (out.data.size() != h * w * c || out.labels.size() != h * w)
+    throw std::invalid_argument("decode_sample: room for " + std::to_string(out.data.size()) + " values and " +
+                                std::to_string(out.labels.size()) + " labels, not a " + std::to_string(height) + "x" +
+                                std::to_string(width) + "x" + std::to_string(channels) + " sample");
   {
     const Image::Dataset data = image.dataset("climate/data", {h, w, c});
     if (data.type_class != H5T_FLOAT || data.type_size != 4)
       throw DataError(name, "climate/data is " + type_name(data.type_class, data.type_size) + ", expected float32");
-    s.data = image.read<float>(data, H5T_NATIVE_FLOAT, h * w * c, "climate/data");
-    check_finite(s.data, name, width, channels);
+    image.read_into(data, H5T_NATIVE_FLOAT, out.data.data(), "climate/data");
+    check_finite(out.data, name, width, channels);
   }
   const Image::Dataset labels = image.dataset("climate/labels_0", {h, w});
   if (labels.type_class != H5T_INTEGER && labels.type_class != H5T_FLOAT)
     throw DataError(name, "climate/labels_0 is " + type_name(labels.type_class, labels.type_size) +
                               ", expected integer or float class indices");
   // Read as double: exact for every integer label, and a fractional float label is caught.
-  s.labels = checked_labels(image.read<double>(labels, H5T_NATIVE_DOUBLE, h * w, "climate/labels_0"), name, width);
-  return s;
+  check_labels(image.read<double>(labels, H5T_NATIVE_DOUBLE, h * w, "climate/labels_0"), name, width, out.labels);
 }
 
 Stats decode_stats(std::span<const std::byte> file, const std::string& name, int channels) {

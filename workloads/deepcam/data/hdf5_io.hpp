@@ -29,6 +29,9 @@ inline constexpr size_t kMaxStatsFileBytes = 16 << 20;
 // storage, virtual datasets, filter plug-ins) or inflate past the sample (chunks larger than the
 // shape, compression): checked before reading.
 Sample decode_sample(std::span<const std::byte> file, const std::string& name, int height, int width, int channels);
+// The same into `out` (H x W x C values and H x W labels).
+void decode_sample(std::span<const std::byte> file, const std::string& name, int height, int width, int channels,
+                   const SampleView& out);
 
 // Decodes stats.h5: climate/minval and climate/maxval of `channels` values (float32 or float64).
 // Throws DataError when a channel has max <= min or a value is not finite.

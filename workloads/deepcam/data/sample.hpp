@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <span>
 #include <vector>
 
 namespace mlph::deepcam {
@@ -14,6 +15,12 @@ inline constexpr int kLabelClasses = 3;  // 0 background, 1 tropical cyclone, 2 
 struct Sample {
   std::vector<float> data;
   std::vector<int32_t> labels;
+};
+
+// Where a sample is decoded to when the caller owns the memory (a batch's row): no copy between.
+struct SampleView {
+  std::span<float> data;       // H x W x C
+  std::span<int32_t> labels;   // H x W
 };
 
 // Per-channel minimum and maximum over the training set (stats.h5), and the normalization the
