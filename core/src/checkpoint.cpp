@@ -82,7 +82,7 @@ CheckpointIdentity run_identity(const Session& session, const MLPH_Graph* graph)
   return id;
 }
 
-void check_same_run(const CheckpointReader& checkpoint, const CheckpointIdentity& run) {
+void check_same_run(const CheckpointReader& checkpoint, const CheckpointIdentity& run, bool switch_backend) {
   const CheckpointIdentity& saved = checkpoint.manifest().identity;
   const std::string where = "checkpoint " + checkpoint.dir().string();
   const auto differs = [&](const char* what, const std::string& there, const std::string& here) {
@@ -92,7 +92,10 @@ void check_same_run(const CheckpointReader& checkpoint, const CheckpointIdentity
   };
   differs("benchmark", saved.benchmark, run.benchmark);
   differs("workload", saved.workload, run.workload);
-  differs("backend", saved.backend, run.backend);
+  if (!switch_backend && saved.backend != run.backend)
+    throw CheckpointError(fmt::format("{}: backend '{}' there, '{}' in this run (--switch-backend goes on from it on "
+                                      "this backend: training continues, not bitwise)",
+                                      where, escaped(saved.backend, 120), escaped(run.backend, 120)));
   differs("ranks", std::to_string(saved.ranks), std::to_string(run.ranks));
   if (saved.config_hash != run.config_hash) {
     for (const auto& [key, value] : run.hyperparameters) {

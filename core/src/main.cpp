@@ -127,6 +127,9 @@ int main_checked(int argc, char** argv) {
        "go on from a checkpoint (DIR/epoch-NNNNNN[-step-NNNNNN], or DIR: its latest) where it stopped; `auto`: from "
        "--checkpoint-dir's latest if it holds one, else start afresh (a requeued job); a resumed run is not a timed "
        "MLPerf result")
+      ("switch-backend",
+       "with --resume: go on from another backend's checkpoint on this run's backend (weights and optimizer state "
+       "are saved in fp32, as every backend reads them): training continues, not bitwise")
       ("export-weights", po::value(&export_weights),
        "at the end, write the trained weights to FILE (.npz) in the reference implementation's PyTorch names and layouts")
       ("borrow-hparams", po::value(&borrow),
@@ -177,6 +180,11 @@ int main_checked(int argc, char** argv) {
   options.checkpoint_dir = checkpoint_dir, options.export_weights = export_weights;
   options.resume_auto = resume == "auto";  // a checkpoint directory named auto: --resume ./auto
   if (!options.resume_auto) options.resume_from = resume;
+  options.switch_backend = vm.count("switch-backend") > 0;
+  if (options.switch_backend && resume.empty()) {
+    std::fprintf(stderr, "mlperf-run: error: --switch-backend goes with --resume (the checkpoint to go on from)\n");
+    return 2;
+  }
   if (vm.count("runs") && !(checkpoint_dir.empty() && resume.empty() && export_weights.empty())) {
     std::fprintf(stderr, "mlperf-run: error: --runs makes timed submission runs: no --checkpoint-dir, --resume or "
                          "--export-weights with it\n");

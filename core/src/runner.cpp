@@ -239,14 +239,20 @@ void Run::resume_training(MlLogger& log) {
   const std::string where = state.steps_done == 0 ? fmt::format("after epoch {}", state.epochs_done)
                                                   : fmt::format("at step {} of epoch {}", state.steps_done + 1,
                                                                 state.epochs_done + 1);
-  const std::string note = fmt::format("resumed {} from {}: not a timed MLPerf result (its time to train covers only "
+  const std::string& saved_backend = resume_->manifest().identity.backend;
+  const std::string switched = saved_backend == session_->backend_name()
+                                   ? ""
+                                   : fmt::format(" on backend {} (backend {} saved it: not bitwise)",
+                                                 session_->backend_name(), saved_backend);
+  const std::string note = fmt::format("resumed {} from {}{}: not a timed MLPerf result (its time to train covers only "
                                        "the training after the checkpoint)",
-                                       where, resume_->dir().string());
+                                       where, resume_->dir().string(), switched);
   log.event("mlph_resumed_from",
-            json_raw(fmt::format("{{\"checkpoint\": {}, \"epochs_done\": {}, \"steps_done\": {}, \"micro_batches\": {}, "
-                                 "\"metrics\": {}, \"note\": {}}}",
-                                 json(resume_->dir().string()).text, state.epochs_done, state.steps_done,
-                                 state.micro_batches, json_list(state.metrics, false).text, json(note).text)));
+            json_raw(fmt::format("{{\"checkpoint\": {}, \"backend\": {}, \"epochs_done\": {}, \"steps_done\": {}, "
+                                 "\"micro_batches\": {}, \"metrics\": {}, \"note\": {}}}",
+                                 json(resume_->dir().string()).text, json(saved_backend).text, state.epochs_done,
+                                 state.steps_done, state.micro_batches, json_list(state.metrics, false).text,
+                                 json(note).text)));
   if (session_->topology().rank == 0) std::fprintf(stderr, "note: %s\n", note.c_str());
 }
 
@@ -698,10 +704,10 @@ void Run::check_checkpoints_and_export() {
     if (session_->topology().rank == 0) reserve_export();
   }
   if (resume_) {
-    check_same_run(*resume_, run_identity(*session_, nullptr));
+    check_same_run(*resume_, run_identity(*session_, nullptr), options_.switch_backend);
     check(workload()->build_graph(session_->workload(), session_->info().local_batch_size, session_->seed(), &graph_),
           "building the model");
-    check_same_run(*resume_, run_identity(*session_, graph_));
+    check_same_run(*resume_, run_identity(*session_, graph_), options_.switch_backend);
     check_restorable(*resume_, *graph_);
   }
 }

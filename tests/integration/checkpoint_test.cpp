@@ -344,6 +344,30 @@ TEST_F(BadCheckpoint, AnotherBackendIsRefused) {
   EXPECT_SAYS(refused(kCosmoFlow + "--backend onednn-cpu ").output, "backend 'reference' there, 'onednn-cpu' in this run");
 }
 
+// --switch-backend: the reference's checkpoint goes on on onednn-cpu (issue 26 asks the same of cuda's):
+// it trains the remaining epochs, says so in its note and its log, and its validation error after them
+// is the reference's own resumed run's within what two backends' rounding makes of 2 epochs.
+TEST_F(BadCheckpoint, AnotherBackendGoesOnWithSwitchBackend) {
+  if (!has_plugin("libmlph-backend-onednn-cpu.so")) GTEST_SKIP() << "onednn-cpu is not built";
+  const auto resume = [&](const std::string& flags, const char* out) {
+    return run_cli(kCosmoFlow + flags + "--data " + (dir_ / "data").string() + " --output " + (dir_ / out).string() +
+                   " --resume " + (dir_ / "ck").string());
+  };
+  const CliResult same = resume("", "on-reference");
+  const CliResult switched = resume("--backend onednn-cpu --switch-backend ", "on-onednn");
+  ASSERT_EQ(same.exit_code, 1) << same.output;  // trained to the end, short of the unreachable target
+  ASSERT_EQ(switched.exit_code, 1) << switched.output;
+  EXPECT_SAYS(switched.output, "resumed after epoch 1 from " + (dir_ / "ck").string());
+  EXPECT_SAYS(switched.output, "on backend onednn-cpu (backend reference saved it: not bitwise)");
+  const fs::path log = dir_ / "on-onednn" / "result_0.txt";
+  EXPECT_SAYS(slurp(log), "\"backend\": \"reference\", \"epochs_done\": 1");
+  const double expected = std::stod(last_value(dir_ / "on-reference" / "result_0.txt", "eval_error"));
+  const double actual = std::stod(last_value(log, "eval_error"));
+  EXPECT_NEAR(actual, expected, 1e-3 * expected) << "2 epochs on another backend's rounding";
+  EXPECT_EQ(run_cli(kCosmoFlow + "--switch-backend --data " + (dir_ / "data").string()).exit_code, 2)
+      << "--switch-backend without --resume";
+}
+
 TEST_F(BadCheckpoint, AnotherHyperparameterOrSeedOrGraphIsRefused) {
   EXPECT_SAYS(refused(kCosmoFlow + "--set optimizer.base_lr=0.5 ").output, "'optimizer.base_lr' = '0.001' there, '0.5'");
   EXPECT_SAYS(refused(kCosmoFlowSeedless + "--seed 5 ").output, "seed 1234 there, --seed 5 given");

@@ -18,7 +18,8 @@ Steps (--only takes names or numbers):
   3 cosmoflow    the CosmoFlow mini to its target on cuda in fp32 and bf16; the official checker
   4 deepcam      one DeepCAM mini epoch on cuda
   5 resume       the CosmoFlow mini on cuda (fp32, deterministic): 2 epochs straight, and 1 epoch with a
-                 checkpoint resumed for the 2nd: the exported weights are equal bytes
+                 checkpoint resumed for the 2nd: the exported weights are equal bytes; the checkpoint also
+                 resumed on the reference backend (--switch-backend): the validation error within 1%
   6 pipeline     CosmoFlow 128^3 fed from files on cuda: how long the step waits for its batch
   7 bench        mlperf-bench on cuda (CosmoFlow 128^3 b1, b4; DeepCAM 768x1152 b8, bf16) beside the
                  same models in the machine's PyTorch (eager AMP bf16 and fp16, torch.compile),
@@ -707,25 +708,39 @@ print(json.dumps(out))
                   "1"] + self.backend_sets("fp32", deterministic=True)
         for s in self.profile["mini_sets"]:
             common += ["--set", s]
+        # The cuda checkpoint also goes on on the reference backend (--switch-backend, before the cuda
+        # resume adds its own checkpoint to the directory): it trains on, not bitwise.
+        on_cpu = ["--backend", "reference", "--switch-backend", "--set", "train.epochs=2", "--resume", checkpoints]
         runs = [("straight", ["--set", "train.epochs=2", "--export-weights", f"{base}/straight.npz"]),
                 ("first epoch", ["--set", "train.epochs=1", "--checkpoint-dir", checkpoints]),
+                ("resumed on reference", on_cpu),
                 ("resumed", ["--set", "train.epochs=2", "--checkpoint-dir", checkpoints, "--resume", checkpoints,
                              "--export-weights", f"{base}/resumed.npz"])]
         for name, flags in runs:
             out = os.path.join(base, name.replace(" ", "-"))
-            rc, text = self.run(common + ["--output", out] + flags, f"resume/{name.replace(' ', '-')}.txt",
-                                self.remaining(deadline))
+            cmd = common + ["--output", out] + flags
+            if flags[0] == "--backend":  # another backend: the common one's pair goes
+                at = cmd.index("--backend")
+                del cmd[at:at + 2]
+            rc, text = self.run(cmd, f"resume/{name.replace(' ', '-')}.txt", self.remaining(deadline))
             errors = [l.strip() for l in text.split("\n") if "error:" in l]
             if rc not in (0, 1) or errors:  # 1: stopped short of the target, as planned
                 return "FAIL", f"{name} run: " + ("timed out" if rc is None else f"exit {rc}") + \
                     (f": {errors[0]}" if errors else tail_hint(text))
-            if name == "resumed" and "resumed after epoch 1" not in text:
-                return "FAIL", "the resumed run does not say it resumed after epoch 1" + tail_hint(text)
+            if name.startswith("resumed") and "resumed after epoch 1" not in text:
+                return "FAIL", f"the {name} run does not say it resumed after epoch 1" + tail_hint(text)
         with open(f"{base}/straight.npz", "rb") as a, open(f"{base}/resumed.npz", "rb") as b:
             same = a.read() == b.read()
         if not same:
             return "FAIL", "the resumed run's exported weights differ from the straight run's (not bitwise)"
-        return "PASS", "2 epochs straight and 1 + 1 resumed from a checkpoint: the exported weights are equal bytes"
+        straight = read_mllog(os.path.join(base, "straight", "result_0.txt")) or {}
+        switched = read_mllog(os.path.join(base, "resumed-on-reference", "result_0.txt")) or {}
+        a, b = straight.get("last_metric"), switched.get("last_metric")
+        if a is None or b is None or abs(a - b) > 1e-2 * abs(a):
+            return "FAIL", f"resumed on the reference backend, the validation error is {b} against {self.backend}'s {a}"
+        return "PASS", ("2 epochs straight and 1 + 1 resumed from a checkpoint: the exported weights are equal bytes; "
+                        f"resumed on the reference backend (--switch-backend): validation error {b:.5g} against "
+                        f"{self.backend}'s {a:.5g}")
 
     # -- 6: input pipeline --------------------------------------------------------------------------------------
     def step_pipeline(self, record, deadline):

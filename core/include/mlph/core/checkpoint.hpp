@@ -37,7 +37,7 @@ CheckpointIdentity run_identity(const Session& session, const MLPH_Graph* graph)
 // Throws CheckpointError naming the checkpoint and the first thing that differs from `run` (its graph
 // only when `run` has a fingerprint: a workload may need data to build the graph, so the cheaper
 // checks come first).
-void check_same_run(const CheckpointReader& checkpoint, const CheckpointIdentity& run);
+void check_same_run(const CheckpointReader& checkpoint, const CheckpointIdentity& run, bool switch_backend = false);
 
 struct SavedCheckpoint {
   std::filesystem::path path;

@@ -29,6 +29,9 @@ struct RunOptions {
   // the reference's names, written at the end.
   std::filesystem::path checkpoint_dir, resume_from, export_weights;
   bool resume_auto = false;
+  // --switch-backend: a checkpoint of another backend goes on on this one (its fp32 weights and
+  // optimizer state are the backends' common form): training continues, not bitwise.
+  bool switch_backend = false;
   uint32_t checkpoint_every = 1, checkpoint_keep = 2;
 };
 
