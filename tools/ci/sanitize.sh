@@ -61,18 +61,20 @@ ASAN_CI_BINARIES=(core_test score_input_test sdk_validate_test sdk_host_program_
 # ThreadSanitizer, the threads: the reference backend's pool (ReferenceThreadPool, ReferenceApi) and
 # gradient buckets' comms thread (comms_mpi_collectives' GradientBuckets; comms_mpi_dp_equivalence,
 # the same buckets in a whole 2-rank training, passes its 120 s limit under TSan and is left out),
-# the runner's batch prefetch and signal watcher (Run, BadInput: mlperf-run end to end),
+# the runner's batch prefetch and signal watcher (Run, BadInput: mlperf-run end to end; Pipeline: the
+# reader threads against fake datasets),
 # storage/stage's copy threads (inflating too: StageInflate) and abandon called from the signal
 # watcher (Stage, StageRun). The rest of the suite is single-threaded (comms/mpi too: its timeouts
 # poll), which is ASan's job.
-TSAN_TESTS="^(ReferenceThreadPool|ReferenceApi|Stage|StageInflate|StageRun|Run|BadInput)\.|^comms_mpi_collectives$"
-# In CI, one test or set per thread: the pool's own tests; the comms thread calling Open MPI
+TSAN_TESTS="^(ReferenceThreadPool|ReferenceApi|Pipeline|Stage|StageInflate|StageRun|Run|BadInput)\.|^comms_mpi_collectives$"
+# In CI, one test or set per thread: the pool's own tests; the pipeline's readers (Pipeline, in
+# core_test); the comms thread calling Open MPI
 # (comms_mpi_collectives); the copy threads, inflating or not, and abandon (Stage, StageInflate); and
 # one mlperf-run, the signal during a long step, that has the prefetch thread reading the next batch
 # while the step runs on the pool and the signal watcher abandons the staging. (Run's trainings take minutes each under TSan on 2 cores.)
-TSAN_CI_TESTS="^(ReferenceThreadPool|Stage|StageInflate)\.|^StageRun\.ASignalDuringALongStepLeavesNoStagedCopy$"
+TSAN_CI_TESTS="^(ReferenceThreadPool|Pipeline|Stage|StageInflate)\.|^StageRun\.ASignalDuringALongStepLeavesNoStagedCopy$"
 TSAN_CI_TESTS+="|^comms_mpi_collectives$"
-TSAN_CI_TARGETS=(reference_thread_pool_test storage_stage_test comms_mpi_collectives)
+TSAN_CI_TARGETS=(reference_thread_pool_test core_test storage_stage_test comms_mpi_collectives)
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/mlph-sanitize.XXXXXX")
 trap 'rm -rf "$work"' EXIT
