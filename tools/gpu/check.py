@@ -20,7 +20,8 @@ Steps (--only takes names or numbers):
   5 resume       the CosmoFlow mini on cuda (fp32, deterministic): 2 epochs straight, and 1 epoch with a
                  checkpoint resumed for the 2nd: the exported weights are equal bytes; the checkpoint also
                  resumed on the reference backend (--switch-backend): the validation error within 1%
-  6 pipeline     CosmoFlow 128^3 fed from files on cuda: how long the step waits for its batch
+  6 pipeline     CosmoFlow 128^3 and DeepCAM 768x1152 fed from files on cuda: how long the step waits for
+                 its batch, and how fast the readers go alone
   7 bench        mlperf-bench on cuda (CosmoFlow 128^3 b1, b4; DeepCAM 768x1152 b8, bf16) beside the
                  same models in the machine's PyTorch (eager AMP bf16 and fp16, torch.compile),
                  channels-last; last, so that torch.compile takes the time left
@@ -49,7 +50,7 @@ STEPS = ["env", "tests", "conformance", "cosmoflow", "deepcam", "resume", "pipel
 DEFAULT_STEPS = STEPS[:-1]
 # Seconds per step before --timeout-scale; each step ends by the whole check's budget (--budget, default
 # BUDGET_S, times --timeout-scale), so that the check ends within it.
-STEP_TIMEOUT_S = dict(dry=240, env=60, tests=60, conformance=170, cosmoflow=80, deepcam=50, resume=60, bench=300, pipeline=75,
+STEP_TIMEOUT_S = dict(dry=240, env=60, tests=60, conformance=170, cosmoflow=80, deepcam=50, resume=60, bench=300, pipeline=110,
                       layers=240)
 BUDGET_S = 420
 # What the device provides: the driver and the CUDA libraries of PyTorch's wheels (too large to carry).
@@ -90,19 +91,24 @@ PROFILES = dict(
                                      if workload == "cosmoflow" else
                                      (["--height", "768", "--width", "1152"],
                                       ["--steps", "10", "--repeats", "3", "--warmup", "3"])]],
-        pipeline=dict(sets=["data.edge=128", "data.synthetic.train=64", "data.synthetic.valid=4"],
-                      formats=["tfrecord_gzip", "tfrecord"], runs=[(4, 48), (1, 96)], warmup=8,
-                      about="128^3, 64 files, read every epoch (data.readers auto): tfrecord_gzip as shipped, "
-                            "tfrecord as storage.inflate=1 stages it")),
+        pipeline=dict(
+            datasets=[("cosmoflow", "tfrecord_gzip", ["data.edge=128", "data.synthetic.train=64"], [(4, 48), (1, 96)]),
+                      ("cosmoflow", "tfrecord", ["data.edge=128", "data.synthetic.train=64"], [(4, 48), (1, 96)]),
+                      ("deepcam", None, ["data.height=768", "data.width=1152", "data.synthetic.train=32"], [(8, 8)])],
+            warmup=4,
+            about="read every epoch (data.readers auto): CosmoFlow 128^3, 64 files, tfrecord_gzip as shipped and "
+                  "tfrecord as storage.inflate=1 stages it; DeepCAM 768x1152, 32 HDF5 files")),
     rehearsal=dict(
         conformance=["--ops", "conv,dense,cosmoflow", "--cases", "1", "--model-steps", "1"], precisions=["fp32"],
         mini_sets=["train.epochs=1", "data.synthetic.train=16", "data.synthetic.valid=8"],
         torch_device=["--device", "cpu"],
         bench=[("cosmoflow", 1, ["data.edge=32"], 1, 2), ("deepcam", 1, ["data.height=32", "data.width=48"], 0, 1)],
         torch=[("eager", "fp32", "cosmoflow", "1", ["--edge", "32"], ["--steps", "1", "--repeats", "1", "--warmup", "0"])],
-        pipeline=dict(sets=["data.edge=32", "data.synthetic.train=16", "data.synthetic.valid=4"],
-                      formats=["tfrecord_gzip", "tfrecord"], runs=[(4, 6)], warmup=1,
-                      about="32^3, 16 files, tfrecord_gzip and tfrecord (rehearsal)")),
+        pipeline=dict(
+            datasets=[("cosmoflow", "tfrecord_gzip", ["data.edge=32", "data.synthetic.train=16"], [(4, 6)]),
+                      ("cosmoflow", "tfrecord", ["data.edge=32", "data.synthetic.train=16"], [(4, 6)]),
+                      ("deepcam", None, ["data.height=32", "data.width=48", "data.synthetic.train=8"], [(2, 3)])],
+            warmup=1, about="CosmoFlow 32^3 tfrecord_gzip and tfrecord, DeepCAM 32x48 (rehearsal)")),
 )
 
 
@@ -749,22 +755,25 @@ print(json.dumps(out))
             return "SKIP", missing
         plan = self.profile["pipeline"]
         results = []
-        for fmt in plan["formats"]:
-            data, why = self.dataset(f"cosmoflow-pipeline-{fmt}", None, deadline,
-                                     plan["sets"] + [f"data.synthetic.format={fmt}"])
+        for workload, fmt, sets, runs in plan["datasets"]:
+            kind = f"{workload}-{fmt}" if fmt else workload
+            sets = sets + ["data.synthetic.valid=2"] + ([f"data.synthetic.format={fmt}"] if fmt else [])
+            data, why = self.dataset(f"pipeline-{kind}", None, deadline, sets, workload=workload)
             if data is None:
-                self.part(record, fmt, "FAIL", why)
+                self.part(record, kind, "FAIL", why)
                 continue
-            for batch, steps in plan["runs"]:
-                name = f"{fmt} b{batch}"
+            for batch, steps in runs:
+                name = f"{kind} b{batch}"
                 if self.remaining(deadline) < 10:
                     self.part(record, name, "SKIP", "out of time")
                     continue
-                out = os.path.join(self.logs, "pipeline", f"{fmt}-b{batch}.json")
-                cmd = [self.program("mlperf-bench"), "--backend", self.backend, "--set", plan["sets"][0], "--set",
+                out = os.path.join(self.logs, "pipeline", f"{kind}-b{batch}.json")
+                cmd = [self.program("mlperf-bench"), "--workload", workload, "--backend", self.backend, "--set",
                        f"train.batch_size={batch}", "--data", data, "--steps", str(steps), "--warmup",
                        str(plan["warmup"]), "--json", out] + self.backend_sets("bf16")
-                rc, text = self.run(cmd, f"pipeline/{fmt}-b{batch}.txt", self.remaining(deadline) - 3)
+                for s in sets:
+                    cmd += ["--set", s]
+                rc, text = self.run(cmd, f"pipeline/{kind}-b{batch}.txt", self.remaining(deadline) - 3)
                 result = read_json(out) if rc == 0 else None
                 if not result or "files" not in result:
                     self.part(record, name, "FAIL", ("timed out" if rc is None else f"exit {rc}") + tail_hint(text))
@@ -774,9 +783,10 @@ print(json.dumps(out))
                 figures = dict(train_s=files["train_s"], wait_s=files["wait_s"], read_s=files.get("read_s"),
                                readers=files.get("readers"), synthetic_train_s=synthetic["train_s"],
                                samples_per_s=batch / files["train_s"], wait_share=share)
-                results.append(dict(format=fmt, batch=batch, **figures))
-                alone = f"; {files['readers']} reader{'' if files['readers'] == 1 else 's'} alone {batch / files['read_s']:.1f} samples/s" \
-                    if files.get("read_s") else ""
+                results.append(dict(workload=workload, format=fmt, batch=batch, **figures))
+                readers = files.get("readers", 1)
+                alone = f"; {readers} reader{'' if readers == 1 else 's'} alone {batch / files['read_s']:.1f} " \
+                    "samples/s" if files.get("read_s") else ""
                 self.part(record, name, "PASS",
                           f"{batch / files['train_s']:.1f} samples/s from files ({batch / synthetic['train_s']:.1f} "
                           f"synthetic){alone}; the step waited {files['wait_s'] * 1e3:.2f} ms for its batch "
