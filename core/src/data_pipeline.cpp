@@ -98,6 +98,10 @@ ReadAhead read_ahead(int64_t configured, uint32_t batch) {
   return {readers, std::max(1u, (readers + batch - 1) / std::max(1u, batch))};
 }
 
+ReadAhead read_ahead(const Config& config, uint32_t batch) {
+  return read_ahead(static_cast<int64_t>(as_number("data.readers", config.get("data.readers"))), batch);
+}
+
 Datasets::Datasets(const MLPH_WorkloadApi* api, MLPH_Workload* workload, MLPH_Split split,
                    const MLPH_StorageHandle* storage, uint32_t readers, const char* what) {
   for (uint32_t r = 0; r < std::max(1u, readers); ++r) {

@@ -136,7 +136,7 @@ Timing time_graph(Session& session, const MLPH_Graph& graph, int steps, int warm
 }
 
 // --data: training steps on batches that the run's pipeline reads from the dataset's files (the
-// workload's reader, one batch ahead on a second thread, into the backend's input memory), in the
+// workload's reader on data.readers threads, ahead of the step, into the backend's input memory), in the
 // run's sample order, epoch after epoch as the steps need. Besides the step time, how long the steps
 // waited for their batches: the time the pipeline could not hide; and, first, the same batches read
 // with no step between them: how fast the reader alone goes, the rate the steps could reach.
@@ -149,8 +149,7 @@ struct FileTiming {
 FileTiming time_from_files(Session& session, const MLPH_Graph& graph, int steps, int warmup) {
   const MLPH_WorkloadApi* workload = session.workload_api();
   const uint32_t batch = session.info().local_batch_size;
-  const ReadAhead ahead =
-      read_ahead(static_cast<int64_t>(as_number("data.readers", session.config().get("data.readers"))), batch);
+  const ReadAhead ahead = read_ahead(session.config(), batch);
   const Datasets dataset(workload, session.workload(), MLPH_SPLIT_TRAIN, session.storage_handle(), ahead.readers,
                          "training data");
   FileTiming t;
@@ -239,7 +238,8 @@ void write_json(const std::string& path, Session& session, uint32_t batch, doubl
   out << fmt::format(" \"device\": {}, \"precision\": {},\n", json(device.name).text,
                      json(device.precision).text);
   if (files)
-    out << fmt::format(" \"files\": {{\"dir\": {}, \"samples\": {}, \"train_s\": {}, \"wait_s\": {}, \"read_s\": {}, \"readers\": {}}},\n",
+    out << fmt::format(" \"files\": {{\"dir\": {}, \"samples\": {}, \"train_s\": {}, \"wait_s\": {}, \"read_s\": {}, "
+                       "\"readers\": {}}},\n",
                        json(session.config().get("data.dir")).text, files->dataset_size, num(files->train_s),
                        num(files->wait_s), num(files->read_s), files->readers);
   out << fmt::format(" \"peak_precision\": \"{}\", \"peak_gflops\": {}, \"model\": {{\"train_s\": {}, \"eval_s\": "
@@ -350,8 +350,8 @@ int main(int argc, char** argv) {
       files = time_from_files(session, *graph, steps, warmup);
       fmt::print("from files ({}, {} samples): {} reader{} alone {:.3f} samples/s; train step {:.4f} s  {:.3f} "
                  "samples/s; waited for batches {:.4f} s per step ({:.1f}% of the step)\n",
-                 data_dir, files->dataset_size, files->readers, files->readers == 1 ? "" : "s", batch / files->read_s, files->train_s, batch / files->train_s,
-                 files->wait_s, 100 * files->wait_s / files->train_s);
+                 data_dir, files->dataset_size, files->readers, files->readers == 1 ? "" : "s", batch / files->read_s,
+                 files->train_s, batch / files->train_s, files->wait_s, 100 * files->wait_s / files->train_s);
     }
     std::cout << std::flush;
 

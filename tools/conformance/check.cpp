@@ -55,7 +55,6 @@ std::vector<MLPH_Tensor> views(std::vector<HostTensor>& tensors) {
 
 const MLPH_Value& value_of(const MLPH_Graph& graph, int32_t index) { return graph.values[index]; }
 
-// The largest error over matching tensors, and the first tensor over `tolerance` (for the reason).
 // Turns `now` (a parameter after training) into its update, now - init, and returns the update's
 // rounding floor (Observed::update_floors): relative_error of one ulp of every new parameter.
 double rounding_floor(HostTensor& now, const float* init) {
@@ -77,6 +76,7 @@ struct Worst {
   std::string failed;
 };
 
+// The largest error over matching tensors, and the first tensor over `tolerance` (for the reason).
 Worst worst(const std::vector<HostTensor>& actual, const std::vector<HostTensor>& expected,
             const std::vector<HostTensor>* noisy, double tolerance, const char* kind, std::vector<TensorError>& all,
             const std::vector<double>* floors = nullptr) {

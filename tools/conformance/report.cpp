@@ -36,7 +36,7 @@ std::string raised_by(const Row& row) {
       reasons += (reasons.empty() ? "" : ", ") + t.raised_by;
   return reasons;
 }
-bool noise_bounded(const Row& row) { return !raised_by(row).empty(); }
+bool bound_raised(const Row& row) { return !raised_by(row).empty(); }
 
 Cells cells(const Row& row) {
   return {row.op,
@@ -46,7 +46,7 @@ Cells cells(const Row& row) {
           error_text(row.update),
           row.tolerance > 0 ? fmt::format("{:.0e}{}{}", row.tolerance,
                                           row.update_tolerance ? fmt::format(", update {:.0e}", *row.update_tolerance) : "",
-                                          noise_bounded(row) ? " or " + raised_by(row) : "")
+                                          bound_raised(row) ? " or " + raised_by(row) : "")
                             : "-",
           verdict_text(row)};
 }
@@ -118,7 +118,7 @@ bool conforms(const Report& report) {
 std::string failed_tensors(const Report& report) {
   std::string out;
   for (const Row& row : report.rows) {
-    if ((row.verdict != Verdict::fail && !noise_bounded(row)) || row.tensors.empty()) continue;
+    if ((row.verdict != Verdict::fail && !bound_raised(row)) || row.tensors.empty()) continue;
     out += fmt::format("{} {}: every tensor's error and what it may be\n", row.op, row.description);
     for (const TensorError& t : row.tensors)
       out += fmt::format("  {:<8} {:<8} {:<10} {}{}\n", error_text(t.error), error_text(t.allowed), t.kind, t.name,

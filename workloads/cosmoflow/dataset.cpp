@@ -87,7 +87,7 @@ void CosmoDataset::refuse_bytes_past(const std::string& path, uint64_t end) cons
 
 // An npy sample's box_ read alone: whole (D) planes in one range, else per plane the rows of the box
 // with whole W rows (a W split cuts them here).
-CosmoDataset::Decoded CosmoDataset::read_npy_box(const std::string& path) const {
+DecodedSample CosmoDataset::read_npy_box(const std::string& path) const {
   const auto range = [&](uint64_t offset, std::vector<std::byte>& into) {
     sdk::read_range(host_, storage_, path, offset, into.size(), into.data(), "CosmoFlow data");
   };
@@ -103,7 +103,7 @@ CosmoDataset::Decoded CosmoDataset::read_npy_box(const std::string& path) const 
   const int64_t planes = whole_planes ? box_.size[0] : 1, rows = whole_planes ? e : box_.size[1];
   const Dims read_shape{planes, rows, e, 4}, extent{planes, rows, box_.size[2], 4};
   const Dims box_shape{box_.size[0], box_.size[1], box_.size[2], 4};
-  Decoded out{std::vector<int16_t>(static_cast<size_t>(sdk::spatial::volume(box_shape))), {}};
+  DecodedSample out{std::vector<int16_t>(static_cast<size_t>(sdk::spatial::volume(box_shape))), {}};
   std::vector<std::byte> bytes(static_cast<size_t>(sdk::spatial::volume(read_shape)) * sizeof(int16_t));
   std::vector<int16_t> values(bytes.size() / sizeof(int16_t));
   for (int64_t first = 0; first < box_.size[0]; first += planes) {
@@ -119,17 +119,17 @@ CosmoDataset::Decoded CosmoDataset::read_npy_box(const std::string& path) const 
   return out;
 }
 
-std::vector<CosmoDataset::Decoded> CosmoDataset::decode_file(size_t file_index) const {
+std::vector<DecodedSample> CosmoDataset::decode_file(size_t file_index) {
   const std::string& path = files_[file_index];
-  std::vector<Decoded> out;
+  std::vector<DecodedSample> out;
   try {
     const int64_t e = settings_.edge;
     if (settings_.format == "npy" && box_.size != std::array<int64_t, 3>{e, e, e} && sdk::has_read_range(storage_.api)) {
       out.push_back(read_npy_box(path));
     } else if (settings_.format == "npy") {
-      const std::vector<std::byte> data = read_file(path, max_npy_bytes(volume_bytes(settings_.edge)));
-      const std::vector<std::byte> label = read_file(npy_label_path(path), max_npy_bytes(kTargets * sizeof(float)));
-      Sample s = read_npy_sample(data, label, path, settings_.edge);
+      Sample s;
+      s.x.resize(volume_elements(settings_.edge));
+      decode_into(file_index, {s.x, s.y});
       out.push_back({cut(std::move(s.x)), s.y});
     } else {
       const std::vector<std::byte> file =
@@ -148,6 +148,7 @@ std::vector<CosmoDataset::Decoded> CosmoDataset::decode_file(size_t file_index) 
 
 // Whole samples, one per file, not kept: decoded straight into the batch's row, through one file
 // buffer that keeps its memory (no copy between, no fresh pages per sample): the pipeline's fast path.
+// decode_into reads the one sample of file `index` (sample `index`, one per file) whole into `out`.
 bool CosmoDataset::decodes_in_place() const {
   const int64_t e = settings_.edge;
   return !settings_.cache && box_.size == std::array<int64_t, 3>{e, e, e} &&
@@ -173,14 +174,14 @@ void CosmoDataset::decode_into(uint64_t index, const SampleView& out) {
 // Sample `index` (box_ of it) copied to x and y: kept, or decoded (with the rest of its file, kept
 // for the next sample) and kept when data.cache says so.
 void CosmoDataset::copy_sample(uint64_t index, int16_t* x, float* y) {
-  std::shared_ptr<const Decoded> kept = settings_.cache ? cache_->find(index, box_) : nullptr;
-  const Decoded* s = kept.get();
+  std::shared_ptr<const DecodedSample> kept = settings_.cache ? cache_->find(index, box_) : nullptr;
+  const DecodedSample* s = kept.get();
   if (!s) {
     const uint64_t per_file = settings_.format == "npy" ? 1 : static_cast<uint64_t>(settings_.records_per_file);
     const size_t file = static_cast<size_t>(index / per_file);
     if (last_file_.first != file) last_file_ = {file, decode_file(file)};
     s = &last_file_.second[index % per_file];
-    if (settings_.cache) cache_->keep(index, box_, std::make_shared<const Decoded>(*s));
+    if (settings_.cache) cache_->keep(index, box_, std::make_shared<const DecodedSample>(*s));
   }
   std::memcpy(x, s->x.data(), s->x.size() * sizeof(int16_t));
   std::memcpy(y, s->y.data(), s->y.size() * sizeof(float));

@@ -27,7 +27,7 @@ struct VolumeBox {
 // A decoded sample: the box of its volume and its targets.
 struct DecodedSample {
   std::vector<int16_t> x;
-  std::array<float, 4> y;
+  std::array<float, kTargets> y;
 };
 
 // data.cache: decoded samples kept after first use, one cache per split of a workload, shared by the
@@ -56,13 +56,12 @@ class CosmoDataset final : public sdk::Dataset {
                  const MLPH_SamplePart& part) override;
 
  private:
-  using Decoded = DecodedSample;
   void read_box(const uint64_t* indices, size_t n, MLPH_Tensor* inputs, size_t n_inputs, const VolumeBox& box);
   bool decodes_in_place() const;
   void decode_into(uint64_t index, const SampleView& out);
   std::vector<std::byte> read_file(const std::string& path, size_t max_bytes) const;
-  std::vector<Decoded> decode_file(size_t file_index) const;
-  Decoded read_npy_box(const std::string& path) const;
+  std::vector<DecodedSample> decode_file(size_t file_index);
+  DecodedSample read_npy_box(const std::string& path) const;
   void refuse_bytes_past(const std::string& path, uint64_t end) const;
   std::vector<int16_t> cut(std::vector<int16_t> volume) const;
   void copy_sample(uint64_t index, int16_t* x, float* y);
@@ -74,7 +73,7 @@ class CosmoDataset final : public sdk::Dataset {
   uint64_t samples_ = 0;
   VolumeBox box_;                         // what the decoded samples below hold (a new box clears them)
   std::shared_ptr<SampleCache> cache_;    // data.cache
-  std::pair<size_t, std::vector<Decoded>> last_file_{SIZE_MAX, {}};  // multi-record files decode once
+  std::pair<size_t, std::vector<DecodedSample>> last_file_{SIZE_MAX, {}};  // multi-record files decode once
   std::vector<std::byte> file_bytes_;  // decode_into's file, its memory kept from one sample to the next
 };
 

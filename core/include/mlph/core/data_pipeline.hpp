@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "mlph/backend.h"
+#include "mlph/core/config.hpp"
 #include "mlph/sdk/spatial.hpp"
 #include "mlph/workload.h"
 
@@ -59,6 +60,8 @@ struct ReadAhead {
 // Slurm or mpirun bind it), 1 to kMaxReaders; batches ahead: enough to give every reader a sample.
 constexpr uint32_t kMaxReaders = 8;
 ReadAhead read_ahead(int64_t configured, uint32_t batch);
+// The same from a run's configuration (its data.readers).
+ReadAhead read_ahead(const Config& config, uint32_t batch);
 
 // One split of the dataset opened once per reader.
 class Datasets {
