@@ -247,10 +247,10 @@ void write_json(const std::string& path, Session& session, uint32_t batch, doubl
                      peak.precision, num(peak.gflops), num(model.train_s), num(model.eval_s));
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto& [layer, t] = layers[i];
-    out << fmt::format("{}\n  {{\"name\": \"{}\", \"forward_flops\": {}, \"train_flops\": {}, \"eval_s\": {}, "
-                       "\"train_s\": {}}}",
-                       i ? "," : "", layer.name, num(layer.forward_flops), num(layer.train_flops()), num(t.eval_s),
-                       num(t.train_s));
+    out << fmt::format("{}\n  {{\"name\": \"{}\", \"kind\": \"{}\", \"forward_flops\": {}, \"train_flops\": {}, "
+                       "\"eval_s\": {}, \"train_s\": {}}}",
+                       i ? "," : "", layer.name, layer.kind, num(layer.forward_flops), num(layer.train_flops()),
+                       num(t.eval_s), num(t.train_s));
   }
   out << "]}\n";
   if (!out) throw std::runtime_error("cannot write " + path);
