@@ -14,10 +14,16 @@ struct LossScale {
   int32_t good_steps;
 };
 
-// backend.profile's names and work of a node: its op, and the FLOPs of one convolution or matmul pass.
-std::string op_name(sdk::host::OpKind kind) {
+// backend.profile's kind of a node, as mlperf-bench --layers names its rows (a conv is 1x1 or depthwise
+// where it is one), and the FLOPs of one convolution or matmul pass.
+std::string kind_of(const sdk::host::Node& n) {
+  using sdk::host::OpKind;
+  const sdk::host::Window& w = n.window;
+  if (n.kind == OpKind::conv && w.groups > 1 && w.groups == w.in_channels) return "depthwise";
+  if (n.kind == OpKind::conv && w.taps() == 1) return "1x1";
+  if (n.kind == OpKind::relu || n.kind == OpKind::leaky_relu || n.kind == OpKind::tanh) return "activation";
   for (const auto& op : sdk::host::detail::kOps)
-    if (op.kind == kind) return std::string(op.name);
+    if (op.kind == n.kind) return std::string(op.name);
   return "op";
 }
 double pass_flops(const sdk::host::Node& n) {
@@ -174,7 +180,7 @@ void CudaModel::run_task(const Task& task) {
   const auto k = static_cast<size_t>(task.index);
   const bool node = task.kind == Task::Kind::forward || task.kind == Task::Kind::backward;
   if (profiler_ && (node || task.kind == Task::Kind::update))
-    profiler_->begin(stream(), node ? program_.nodes[k].name : "update", node ? op_name(program_.nodes[k].kind) : "update",
+    profiler_->begin(stream(), node ? program_.nodes[k].name : "update", node ? kind_of(program_.nodes[k]) : "update",
                      task.kind == Task::Kind::forward ? "forward" : task.kind == Task::Kind::backward ? "backward" : "update",
                      node ? pass_flops(program_.nodes[k]) : 0);
   run_one(task, k);

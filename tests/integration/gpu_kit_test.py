@@ -61,6 +61,19 @@ class Decisions(unittest.TestCase):
         self.assertEqual(d["winner"], "slow")
         self.assertIsNone(d["by"])
 
+    def test_cudnns_algorithms_are_one_family_and_each_case_keeps_its_own_winner(self):
+        d = profile.from_probe([row("fwd", "cudnn algo 1 bf16", 3.0, 1e-3), row("fwd", "cudnn algo 6 bf16", 2.0, 1e-3),
+                                row("bwd", "cudnn algo 0 bf16", 4.0, 1e-3), row("fwd", "ours", 2.5, 1e-3),
+                                row("bwd", "ours", 1.0, 2e-3), row("fwd", "cublasLt first split-K on", 1.5, 1e-3)])
+        self.assertEqual(d["winner"], "ours")  # 3.5 ms against cudnn's 2 + 4; cuBLASLt ran forward only
+        self.assertAlmostEqual(d["by"], 6.0 / 3.5)
+        self.assertEqual(d["runner_up"], "cudnn bf16")
+        self.assertEqual(d["cases"]["fwd"]["winner"], "cublasLt first split-K on")
+        self.assertAlmostEqual(d["cases"]["fwd"]["by"], 2.0 / 1.5)  # over cudnn's algo 6
+        self.assertEqual(d["cases"]["fwd"]["runner_up"], "cudnn algo 6 bf16")
+        self.assertIn("  fwd: cublasLt first split-K on by 1.33x over cudnn algo 6 bf16, error 0.001",
+                      profile.decision_lines({"1x1": d}))
+
     def test_without_the_probe_ours_and_pytorch_layers_of_a_kind_decide(self):
         cases = {"cosmoflow-b1": dict(status="PASS", by_kind={"batch_norm": 3.0, "conv": 10.0}),
                  "deepcam-b1": dict(status="PASS", by_kind={"batch_norm": 1.0, "depthwise": 2.0})}
@@ -112,6 +125,38 @@ class Ncu(unittest.TestCase):
         self.assertIn("Firecracker runtime only; this one is gVisor", profile.ncu_refusal("gVisor", "/usr/bin/ncu"))
         self.assertEqual(profile.ncu_refusal("Firecracker", None), "ncu not found")
         self.assertIsNone(profile.ncu_refusal("Firecracker", "/usr/bin/ncu"))
+
+
+def call(step, node, kind, name, ms, pass_="forward"):
+    return dict(node=node, kind=kind, **{"pass": pass_}, call=name, step=step, ms=ms, bytes=None, flops=None, share=None)
+
+
+class NodesJson(unittest.TestCase):
+    """The backend's nodes.json (profile_report.cpp's layout) read by the profile step."""
+    NODES = dict(eager_step_ms=9.0, graph_step_ms=5.0, calls=[
+        call(1, "conv1", "conv", "cudnnConvolutionForward", 50.0), call(1, "conv1", "conv", "node", 60.0),
+        call(2, "conv1", "conv", "cudnnConvolutionForward", 3.0), call(2, "conv1", "conv", "convert", 0.5),
+        call(2, "conv1", "conv", "node", 3.5), call(2, "bn1", "batch_norm", "cudnnBatchNormalizationBackward", 4.0,
+                                                    "backward"),
+        call(2, "bn1", "batch_norm", "node", 4.5, "backward"), call(2, "bn1", "batch_norm", "node", 1.0)])
+
+    def test_kinds_sum_the_whole_nodes_of_the_last_step(self):
+        self.assertEqual(profile.node_kinds(self.NODES), {"batch_norm": 5.5, "conv": 3.5})
+
+    def test_the_top_calls_are_the_last_steps_library_calls(self):
+        top = profile.top_calls(self.NODES, 2)
+        self.assertEqual([(c["node"], c["call"]) for c in top],
+                         [("bn1", "cudnnBatchNormalizationBackward"), ("conv1", "cudnnConvolutionForward")])
+
+    def test_a_case_takes_its_kinds_from_the_nodes_where_there_are_some(self):
+        bench = dict(model=dict(train_s=0.01), layers=[])
+        find = dict(rows=[dict(status="success", allowed=True, chosen=True), dict(status="success", allowed=False),
+                          dict(status="failed", allowed=False)])
+        summary = profile.case_summary(bench, self.NODES, find)
+        self.assertEqual(summary["source"], "nodes")
+        self.assertEqual(summary["step_ms"], 10.0)
+        self.assertEqual(summary["graph_step_ms"], 5.0)
+        self.assertEqual(summary["find"], dict(rows=3, chosen=1, refused_by_rule=1))
 
 
 class LayerKinds(unittest.TestCase):

@@ -17,6 +17,7 @@ import csv
 import io
 import math
 import os
+import re
 
 from ..common import ROOT, find_tool, read_json, tail_hint, write_json
 from ..sizes import PROFILE_SIZES
@@ -140,17 +141,27 @@ def layer_kinds(layers):
     return dict(sorted(kinds.items(), key=lambda kv: -kv[1]))
 
 
+def last_step(nodes):
+    """The rows of the last profiled eager step (the first one initializes the libraries)."""
+    calls = nodes.get("calls", [])
+    step = max((r["step"] for r in calls), default=0)
+    return [r for r in calls if r["step"] == step]
+
+
 def node_kinds(nodes):
-    """ms per node kind (forward and backward together) from the backend's nodes.json."""
+    """ms per node kind (forward, backward and the update together) in the last profiled step, from the
+    whole nodes' rows (call "node") of the backend's nodes.json."""
     kinds = {}
-    for row in nodes.get("calls", []):
-        kinds[row["kind"]] = kinds.get(row["kind"], 0.0) + row["ms"]
+    for row in last_step(nodes):
+        if row["call"] == "node" and finite(row.get("ms")):
+            kinds[row["kind"]] = kinds.get(row["kind"], 0.0) + row["ms"]
     return dict(sorted(kinds.items(), key=lambda kv: -kv[1]))
 
 
 def top_calls(nodes, n):
-    rows = sorted(nodes.get("calls", []), key=lambda r: -r["ms"])[:n]
-    return [dict(node=r["node"], pass_=r["pass"], call=r["call"], ms=r["ms"], share=r.get("share")) for r in rows]
+    """The `n` slowest library calls and kernels of the last profiled step."""
+    rows = sorted((r for r in last_step(nodes) if r["call"] != "node" and finite(r.get("ms"))), key=lambda r: -r["ms"])
+    return [dict(node=r["node"], pass_=r["pass"], call=r["call"], ms=r["ms"], share=r.get("share")) for r in rows[:n]]
 
 
 # -- part 2: mlph-cuda-probe ----------------------------------------------------------------------------------
@@ -307,28 +318,41 @@ def decide(probe, cases, pytorch):
     return out
 
 
+def family(variant):
+    """A variant's family: cuDNN's algorithms of a pass are one choice ("cudnn algo 6 bf16" -> "cudnn bf16")."""
+    return re.sub(r" algo \d+", "", variant)
+
+
 def from_probe(variants):
-    """The probe's rows (case, variant, ms, error, status): the variant fastest in total over the cases it
-    was measured on all of, among those within MAX_ERROR on each."""
-    cases = sorted({v["case"] for v in variants})
-    totals, errors = {}, {}
+    """The probe's rows (case, variant, status, ms, error). Per case, each family's fastest variant within
+    MAX_ERROR (a failed or unwired one, or one with no error measured, cannot win); the decision's winner is
+    the family fastest in total over the cases every eligible family ran, by the runner-up's total over its
+    own, with its worst error there. Each case's own winner is kept under "cases"."""
+    best = {}  # case -> family -> (ms, error, variant)
     for v in variants:
-        ok = v.get("status") == "ok" and v.get("ms") is not None and finite(v.get("error")) and \
-            v["error"] <= MAX_ERROR
-        entry = totals.setdefault(v["variant"], [0.0, 0, True])
-        entry[0] += v["ms"] if ok else 0.0
-        entry[1] += 1 if ok else 0
-        entry[2] = entry[2] and ok
-        errors[v["variant"]] = max(errors.get(v["variant"], 0.0), v["error"] if finite(v.get("error")) else math.inf)
-    eligible = sorted(((t[0], name) for name, t in totals.items() if t[2] and t[1] == len(cases)))
-    result = dict(source="probe", cases=cases, variants={n: dict(ms=t[0] if t[2] else None, error=errors[n])
-                                                         for n, t in totals.items()})
-    if not eligible:
+        if v.get("status") != "ok" or not finite(v.get("ms")) or not finite(v.get("error")) or v["error"] > MAX_ERROR:
+            continue
+        entry = best.setdefault(v["case"], {})
+        f = family(v["variant"])
+        if f not in entry or v["ms"] < entry[f][0]:
+            entry[f] = (v["ms"], v["error"], v["variant"])
+    cases = {}
+    for case, families in sorted(best.items()):
+        ranked = sorted(families.items(), key=lambda kv: kv[1][0])
+        (winner, (ms, error, variant)), runner_up = ranked[0], ranked[1] if len(ranked) > 1 else None
+        cases[case] = dict(winner=variant, ms=ms, error=error, runner_up=runner_up[1][2] if runner_up else None,
+                           by=runner_up[1][0] / ms if runner_up and ms > 0 else None)
+    everywhere = [f for f in {f for families in best.values() for f in families}
+                  if all(f in families for families in best.values())]
+    totals = sorted((sum(best[c][f][0] for c in best), f) for f in everywhere)
+    result = dict(source="probe", cases=cases, families={f: dict(ms=t, error=max(best[c][f][1] for c in best))
+                                                         for t, f in totals})
+    if not totals:
         return dict(result, winner=None, reason="no variant measured within the error bound on every case")
-    (best, winner), runner_up = eligible[0], eligible[1] if len(eligible) > 1 else None
-    return dict(result, winner=winner, ms=best, error=errors[winner],
+    (ms, winner), runner_up = totals[0], totals[1] if len(totals) > 1 else None
+    return dict(result, winner=winner, ms=ms, error=result["families"][winner]["error"],
                 runner_up=runner_up[1] if runner_up else None,
-                by=runner_up[0] / best if runner_up and best > 0 else None)
+                by=runner_up[0] / ms if runner_up and ms > 0 else None)
 
 
 def from_layers(kinds, cases, pytorch):
@@ -367,6 +391,9 @@ def decision_lines(decisions):
         by = f" by {d['by']:.2f}x" + (f" over {d['runner_up']}" if d.get("runner_up") else "") if d.get("by") else ""
         error = f", error {d['error']:.2g} against fp32" if finite(d.get("error")) else ", error unknown"
         lines.append(f"{name}: {d['winner']}{by}{error} ({d['source']})")
+        for case, c in d.get("cases", {}).items():
+            if c.get("by"):
+                lines.append(f"  {case}: {c['winner']} by {c['by']:.2f}x over {c['runner_up']}, error {c['error']:.2g}")
     return lines
 
 
