@@ -56,10 +56,11 @@ std::string find_json(const std::vector<FindRow>& rows) {
 std::string nodes_json(const std::vector<CallTime>& calls, const Ceilings& ceilings,
                        const std::vector<double>& eager_step_ms, const std::vector<double>& graph_step_ms) {
   std::string out = "{\"ceilings\": {\"copy_gb_s\": " + number(ceilings.copy_gb_s) +
-                    ", \"tensor_tflop_s\": " + number(ceilings.tensor_tflop_s) + "}, \"eager_steps_ms\": " +
-                    list(eager_step_ms) + ", \"graph_steps_ms\": " + list(graph_step_ms) + ",\n \"eager_step_ms\": " +
-                    (eager_step_ms.empty() ? "null" : number(eager_step_ms.back())) + ", \"graph_step_ms\": " +
-                    (graph_step_ms.empty() ? "null" : number(graph_step_ms.back())) + ",\n \"calls\": [";
+                    ", \"tensor_tflop_s\": " + number(ceilings.tensor_tflop_s) +
+                    "}, \"eager_steps_ms\": " + list(eager_step_ms) + ", \"graph_steps_ms\": " + list(graph_step_ms) +
+                    ",\n \"eager_step_ms\": " + (eager_step_ms.empty() ? "null" : number(eager_step_ms.back())) +
+                    ", \"graph_step_ms\": " + (graph_step_ms.empty() ? "null" : number(graph_step_ms.back())) +
+                    ",\n \"calls\": [";
   for (size_t i = 0; i < calls.size(); ++i) {
     const CallTime& c = calls[i];
     const double share = achieved_share(c, ceilings);

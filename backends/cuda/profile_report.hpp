@@ -16,12 +16,12 @@ namespace mlph::cuda {
 struct FindRow {
   std::string node, pass;  // pass: forward, backward_data, backward_filter
   int algo = 0;
-  bool ok = false;          // status == CUDNN_STATUS_SUCCESS
+  bool ok = false;  // status == CUDNN_STATUS_SUCCESS
   float time_ms = 0;
   size_t workspace = 0;
-  std::string math;         // fma, tensor, tensor_allow_conversion
+  std::string math;  // fma, tensor, tensor_allow_conversion
   bool deterministic = false;
-  bool allowed = false;     // plan::allowed under the run's rule
+  bool allowed = false;  // plan::allowed under the run's rule
   bool chosen = false;
 };
 

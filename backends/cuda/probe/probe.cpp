@@ -222,7 +222,8 @@ plan::ConvPlan conv_plan(const ConvCase& c, int64_t in_channels, int64_t out_cha
   const int spatial = static_cast<int>(c.in.size()) - 2;
   std::vector<int64_t> in = c.in, out = c.in;
   in.back() = in_channels;
-  for (int d = 0; d < spatial; ++d) out[static_cast<size_t>(d) + 1] = (in[static_cast<size_t>(d) + 1] + 2 * c.pad - c.kernel) / c.stride + 1;
+  for (int d = 0; d < spatial; ++d)
+    out[static_cast<size_t>(d) + 1] = (in[static_cast<size_t>(d) + 1] + 2 * c.pad - c.kernel) / c.stride + 1;
   out.back() = out_channels;
   p.spatial = spatial;
   p.in = plan::channels_last(in);
@@ -250,10 +251,17 @@ struct Conv {
   size_t x_count, y_count, w_count;
   Device x, y, w, dx, dy, dw;
   Conv(const ConvCase& c, int64_t ci, int64_t co, plan::DType t, cudnnMathType_t math)
-      : plan(conv_plan(c, ci, co)), type(t),
-        x_count(static_cast<size_t>(product(dims_of(plan.in)))), y_count(static_cast<size_t>(product(dims_of(plan.out)))),
+      : plan(conv_plan(c, ci, co)),
+        type(t),
+        x_count(static_cast<size_t>(product(dims_of(plan.in)))),
+        y_count(static_cast<size_t>(product(dims_of(plan.out)))),
         w_count(static_cast<size_t>(plan.filter.rows * plan.filter.cols)),
-        x(x_count * 4), y(y_count * 4), w(w_count * 4), dx(x_count * 4), dy(y_count * 4), dw(w_count * 4) {
+        x(x_count * 4),
+        y(y_count * 4),
+        w(w_count * 4),
+        dx(x_count * 4),
+        dy(y_count * 4),
+        dw(w_count * 4) {
     d.x = runtime::TensorDescriptor(kWhere, plan.in, type, "x");
     d.y = runtime::TensorDescriptor(kWhere, plan.out, type, "y");
     d.w = runtime::FilterDescriptor(kWhere, plan.filter, type, "w");
@@ -267,7 +275,8 @@ struct Conv {
   void load(const Device& into, size_t count, unsigned seed, size_t channels, size_t real) const {
     Device f32(count * 4);
     fill(f32, count, seed, channels, real);
-    check(kWhere, convert(nullptr, static_cast<int64_t>(count), FloatType::f32, f32.get(), float_type(type), into.get()),
+    check(kWhere,
+          convert(nullptr, static_cast<int64_t>(count), FloatType::f32, f32.get(), float_type(type), into.get()),
           "convert");
   }
   static FloatType float_type(plan::DType t) {
@@ -282,21 +291,24 @@ void run_pass(runtime::CudnnHandle& h, Conv& c, runtime::ConvPass pass, int algo
   const auto p = static_cast<size_t>(pass);
   switch (pass) {
     case runtime::ConvPass::forward:
-      check(kWhere, cudnnConvolutionForward(h.get(), &kOne, c.d.x.get(), c.x.get(), c.d.w.get(), c.w.get(), c.d.pass[p].get(),
-                                            static_cast<cudnnConvolutionFwdAlgo_t>(algo), ws, ws_bytes, &kZero,
-                                            c.d.y.get(), c.y.get()),
+      check(kWhere,
+            cudnnConvolutionForward(h.get(), &kOne, c.d.x.get(), c.x.get(), c.d.w.get(), c.w.get(), c.d.pass[p].get(),
+                                    static_cast<cudnnConvolutionFwdAlgo_t>(algo), ws, ws_bytes, &kZero, c.d.y.get(),
+                                    c.y.get()),
             "cudnnConvolutionForward");
       break;
     case runtime::ConvPass::backward_data:
-      check(kWhere, cudnnConvolutionBackwardData(h.get(), &kOne, c.d.w.get(), c.w.get(), c.d.y.get(), c.dy.get(),
-                                                 c.d.pass[p].get(), static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), ws,
-                                                 ws_bytes, &kZero, c.d.x.get(), c.dx.get()),
+      check(kWhere,
+            cudnnConvolutionBackwardData(h.get(), &kOne, c.d.w.get(), c.w.get(), c.d.y.get(), c.dy.get(),
+                                         c.d.pass[p].get(), static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), ws,
+                                         ws_bytes, &kZero, c.d.x.get(), c.dx.get()),
             "cudnnConvolutionBackwardData");
       break;
     case runtime::ConvPass::backward_filter:
-      check(kWhere, cudnnConvolutionBackwardFilter(h.get(), &kOne, c.d.x.get(), c.x.get(), c.d.y.get(), c.dy.get(),
-                                                   c.d.pass[p].get(), static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ws,
-                                                   ws_bytes, &kZero, c.d.w.get(), c.dw.get()),
+      check(kWhere,
+            cudnnConvolutionBackwardFilter(h.get(), &kOne, c.d.x.get(), c.x.get(), c.d.y.get(), c.dy.get(),
+                                           c.d.pass[p].get(), static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ws,
+                                           ws_bytes, &kZero, c.d.w.get(), c.dw.get()),
             "cudnnConvolutionBackwardFilter");
       break;
   }
@@ -397,9 +409,21 @@ struct Norm {
   runtime::TensorDescriptor x, params;
   Device xs, ys, dys, dxs, scale, bias, mean, var, save_mean, save_var, dscale, dbias;
   Norm(const NormCase& c, plan::DType t)
-      : type(t), count(static_cast<size_t>(product(c.x))), channels(c.x.back()), xs(count * 4), ys(count * 4), dys(count * 4),
-        dxs(count * 4), scale(4 * channels), bias(4 * channels), mean(4 * channels), var(4 * channels),
-        save_mean(4 * channels), save_var(4 * channels), dscale(4 * channels), dbias(4 * channels) {
+      : type(t),
+        count(static_cast<size_t>(product(c.x))),
+        channels(c.x.back()),
+        xs(count * 4),
+        ys(count * 4),
+        dys(count * 4),
+        dxs(count * 4),
+        scale(4 * channels),
+        bias(4 * channels),
+        mean(4 * channels),
+        var(4 * channels),
+        save_mean(4 * channels),
+        save_var(4 * channels),
+        dscale(4 * channels),
+        dbias(4 * channels) {
     const int64_t n = c.x.front(), positions = product(c.x, 1) / channels;
     plan::TensorDesc d;
     d.rank = 4;
@@ -418,51 +442,58 @@ struct Norm {
   }
   std::vector<std::vector<float>> outputs() const {
     const FloatType ft = Conv::float_type(type);
-    return {to_host(ys.get(), count, ft), to_host(dxs.get(), count, ft), to_host(dscale.get(), static_cast<size_t>(channels)),
-            to_host(dbias.get(), static_cast<size_t>(channels))};
+    return {to_host(ys.get(), count, ft), to_host(dxs.get(), count, ft),
+            to_host(dscale.get(), static_cast<size_t>(channels)), to_host(dbias.get(), static_cast<size_t>(channels))};
   }
 };
 
 void norm_plain(Probe& ctx, Norm& b, cudnnBatchNormMode_t mode) {
-  check(kWhere, cudnnBatchNormalizationForwardTraining(ctx.cudnn.get(), mode, &kOne, &kZero, b.x.get(), b.xs.get(), b.x.get(),
-                                                       b.ys.get(), b.params.get(), b.scale.get(), b.bias.get(), 0.1,
-                                                       b.mean.get(), b.var.get(), 1e-5, b.save_mean.get(), b.save_var.get()),
+  check(kWhere,
+        cudnnBatchNormalizationForwardTraining(ctx.cudnn.get(), mode, &kOne, &kZero, b.x.get(), b.xs.get(), b.x.get(),
+                                               b.ys.get(), b.params.get(), b.scale.get(), b.bias.get(), 0.1,
+                                               b.mean.get(), b.var.get(), 1e-5, b.save_mean.get(), b.save_var.get()),
         "cudnnBatchNormalizationForwardTraining");
-  check(kWhere, cudnnBatchNormalizationBackward(ctx.cudnn.get(), mode, &kOne, &kZero, &kOne, &kZero, b.x.get(), b.xs.get(),
-                                                b.x.get(), b.dys.get(), b.x.get(), b.dxs.get(), b.params.get(), b.scale.get(),
-                                                b.dscale.get(), b.dbias.get(), 1e-5, b.save_mean.get(), b.save_var.get()),
+  check(kWhere,
+        cudnnBatchNormalizationBackward(ctx.cudnn.get(), mode, &kOne, &kZero, &kOne, &kZero, b.x.get(), b.xs.get(),
+                                        b.x.get(), b.dys.get(), b.x.get(), b.dxs.get(), b.params.get(), b.scale.get(),
+                                        b.dscale.get(), b.dbias.get(), 1e-5, b.save_mean.get(), b.save_var.get()),
         "cudnnBatchNormalizationBackward");
 }
 
 void norm_ex(Probe& ctx, Norm& b, Device& ws, Device& reserve) {
   const cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
   const cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN;
-  check(kWhere, cudnnBatchNormalizationForwardTrainingEx(
-                    ctx.cudnn.get(), mode, ops, &kOne, &kZero, b.x.get(), b.xs.get(), nullptr, nullptr, b.x.get(), b.ys.get(),
-                    b.params.get(), b.scale.get(), b.bias.get(), 0.1, b.mean.get(), b.var.get(), 1e-5, b.save_mean.get(),
-                    b.save_var.get(), nullptr, ws.get(), ws.bytes, reserve.get(), reserve.bytes),
+  check(kWhere,
+        cudnnBatchNormalizationForwardTrainingEx(
+            ctx.cudnn.get(), mode, ops, &kOne, &kZero, b.x.get(), b.xs.get(), nullptr, nullptr, b.x.get(), b.ys.get(),
+            b.params.get(), b.scale.get(), b.bias.get(), 0.1, b.mean.get(), b.var.get(), 1e-5, b.save_mean.get(),
+            b.save_var.get(), nullptr, ws.get(), ws.bytes, reserve.get(), reserve.bytes),
         "cudnnBatchNormalizationForwardTrainingEx");
-  check(kWhere, cudnnBatchNormalizationBackwardEx(
-                    ctx.cudnn.get(), mode, ops, &kOne, &kZero, &kOne, &kZero, b.x.get(), b.xs.get(), nullptr, nullptr,
-                    b.x.get(), b.dys.get(), nullptr, nullptr, b.x.get(), b.dxs.get(), b.params.get(), b.scale.get(),
-                    b.bias.get(), b.dscale.get(), b.dbias.get(), 1e-5, b.save_mean.get(), b.save_var.get(), nullptr,
-                    ws.get(), ws.bytes, reserve.get(), reserve.bytes),
+  check(kWhere,
+        cudnnBatchNormalizationBackwardEx(ctx.cudnn.get(), mode, ops, &kOne, &kZero, &kOne, &kZero, b.x.get(),
+                                          b.xs.get(), nullptr, nullptr, b.x.get(), b.dys.get(), nullptr, nullptr,
+                                          b.x.get(), b.dxs.get(), b.params.get(), b.scale.get(), b.bias.get(),
+                                          b.dscale.get(), b.dbias.get(), 1e-5, b.save_mean.get(), b.save_var.get(),
+                                          nullptr, ws.get(), ws.bytes, reserve.get(), reserve.bytes),
         "cudnnBatchNormalizationBackwardEx");
 }
 
 size_t ex_workspace(Probe& ctx, Norm& b, size_t* reserve) {
   const cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
   size_t forward = 0, backward = 0;
-  check(kWhere, cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(ctx.cudnn.get(), mode, CUDNN_BATCHNORM_OPS_BN,
-                                                                        b.x.get(), nullptr, b.x.get(), b.params.get(),
-                                                                        nullptr, &forward),
-        "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize");
-  check(kWhere, cudnnGetBatchNormalizationBackwardExWorkspaceSize(ctx.cudnn.get(), mode, CUDNN_BATCHNORM_OPS_BN, b.x.get(),
-                                                                 nullptr, b.x.get(), nullptr, b.x.get(), b.params.get(),
-                                                                 nullptr, &backward),
+  check(
+      kWhere,
+      cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(ctx.cudnn.get(), mode, CUDNN_BATCHNORM_OPS_BN, b.x.get(),
+                                                               nullptr, b.x.get(), b.params.get(), nullptr, &forward),
+      "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize");
+  check(kWhere,
+        cudnnGetBatchNormalizationBackwardExWorkspaceSize(ctx.cudnn.get(), mode, CUDNN_BATCHNORM_OPS_BN, b.x.get(),
+                                                          nullptr, b.x.get(), nullptr, b.x.get(), b.params.get(),
+                                                          nullptr, &backward),
         "cudnnGetBatchNormalizationBackwardExWorkspaceSize");
-  check(kWhere, cudnnGetBatchNormalizationTrainingExReserveSpaceSize(ctx.cudnn.get(), mode, CUDNN_BATCHNORM_OPS_BN, nullptr,
-                                                                     b.x.get(), reserve),
+  check(kWhere,
+        cudnnGetBatchNormalizationTrainingExReserveSpaceSize(ctx.cudnn.get(), mode, CUDNN_BATCHNORM_OPS_BN, nullptr,
+                                                             b.x.get(), reserve),
         "cudnnGetBatchNormalizationTrainingExReserveSpaceSize");
   return std::max(forward, backward);
 }
@@ -511,8 +542,8 @@ void pointwise(Probe& ctx, std::vector<Row>& rows) {
   for (const ConvCase& c : kPointwiseCases) {
     conv_algorithms("1x1", c, ctx.cudnn, rows);
     Conv ref(c, c.in.back(), c.out_channels, plan::DType::f32, CUDNN_FMA_MATH);
-    const runtime::ConvCandidates heuristic = runtime::find_algorithms(kWhere, ctx.cudnn.get(), ref.d,
-                                                                       runtime::ConvPass::forward, true, "fp32");
+    const runtime::ConvCandidates heuristic =
+        runtime::find_algorithms(kWhere, ctx.cudnn.get(), ref.d, runtime::ConvPass::forward, true, "fp32");
     Device ws(runtime::workspace_bytes(kWhere, ctx.cudnn.get(), ref.d, runtime::ConvPass::forward,
                                        heuristic.candidates.front().algo, "fp32"));
     run_pass(ctx.cudnn, ref, runtime::ConvPass::forward, heuristic.candidates.front().algo, ws.get(), ws.bytes);
@@ -526,12 +557,14 @@ void pointwise(Probe& ctx, std::vector<Row>& rows) {
         plan::AlgorithmRule rule;
         rule.cublaslt_split_k = split_k;
         rule.workspace_cap = size_t{256} << 20;
-        runtime::Matmul::Setup setup{plan::Gemm{true, false, c.out_channels, positions, c.in.back(), c.in.back(),
-                                                c.in.back(), c.out_channels},
-                                     plan::DType::bf16, plan::MathMode::tensor_op, false, &rule};
+        runtime::Matmul::Setup setup{
+            plan::Gemm{true, false, c.out_channels, positions, c.in.back(), c.in.back(), c.in.back(), c.out_channels},
+            plan::DType::bf16, plan::MathMode::tensor_op, false, &rule};
         runtime::Matmul mm(kWhere, ctx.lt.get(), setup, "1x1 as a GEMM");
         Device mws(mm.workspace()), out(half.y_count * 4);
-        row.ms = median_ms([&] { mm.run(kWhere, ctx.lt.get(), half.w.get(), half.x.get(), out.f(), false, mws.get(), nullptr, "1x1"); });
+        row.ms = median_ms([&] {
+          mm.run(kWhere, ctx.lt.get(), half.w.get(), half.x.get(), out.f(), false, mws.get(), nullptr, "1x1");
+        });
         row.error = error_of({to_host(out.get(), half.y_count)}, expected);
       } catch (const sdk::Error& e) {
         row.status = std::string("failed: ") + e.what();
@@ -555,7 +588,8 @@ void padding(Probe& ctx, std::vector<Row>& rows) {
   };
   for (const Pad& p : pads) {
     std::vector<float> unpadded, padded;
-    Row a{"padding", p.conv.name, std::to_string(p.from) + " channels"}, b{"padding", p.conv.name, std::to_string(p.to) + " channels"};
+    Row a{"padding", p.conv.name, std::to_string(p.from) + " channels"},
+        b{"padding", p.conv.name, std::to_string(p.to) + " channels"};
     try {
       a.ms = best_conv_ms(p.conv, p.from, p.conv.out_channels, ctx.cudnn, &unpadded);
       ConvCase wide = p.conv;
@@ -585,8 +619,8 @@ constexpr Decision kVariants[] = {
 std::string report(const std::string& device, const Ceilings& c, const std::vector<Row>& rows) {
   std::ostringstream out;
   out << "{\"device\": " << json_text(device) << ", \"ceilings\": {\"d2d_gb_s\": " << json_num(c.d2d_gb_s)
-      << ", \"h2d_pinned_gb_s\": " << json_num(c.h2d_pinned_gb_s) << ", \"bf16_gemm_tflop_s\": "
-      << json_num(c.bf16_gemm_tflop_s) << "},\n \"decisions\": {";
+      << ", \"h2d_pinned_gb_s\": " << json_num(c.h2d_pinned_gb_s)
+      << ", \"bf16_gemm_tflop_s\": " << json_num(c.bf16_gemm_tflop_s) << "},\n \"decisions\": {";
   bool first_decision = true;
   for (const Decision& d : kVariants) {
     out << (first_decision ? "" : ",") << "\n  " << json_text(d.name) << ": [";
@@ -594,9 +628,9 @@ std::string report(const std::string& device, const Ceilings& c, const std::vect
     bool first = true;
     for (const Row& r : rows) {
       if (r.decision != d.name) continue;
-      out << (first ? "" : ",") << "\n   {\"case\": " << json_text(r.case_name) << ", \"variant\": " << json_text(r.variant)
-          << ", \"status\": " << json_text(r.status) << ", \"ms\": " << json_num(r.ms) << ", \"error\": " << json_num(r.error)
-          << "}";
+      out << (first ? "" : ",") << "\n   {\"case\": " << json_text(r.case_name)
+          << ", \"variant\": " << json_text(r.variant) << ", \"status\": " << json_text(r.status)
+          << ", \"ms\": " << json_num(r.ms) << ", \"error\": " << json_num(r.error) << "}";
       first = false;
     }
     out << "]";
@@ -609,7 +643,8 @@ int run(int argc, char** argv) {
   std::string json_path, only;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if ((arg == "--json" || arg == "--only") && i + 1 < argc) (arg == "--json" ? json_path : only) = argv[++i];
+    if ((arg == "--json" || arg == "--only") && i + 1 < argc)
+      (arg == "--json" ? json_path : only) = argv[++i];
     else if (arg == "--help") {
       std::puts("mlph-cuda-probe [--json FILE] [--only batch_norm,depthwise,1x1,padding]");
       return 0;

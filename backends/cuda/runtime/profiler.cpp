@@ -12,10 +12,14 @@ namespace {
 
 const char* math_name(cudnnMathType_t math) {
   switch (math) {
-    case CUDNN_FMA_MATH: return "fma";
-    case CUDNN_DEFAULT_MATH: return "default";
-    case CUDNN_TENSOR_OP_MATH: return "tensor";
-    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return "tensor_allow_conversion";
+    case CUDNN_FMA_MATH:
+      return "fma";
+    case CUDNN_DEFAULT_MATH:
+      return "default";
+    case CUDNN_TENSOR_OP_MATH:
+      return "tensor";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION:
+      return "tensor_allow_conversion";
   }
   return "unknown";
 }
@@ -64,12 +68,12 @@ Profiler::~Profiler() {
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
 }
 
-void Profiler::found(const std::string& node, ConvPass pass, const ConvCandidates& found, const plan::AlgorithmRule& rule,
-                     int chosen) {
+void Profiler::found(const std::string& node, ConvPass pass, const ConvCandidates& found,
+                     const plan::AlgorithmRule& rule, int chosen) {
   for (size_t i = 0; i < found.candidates.size(); ++i) {
     const plan::Candidate& c = found.candidates[i];
-    find_.push_back({node, name_of(pass), c.algo, c.ok, c.time_ms, c.workspace, math_name(found.math[i]), c.deterministic,
-                     c.ok && plan::allowed(rule, c), static_cast<int>(i) == chosen});
+    find_.push_back({node, name_of(pass), c.algo, c.ok, c.time_ms, c.workspace, math_name(found.math[i]),
+                     c.deterministic, c.ok && plan::allowed(rule, c), static_cast<int>(i) == chosen});
   }
 }
 

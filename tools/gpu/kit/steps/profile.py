@@ -34,6 +34,9 @@ MIN_PART_S = 5  # a part with less time left is not started (SKIP, "out of time"
 NCU_METRICS = ["gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum",
                "sm__throughput.avg.pct_of_peak_sustained_elapsed",
                "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"]
+# Steps of ncu's run: backend.profile's profiled replay is the 5th training step (2 eager, a capture, 2
+# replays; mlperf-bench's one warm-up step counts), which ncu --profile-from-start off measures alone.
+NCU_STEPS = 5
 # The decisions profile.json answers, and which layer kinds stand for each where the probe did not run.
 DECISIONS = dict(batch_norm=["batch_norm"], depthwise=["depthwise"], **{"1x1": ["1x1"]}, padding=[])
 # A variant whose error against fp32 is above this cannot win (bf16's conformance tolerance per op).
@@ -251,9 +254,9 @@ def part_ncu(kit, doc, sizes, root, limit):
         os.makedirs(folder, exist_ok=True)
         launches = sizes["ncu_launches"][workload]
         cmd = [find_tool("ncu"), "--profile-from-start", "off", "--metrics", ",".join(NCU_METRICS), "--csv",
-               "--page", "raw", "--log-file", os.path.join(folder, "ncu.csv")] + \
+               "--print-units", "base", "--page", "raw", "--log-file", os.path.join(folder, "ncu.csv")] + \
             (["--launch-count", str(launches)] if launches else []) + \
-            bench_command(kit, workload, batch, sets, 2, os.path.join(folder, "bench.json"), folder, False)
+            bench_command(kit, workload, batch, sets, NCU_STEPS, os.path.join(folder, "bench.json"), folder, False)
         rc, text = kit.run(cmd, f"profile/{case}/ncu.txt", kit.remaining(deadline) - 2)
         try:
             with open(os.path.join(folder, "ncu.csv"), errors="replace") as f:
