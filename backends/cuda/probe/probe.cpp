@@ -41,7 +41,7 @@ namespace mlph::cuda::probe {
 namespace {
 
 using runtime::check;
-constexpr int kRepeats = 7;
+constexpr int kRepeats = 5;
 const runtime::Context kWhere("mlph-cuda-probe");
 
 // ---- results ----------------------------------------------------------------------------------------
@@ -323,6 +323,23 @@ std::vector<float> pass_output(const Conv& c, runtime::ConvPass pass) {
 
 const char* kPassNames[] = {"forward", "backward_data", "backward_filter"};
 
+// The fp32 result of `pass` (FMA math: no TF32), by the heuristic's first usable algorithm.
+std::vector<float> fp32_result(runtime::CudnnHandle& h, Conv& ref, runtime::ConvPass pass) {
+  const runtime::ConvCandidates heuristic = runtime::find_algorithms(kWhere, h.get(), ref.d, pass, true, "fp32");
+  for (const plan::Candidate& c : heuristic.candidates) {
+    if (!c.ok) continue;
+    const size_t ws_bytes = runtime::workspace_bytes(kWhere, h.get(), ref.d, pass, c.algo, "fp32");
+    Device ws(ws_bytes);
+    run_pass(h, ref, pass, c.algo, ws.get(), ws_bytes);
+    return pass_output(ref, pass);
+  }
+  sdk::fail(MLPH_UNAVAILABLE, std::string("cuDNN offers no fp32 algorithm for ") + kPassNames[static_cast<int>(pass)]);
+}
+
+// Algorithms cudnnFind timed at over kSlowFactor times its fastest are reported with Find's time alone (no
+// error, so they cannot win): timing them again would take the probe's minute for nothing.
+constexpr float kSlowFactor = 4.0f;
+
 // Every algorithm cuDNN lists for each pass (bf16, tensor math), timed and checked against fp32 FMA math
 // with the heuristic's first algorithm; `prefix` names the rows.
 void conv_algorithms(const std::string& decision, const ConvCase& c, runtime::CudnnHandle& h, std::vector<Row>& rows,
@@ -331,19 +348,22 @@ void conv_algorithms(const std::string& decision, const ConvCase& c, runtime::Cu
   Conv half(c, c.in.back(), c.out_channels, plan::DType::bf16, CUDNN_TENSOR_OP_MATH);
   for (size_t p = 0; p < 3; ++p) {
     const auto pass = static_cast<runtime::ConvPass>(p);
-    const runtime::ConvCandidates heuristic = runtime::find_algorithms(kWhere, h.get(), ref.d, pass, true, "fp32");
-    if (heuristic.candidates.empty()) continue;
-    const int ref_algo = heuristic.candidates.front().algo;
-    const size_t ref_ws = runtime::workspace_bytes(kWhere, h.get(), ref.d, pass, ref_algo, "fp32");
-    Device ref_workspace(ref_ws);
-    run_pass(h, ref, pass, ref_algo, ref_workspace.get(), ref_ws);
-    const std::vector<std::vector<float>> expected = {pass_output(ref, pass)};
+    const std::vector<std::vector<float>> expected = {fp32_result(h, ref, pass)};
     const runtime::ConvCandidates found = runtime::find_algorithms(kWhere, h.get(), half.d, pass, false, "bf16");
+    float fastest = INFINITY;
+    for (const plan::Candidate& cand : found.candidates)
+      if (cand.ok) fastest = std::min(fastest, cand.time_ms);
     for (size_t i = 0; i < found.candidates.size(); ++i) {
       const plan::Candidate& cand = found.candidates[i];
       Row row{decision, c.name + " " + kPassNames[p], prefix + " algo " + std::to_string(cand.algo) + " bf16"};
       if (!cand.ok) {
         row.status = "failed";
+        rows.push_back(row);
+        continue;
+      }
+      if (cand.time_ms > kSlowFactor * fastest) {
+        row.ms = cand.time_ms;
+        row.status = "slow (cudnnFind's time)";
         rows.push_back(row);
         continue;
       }
@@ -542,12 +562,7 @@ void pointwise(Probe& ctx, std::vector<Row>& rows) {
   for (const ConvCase& c : kPointwiseCases) {
     conv_algorithms("1x1", c, ctx.cudnn, rows);
     Conv ref(c, c.in.back(), c.out_channels, plan::DType::f32, CUDNN_FMA_MATH);
-    const runtime::ConvCandidates heuristic =
-        runtime::find_algorithms(kWhere, ctx.cudnn.get(), ref.d, runtime::ConvPass::forward, true, "fp32");
-    Device ws(runtime::workspace_bytes(kWhere, ctx.cudnn.get(), ref.d, runtime::ConvPass::forward,
-                                       heuristic.candidates.front().algo, "fp32"));
-    run_pass(ctx.cudnn, ref, runtime::ConvPass::forward, heuristic.candidates.front().algo, ws.get(), ws.bytes);
-    const std::vector<std::vector<float>> expected = {to_host(ref.y.get(), ref.y_count)};
+    const std::vector<std::vector<float>> expected = {fp32_result(ctx.cudnn, ref, runtime::ConvPass::forward)};
     Conv half(c, c.in.back(), c.out_channels, plan::DType::bf16, CUDNN_TENSOR_OP_MATH);
     const int64_t positions = product(c.in) / c.in.back();
     // cuDNN's NHWC filter is [C_out, C_in] row-major: column-major [C_in, C_out], so A = W transposed.
