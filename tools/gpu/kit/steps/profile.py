@@ -164,7 +164,7 @@ def node_kinds(nodes):
 def top_calls(nodes, n):
     """The `n` slowest library calls and kernels of the last profiled step."""
     rows = sorted((r for r in last_step(nodes) if r["call"] != "node" and finite(r.get("ms"))), key=lambda r: -r["ms"])
-    return [dict(node=r["node"], pass_=r["pass"], call=r["call"], ms=r["ms"], share=r.get("share")) for r in rows[:n]]
+    return [{k: r.get(k) for k in ("node", "pass", "call", "ms", "share")} for r in rows[:n]]
 
 
 # -- part 2: mlph-cuda-probe ----------------------------------------------------------------------------------
