@@ -26,6 +26,18 @@ std::string kind_of(const sdk::host::Node& n) {
     if (op.kind == n.kind) return std::string(op.name);
   return "op";
 }
+// The least a node's pass moves: its inputs and output once in forward, twice in backward (read again
+// with the output's gradient, the inputs' gradients written), in their planned types.
+double pass_bytes(const sdk::host::Program& program, const plan::DevicePlan& plan, size_t k, bool backward) {
+  const sdk::host::Node& n = program.nodes[k];
+  const auto bytes = [&](int32_t v) {
+    return static_cast<double>(program.value(v).numel()) *
+           static_cast<double>(plan::bytes_of(plan.precision.values[static_cast<size_t>(v)]));
+  };
+  double total = bytes(n.output);
+  for (const int32_t v : n.inputs) total += bytes(v);
+  return backward ? 2 * total : total;
+}
 double pass_flops(const sdk::host::Node& n) {
   using sdk::host::OpKind;
   if (n.kind == OpKind::conv || n.kind == OpKind::conv_transpose) return 2.0 * n.window.macs();
@@ -182,7 +194,8 @@ void CudaModel::run_task(const Task& task) {
   if (profiler_ && (node || task.kind == Task::Kind::update))
     profiler_->begin(stream(), node ? program_.nodes[k].name : "update", node ? kind_of(program_.nodes[k]) : "update",
                      task.kind == Task::Kind::forward ? "forward" : task.kind == Task::Kind::backward ? "backward" : "update",
-                     node ? pass_flops(program_.nodes[k]) : 0);
+                     node ? pass_flops(program_.nodes[k]) : 0,
+                     node ? pass_bytes(program_, plan_, k, task.kind == Task::Kind::backward) : 0);
   run_one(task, k);
   if (profiler_) profiler_->end(stream());
 }

@@ -123,9 +123,9 @@ void Profiler::end_step(cudaStream_t stream) {
 }
 
 void Profiler::begin(cudaStream_t stream, const std::string& node, const std::string& kind, const char* pass,
-                     double flops) {
+                     double flops, double bytes) {
   if (!timing_) return;
-  node_ = CallTime{node, kind, pass, "", steps_, 0, 0, flops};
+  node_ = CallTime{node, kind, pass, "", steps_, 0, bytes, flops};
   node_start_ = last_ = record(stream);
   node_open_ = true;
 }
@@ -135,7 +135,10 @@ void Profiler::mark(cudaStream_t stream, const char* call) {
   CallTime c = node_;
   c.call = call;
   const std::string name = call;
-  c.flops = name.rfind("cudnnConvolution", 0) == 0 ? node_.flops : 0;  // the pass's convolution
+  // The pass's convolution or matmul has its FLOPs (dense's backward row runs two gemms); bytes are the node's.
+  const bool math = name.rfind("cudnnConvolution", 0) == 0 || name.rfind("cublasLtMatmul", 0) == 0;
+  c.flops = math ? node_.flops * (name.find("(dx, dw)") != std::string::npos ? 2 : 1) : 0;
+  c.bytes = 0;
   cudaEvent_t now = record(stream);
   pending_.push_back({c, last_, now});
   last_ = now;

@@ -42,8 +42,10 @@ class Profiler {
   // ---- steps: eager, a graph's replay, or neither (a capture, which records nothing) ----
   void begin_step(cudaStream_t stream, bool eager, bool replay);
   void end_step(cudaStream_t stream);
-  // A node's pass (forward, backward, update), its `flops` given to its cuDNN convolution calls.
-  void begin(cudaStream_t stream, const std::string& node, const std::string& kind, const char* pass, double flops);
+  // A node's pass (forward, backward, update): `flops` of its convolution or matmul, given to those calls;
+  // `bytes` the least the pass moves, given to the node's whole row.
+  void begin(cudaStream_t stream, const std::string& node, const std::string& kind, const char* pass, double flops,
+             double bytes);
   void mark(cudaStream_t stream, const char* call);  // `call` was just enqueued on `stream`
   void end(cudaStream_t stream);
   bool timing() const { return timing_; }
