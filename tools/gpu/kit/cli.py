@@ -33,7 +33,8 @@ Steps (--only takes names or numbers):
                  how much, its error)
 --dry-run (no GPU: here and in CI) checks the bundle instead: every library resolved inside it but
 those the device provides, plug-ins loading from it, reference conformance from it, the official
-checker from it, the PyTorch peer on the CPU; then "no GPU: GPU steps skipped".
+checker from it, mlph-cuda-probe from it (no CUDA device), the PyTorch peer on the CPU; then "no GPU: GPU
+steps skipped". --rehearse BACKEND runs the GPU steps' own code on a CPU backend at small sizes.
 """
 import argparse
 import math

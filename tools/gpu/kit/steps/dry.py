@@ -73,7 +73,16 @@ def step_bundle(kit, record, deadline):
         kit.part(record, "checker", "PASS" if ok else "FAIL", f"on NVIDIA's v3.0 CosmoFlow log: {checker}")
     else:
         kit.part(record, "checker", "SKIP", f"no {fixture} to check")
-    # 5. The PyTorch peer on the CPU, tiny (the GPU's figures come from the same code).
+    # 5. The profile step's probe from the bundle: it starts (its libraries found) and says there is no GPU.
+    probe = kit.program("mlph-cuda-probe")
+    if os.path.exists(probe):
+        rc, text = kit.run([probe, "--only", "none"], "dry/probe.txt", 30, env=env)
+        said = [l for l in text.split("\n") if l.startswith("mlph-cuda-probe: no CUDA device")]
+        kit.part(record, "probe", "PASS" if rc == 3 and said else "FAIL",
+                 f"mlph-cuda-probe from the bundle: {said[0]}" if rc == 3 and said else f"exit {rc}" + tail_hint(text))
+    else:
+        kit.part(record, "probe", "SKIP", "no mlph-cuda-probe in the bundle (no cuda backend in its tree)")
+    # 6. The PyTorch peer on the CPU, tiny (the GPU's figures come from the same code).
     python = python_with("torch") if kit.args.with_torch else None
     if python:
         for workload, size in (("cosmoflow", ["--edge", "32"]), ("deepcam", ["--height", "32", "--width", "48"])):
