@@ -235,6 +235,9 @@ TEST(CudaProfileReport, ACallsShareIsOfTheTensorPeakWithFlopsElseOfTheCopyCeilin
   EXPECT_DOUBLE_EQ(achieved_share(conv, ceilings), 1e12 / 2e-3 / 1e15);  // 0.5
   CallTime copy{"x", "batch_norm", "forward", "convert", 1, 1.0, 1.5e9, 0};
   EXPECT_DOUBLE_EQ(achieved_share(copy, ceilings), 1.5e9 / 1e-3 / 3e12);  // 0.5
+  CallTime both = conv;  // a conv's node row with its bytes too: FLOPs decide
+  both.bytes = 6e9;
+  EXPECT_DOUBLE_EQ(achieved_share(both, ceilings), 0.5);
   EXPECT_LT(achieved_share({"x", "relu", "forward", "node", 1, 1.0, 0, 0}, ceilings), 0);  // nothing known
   EXPECT_LT(achieved_share(conv, Ceilings{}), 0);                                          // no ceiling measured
   EXPECT_LT(achieved_share({"x", "conv", "forward", "c", 1, 0.0, 0, 1e12}, ceilings), 0);  // not timed
