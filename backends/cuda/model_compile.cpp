@@ -46,7 +46,9 @@ CudaModel::CudaModel(sdk::host::Program program, const MLPH_CommsHandle* comms, 
   make_tables();
   cudnn_ = std::make_unique<runtime::CudnnHandle>(where_, stream());
   cublaslt_ = std::make_unique<runtime::CublasLtHandle>(where_);
+  if (!settings_.profile_dir.empty()) profiler_ = std::make_unique<runtime::Profiler>(where_, settings_.profile_dir, device_);
   plan_device();
+  if (profiler_) profiler_->write_find();
 
   arena_ = runtime::DeviceBuffer(where_, plan_.memory.arena_bytes, "the model's arena");
   lay_out_control_block();
@@ -181,6 +183,7 @@ void CudaModel::make_conv(size_t k) {
       }
     }
     const int chosen = plan::choose(rule, found.candidates);
+    if (profiler_) profiler_->found(n.name, pass, found, rule, chosen);
     if (chosen < 0)
       plan::fail_node(n, std::string("cuDNN offers no ") + runtime::name_of(pass) + " algorithm within the rule (" +
                              std::to_string(found.candidates.size()) + " candidates; " +

@@ -38,6 +38,7 @@ Box padding_box(const plan::ConvPlan& c, bool into_padded) {
 
 void CudaModel::check(cudaError_t error, const char* call, size_t k) const {
   if (error != cudaSuccess) where_.fail(runtime::code_of(error), call, node_about(k), runtime::error_text(error));
+  mark(call);
 }
 
 // ---- forward ----
@@ -89,6 +90,7 @@ void CudaModel::forward(size_t k, bool training) {
       break;
     case OpKind::dense:
       r.gemms[0].run(where_, cublaslt_->get(), at(m.reads[1]), at(m.reads[0]), y, false, ws, s, node_about(k));
+      mark("cublasLtMatmul");
       break;
     case OpKind::dropout:
       if (training && n.attr != 0.0)
@@ -183,6 +185,7 @@ void CudaModel::conv_forward(size_t k) {
                                            static_cast<cudnnConvolutionFwdAlgo_t>(r.conv_algo[pass]), ws, ws_bytes,
                                            &kZero, d.y.get(), written),
                    "cudnnConvolutionForward", about);
+    mark("cudnnConvolutionForward");
   } else {  // the adjoint conv's backward data: x is its dy, y its dx (padded when padding is explicit)
     const auto pass = static_cast<size_t>(runtime::ConvPass::backward_data);
     if (c.explicit_padding) written = at(m.padded);
@@ -191,6 +194,7 @@ void CudaModel::conv_forward(size_t k) {
                                                 d.pass[pass].get(), static_cast<cudnnConvolutionBwdDataAlgo_t>(r.conv_algo[pass]),
                                                 ws, ws_bytes, &kZero, d.x.get(), written),
                    "cudnnConvolutionBackwardData", about);
+    mark("cudnnConvolutionBackwardData");
     if (c.explicit_padding) {  // y is the padded result's window: positions no window reaches stay 0
       check(cudaMemsetAsync(y, 0, static_cast<size_t>(numel(program_.nodes[k].output)) * sizeof(float), s),
             "cudaMemsetAsync", k);
@@ -228,6 +232,7 @@ void CudaModel::batch_norm_forward(size_t k, bool training) {
                                                              r.bn_x->get(), in(0), r.bn_x->get(), y, r.bn_params->get(),
                                                              in(1), in(2), in(3), in(4), eps),
                      "cudnnBatchNormalizationForwardInference", node_about(k));
+    mark("cudnnBatchNormalizationForward");
     return;
   }
   // Our kernels' passes, the group's sums between them (batch_norm.hpp). Workspace: stats, scale and shift, sums.
@@ -311,6 +316,7 @@ void CudaModel::backward(size_t k) {
       }
       if (dx) r.gemms[1].run(where_, cublaslt_->get(), at(m.reads[1]), dy_operand, dx, true, ws, s, node_about(k));
       if (grad(1)) r.gemms[2].run(where_, cublaslt_->get(), dy_operand, at(m.reads[0]), grad(1), true, ws, s, node_about(k));
+      mark("cublasLtMatmul (dx, dw)");
       if (grad(2)) check(bias_backward(s, n.dense.batch, n.dense.out, dy, grad(2), ws, ws_bytes), "bias_backward", k);
       break;
     }
@@ -412,6 +418,7 @@ void CudaModel::conv_backward(size_t k) {
                                                 static_cast<cudnnConvolutionBwdDataAlgo_t>(r.conv_algo[pass]), ws, ws_bytes,
                                                 dx_beta, d.x.get(), dx_written),
                    "cudnnConvolutionBackwardData", about);
+    mark("cudnnConvolutionBackwardData");
     if (c.explicit_padding)  // the input's part of d(padded x), added
       check(box_copy(s, padding_box(c, false), type, dx_written, FloatType::f32, dx, true), "box_copy", k);
   } else if (dx) {  // conv_transpose: its dx is the adjoint conv's forward of dy
@@ -421,6 +428,7 @@ void CudaModel::conv_backward(size_t k) {
                                            static_cast<cudnnConvolutionFwdAlgo_t>(r.conv_algo[pass]), ws, ws_bytes, dx_beta,
                                            d.y.get(), dx_written),
                    "cudnnConvolutionForward", about);
+    mark("cudnnConvolutionForward");
   }
   if (dx && dx_written != dx && !(!c.transpose && c.explicit_padding))
     check(convert_add(s, static_cast<int64_t>(dx_count), type, dx_written, dx), "convert_add", k);
@@ -434,6 +442,7 @@ void CudaModel::conv_backward(size_t k) {
                                                   static_cast<cudnnConvolutionBwdFilterAlgo_t>(r.conv_algo[pass]), ws,
                                                   ws_bytes, &kZero, d.w.get(), at(m.weight_gradient)),
                    "cudnnConvolutionBackwardFilter", about);
+    mark("cudnnConvolutionBackwardFilter");
     check(transpose_add(s, c.filter.rows, c.filter.cols, type, at(m.weight_gradient), dw), "transpose_add", k);
   }
   if (float* db = m.gradients.size() > 2 ? at<float>(m.gradients[2]) : nullptr) {
@@ -461,6 +470,7 @@ void CudaModel::batch_norm_backward(size_t k) {
                                                    r.bn_params->get(), in(1), dgamma, dbeta, n.batch_norm.eps, saved,
                                                    saved + channels),
                    "cudnnBatchNormalizationBackward", node_about(k));
+    mark("cudnnBatchNormalizationBackward");
     return;
   }
   // Our kernels (SyncBatchNorm, or a gradient cuDNN would write that nobody needs).

@@ -16,7 +16,7 @@ bool read_switch(const sdk::Options& options, const std::string& key, bool fallb
 }  // namespace
 
 Settings read_settings(const sdk::Options& options) {
-  options.allow_only(sdk::with_compute_options({"device", "workspace_mb", "graphs", "loss_scale"}), kWho);
+  options.allow_only(sdk::with_compute_options({"device", "workspace_mb", "graphs", "loss_scale", "profile"}), kWho);
   Settings s;
   s.compute = sdk::read_compute_settings(
       options, {sdk::Precision::fp32, sdk::Precision::tf32, sdk::Precision::bf16, sdk::Precision::fp16}, kWho);
@@ -30,6 +30,7 @@ Settings read_settings(const sdk::Options& options) {
                                            "; expected a power of two from 1 to 2^24");
     s.loss_scale = static_cast<float>(scale);
   }
+  if (options.has("profile")) s.profile_dir = options.get("profile");
   return s;
 }
 

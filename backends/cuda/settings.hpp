@@ -7,6 +7,9 @@
 //   graphs        1 (default): after warm-up the training step is captured in a CUDA graph and replayed
 //   loss_scale    fp16: the dynamic loss scale's start, a power of two (default 65536, PyTorch
 //                 GradScaler's init_scale); a lower one skips fewer first steps on overflow
+//   profile       a folder: find.json at compile, nodes.json from the first two (eager) training steps
+//                 timed node by node and call by call, one graph replay between cudaProfilerStart/Stop
+//                 (runtime/profiler.hpp); empty (default): off
 #pragma once
 
 #include <cstddef>
@@ -27,6 +30,7 @@ struct Settings {
   size_t workspace_bytes = size_t{1} << 30;
   bool graphs = true;
   float loss_scale = 65536.0f;
+  std::string profile_dir;  // empty: no profile
 };
 
 // Every option checked, an unknown one refused, each in one line naming it.

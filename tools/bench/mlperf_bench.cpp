@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <boost/program_options.hpp>
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -218,12 +219,14 @@ void print_layers(const std::vector<LayerResult>& layers, const Peak& peak) {
     fmt::print("\nper layer (each compiled alone; {} peak measured: {:.0f} GFLOP/s)\n", peak.precision, peak.gflops);
   else
     fmt::print("\nper layer (each compiled alone; no peak measured for a backend on an accelerator)\n");
-  fmt::print("{:<14} {:>10} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7}\n", "layer", "GFLOP fwd", "fwd ms", "fwd GF/s",
-             "%peak", "train ms", "train GF/s", "%peak");
+  size_t width = 14;  // the longest name (DeepCAM's run to 30 characters)
+  for (const auto& [layer, t] : layers) width = std::max(width, layer.name.size());
+  fmt::print("{:<{}} {:>10} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7}\n", "layer", width, "GFLOP fwd", "fwd ms",
+             "fwd GF/s", "%peak", "train ms", "train GF/s", "%peak");
   const auto share = [&](double gf) { return peak.gflops > 0 ? fmt::format("{:.0f}", 100 * gf / peak.gflops) : "-"; };
   for (const auto& [layer, t] : layers) {
     const double fwd = gflops(layer.forward_flops, t.eval_s), train = gflops(layer.train_flops(), t.train_s);
-    fmt::print("{:<14} {:>10.2f} {:>10.3f} {:>10.1f} {:>7} {:>10.3f} {:>10.1f} {:>7}\n", layer.name,
+    fmt::print("{:<{}} {:>10.2f} {:>10.3f} {:>10.1f} {:>7} {:>10.3f} {:>10.1f} {:>7}\n", layer.name, width,
                layer.forward_flops / 1e9, t.eval_s * 1e3, fwd, share(fwd), t.train_s * 1e3, train, share(train));
   }
 }
@@ -247,10 +250,10 @@ void write_json(const std::string& path, Session& session, uint32_t batch, doubl
                      peak.precision, num(peak.gflops), num(model.train_s), num(model.eval_s));
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto& [layer, t] = layers[i];
-    out << fmt::format("{}\n  {{\"name\": \"{}\", \"forward_flops\": {}, \"train_flops\": {}, \"eval_s\": {}, "
-                       "\"train_s\": {}}}",
-                       i ? "," : "", layer.name, num(layer.forward_flops), num(layer.train_flops()), num(t.eval_s),
-                       num(t.train_s));
+    out << fmt::format("{}\n  {{\"name\": \"{}\", \"kind\": \"{}\", \"forward_flops\": {}, \"train_flops\": {}, "
+                       "\"eval_s\": {}, \"train_s\": {}}}",
+                       i ? "," : "", layer.name, layer.kind, num(layer.forward_flops), num(layer.train_flops()),
+                       num(t.eval_s), num(t.train_s));
   }
   out << "]}\n";
   if (!out) throw std::runtime_error("cannot write " + path);

@@ -2,7 +2,7 @@
 # What travels to a lent GPU machine (docs/cuda.md, "Checking on a GPU"): builds the programs, the
 # plug-ins and the GPU tests in a build tree of their own, then lays out a git-ignored folder that
 # tools/gpu/check.sh runs from there, packed as gpu-bundle.tar.xz for the device tool's call:
-#   bin/                  mlperf-run, mlperf-conformance, mlperf-bench
+#   bin/                  mlperf-run, mlperf-conformance, mlperf-bench, mlph-cuda-probe (with the cuda backend)
 #   lib/mlperf-hpc-1/     the plug-ins: reference, cuda (when built), cosmoflow, deepcam, local, nccl
 #                         (when built), posix
 #   lib/                  every library they need that glibc and the device do not provide
@@ -93,7 +93,7 @@ mkdir -p "$out/bin" "$out/lib/mlperf-hpc-1" "$out/lib/cxx" "$out/tests" "$out/to
 programs=() plugins=() tests=() left_behind=()
 for t in "${targets[@]}"; do
   case "$t" in
-    mlperf-*) [ -x "$build/bin/$t" ] || fail "$build/bin/$t was not built"
+    mlperf-*|mlph-cuda-probe) [ -x "$build/bin/$t" ] || fail "$build/bin/$t was not built"
               cp "$build/bin/$t" "$out/bin/"; programs+=("$t") ;;
     mlph-*-*) file=lib${t}.so
               [ -f "$build/lib/mlperf-hpc-1/$file" ] || fail "$build/lib/mlperf-hpc-1/$file was not built"

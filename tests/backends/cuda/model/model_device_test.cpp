@@ -2,11 +2,15 @@
 // reference backend: training steps (losses, parameters, gradients), evaluation, a checkpoint's state
 // written into a fresh model, and a CUDA-graph step against the same step run eagerly, bit for bit;
 // the initial weights and the dropout masks are the reference's, bit for bit.
+// backend.profile computes the same bits as without it and writes find.json and nodes.json.
 // Without a GPU every case skips, saying why (tools/gpu's check runs them where there is one).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <random>
 
@@ -237,6 +241,28 @@ TEST_F(CudaModelDevice, ACapturedStepIsTheEagerStepBitForBit) {
     EXPECT_EQ(graphs.train(a, micro, update), eager.train(b, micro, update)) << "micro-batch " << micro;
   }
   for (size_t p = 0; p < net.graph().n_params; ++p) expect_same_bits(graphs.read(p), eager.read(p), "parameter " + std::to_string(p));
+}
+
+// backend.profile: the same bits as without it (it only adds events and waits), and its files written.
+TEST_F(CudaModelDevice, AProfiledModelTrainsBitForBitAsWithoutAndWritesItsReports) {
+  Net net;
+  const std::string dir = ::testing::TempDir() + "mlph-cuda-profile";
+  std::filesystem::remove_all(dir);
+  Model profiled("cuda", {{"deterministic", "1"}, {"profile", dir.c_str()}}, net.graph());
+  Model plain("cuda", {{"deterministic", "1"}}, net.graph());
+  for (uint64_t step = 0; step < 6; ++step) {  // 2 eager and timed, a capture, replays (one for ncu)
+    std::vector<Floats> a = batch(static_cast<uint32_t>(step)), b = a;
+    const double with = profiled.train(a, step, true, true), without = plain.train(b, step, true, true);
+    EXPECT_EQ(std::bit_cast<uint64_t>(with), std::bit_cast<uint64_t>(without)) << "step " << step;
+  }
+  for (size_t p = 0; p < net.graph().n_params; ++p)
+    expect_same_bits(profiled.read(p), plain.read(p), "parameter " + std::to_string(p));
+  for (const char* file : {"/find.json", "/nodes.json"}) {
+    std::ifstream in(dir + file);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find(file[1] == 'f' ? "\"chosen\": true" : "\"call\": \"cudnnConvolutionForward\""), std::string::npos)
+        << dir << file << ": " << text.substr(0, 400);
+  }
 }
 
 TEST_F(CudaModelDevice, AModelGivenAnothersStateMidWindowTrainsBitForBitAlike) {
