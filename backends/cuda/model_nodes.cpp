@@ -16,6 +16,12 @@ FloatType float_type(plan::DType type) {
 
 constexpr float kOne = 1.0f, kZero = 0.0f;
 
+// backend.batch_norm=cudnn: the persistent spatial mode for training (cuDNN's faster path for NHWC;
+// deterministic, its docs say, through scaled integer atomics that may overflow to Inf/NaN on extreme
+// inputs). Inference stays CUDNN_BATCHNORM_SPATIAL. The *Ex entry points would need a reserve space
+// from forward to backward in the memory plan: not used yet.
+constexpr cudnnBatchNormMode_t kCudnnTrainingMode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+
 // The box between a conv's unpadded input side `unpadded` and its padded buffer (plan::ConvPlan),
 // spatial dims right-aligned into 3: into the padded buffer, or out of it.
 Box padding_box(const plan::ConvPlan& c, bool into_padded) {
@@ -68,7 +74,11 @@ void CudaModel::forward(size_t k, bool training) {
       break;
     case OpKind::conv:
     case OpKind::conv_transpose:
-      conv_forward(k);
+      if (plan_.nodes[k].engine == plan::Engine::depthwise)  // our kernel: bias included, no cast, no copy
+        check(depthwise_forward(s, depthwise_shape(n.window, n.has_bias()), in(0), in(1), n.has_bias() ? in(2) : nullptr, y),
+              "depthwise_forward", k);
+      else
+        conv_forward(k);
       break;
     case OpKind::leaky_relu:
       check(leaky_relu_forward(s, count, alpha, in(0), y), "leaky_relu_forward", k);
@@ -214,11 +224,11 @@ void CudaModel::batch_norm_forward(size_t k, bool training) {
   float* y = at<float>(m.output);
   const int64_t rows = n.rows.rows, channels = n.rows.channels;
   const double eps = n.batch_norm.eps, momentum = n.batch_norm.momentum;
-  if (r.bn_x) {  // cuDNN, group_size 1
+  if (r.bn_x) {  // cuDNN (backend.batch_norm=cudnn), group_size 1
     if (training)
       runtime::check(where_,
                      cudnnBatchNormalizationForwardTraining(
-                         cudnn_->get(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, r.bn_x->get(), in(0), r.bn_x->get(), y,
+                         cudnn_->get(), kCudnnTrainingMode, &kOne, &kZero, r.bn_x->get(), in(0), r.bn_x->get(), y,
                          r.bn_params->get(), in(1), in(2), momentum, in(3), in(4), eps, at<float>(m.statistics),
                          at<float>(m.statistics) + channels),
                      "cudnnBatchNormalizationForwardTraining", node_about(k));
@@ -300,7 +310,15 @@ void CudaModel::backward(size_t k) {
   switch (n.kind) {
     case OpKind::conv:
     case OpKind::conv_transpose:
-      conv_backward(k);
+      if (plan_.nodes[k].engine == plan::Engine::depthwise) {  // dx a gather; dw, db straight into the gradients
+        const DepthwiseShape shape = depthwise_shape(n.window, n.has_bias());
+        if (dx) check(depthwise_backward_data(s, shape, in(1), dy, dx), "depthwise_backward_data", k);
+        if (grad(1) || grad(2))
+          check(depthwise_backward_weights(s, shape, in(0), dy, grad(1), grad(2), ws, ws_bytes), "depthwise_backward_weights",
+                k);
+      } else {
+        conv_backward(k);
+      }
       break;
     case OpKind::dense: {
       const void* dy_operand = dy;
@@ -456,14 +474,14 @@ void CudaModel::batch_norm_backward(size_t k) {
   const int64_t rows = n.rows.rows, channels = n.rows.channels;
   if (r.bn_x && dx && dgamma && dbeta) {  // cuDNN, adding into the three gradients
     runtime::check(where_,
-                   cudnnBatchNormalizationBackward(cudnn_->get(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kOne, &kOne, &kOne,
+                   cudnnBatchNormalizationBackward(cudnn_->get(), kCudnnTrainingMode, &kOne, &kOne, &kOne, &kOne,
                                                    r.bn_x->get(), in(0), r.bn_x->get(), dy, r.bn_x->get(), dx,
                                                    r.bn_params->get(), in(1), dgamma, dbeta, n.batch_norm.eps, saved,
                                                    saved + channels),
                    "cudnnBatchNormalizationBackward", node_about(k));
     return;
   }
-  // Our kernels (SyncBatchNorm, or a gradient cuDNN would write that nobody needs).
+  // Our kernels (the default, SyncBatchNorm, or a gradient cuDNN would write that nobody needs).
   const auto c = static_cast<size_t>(channels);
   auto* sums = at<double>(m.backward_workspace);
   auto* coefficients = reinterpret_cast<float*>(reinterpret_cast<char*>(sums) +

@@ -7,6 +7,9 @@
 //   graphs        1 (default): after warm-up the training step is captured in a CUDA graph and replayed
 //   loss_scale    fp16: the dynamic loss scale's start, a power of two (default 65536, PyTorch
 //                 GradScaler's init_scale); a lower one skips fewer first steps on overflow
+//   batch_norm    own (default): every batch norm on our kernels; cudnn: cuDNN's persistent spatial
+//                 batch norm where the group is one rank (SyncBatchNorm stays on ours)
+//   depthwise     own (default): depthwise convs on our kernel; cudnn: cuDNN's grouped convolution
 #pragma once
 
 #include <cstddef>
@@ -27,6 +30,8 @@ struct Settings {
   size_t workspace_bytes = size_t{1} << 30;
   bool graphs = true;
   float loss_scale = 65536.0f;
+  bool own_batch_norm = true;  // batch_norm=own
+  bool own_depthwise = true;   // depthwise=own
 };
 
 // Every option checked, an unknown one refused, each in one line naming it.

@@ -38,7 +38,7 @@ sdk::Implements implemented() { return sdk::host::implements({OpKind::halo_excha
 
 const char* name_of(Engine engine) {
   static const char* const names[] = {"cudnn_conv", "cudnn_conv_transpose", "cudnn_batch_norm",
-                                      "cublaslt_dense", "kernel", "alias"};
+                                      "cublaslt_dense", "kernel", "alias", "depthwise"};
   return names[static_cast<size_t>(engine)];
 }
 
@@ -110,7 +110,12 @@ DensePlan plan_dense(const Node& node) {
   return d;
 }
 
-std::vector<NodeLowering> lower_nodes(const Program& p) {
+bool is_depthwise(const Node& node) {
+  const sdk::host::Window& w = node.window;
+  return node.kind == OpKind::conv && w.groups > 1 && w.groups == w.in_channels && w.groups == w.out_channels;
+}
+
+std::vector<NodeLowering> lower_nodes(const Program& p, const OwnKernels& own) {
   std::vector<NodeLowering> lowered;
   for (const Node& node : p.nodes) {
     NodeLowering l;
@@ -118,6 +123,10 @@ std::vector<NodeLowering> lower_nodes(const Program& p) {
       case OpKind::conv:
       case OpKind::conv_transpose:
         check_weights_are_parameters(p, node);
+        if (own.depthwise && is_depthwise(node)) {  // the graph's [K..., 1, C] weights as they are
+          l.engine = Engine::depthwise;
+          break;
+        }
         l.engine = node.kind == OpKind::conv ? Engine::cudnn_conv : Engine::cudnn_conv_transpose;
         l.conv = plan_conv(p, node);
         break;
@@ -127,7 +136,7 @@ std::vector<NodeLowering> lower_nodes(const Program& p) {
         l.dense = plan_dense(node);
         break;
       case OpKind::batch_norm:
-        if (node.batch_norm.group_size > 1) break;  // SyncBatchNorm: our kernels
+        if (own.batch_norm || node.batch_norm.group_size > 1) break;  // our kernels
         l.engine = Engine::cudnn_batch_norm;
         l.batch_norm = plan_batch_norm(p, node);
         check_32_bit(node, "its input", l.batch_norm->x);
