@@ -49,6 +49,7 @@ void CudaModel::check(cudaError_t error, const char* call, size_t k) const {
 // ---- forward ----
 
 void CudaModel::forward(size_t k, bool training) {
+  if (plan_.nodes[k].engine == plan::Engine::fused) return;  // done by the node before it
   const sdk::host::Node& n = program_.nodes[k];
   const plan::NodeMemory& m = plan_.memory.nodes[k];
   const plan::NodePrecision& precision = plan_.precision.nodes[k];
@@ -224,6 +225,7 @@ void CudaModel::batch_norm_forward(size_t k, bool training) {
   float* y = at<float>(m.output);
   const int64_t rows = n.rows.rows, channels = n.rows.channels;
   const double eps = n.batch_norm.eps, momentum = n.batch_norm.momentum;
+  const int64_t relu = plan_.nodes[k].fused_relu;
   if (r.bn_x) {  // cuDNN (backend.batch_norm=cudnn), group_size 1
     if (training)
       runtime::check(where_,
@@ -255,11 +257,16 @@ void CudaModel::batch_norm_forward(size_t k, bool training) {
     group_sum(k, stats, channels + 1);
     check(batch_norm_variance(s, rows, channels, in(0), stats, sums, sums_bytes), "batch_norm_variance", k);
     group_sum(k, stats + channels + 1, channels);
+    if (relu >= 0) scale_shift = at<float>(m.statistics) + 2 * channels;  // kept for the relu's mask in backward
     check(batch_norm_finalize(s, channels, eps, momentum, stats, in(1), in(2), in(3), in(4), at<float>(m.statistics),
                               scale_shift),
           "batch_norm_finalize", k);
   }
-  check(batch_norm_apply(s, rows, channels, in(0), scale_shift, y), "batch_norm_apply", k);
+  if (relu >= 0)  // the relu's output in the same pass
+    check(batch_norm_relu_apply(s, rows, channels, in(0), scale_shift, at<float>(plan_.memory.nodes[static_cast<size_t>(relu)].output)),
+          "batch_norm_relu_apply", k);
+  else
+    check(batch_norm_apply(s, rows, channels, in(0), scale_shift, y), "batch_norm_apply", k);
 }
 
 // SyncBatchNorm: `count` doubles summed over the node's group, in place, in stream order.
@@ -293,6 +300,7 @@ void CudaModel::zero_first_gradients(size_t k) {
 }
 
 void CudaModel::backward(size_t k) {
+  if (plan_.nodes[k].engine == plan::Engine::fused) return;  // done by the node before it
   const sdk::host::Node& n = program_.nodes[k];
   const plan::NodeMemory& m = plan_.memory.nodes[k];
   const NodeRuntime& r = nodes_[k];
@@ -488,6 +496,18 @@ void CudaModel::batch_norm_backward(size_t k) {
                                                 plan::align_up((2 * c + 1) * sizeof(double), plan::kAlignment));
   void* scratch = reinterpret_cast<char*>(coefficients) + plan::align_up(3 * c * sizeof(float), plan::kAlignment);
   const size_t scratch_bytes = channel_sums_workspace_bytes(1, rows, channels);
+  if (const int64_t relu = plan_.nodes[k].fused_relu; relu >= 0) {  // dy is the relu output's; the mask recomputed
+    const float* relu_dy = at<float>(plan_.memory.nodes[static_cast<size_t>(relu)].output_gradient);
+    const float* scale_shift = saved + 2 * channels;
+    check(batch_norm_relu_backward_sums(s, rows, channels, in(0), relu_dy, saved, scale_shift, sums, scratch, scratch_bytes),
+          "batch_norm_relu_backward_sums", k);
+    check(batch_norm_backward_params(s, channels, sums, dgamma, dbeta), "batch_norm_backward_params", k);
+    group_sum(k, sums, 2 * channels + 1);
+    if (dx)
+      check(batch_norm_relu_backward_data(s, rows, channels, in(0), relu_dy, in(1), saved, scale_shift, sums, coefficients, dx),
+            "batch_norm_relu_backward_data", k);
+    return;
+  }
   check(batch_norm_backward_sums(s, rows, channels, in(0), dy, saved, sums, scratch, scratch_bytes),
         "batch_norm_backward_sums", k);
   check(batch_norm_backward_params(s, channels, sums, dgamma, dbeta), "batch_norm_backward_params", k);

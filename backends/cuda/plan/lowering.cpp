@@ -32,13 +32,33 @@ bool symmetric_is_exact(const sdk::host::Window& w, size_t e) {
   return span >= 0 && span / w.stride[e] + 1 == w.out[e];
 }
 
+// How many nodes read value `v`, and whether the step's results need it (a loss, an eval output).
+size_t readers_of(const Program& p, int32_t v) {
+  size_t n = 0;
+  for (const Node& node : p.nodes) n += static_cast<size_t>(std::count(node.inputs.begin(), node.inputs.end(), v));
+  n += static_cast<size_t>(std::count(p.eval_outputs.begin(), p.eval_outputs.end(), v));
+  return n + (p.loss == v ? 1 : 0);
+}
+
+// batch_norm (our kernels) -> relu reading nothing else, its output read by that relu alone: one node.
+void fuse_batch_norm_relu(const Program& p, std::vector<NodeLowering>& lowered) {
+  for (size_t k = 0; k + 1 < p.nodes.size(); ++k) {
+    const Node &bn = p.nodes[k], &relu = p.nodes[k + 1];
+    if (bn.kind != OpKind::batch_norm || lowered[k].engine != Engine::kernel || relu.kind != OpKind::relu ||
+        relu.inputs[0] != bn.output || readers_of(p, bn.output) != 1)
+      continue;
+    lowered[k].fused_relu = static_cast<int64_t>(k + 1);
+    lowered[k + 1].engine = Engine::fused;
+  }
+}
+
 }  // namespace
 
 sdk::Implements implemented() { return sdk::host::implements({OpKind::halo_exchange, OpKind::spatial_gather}); }
 
 const char* name_of(Engine engine) {
   static const char* const names[] = {"cudnn_conv", "cudnn_conv_transpose", "cudnn_batch_norm",
-                                      "cublaslt_dense", "kernel", "alias", "depthwise"};
+                                      "cublaslt_dense", "kernel", "alias", "depthwise", "fused"};
   return names[static_cast<size_t>(engine)];
 }
 
@@ -152,6 +172,7 @@ std::vector<NodeLowering> lower_nodes(const Program& p, const OwnKernels& own) {
     }
     lowered.push_back(std::move(l));
   }
+  fuse_batch_norm_relu(p, lowered);
   return lowered;
 }
 

@@ -692,6 +692,41 @@ void expect_no_overlap(const MemoryPlan& m, const Schedule& s) {
 const Region& region_at(const MemoryPlan& m, const Location& at) { return m.regions[static_cast<size_t>(at.region)]; }
 
 // x -> conv -> relu -> reshape -> dense -> mse: each region's life, step by step.
+// Issue 33 item 5: a batch norm on our kernels whose output only the next relu reads writes that relu's
+// output in one pass and runs its backward from the relu's output gradient; the relu does nothing.
+TEST(CudaPlanMemory, BatchNormFollowedByItsOnlyReaderReluIsFused) {
+  Net net;
+  const int32_t x = net.input("x", {2, 4, 4, 3});
+  const auto bn = [&](int32_t in, const std::string& name) {
+    return net.op("batch_norm", name,
+                  {in, net.param(name + ".g", {3}), net.param(name + ".b", {3}), net.param(name + ".m", {3}, 0),
+                   net.param(name + ".v", {3}, 0)},
+                  {2, 4, 4, 3});
+  };
+  int32_t h = net.op("conv", "c", {x, net.param("w", {1, 1, 3, 3})}, {2, 4, 4, 3});
+  h = net.op("relu", "r1", {bn(h, "bn1")}, {2, 4, 4, 3});
+  const int32_t b2 = bn(h, "bn2");  // read by its relu and by the add: not fused
+  h = net.op("add", "add", {net.op("relu", "r2", {b2}, {2, 4, 4, 3}), b2}, {2, 4, 4, 3});
+  const Program p = net.lower(h);
+  const DevicePlan plan = make_plan(p, {});
+  const size_t bn1 = index_of(p, "bn1"), r1 = index_of(p, "r1");
+  EXPECT_EQ(plan.nodes[bn1].fused_relu, static_cast<int64_t>(r1));
+  EXPECT_EQ(plan.nodes[r1].engine, Engine::fused);
+  EXPECT_EQ(plan.nodes[index_of(p, "bn2")].fused_relu, -1);
+  EXPECT_EQ(plan.nodes[index_of(p, "r2")].engine, Engine::kernel);
+  const MemoryPlan& m = plan.memory;
+  EXPECT_EQ(region_at(m, m.nodes[bn1].statistics).bytes, align_up(4 * 3 * sizeof(float), kAlignment));  // + scale, shift
+  EXPECT_EQ(region_at(m, m.nodes[index_of(p, "bn2")].statistics).bytes, align_up(2 * 3 * sizeof(float), kAlignment));
+  const Region& relu_y = region_at(m, m.values[static_cast<size_t>(value_named(p, "r1"))]);
+  EXPECT_LE(relu_y.first, plan.schedule.forward[bn1]);  // written by the batch norm's step
+  const Region& relu_dy = region_at(m, m.value_gradients[static_cast<size_t>(value_named(p, "r1"))]);
+  EXPECT_GE(relu_dy.last, plan.schedule.backward[bn1]);  // read by the batch norm's backward
+  expect_no_overlap(m, plan.schedule);
+  Options cudnn;  // cuDNN's batch norm: nothing fused
+  cudnn.own.batch_norm = false;
+  EXPECT_EQ(make_plan(p, cudnn).nodes[r1].engine, Engine::kernel);
+}
+
 TEST(CudaPlanMemory, LivesFollowForwardReadsAndWhatBackwardKeeps) {
   Net net;
   const int32_t x = net.input("x", {2, 4, 4, 2});
@@ -1008,6 +1043,11 @@ TEST(CudaPlanLowering, DeepCamRunsNoBatchNormAndNoDepthwiseConvOnCudnnByDefault)
   }
   EXPECT_GT(batch_norms, 50u);
   EXPECT_GT(depthwise, 50u);
+  size_t fused = 0;
+  for (const NodeLowering& l : plan.nodes) fused += l.engine == Engine::fused;
+  EXPECT_GT(fused, 10u);
+  std::printf("DeepCAM: %zu batch norms, %zu depthwise convs on our kernels, %zu relus fused into their batch norm\n",
+              batch_norms, depthwise, fused);
   Options cudnn{Precision::bf16};
   cudnn.own = {false, false};
   const DevicePlan library = make_plan(p, cudnn);
