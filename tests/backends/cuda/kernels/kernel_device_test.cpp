@@ -469,6 +469,62 @@ TEST_F(CudaKernelLaunchers, MaxPoolIsTheBodiesBits) {
   }
 }
 
+// Issue 33: the depthwise conv (4 channels at once where C % 4 == 0, else 1) and the fused batch-norm +
+// ReLU and add + ReLU, against their bodies run here in the launchers' order.
+TEST_F(CudaKernelLaunchers, DepthwiseAndFusedKernelsAreTheBodiesBits) {
+  for (const int64_t channels : {int64_t{12}, int64_t{13}}) {
+    DepthwiseShape s;
+    s.batch = 2, s.channels = channels, s.bias = true;
+    s.in[1] = 37, s.in[2] = 29, s.kernel[1] = s.kernel[2] = 3;
+    s.stride[1] = s.stride[2] = 2, s.dilation[1] = s.dilation[2] = 2, s.pad[1] = s.pad[2] = 2;
+    s.out[1] = (37 + 4 - 4 - 1) / 2 + 1, s.out[2] = (29 + 4 - 4 - 1) / 2 + 1;
+    const int64_t c = channels, in = s.in_positions() * c, out = s.out_positions() * c, w_size = s.taps() * c;
+    const std::vector<float> x = random_floats(static_cast<size_t>(in), 60), w = random_floats(static_cast<size_t>(w_size), 61);
+    const std::vector<float> b = random_floats(static_cast<size_t>(c), 62), dy = random_floats(static_cast<size_t>(out), 63);
+    const std::vector<float> dx0 = random_floats(static_cast<size_t>(in), 64), dw0 = random_floats(static_cast<size_t>(w_size), 65);
+    const Device<float> dx_(x), dw_(w), db_(b), ddy(dy), dout(static_cast<size_t>(out)), ddx(dx0), ddw(dw0), ddb(b);
+    const Workspace ws(depthwise_workspace_bytes(s));
+    ok(depthwise_forward(kStream, s, dx_.get(), dw_.get(), db_.get(), dout.get()));
+    ok(depthwise_backward_data(kStream, s, dw_.get(), ddy.get(), ddx.get()));
+    ok(depthwise_backward_weights(kStream, s, dx_.get(), ddy.get(), ddw.get(), ddb.get(), ws.get(), ws.bytes));
+    std::vector<float> y(static_cast<size_t>(out)), dx = dx0, dw = dw0, db = b;
+    each_row_channel(s.out_positions(), c, [&](int64_t p, int64_t ch) {
+      depthwise_forward_at<1>(p, ch, s, x.data(), w.data(), b.data(), y.data());
+    });
+    each_row_channel(s.in_positions(), c, [&](int64_t p, int64_t ch) {
+      depthwise_backward_data_at<1>(p, ch, s, w.data(), dy.data(), dx.data());
+    });
+    const std::vector<double> sums = test::channel_sums(DepthwiseWeightTerm{s, x.data(), dy.data()}, 1, s.out_positions(), w_size);
+    test::each(w_size, [&](int64_t j) { depthwise_weight_add_at(j, sums.data(), dw.data()); });
+    const std::vector<double> bias_sums = test::channel_sums(SumTerm{dy.data(), c}, 1, s.out_positions(), c);
+    test::each(c, [&](int64_t ch) { bias_backward_at(ch, bias_sums.data(), db.data()); });
+    expect_same_bits(dout.read(), y, "depthwise forward");
+    expect_same_bits(ddx.read(), dx, "depthwise dx");
+    expect_same_bits(ddw.read(), dw, "depthwise dw");
+    expect_same_bits(ddb.read(), db, "depthwise db");
+
+    const int64_t rows = 4099;  // fused: [rows, C]
+    const std::vector<float> a = random_floats(static_cast<size_t>(rows * c), 66), a2 = random_floats(a.size(), 67);
+    const std::vector<float> g = random_floats(a.size(), 68), scale_shift = random_floats(static_cast<size_t>(2 * c), 69);
+    const Device<float> da(a), da2(a2), dg(g), dss(scale_shift), dy1(a.size()), dy2(a.size()), dsum1(a), dsum2(a2);
+    ok(batch_norm_relu_apply(kStream, rows, c, da.get(), dss.get(), dy1.get()));
+    ok(add_relu_forward(kStream, rows, c, da.get(), da2.get(), dy2.get()));
+    std::vector<float> y1(a.size()), y2(a.size()), s1 = a, s2 = a2;
+    test::each_row_channel(rows, c, [&](int64_t r, int64_t ch) {
+      batch_norm_relu_apply_at<1>(r, ch, c, a.data(), scale_shift.data(), y1.data());
+      add_relu_forward_at<1>(r, ch, c, a.data(), a2.data(), y2.data());
+    });
+    ok(add_relu_backward(kStream, rows, c, dy2.get(), dg.get(), dsum1.get(), dsum2.get()));
+    test::each_row_channel(rows, c, [&](int64_t r, int64_t ch) {
+      add_relu_backward_at<1>(r, ch, c, y2.data(), g.data(), s1.data(), s2.data());
+    });
+    expect_same_bits(dy1.read(), y1, "batch norm + relu");
+    expect_same_bits(dy2.read(), y2, "add + relu");
+    expect_same_bits(dsum1.read(), s1, "add + relu da");
+    expect_same_bits(dsum2.read(), s2, "add + relu db");
+  }
+}
+
 TEST_F(CudaKernelLaunchers, LossesAndIouMatchTheBodies) {
   const int64_t n = 1'000'003;
   const std::vector<float> p = random_floats(n, 50), t = random_floats(n, 51);
