@@ -71,14 +71,24 @@ MLPH_KERNEL void store_channels(float* p, const float (&v)[V]) {
   }
 }
 
-// Position `pos` (counting [N, dims...]) as its sample and coordinates.
+// Position `pos` (counting [N, dims...]) as its sample and coordinates: in 32-bit divisions where the
+// position fits (a 64-bit division costs the GPU several times more; HOPPER.md).
+template <class I>
+MLPH_KERNEL void split_position(I pos, const int64_t (&dims)[3], int64_t& n, int64_t (&at)[3]) {
+  const I d2 = static_cast<I>(dims[2]), d1 = static_cast<I>(dims[1]), d0 = static_cast<I>(dims[0]);
+  I q = pos / d2;
+  at[2] = static_cast<int64_t>(pos - q * d2);
+  pos = q, q = pos / d1;
+  at[1] = static_cast<int64_t>(pos - q * d1);
+  pos = q, q = pos / d0;
+  at[0] = static_cast<int64_t>(pos - q * d0);
+  n = static_cast<int64_t>(q);
+}
 MLPH_KERNEL void depthwise_coordinates(int64_t pos, const int64_t (&dims)[3], int64_t& n, int64_t (&at)[3]) {
-  at[2] = pos % dims[2];
-  pos /= dims[2];
-  at[1] = pos % dims[1];
-  pos /= dims[1];
-  at[0] = pos % dims[0];
-  n = pos / dims[0];
+  if (pos <= INT32_MAX)
+    split_position(static_cast<uint32_t>(pos), dims, n, at);
+  else
+    split_position(pos, dims, n, at);
 }
 
 // Output position `pos`, channels [c, c + V).
@@ -110,11 +120,14 @@ MLPH_KERNEL void depthwise_forward_at(int64_t pos, int64_t c, const DepthwiseSha
   store_channels<V>(y + pos * s.channels + c, acc);
 }
 
-// Along one dim: the output that input coordinate i reaches through tap k (-1: none).
+// Along one dim: the output that input coordinate i reaches through tap k (-1: none). Coordinates and
+// window sizes fit 32 bits (a dim past 2^31 positions would not fit memory): 32-bit divisions.
 MLPH_KERNEL int64_t depthwise_source(int64_t i, int64_t k, int64_t stride, int64_t dilation, int64_t pad, int64_t out) {
-  const int64_t o = i + pad - k * dilation;
-  if (o < 0 || o % stride != 0 || o / stride >= out) return -1;
-  return o / stride;
+  const auto o = static_cast<int32_t>(i + pad - k * dilation);
+  if (o < 0) return -1;
+  const auto q = static_cast<int32_t>(static_cast<uint32_t>(o) / static_cast<uint32_t>(stride));
+  if (q * static_cast<int32_t>(stride) != o || q >= out) return -1;
+  return q;
 }
 
 // Input position `pos`, channels [c, c + V): dx += the gather over the flipped kernel's taps.
@@ -152,8 +165,10 @@ struct DepthwiseWeightTerm {
   const float* x;
   const float* dy;
   MLPH_KERNEL void operator()(int64_t r, int64_t j, double* t) const {
-    const int64_t tap = j / s.channels, c = j - tap * s.channels;
-    const int64_t k2 = tap % s.kernel[2], k1 = tap / s.kernel[2] % s.kernel[1], k0 = tap / (s.kernel[2] * s.kernel[1]);
+    const auto jj = static_cast<uint32_t>(j), channels = static_cast<uint32_t>(s.channels);  // taps x C: 32 bits
+    const auto k2s = static_cast<uint32_t>(s.kernel[2]), k1s = static_cast<uint32_t>(s.kernel[1]);
+    const uint32_t tap = jj / channels, rest = tap / k2s;
+    const int64_t c = jj - tap * channels, k2 = tap - rest * k2s, k1 = rest % k1s, k0 = rest / k1s;
     int64_t n, o[3];
     depthwise_coordinates(r, s.out, n, o);
     const int64_t i0 = o[0] * s.stride[0] - s.pad[0] + k0 * s.dilation[0];
