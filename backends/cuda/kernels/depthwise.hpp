@@ -12,12 +12,16 @@
 //                   sum of dy (bias_backward).
 // Each body computes V consecutive channels of one position (a channel vector): V = 4 reads 16 bytes
 // at once on the device where C is a multiple of 4 and the buffers 16-byte aligned (the launcher
-// checks), V = 1 otherwise; every channel's arithmetic is the same either way.
+// checks), V = 1 otherwise; every channel's arithmetic is the same either way. The forward and the
+// data gradient also read and write activations stored as bf16 (T = Bf16, V = 8 for 16 bytes): fp32
+// arithmetic, fp32 weights, each result rounded once; nothing runs them in bf16 yet (the memory plan
+// keeps activations in fp32).
 #pragma once
 
 #include <cstdint>
 
 #include "kernel.hpp"
+#include "precision.hpp"
 
 namespace mlph::cuda {
 
@@ -46,28 +50,63 @@ DepthwiseShape depthwise_shape(const Window& w, bool bias) {
   return s;
 }
 
-// V floats from p (16 bytes at once on the device for V = 4; the caller guarantees the alignment).
-template <int V>
-MLPH_KERNEL void load_channels(const float* p, float (&v)[V]) {
+// V channels from p as floats, and back: float or bf16 storage (Bf16, precision.hpp's rounding), fp32
+// arithmetic. On the device whole 16-byte vectors where V allows (4 floats, 8 bf16; the caller
+// guarantees the alignment).
+struct Bf16 {
+  uint16_t bits;
+};
+MLPH_KERNEL float to_float(float v) { return v; }
+MLPH_KERNEL float to_float(Bf16 v) { return bfloat16_to_float(v.bits); }
+template <class T>
+MLPH_KERNEL T from_float(float v) {
+  if constexpr (sizeof(T) == sizeof(float))
+    return v;
+  else
+    return Bf16{float_to_bfloat16(v)};
+}
+
+template <int V, class T>
+MLPH_KERNEL void load_channels(const T* p, float (&v)[V]) {
 #ifdef __CUDA_ARCH__
-  if constexpr (V == 4) {
-    const float4 q = *reinterpret_cast<const float4*>(p);
-    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+  if constexpr (sizeof(T) == 4 && V % 4 == 0) {
+    for (int q = 0; q < V / 4; ++q) {
+      const float4 f = reinterpret_cast<const float4*>(p)[q];
+      v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
+    }
+  } else if constexpr (sizeof(T) == 2 && V % 8 == 0) {
+    for (int q = 0; q < V / 8; ++q) {
+      const uint4 u = reinterpret_cast<const uint4*>(p)[q];
+      const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+      for (int h = 0; h < 4; ++h) {
+        v[8 * q + 2 * h] = bits_float(words[h] << 16);
+        v[8 * q + 2 * h + 1] = bits_float(words[h] & 0xffff0000u);
+      }
+    }
   } else
 #endif
   {
-    for (int j = 0; j < V; ++j) v[j] = p[j];
+    for (int j = 0; j < V; ++j) v[j] = to_float(p[j]);
   }
 }
-template <int V>
-MLPH_KERNEL void store_channels(float* p, const float (&v)[V]) {
+template <int V, class T>
+MLPH_KERNEL void store_channels(T* p, const float (&v)[V]) {
 #ifdef __CUDA_ARCH__
-  if constexpr (V == 4) {
-    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  if constexpr (sizeof(T) == 4 && V % 4 == 0) {
+    for (int q = 0; q < V / 4; ++q)
+      reinterpret_cast<float4*>(p)[q] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+  } else if constexpr (sizeof(T) == 2 && V % 8 == 0) {
+    for (int q = 0; q < V / 8; ++q) {
+      uint32_t words[4];
+      for (int h = 0; h < 4; ++h)
+        words[h] = static_cast<uint32_t>(float_to_bfloat16(v[8 * q + 2 * h])) |
+                   static_cast<uint32_t>(float_to_bfloat16(v[8 * q + 2 * h + 1])) << 16;
+      reinterpret_cast<uint4*>(p)[q] = make_uint4(words[0], words[1], words[2], words[3]);
+    }
   } else
 #endif
   {
-    for (int j = 0; j < V; ++j) p[j] = v[j];
+    for (int j = 0; j < V; ++j) p[j] = from_float<T>(v[j]);
   }
 }
 
@@ -92,9 +131,9 @@ MLPH_KERNEL void depthwise_coordinates(int64_t pos, const int64_t (&dims)[3], in
 }
 
 // Output position `pos`, channels [c, c + V).
-template <int V>
-MLPH_KERNEL void depthwise_forward_at(int64_t pos, int64_t c, const DepthwiseShape& s, const float* x,
-                                      const float* w, const float* b, float* y) {
+template <int V, class T = float>
+MLPH_KERNEL void depthwise_forward_at(int64_t pos, int64_t c, const DepthwiseShape& s, const T* x, const float* w,
+                                      const float* b, T* y) {
   int64_t n, o[3];
   depthwise_coordinates(pos, s.out, n, o);
   float acc[V];
@@ -131,9 +170,9 @@ MLPH_KERNEL int64_t depthwise_source(int64_t i, int64_t k, int64_t stride, int64
 }
 
 // Input position `pos`, channels [c, c + V): dx += the gather over the flipped kernel's taps.
-template <int V>
+template <int V, class T = float>
 MLPH_KERNEL void depthwise_backward_data_at(int64_t pos, int64_t c, const DepthwiseShape& s, const float* w,
-                                            const float* dy, float* dx) {
+                                            const T* dy, T* dx) {
   int64_t n, i[3];
   depthwise_coordinates(pos, s.in, n, i);
   float acc[V];

@@ -1,7 +1,10 @@
 // Fused element-wise bodies: batch-norm apply + ReLU, and add + ReLU, each one pass over memory
 // instead of two, with bits equal to the two ops run one after the other (batch_norm.hpp's apply then
 // eltwise.hpp's relu; add then relu). Row r, channels [c, c + V) of [rows, C] (V = 4: 16-byte
-// accesses where the launcher finds C a multiple of 4 and the buffers aligned).
+// accesses where the launcher finds C a multiple of 4 and the buffers aligned). The apply and add + ReLU
+// bodies read and write float or bf16 (T = Bf16: fp32 arithmetic, each result rounded once; V = 8 is
+// 16 bytes) for activations stored in half; nothing runs them in bf16 yet (the memory plan keeps
+// activations in fp32).
 //
 // Backward recomputes the ReLU's mask instead of storing the normalized value: from x and the
 // forward's own per-channel scale and shift (kept with the saved statistics: the same floats, so the
@@ -23,9 +26,9 @@ MLPH_KERNEL float relu_gradient(float before_relu, float dy) { return 0.0f + (be
 
 // ---- batch-norm apply + ReLU: y = relu(x * scale[c] + shift[c]) ----
 
-template <int V>
-MLPH_KERNEL void batch_norm_relu_apply_at(int64_t r, int64_t c, int64_t channels, const float* x,
-                                          const float* scale_shift, float* y) {
+template <int V, class T = float>
+MLPH_KERNEL void batch_norm_relu_apply_at(int64_t r, int64_t c, int64_t channels, const T* x, const float* scale_shift,
+                                          T* y) {
   float xv[V], scale[V], shift[V], out[V];
   load_channels<V>(x + r * channels + c, xv);
   load_channels<V>(scale_shift + c, scale);
@@ -68,8 +71,8 @@ MLPH_KERNEL void batch_norm_relu_backward_data_at(int64_t r, int64_t c, int64_t 
 
 // ---- add + ReLU: y = relu(a + b); da += g, db += g with g the ReLU's gradient (from y) ----
 
-template <int V>
-MLPH_KERNEL void add_relu_forward_at(int64_t r, int64_t c, int64_t channels, const float* a, const float* b, float* y) {
+template <int V, class T = float>
+MLPH_KERNEL void add_relu_forward_at(int64_t r, int64_t c, int64_t channels, const T* a, const T* b, T* y) {
   float av[V], bv[V], out[V];
   load_channels<V>(a + r * channels + c, av);
   load_channels<V>(b + r * channels + c, bv);
@@ -78,16 +81,15 @@ MLPH_KERNEL void add_relu_forward_at(int64_t r, int64_t c, int64_t channels, con
 }
 
 // da, db may be null (an input that needs no gradient).
-template <int V>
-MLPH_KERNEL void add_relu_backward_at(int64_t r, int64_t c, int64_t channels, const float* y, const float* dy,
-                                      float* da, float* db) {
+template <int V, class T = float>
+MLPH_KERNEL void add_relu_backward_at(int64_t r, int64_t c, int64_t channels, const T* y, const T* dy, T* da, T* db) {
   const int64_t i = r * channels + c;
   float yv[V], gv[V], g[V];
   load_channels<V>(y + i, yv);
   load_channels<V>(dy + i, gv);
   for (int j = 0; j < V; ++j) g[j] = relu_gradient(yv[j], gv[j]);
-  float* const grads[2] = {da, db};
-  for (float* d : grads) {
+  T* const grads[2] = {da, db};
+  for (T* d : grads) {
     if (!d) continue;
     float dv[V];
     load_channels<V>(d + i, dv);

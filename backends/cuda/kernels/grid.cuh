@@ -90,10 +90,11 @@ cudaError_t each_row_vector(cudaStream_t stream, int64_t rows, int64_t channels,
   return cudaGetLastError();
 }
 
-// Whether V = 4 floats may be read at once at every row's channel c (a multiple of 4) of each buffer.
+// Whether 16 bytes (`lanes` elements: 4 floats, 8 bf16) may be read at once at every row's channel c (a
+// multiple of lanes) of each buffer.
 template <class... Pointers>
-bool aligned_16(int64_t channels, const Pointers*... p) {
-  return channels % 4 == 0 && ((reinterpret_cast<uintptr_t>(p) % 16 == 0) && ...);
+bool aligned_16(int64_t channels, int64_t lanes, const Pointers*... p) {
+  return channels % lanes == 0 && ((reinterpret_cast<uintptr_t>(p) % 16 == 0) && ...);
 }
 
 }  // namespace mlph::cuda

@@ -154,6 +154,19 @@ namespace mlph::cuda {
 [[nodiscard]] cudaError_t add_relu_backward(cudaStream_t stream, int64_t rows, int64_t channels, const float* y,
                                             const float* dy, float* da, float* db);
 
+// bf16 storage (Bf16: activations stored in half, fp32 arithmetic, each result rounded once): the same
+// kernels for the bf16-activation plan to come; the model calls none of them yet.
+[[nodiscard]] cudaError_t batch_norm_relu_apply(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
+                                                const float* scale_shift, Bf16* y);
+[[nodiscard]] cudaError_t add_relu_forward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* a,
+                                           const Bf16* b, Bf16* y);
+[[nodiscard]] cudaError_t add_relu_backward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* y,
+                                            const Bf16* dy, Bf16* da, Bf16* db);
+[[nodiscard]] cudaError_t depthwise_forward(cudaStream_t stream, const DepthwiseShape& shape, const Bf16* x,
+                                            const float* w, const float* b, Bf16* y);
+[[nodiscard]] cudaError_t depthwise_backward_data(cudaStream_t stream, const DepthwiseShape& shape, const float* w,
+                                                  const Bf16* dy, Bf16* dx);
+
 // ---- depthwise convolution (depthwise.hpp), weights [taps][C] as the graph keeps them ----
 
 // y = conv (+ bias when shape.bias; b may be null otherwise).

@@ -1,19 +1,70 @@
 // The launchers of issue 33's kernels (launch.hpp): depthwise convolution, fused batch-norm + ReLU
 // and add + ReLU. Channels-last bodies over [positions, C] on the 2-D grid of grid.cuh, 4 channels
-// (16 bytes) per thread where C is a multiple of 4 and every buffer 16-byte aligned, else one.
+// (16 bytes; 8 for bf16 storage) per thread where C is a multiple of that and every buffer 16-byte
+// aligned, else one.
 #include "channel_sums.cuh"
 #include "grid.cuh"
 #include "launch.hpp"
 
 namespace mlph::cuda {
+namespace {
+
+// 16-byte vectors of T: 4 floats or 8 bf16.
+template <class T>
+constexpr int kLanes = 16 / static_cast<int>(sizeof(T));
+
+template <class T>
+cudaError_t bn_relu_apply(cudaStream_t stream, int64_t rows, int64_t channels, const T* x, const float* scale_shift, T* y) {
+  constexpr int V = kLanes<T>;
+  if (aligned_16(channels, V, x, scale_shift, y))
+    return each_row_vector<batch_norm_relu_apply_at<V, T>, V>(stream, rows, channels, channels, x, scale_shift, y);
+  return each_row_vector<batch_norm_relu_apply_at<1, T>, 1>(stream, rows, channels, channels, x, scale_shift, y);
+}
+
+template <class T>
+cudaError_t add_relu_fwd(cudaStream_t stream, int64_t rows, int64_t channels, const T* a, const T* b, T* y) {
+  constexpr int V = kLanes<T>;
+  if (aligned_16(channels, V, a, b, y))
+    return each_row_vector<add_relu_forward_at<V, T>, V>(stream, rows, channels, channels, a, b, y);
+  return each_row_vector<add_relu_forward_at<1, T>, 1>(stream, rows, channels, channels, a, b, y);
+}
+
+template <class T>
+cudaError_t add_relu_bwd(cudaStream_t stream, int64_t rows, int64_t channels, const T* y, const T* dy, T* da, T* db) {
+  constexpr int V = kLanes<T>;
+  if (aligned_16(channels, V, y, dy, da, db))  // a null pointer is aligned
+    return each_row_vector<add_relu_backward_at<V, T>, V>(stream, rows, channels, channels, y, dy, da, db);
+  return each_row_vector<add_relu_backward_at<1, T>, 1>(stream, rows, channels, channels, y, dy, da, db);
+}
+
+template <class T>
+cudaError_t depthwise_fwd(cudaStream_t stream, const DepthwiseShape& s, const T* x, const float* w, const float* b, T* y) {
+  constexpr int V = kLanes<T>;
+  if (s.bias && !b) return cudaErrorInvalidValue;
+  if (aligned_16(s.channels, V, x, w, b, y))
+    return each_row_vector<depthwise_forward_at<V, T>, V>(stream, s.out_positions(), s.channels, s, x, w, b, y);
+  return each_row_vector<depthwise_forward_at<1, T>, 1>(stream, s.out_positions(), s.channels, s, x, w, b, y);
+}
+
+template <class T>
+cudaError_t depthwise_bwd_data(cudaStream_t stream, const DepthwiseShape& s, const float* w, const T* dy, T* dx) {
+  constexpr int V = kLanes<T>;
+  if (aligned_16(s.channels, V, w, dy, dx))
+    return each_row_vector<depthwise_backward_data_at<V, T>, V>(stream, s.in_positions(), s.channels, s, w, dy, dx);
+  return each_row_vector<depthwise_backward_data_at<1, T>, 1>(stream, s.in_positions(), s.channels, s, w, dy, dx);
+}
+
+}  // namespace
 
 // ---- fused ----
 
 cudaError_t batch_norm_relu_apply(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
                                   const float* scale_shift, float* y) {
-  if (aligned_16(channels, x, scale_shift, y))
-    return each_row_vector<batch_norm_relu_apply_at<4>, 4>(stream, rows, channels, channels, x, scale_shift, y);
-  return each_row_vector<batch_norm_relu_apply_at<1>, 1>(stream, rows, channels, channels, x, scale_shift, y);
+  return bn_relu_apply(stream, rows, channels, x, scale_shift, y);
+}
+cudaError_t batch_norm_relu_apply(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
+                                  const float* scale_shift, Bf16* y) {
+  return bn_relu_apply(stream, rows, channels, x, scale_shift, y);
 }
 
 cudaError_t batch_norm_relu_backward_sums(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
@@ -37,32 +88,39 @@ cudaError_t batch_norm_relu_backward_data(cudaStream_t stream, int64_t rows, int
 
 cudaError_t add_relu_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* a, const float* b,
                              float* y) {
-  if (aligned_16(channels, a, b, y)) return each_row_vector<add_relu_forward_at<4>, 4>(stream, rows, channels, channels, a, b, y);
-  return each_row_vector<add_relu_forward_at<1>, 1>(stream, rows, channels, channels, a, b, y);
+  return add_relu_fwd(stream, rows, channels, a, b, y);
+}
+cudaError_t add_relu_forward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* a, const Bf16* b, Bf16* y) {
+  return add_relu_fwd(stream, rows, channels, a, b, y);
 }
 
 cudaError_t add_relu_backward(cudaStream_t stream, int64_t rows, int64_t channels, const float* y, const float* dy,
                               float* da, float* db) {
-  if (aligned_16(channels, y, dy, da, db))  // a null pointer is aligned
-    return each_row_vector<add_relu_backward_at<4>, 4>(stream, rows, channels, channels, y, dy, da, db);
-  return each_row_vector<add_relu_backward_at<1>, 1>(stream, rows, channels, channels, y, dy, da, db);
+  return add_relu_bwd(stream, rows, channels, y, dy, da, db);
+}
+cudaError_t add_relu_backward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* y, const Bf16* dy,
+                              Bf16* da, Bf16* db) {
+  return add_relu_bwd(stream, rows, channels, y, dy, da, db);
 }
 
 // ---- depthwise ----
 
 cudaError_t depthwise_forward(cudaStream_t stream, const DepthwiseShape& s, const float* x, const float* w,
                               const float* b, float* y) {
-  if (s.bias && !b) return cudaErrorInvalidValue;
-  if (aligned_16(s.channels, x, w, b, y))
-    return each_row_vector<depthwise_forward_at<4>, 4>(stream, s.out_positions(), s.channels, s, x, w, b, y);
-  return each_row_vector<depthwise_forward_at<1>, 1>(stream, s.out_positions(), s.channels, s, x, w, b, y);
+  return depthwise_fwd(stream, s, x, w, b, y);
+}
+cudaError_t depthwise_forward(cudaStream_t stream, const DepthwiseShape& s, const Bf16* x, const float* w,
+                              const float* b, Bf16* y) {
+  return depthwise_fwd(stream, s, x, w, b, y);
 }
 
 cudaError_t depthwise_backward_data(cudaStream_t stream, const DepthwiseShape& s, const float* w, const float* dy,
                                     float* dx) {
-  if (aligned_16(s.channels, w, dy, dx))
-    return each_row_vector<depthwise_backward_data_at<4>, 4>(stream, s.in_positions(), s.channels, s, w, dy, dx);
-  return each_row_vector<depthwise_backward_data_at<1>, 1>(stream, s.in_positions(), s.channels, s, w, dy, dx);
+  return depthwise_bwd_data(stream, s, w, dy, dx);
+}
+cudaError_t depthwise_backward_data(cudaStream_t stream, const DepthwiseShape& s, const float* w, const Bf16* dy,
+                                    Bf16* dx) {
+  return depthwise_bwd_data(stream, s, w, dy, dx);
 }
 
 cudaError_t depthwise_backward_weights(cudaStream_t stream, const DepthwiseShape& s, const float* x, const float* dy,

@@ -313,7 +313,7 @@ void add_relu_matches(int64_t channels) {
   expect_same_bits(da, expected_da, what + " da");
   expect_same_bits(db, expected_db, what + " db");
   each_row_vector<V>(kRows, channels, [&](int64_t r, int64_t c) {
-    add_relu_backward_at<V>(r, c, channels, y.data(), dy.data(), da.data(), nullptr);
+    add_relu_backward_at<V>(r, c, channels, y.data(), dy.data(), da.data(), static_cast<float*>(nullptr));
   });
   ref::copy_backward(pool(), kRows * channels, d_sum.data(), expected_da.data());
   expect_same_bits(da, expected_da, what + " da, db not needed");
@@ -323,6 +323,103 @@ TEST(CudaOwnKernels, AddReluForwardAndBackwardAreAddThenReluBits) {
   add_relu_matches<1>(13);
   add_relu_matches<1>(20);
   add_relu_matches<4>(20);
+}
+
+// ---- bf16 storage (issue 33 item 4, kernel side): fp32 arithmetic, each result rounded once --------
+// Held to the reference run on the bf16-rounded inputs, its float results rounded once to bf16.
+
+std::vector<Bf16> to_bf16(const std::vector<float>& v) {
+  std::vector<Bf16> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = Bf16{float_to_bfloat16(v[i])};
+  return out;
+}
+std::vector<float> to_floats(const std::vector<Bf16>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = to_float(v[i]);
+  return out;
+}
+void expect_same_bits(const std::vector<Bf16>& actual, const std::vector<float>& reference, const std::string& what) {
+  ASSERT_EQ(actual.size(), reference.size()) << what;
+  for (size_t i = 0; i < actual.size(); ++i)
+    ASSERT_EQ(actual[i].bits, float_to_bfloat16(reference[i]))
+        << what << " at " << i << ": " << to_float(actual[i]) << " vs the reference's " << reference[i] << " rounded";
+}
+
+template <int V>
+void depthwise_bf16_matches(const DepthwiseCase& t) {
+  const sdk::host::Window& g = t.g;
+  const DepthwiseShape s = depthwise_shape(g, t.bias);
+  const int64_t c = g.in_channels;
+  const std::vector<Bf16> x = to_bf16(special_floats(static_cast<size_t>(s.in_positions() * c), 41));
+  const std::vector<float> w = random_floats(static_cast<size_t>(s.taps() * c), 42), b = random_floats(static_cast<size_t>(c), 43);
+  const std::vector<Bf16> dy = to_bf16(random_floats(static_cast<size_t>(s.out_positions() * c), 44));
+  std::vector<Bf16> y(static_cast<size_t>(s.out_positions() * c)), dx = to_bf16(random_floats(x.size(), 45));
+  std::vector<float> expected_y(y.size()), expected_dx = to_floats(dx);
+  each_channel_vector<V>(s.out_positions(), c, [&](int64_t p, int64_t ch) {
+    depthwise_forward_at<V>(p, ch, s, x.data(), w.data(), b.data(), y.data());
+  });
+  each_channel_vector<V>(s.in_positions(), c, [&](int64_t p, int64_t ch) {
+    depthwise_backward_data_at<V>(p, ch, s, w.data(), dy.data(), dx.data());
+  });
+  ref::Scratch scratch;
+  const std::vector<float> xf = to_floats(x), dyf = to_floats(dy);
+  ref::conv_forward(pool(), scratch, g, xf.data(), w.data(), t.bias ? b.data() : nullptr, expected_y.data());
+  ref::conv_backward_data(pool(), scratch, g, w.data(), dyf.data(), expected_dx.data());
+  const std::string what = std::string("bf16 depthwise, ") + t.what + ", V " + std::to_string(V);
+  expect_same_bits(y, expected_y, what + " forward");
+  expect_same_bits(dx, expected_dx, what + " dx");
+}
+
+TEST(CudaOwnKernels, DepthwiseInBf16IsTheReferenceOnRoundedInputsRoundedOnce) {
+  for (const DepthwiseCase& t : depthwise_cases()) {
+    depthwise_bf16_matches<1>(t);
+    if (t.g.in_channels % 8 == 0) depthwise_bf16_matches<8>(t);
+  }
+  const DepthwiseCase wide{"3x3 s2 d2, C 24", depthwise_window(2, {9, 7}, 24, 3, 2, 2, 2), true};
+  depthwise_bf16_matches<1>(wide);
+  depthwise_bf16_matches<8>(wide);
+}
+
+template <int V>
+void fused_bf16_matches(int64_t channels) {
+  const size_t n = static_cast<size_t>(kRows * channels);
+  const std::vector<Bf16> x = to_bf16(special_floats(n, 51)), a2 = to_bf16(special_floats(n, 52));
+  const std::vector<Bf16> dy = to_bf16(special_floats(n, 53));
+  const std::vector<float> scale_shift = random_floats(static_cast<size_t>(2 * channels), 54);
+  const std::vector<float> xf = to_floats(x), a2f = to_floats(a2), dyf = to_floats(dy);
+  std::vector<Bf16> y(n), sum_y(n), da = to_bf16(random_floats(n, 55)), db = to_bf16(random_floats(n, 56));
+  std::vector<float> expected_y(n), sum(n), expected_sum_y(n), d_sum(n, 0.0f), expected_da = to_floats(da),
+      expected_db = to_floats(db);
+  each_row_vector<V>(kRows, channels, [&](int64_t r, int64_t c) {
+    batch_norm_relu_apply_at<V>(r, c, channels, x.data(), scale_shift.data(), y.data());
+    add_relu_forward_at<V>(r, c, channels, x.data(), a2.data(), sum_y.data());
+  });
+  each_row_vector<V>(kRows, channels, [&](int64_t r, int64_t c) {
+    add_relu_backward_at<V>(r, c, channels, sum_y.data(), dy.data(), da.data(), db.data());
+  });
+  test::each_row_channel(kRows, channels, [&](int64_t r, int64_t c) {  // batch norm's apply: the reference's expression
+    const size_t i = static_cast<size_t>(r * channels + c);
+    expected_y[i] = xf[i] * scale_shift[static_cast<size_t>(c)] + scale_shift[static_cast<size_t>(channels + c)];
+  });
+  ref::relu_forward(pool(), kRows * channels, expected_y.data(), expected_y.data());
+  ref::add_forward(pool(), kRows * channels, xf.data(), a2f.data(), sum.data());
+  ref::relu_forward(pool(), kRows * channels, sum.data(), expected_sum_y.data());
+  // The ReLU's mask from the stored (rounded) output, as a bf16 model's relu backward would read it.
+  const std::vector<float> sum_yf = to_floats(sum_y);
+  ref::relu_backward(pool(), kRows * channels, sum_yf.data(), dyf.data(), d_sum.data());
+  ref::copy_backward(pool(), kRows * channels, d_sum.data(), expected_da.data());
+  ref::copy_backward(pool(), kRows * channels, d_sum.data(), expected_db.data());
+  const std::string what = "bf16, C " + std::to_string(channels) + ", V " + std::to_string(V);
+  expect_same_bits(y, expected_y, what + " batch norm + relu");
+  expect_same_bits(sum_y, expected_sum_y, what + " add + relu");
+  expect_same_bits(da, expected_da, what + " add + relu da");
+  expect_same_bits(db, expected_db, what + " add + relu db");
+}
+
+TEST(CudaOwnKernels, FusedKernelsInBf16AreTheReferenceOnRoundedInputsRoundedOnce) {
+  fused_bf16_matches<1>(13);
+  fused_bf16_matches<1>(24);
+  fused_bf16_matches<8>(24);
 }
 
 }  // namespace
