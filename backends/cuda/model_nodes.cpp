@@ -119,7 +119,13 @@ void CudaModel::forward(size_t k, bool training) {
       batch_norm_forward(k, training);
       break;
     case OpKind::add:
-      check(add_forward(s, count, in(0), in(1), y), "add_forward", k);
+      if (const int64_t relu = plan_.nodes[k].fused_relu; relu >= 0) {  // the relu's output in the same pass
+        const int64_t c = program_.value(n.output).shape.back();
+        check(add_relu_forward(s, count / c, c, in(0), in(1), at<float>(plan_.memory.nodes[static_cast<size_t>(relu)].output)),
+              "add_relu_forward", k);
+      } else {
+        check(add_forward(s, count, in(0), in(1), y), "add_forward", k);
+      }
       break;
     case OpKind::concat: {
       std::vector<const float*> parts;
@@ -371,6 +377,13 @@ void CudaModel::backward(size_t k) {
       batch_norm_backward(k);
       break;
     case OpKind::add:
+      if (const int64_t relu = plan_.nodes[k].fused_relu; relu >= 0) {  // the relu's gradient, its mask from its output
+        const plan::NodeMemory& rm = plan_.memory.nodes[static_cast<size_t>(relu)];
+        const int64_t c = program_.value(n.output).shape.back();
+        check(add_relu_backward(s, count / c, c, at<float>(rm.output), at<float>(rm.output_gradient), grad(0), grad(1)),
+              "add_relu_backward", k);
+        break;
+      }
       for (size_t i = 0; i < 2; ++i)
         if (float* g = grad(i)) check(accumulate(s, count, dy, g), "accumulate", k);
       break;

@@ -40,12 +40,14 @@ size_t readers_of(const Program& p, int32_t v) {
   return n + (p.loss == v ? 1 : 0);
 }
 
-// batch_norm (our kernels) -> relu reading nothing else, its output read by that relu alone: one node.
-void fuse_batch_norm_relu(const Program& p, std::vector<NodeLowering>& lowered) {
+// batch_norm (our kernels) or add -> relu, the producer's output read by that relu alone: one node.
+void fuse_relus(const Program& p, std::vector<NodeLowering>& lowered) {
   for (size_t k = 0; k + 1 < p.nodes.size(); ++k) {
-    const Node &bn = p.nodes[k], &relu = p.nodes[k + 1];
-    if (bn.kind != OpKind::batch_norm || lowered[k].engine != Engine::kernel || relu.kind != OpKind::relu ||
-        relu.inputs[0] != bn.output || readers_of(p, bn.output) != 1)
+    const Node &producer = p.nodes[k], &relu = p.nodes[k + 1];
+    const bool fusable = producer.kind == OpKind::batch_norm ||
+                         (producer.kind == OpKind::add && !p.value(producer.output).shape.empty());  // [rows, C]
+    if (!fusable || lowered[k].engine != Engine::kernel || relu.kind != OpKind::relu ||
+        relu.inputs[0] != producer.output || readers_of(p, producer.output) != 1)
       continue;
     lowered[k].fused_relu = static_cast<int64_t>(k + 1);
     lowered[k + 1].engine = Engine::fused;
@@ -172,7 +174,7 @@ std::vector<NodeLowering> lower_nodes(const Program& p, const OwnKernels& own) {
     }
     lowered.push_back(std::move(l));
   }
-  fuse_batch_norm_relu(p, lowered);
+  fuse_relus(p, lowered);
   return lowered;
 }
 

@@ -34,7 +34,7 @@ namespace mlph::cuda::plan {
 sdk::Implements implemented();
 
 // depthwise: our depthwise conv kernel. fused: runs inside the node before it (a ReLU after a batch
-// norm on our kernels: NodeLowering::fused_relu), no work of its own.
+// norm on our kernels or an add: NodeLowering::fused_relu), no work of its own.
 enum class Engine { cudnn_conv, cudnn_conv_transpose, cudnn_batch_norm, cublaslt_dense, kernel, alias, depthwise, fused };
 
 // Which ops run on our kernels rather than cuDNN (backend.batch_norm, backend.depthwise: own|cudnn).
@@ -130,10 +130,10 @@ struct NodeLowering {
   std::optional<ConvPlan> conv;        // cudnn_conv, cudnn_conv_transpose
   std::optional<BatchNormPlan> batch_norm;  // cudnn_batch_norm
   std::optional<DensePlan> dense;      // cublaslt_dense
-  // batch_norm on our kernels whose output only the next node, a relu, reads: that relu's index. The
-  // batch norm writes the relu's output in one pass (fused.hpp) and its backward reads the relu's
-  // output gradient, recomputing the mask from x and the forward's scale and shift (saved with the
-  // statistics: [4C]); the relu is Engine::fused. -1: none.
+  // batch_norm on our kernels, or add, whose output only the next node, a relu, reads: that relu's
+  // index; the relu is Engine::fused. One pass writes the relu's output (fused.hpp); backward reads
+  // the relu's output gradient and its mask: batch norm recomputes it from x and the forward's scale
+  // and shift (saved with the statistics: [4C]), add reads the relu's output. -1: none.
   int64_t fused_relu = -1;
 };
 

@@ -218,6 +218,7 @@ class Planner {
     touch(m.output_gradient, s);
     if (lowering_[k].fused_relu >= 0) {  // the fused relu's output gradient is what this backward reads
       touch(gradient_at(fused_relu_node(k).output), s);
+      if (node.kind == OpKind::add) touch(value_at(fused_relu_node(k).output), s);  // and add its mask
     }
     // The library reads dy in its type: cast down first (conv_transpose's explicit padding pads and casts at once).
     const DType data = precision_.nodes[k].data;

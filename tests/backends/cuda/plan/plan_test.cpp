@@ -692,9 +692,10 @@ void expect_no_overlap(const MemoryPlan& m, const Schedule& s) {
 const Region& region_at(const MemoryPlan& m, const Location& at) { return m.regions[static_cast<size_t>(at.region)]; }
 
 // x -> conv -> relu -> reshape -> dense -> mse: each region's life, step by step.
-// Issue 33 item 5: a batch norm on our kernels whose output only the next relu reads writes that relu's
-// output in one pass and runs its backward from the relu's output gradient; the relu does nothing.
-TEST(CudaPlanMemory, BatchNormFollowedByItsOnlyReaderReluIsFused) {
+// Issue 33 item 5: a batch norm on our kernels (or an add) whose output only the next relu reads writes
+// that relu's output in one pass and runs its backward from the relu's output gradient; the relu does
+// nothing.
+TEST(CudaPlanMemory, BatchNormOrAddFollowedByItsOnlyReaderReluIsFused) {
   Net net;
   const int32_t x = net.input("x", {2, 4, 4, 3});
   const auto bn = [&](int32_t in, const std::string& name) {
@@ -707,6 +708,7 @@ TEST(CudaPlanMemory, BatchNormFollowedByItsOnlyReaderReluIsFused) {
   h = net.op("relu", "r1", {bn(h, "bn1")}, {2, 4, 4, 3});
   const int32_t b2 = bn(h, "bn2");  // read by its relu and by the add: not fused
   h = net.op("add", "add", {net.op("relu", "r2", {b2}, {2, 4, 4, 3}), b2}, {2, 4, 4, 3});
+  h = net.op("relu", "r3", {h}, {2, 4, 4, 3});  // add -> relu, its only reader: fused too
   const Program p = net.lower(h);
   const DevicePlan plan = make_plan(p, {});
   const size_t bn1 = index_of(p, "bn1"), r1 = index_of(p, "r1");
@@ -721,6 +723,13 @@ TEST(CudaPlanMemory, BatchNormFollowedByItsOnlyReaderReluIsFused) {
   EXPECT_LE(relu_y.first, plan.schedule.forward[bn1]);  // written by the batch norm's step
   const Region& relu_dy = region_at(m, m.value_gradients[static_cast<size_t>(value_named(p, "r1"))]);
   EXPECT_GE(relu_dy.last, plan.schedule.backward[bn1]);  // read by the batch norm's backward
+  const size_t add = index_of(p, "add"), r3 = index_of(p, "r3");
+  EXPECT_EQ(plan.nodes[add].fused_relu, static_cast<int64_t>(r3));
+  EXPECT_EQ(plan.nodes[r3].engine, Engine::fused);
+  const Region& r3_y = region_at(m, m.values[static_cast<size_t>(value_named(p, "r3"))]);
+  EXPECT_LE(r3_y.first, plan.schedule.forward[add]);
+  EXPECT_GE(r3_y.last, plan.schedule.backward[add]);  // the mask of add's backward
+  EXPECT_GE(region_at(m, m.value_gradients[static_cast<size_t>(value_named(p, "r3"))]).last, plan.schedule.backward[add]);
   expect_no_overlap(m, plan.schedule);
   Options cudnn;  // cuDNN's batch norm: nothing fused
   cudnn.own.batch_norm = false;
@@ -1043,11 +1052,16 @@ TEST(CudaPlanLowering, DeepCamRunsNoBatchNormAndNoDepthwiseConvOnCudnnByDefault)
   }
   EXPECT_GT(batch_norms, 50u);
   EXPECT_GT(depthwise, 50u);
-  size_t fused = 0;
-  for (const NodeLowering& l : plan.nodes) fused += l.engine == Engine::fused;
-  EXPECT_GT(fused, 10u);
-  std::printf("DeepCAM: %zu batch norms, %zu depthwise convs on our kernels, %zu relus fused into their batch norm\n",
-              batch_norms, depthwise, fused);
+  size_t into_batch_norm = 0, into_add = 0;
+  for (size_t k = 0; k < p.nodes.size(); ++k) {
+    if (plan.nodes[k].fused_relu < 0) continue;
+    EXPECT_EQ(plan.nodes[static_cast<size_t>(plan.nodes[k].fused_relu)].engine, Engine::fused);
+    (p.nodes[k].kind == OpKind::add ? into_add : into_batch_norm) += 1;
+  }
+  EXPECT_GT(into_batch_norm, 40u);
+  EXPECT_GT(into_add, 10u);  // the Xception blocks that end with a relu
+  std::printf("DeepCAM: %zu batch norms, %zu depthwise convs on our kernels; relus fused into %zu batch norms, %zu adds\n",
+              batch_norms, depthwise, into_batch_norm, into_add);
   Options cudnn{Precision::bf16};
   cudnn.own = {false, false};
   const DevicePlan library = make_plan(p, cudnn);
