@@ -48,7 +48,8 @@ int64_t count(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// A small network over the ops the workloads use: conv (bias) -> batch_norm -> relu -> depthwise conv -> max_pool ->
+// A small network over the ops the workloads use: conv (bias) -> batch_norm -> relu -> depthwise conv (+ the
+// relu's output) -> relu -> max_pool ->
 // conv_transpose -> leaky_relu -> reshape -> dense (bias) -> dropout -> dense -> mse; adam with decay.
 struct Net {
   mlph::sdk::GraphBuilder g;
@@ -78,8 +79,11 @@ struct Net {
     const int32_t dw = value("dw", {2, 8, 8, 4});  // depthwise, dilated: our kernel by default (backend.depthwise=own)
     g.node("conv", "dw", {r, param("wdw", {3, 3, 1, 4}, 11)}, {dw},
            {{"padding", {2, 2}}, {"dilation", {2, 2}}, {"groups", 4.0}});
+    const int32_t sum = value("sum", {2, 8, 8, 4}), sum_relu = value("sum_relu", {2, 8, 8, 4});
+    g.node("add", "sum", {dw, r}, {sum});  // a residual add, its relu fused into it
+    g.node("relu", "sum_relu", {sum}, {sum_relu});
     const int32_t p = value("p", {2, 4, 4, 4});
-    g.node("max_pool", "p", {dw}, {p}, {{"kernel", {2, 2}}, {"stride", {2, 2}}});
+    g.node("max_pool", "p", {sum_relu}, {p}, {{"kernel", {2, 2}}, {"stride", {2, 2}}});
     const int32_t t = value("t", {2, 8, 8, 2});
     g.node("conv_transpose", "t", {p, param("wt", {3, 3, 2, 4}, 7)}, {t},
            {{"stride", {2, 2}}, {"padding", {1, 1}}, {"output_padding", {1, 1}}});
