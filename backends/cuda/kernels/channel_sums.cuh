@@ -53,16 +53,18 @@ struct ChannelScratch {
   double* sums = nullptr;
   bool fits = false;
 };
-inline ChannelScratch channel_scratch(void* workspace, size_t bytes, int64_t segments, int64_t rows, int64_t channels) {
+inline ChannelScratch channel_scratch(void* workspace, size_t bytes, int64_t segments, int64_t rows, int64_t channels,
+                                      int terms = kMaxTermSums) {
+  const int64_t k = terms > kMaxTermSums ? terms : kMaxTermSums;
   auto* partial = static_cast<double*>(workspace);
-  const int64_t partials = channel_parts(segments, rows, channels) * segments * kMaxTermSums * channels;
-  return {partial, partial + partials, workspace && bytes >= channel_sums_workspace_bytes(segments, rows, channels)};
+  const int64_t partials = channel_parts(segments, rows, channels) * segments * k * channels;
+  return {partial, partial + partials, workspace && bytes >= channel_sums_workspace_bytes(segments, rows, channels, terms)};
 }
 
 template <class Term>
 cudaError_t channel_sums(cudaStream_t stream, const Term& term, int64_t segments, int64_t rows, int64_t channels,
                          double* out, void* workspace, size_t bytes, double* count_slot = nullptr, double count = 0) {
-  const ChannelScratch scratch = channel_scratch(workspace, bytes, segments, rows, channels);
+  const ChannelScratch scratch = channel_scratch(workspace, bytes, segments, rows, channels, Term::K);
   if (!scratch.fits || segments > 65535) return cudaErrorInvalidValue;
   if (channels <= 0 || segments <= 0) return cudaSuccess;
   const int64_t parts = channel_parts(segments, rows, channels);

@@ -8,8 +8,8 @@
 //                   gather, one thread per dx element, no atomics; the reference's stride-1 conv over
 //                   dy spread by the stride, term for term.
 //   backward weights dw[tap][c] += sum over output positions of x(tap) * dy: a channel sum
-//                   (reduce.hpp) over "channels" taps x C in double, the bias's gradient the channel
-//                   sum of dy (bias_backward).
+//                   (reduce.hpp) in double, of the 9 taps at once per channel for a 2-D 3x3 kernel,
+//                   else over "channels" taps x C; the bias's gradient the channel sum of dy.
 // Each body computes V consecutive channels of one position (a channel vector): V = 4 reads 16 bytes
 // at once on the device where C is a multiple of 4 and the buffers 16-byte aligned (the launcher
 // checks), V = 1 otherwise; every channel's arithmetic is the same either way. The forward and the
@@ -219,6 +219,31 @@ struct DepthwiseWeightTerm {
                   : 0.0;
   }
 };
+
+// A 2-D 3x3 kernel (DeepCAM's): all 9 taps of channel c per output position r at once, so that dy is read
+// once rather than once per tap; its sums come out as [tap][C], the weights' layout. Same products.
+struct Depthwise3x3WeightTerm {
+  static constexpr int K = 9;
+  DepthwiseShape s;
+  const float* x;
+  const float* dy;
+  MLPH_KERNEL void operator()(int64_t r, int64_t c, double* t) const {
+    int64_t n, o[3];
+    depthwise_coordinates(r, s.out, n, o);
+    const double g = dy[r * s.channels + c];
+    for (int k1 = 0; k1 < 3; ++k1) {
+      const int64_t i1 = o[1] * s.stride[1] - s.pad[1] + k1 * s.dilation[1];
+      for (int k2 = 0; k2 < 3; ++k2) {
+        const int64_t i2 = o[2] * s.stride[2] - s.pad[2] + k2 * s.dilation[2];
+        const bool inside = i1 >= 0 && i1 < s.in[1] && i2 >= 0 && i2 < s.in[2];
+        t[k1 * 3 + k2] = inside ? static_cast<double>(x[((n * s.in[1] + i1) * s.in[2] + i2) * s.channels + c]) * g : 0.0;
+      }
+    }
+  }
+};
+MLPH_KERNEL bool is_depthwise_3x3(const DepthwiseShape& s) {
+  return s.kernel[0] == 1 && s.kernel[1] == 3 && s.kernel[2] == 3 && s.in[0] == 1 && s.out[0] == 1;
+}
 
 // dw[j] += the channel sum's sums[j] (j = tap * C + c: the graph's layout of the weights).
 MLPH_KERNEL void depthwise_weight_add_at(int64_t j, const double* sums, float* dw) { dw[j] += static_cast<float>(sums[j]); }

@@ -180,7 +180,8 @@ namespace mlph::cuda {
                                                      const float* dy, float* dw, float* db, void* workspace,
                                                      size_t workspace_bytes);
 inline size_t depthwise_workspace_bytes(const DepthwiseShape& s) {
-  const size_t weights = channel_sums_workspace_bytes(1, s.out_positions(), s.taps() * s.channels);
+  const size_t weights = is_depthwise_3x3(s) ? channel_sums_workspace_bytes(1, s.out_positions(), s.channels, 9)
+                                             : channel_sums_workspace_bytes(1, s.out_positions(), s.taps() * s.channels);
   const size_t bias = channel_sums_workspace_bytes(1, s.out_positions(), s.channels);
   return weights > bias ? weights : bias;
 }

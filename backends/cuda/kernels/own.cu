@@ -127,7 +127,16 @@ cudaError_t depthwise_backward_weights(cudaStream_t stream, const DepthwiseShape
                                        float* dw, float* db, void* workspace, size_t workspace_bytes) {
   if (!workspace || workspace_bytes < depthwise_workspace_bytes(s)) return cudaErrorInvalidValue;
   const int64_t rows = s.out_positions(), weights = s.taps() * s.channels;
-  if (dw) {
+  if (dw && is_depthwise_3x3(s)) {
+    const ChannelScratch scratch = channel_scratch(workspace, workspace_bytes, 1, rows, s.channels, 9);
+    if (const cudaError_t e = channel_sums(stream, Depthwise3x3WeightTerm{s, x, dy}, 1, rows, s.channels, scratch.sums,
+                                           workspace, workspace_bytes);
+        e != cudaSuccess)
+      return e;
+    if (const cudaError_t e = each<depthwise_weight_add_at>(stream, weights, static_cast<const double*>(scratch.sums), dw);
+        e != cudaSuccess)
+      return e;
+  } else if (dw) {
     const ChannelScratch scratch = channel_scratch(workspace, workspace_bytes, 1, rows, weights);
     if (const cudaError_t e = channel_sums(stream, DepthwiseWeightTerm{s, x, dy}, 1, rows, weights, scratch.sums,
                                            workspace, workspace_bytes);

@@ -494,7 +494,8 @@ TEST_F(CudaKernelLaunchers, DepthwiseAndFusedKernelsAreTheBodiesBits) {
     each_row_channel(s.in_positions(), c, [&](int64_t p, int64_t ch) {
       depthwise_backward_data_at<1>(p, ch, s, w.data(), dy.data(), dx.data());
     });
-    const std::vector<double> sums = test::channel_sums(DepthwiseWeightTerm{s, x.data(), dy.data()}, 1, s.out_positions(), w_size);
+    const std::vector<double> sums =  // the launcher's: 3x3, all taps per channel at once
+        test::channel_sums(Depthwise3x3WeightTerm{s, x.data(), dy.data()}, 1, s.out_positions(), c);
     test::each(w_size, [&](int64_t j) { depthwise_weight_add_at(j, sums.data(), dw.data()); });
     const std::vector<double> bias_sums = test::channel_sums(SumTerm{dy.data(), c}, 1, s.out_positions(), c);
     test::each(c, [&](int64_t ch) { bias_backward_at(ch, bias_sums.data(), db.data()); });

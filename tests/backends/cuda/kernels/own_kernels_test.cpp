@@ -152,6 +152,13 @@ TEST(CudaOwnKernels, DepthwiseDataGradientGatherIsTheReferenceBits) {
   }
 }
 
+// The weight gradient's sums [tap][C] as depthwise_backward_weights makes them: a 2-D 3x3 kernel's 9 taps
+// per channel at once, other kernels one tap per "channel" of taps x C.
+std::vector<double> depthwise_weight_sums(const DepthwiseShape& s, const float* x, const float* dy) {
+  if (is_depthwise_3x3(s)) return test::channel_sums(Depthwise3x3WeightTerm{s, x, dy}, 1, s.out_positions(), s.channels);
+  return test::channel_sums(DepthwiseWeightTerm{s, x, dy}, 1, s.out_positions(), s.taps() * s.channels);
+}
+
 // dw and db: the launcher's channel sums in double (device_order.hpp's order) against the definition
 // summed in double (kSumTolerance) and against the reference, whose float sums over rows are only
 // within 1e-4 of the magnitude of the terms.
@@ -163,9 +170,10 @@ TEST(CudaOwnKernels, DepthwiseWeightGradientIsTheChannelSumOfItsTerms) {
     const std::vector<float> x = random_floats(static_cast<size_t>(s.in_positions() * c), 7);
     const std::vector<float> dy = random_floats(static_cast<size_t>(rows * c), 8);
     std::vector<float> dw = random_floats(static_cast<size_t>(taps * c), 9), expected_dw = dw;
-    const std::vector<double> sums = test::channel_sums(DepthwiseWeightTerm{s, x.data(), dy.data()}, 1, rows, taps * c);
+    const std::vector<double> sums = depthwise_weight_sums(s, x.data(), dy.data());
     each(taps * c, [&](int64_t j) { depthwise_weight_add_at(j, sums.data(), dw.data()); });
-    // The definition: over every output position and tap, the input it reads (0 in the padding).
+    // The definition: over every output position and tap, the input it reads (0 in the padding), one tap
+    // at a time (the 3x3 term's indexing checked against this one's).
     std::vector<double> definition(dw.size());
     for (size_t j = 0; j < dw.size(); ++j) definition[j] = expected_dw[j];
     std::vector<double> exact(dw.size(), 0.0);
