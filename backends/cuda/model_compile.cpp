@@ -91,7 +91,7 @@ void CudaModel::check_memory(size_t arena, const char* when) const {
 
 void CudaModel::plan_device() {
   const plan::Options options{settings_.compute.precision, settings_.compute.deterministic, settings_.workspace_bytes,
-                              plan::kBucketBytes};
+                              plan::kBucketBytes, {settings_.own_batch_norm, settings_.own_depthwise}};
   plan_ = plan::make_plan(program_, options);
   check_memory(plan_.memory.arena_bytes, "its arena, before workspaces");
   const size_t free = runtime::memory_info(where_).free - plan_.memory.arena_bytes;
@@ -233,6 +233,11 @@ void CudaModel::own_workspaces(size_t k) {
   const auto c = static_cast<size_t>(channels);
   switch (n.kind) {
     case OpKind::conv:
+      if (plan_.nodes[k].engine == plan::Engine::depthwise) {  // dw's (and db's) channel sums
+        r.backward_own = depthwise_workspace_bytes(depthwise_shape(n.window, n.has_bias()));
+        break;
+      }
+      [[fallthrough]];
     case OpKind::conv_transpose:
     case OpKind::dense:
       if (n.has_bias()) {  // the bias gradient: a channel sum of dy

@@ -10,6 +10,9 @@
 //   profile       a folder: find.json at compile, nodes.json from the first two (eager) training steps
 //                 timed node by node and call by call, one graph replay between cudaProfilerStart/Stop
 //                 (runtime/profiler.hpp); empty (default): off
+//   batch_norm    own (default): every batch norm on our kernels; cudnn: cuDNN's persistent spatial
+//                 batch norm where the group is one rank (SyncBatchNorm stays on ours)
+//   depthwise     own (default): depthwise convs on our kernel; cudnn: cuDNN's grouped convolution
 #pragma once
 
 #include <cstddef>
@@ -31,6 +34,8 @@ struct Settings {
   bool graphs = true;
   float loss_scale = 65536.0f;
   std::string profile_dir;  // empty: no profile
+  bool own_batch_norm = true;  // batch_norm=own
+  bool own_depthwise = true;   // depthwise=own
 };
 
 // Every option checked, an unknown one refused, each in one line naming it.

@@ -5,11 +5,14 @@
 //   conv            cuDNN convolution (2-D as 4-D tensors, 3-D as 5-D), channels-last as strides;
 //                   strided, dilated, grouped and depthwise alike
 //   conv_transpose  cuDNN backward-data of its adjoint conv (docs/ops.md: conv_transpose is that adjoint)
-//   batch_norm      cuDNN spatial batch norm when group_size is 1: its training forward normalizes with
-//                   the biased variance, saves mean and 1/sqrt(var+eps), and updates the running
-//                   variance with the unbiased one, exponentialAverageFactor being our momentum:
-//                   exactly docs/ops.md (PyTorch calls cuDNN so). group_size > 1 (SyncBatchNorm) needs
-//                   the group's sums between its two halves: our kernels.
+//   conv, depthwise (groups = in = out channels, not transposed): our kernel (depthwise.hpp) unless
+//                   `backend.depthwise=cudnn`: cuDNN has only its grouped algorithms for it
+//   batch_norm      our kernels (batch_norm.hpp: deterministic two-stage sums, coalesced over NHWC),
+//                   the only way with group_size > 1 (SyncBatchNorm needs the group's sums between the
+//                   passes). `backend.batch_norm=cudnn` with group_size 1: cuDNN's persistent spatial
+//                   batch norm, whose training forward normalizes with the biased variance, saves mean
+//                   and 1/sqrt(var+eps), and updates the running variance with the unbiased one,
+//                   exponentialAverageFactor being our momentum: exactly docs/ops.md.
 //   dense           cuBLASLt, on the graph's [in, out] weights as they are (see DensePlan)
 //   reshape         an alias of its input: no copy, no kernel
 //   max_pool        our kernel: docs/ops.md gives the gradient to the first maximum of a window in
@@ -30,7 +33,18 @@ namespace mlph::cuda::plan {
 // What lower_graph is told the cuda backend implements: every op but the spatial ones.
 sdk::Implements implemented();
 
-enum class Engine { cudnn_conv, cudnn_conv_transpose, cudnn_batch_norm, cublaslt_dense, kernel, alias };
+// depthwise: our depthwise conv kernel. fused: runs inside the node before it (a ReLU after a batch
+// norm on our kernels or an add: NodeLowering::fused_relu), no work of its own.
+enum class Engine { cudnn_conv, cudnn_conv_transpose, cudnn_batch_norm, cublaslt_dense, kernel, alias, depthwise, fused };
+
+// Which ops run on our kernels rather than cuDNN (backend.batch_norm, backend.depthwise: own|cudnn).
+struct OwnKernels {
+  bool batch_norm = true;
+  bool depthwise = true;
+};
+
+// groups = in channels = out channels (the reference's depthwise path too).
+bool is_depthwise(const Node& node);
 
 const char* name_of(Engine engine);
 
@@ -116,11 +130,16 @@ struct NodeLowering {
   std::optional<ConvPlan> conv;        // cudnn_conv, cudnn_conv_transpose
   std::optional<BatchNormPlan> batch_norm;  // cudnn_batch_norm
   std::optional<DensePlan> dense;      // cublaslt_dense
+  // batch_norm on our kernels, or add, whose output only the next node, a relu, reads: that relu's
+  // index; the relu is Engine::fused. One pass writes the relu's output (fused.hpp); backward reads
+  // the relu's output gradient and its mask: batch norm recomputes it from x and the forward's scale
+  // and shift (saved with the statistics: [4C]), add reads the relu's output. -1: none.
+  int64_t fused_relu = -1;
 };
 
-// Per node of `program`, in order. Throws (fail_node) for what the device cannot run: spatial ops,
+// Per node of `program`, in order, with `own`'s choices. Throws (fail_node) for what the device cannot run: spatial ops,
 // weights of conv/dense that are not parameters, tensors past cuDNN's 32-bit sizes.
-std::vector<NodeLowering> lower_nodes(const Program& program);
+std::vector<NodeLowering> lower_nodes(const Program& program, const OwnKernels& own = {});
 
 // The parameters of each node's lowering, from its Node (exposed for tests).
 ConvPlan plan_conv(const Program& program, const Node& node);

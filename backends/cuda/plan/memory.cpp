@@ -134,6 +134,7 @@ class Planner {
     return keyed(casts_, {r, static_cast<int>(type)}, RegionKind::cast, p_.value(r).name + " as " + name_of(type),
                  numel(r) * bytes_of(type));
   }
+  const Node& fused_relu_node(size_t k) const { return p_.nodes[static_cast<size_t>(lowering_[k].fused_relu)]; }
   // A region of node `k` alone (at its steps).
   Location scratch(RegionKind kind, size_t k, const std::string& what, size_t bytes) {
     return {add_region(kind, p_.nodes[k].name + " " + what, bytes), 0};
@@ -188,10 +189,12 @@ class Planner {
                                  numel(node.output) * bytes_of(writes));
       touch(m.output_scratch, s);
     }
-    if (node.kind == OpKind::batch_norm) {
-      m.statistics = scratch(RegionKind::statistics, k, "saved statistics", 2 * node.rows.channels * sizeof(float));
+    if (node.kind == OpKind::batch_norm) {  // mean, inverse std (and scale, shift for a fused relu's mask)
+      const int64_t floats = (lowering_[k].fused_relu >= 0 ? 4 : 2) * node.rows.channels;
+      m.statistics = scratch(RegionKind::statistics, k, "saved statistics", static_cast<size_t>(floats) * sizeof(float));
       touch(m.statistics, s);
     }
+    if (lowering_[k].fused_relu >= 0) touch(value_at(fused_relu_node(k).output), s);  // written here
     if (conv && conv->explicit_padding) {
       m.padded = scratch(RegionKind::padded, k, "padded", padded_bytes(k));
       touch(m.padded, s);
@@ -213,6 +216,10 @@ class Planner {
     touch(m.statistics, s);
     m.output_gradient = gradient_at(node.output);
     touch(m.output_gradient, s);
+    if (lowering_[k].fused_relu >= 0) {  // the fused relu's output gradient is what this backward reads
+      touch(gradient_at(fused_relu_node(k).output), s);
+      if (node.kind == OpKind::add) touch(value_at(fused_relu_node(k).output), s);  // and add its mask
+    }
     // The library reads dy in its type: cast down first (conv_transpose's explicit padding pads and casts at once).
     const DType data = precision_.nodes[k].data;
     if (lowering_[k].engine != Engine::kernel && data != stored(node.output) && !(explicit_padding && conv->transpose)) {

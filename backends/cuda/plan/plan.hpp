@@ -21,6 +21,7 @@ struct Options {
   bool deterministic = false;
   size_t workspace_cap = kDefaultWorkspaceCap;
   size_t bucket_bytes = kBucketBytes;
+  OwnKernels own{};  // backend.batch_norm, backend.depthwise
 };
 
 struct DevicePlan {

@@ -28,16 +28,17 @@ const ComputeOp* compute_op(OpKind op) {
 
 bool is_weight_slot(const Node& node, size_t slot) { return slot == 1 && compute_op(node.kind); }
 
-PrecisionPlan plan_precision(const Program& p, Precision precision) {
+PrecisionPlan plan_precision(const Program& p, Precision precision, const std::vector<NodeLowering>& lowering) {
   PrecisionPlan plan;
   plan.precision = precision;
   plan.loss_scaling = precision == Precision::fp16;
   for (const auto& v : p.values) plan.values.push_back(dtype_of(v.dtype));  // every value as declared
   const DType compute = compute_dtype(precision);
-  for (const Node& node : p.nodes) {
+  for (size_t k = 0; k < p.nodes.size(); ++k) {
+    const Node& node = p.nodes[k];
     NodePrecision n;
     n.math = math_of(precision);
-    const ComputeOp* op = compute_op(node.kind);
+    const ComputeOp* op = lowering[k].engine == Engine::depthwise ? nullptr : compute_op(node.kind);
     if (op) {
       n.data = compute;
       n.writes = op->writes_half ? compute : DType::f32;

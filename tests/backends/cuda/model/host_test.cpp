@@ -45,12 +45,14 @@ TEST(CudaSettings, DefaultsAreFp32NondeterministicGraphsOnAndAGibOfWorkspace) {
   EXPECT_EQ(s.workspace_bytes, size_t{1} << 30);
   EXPECT_EQ(s.loss_scale, 65536.0f);
   EXPECT_EQ(s.profile_dir, "");  // backend.profile off
+  EXPECT_TRUE(s.own_batch_norm);  // issue 33: batch norm and depthwise convs on our kernels
+  EXPECT_TRUE(s.own_depthwise);
 }
 
 TEST(CudaSettings, EveryOptionIsRead) {
   const Settings s = read_settings(options(
       {{"device", "3"}, {"precision", "bf16"}, {"deterministic", "1"}, {"workspace_mb", "256"}, {"graphs", "0"},
-       {"loss_scale", "1024"}, {"profile", "/tmp/profile"}}));
+       {"loss_scale", "1024"}, {"profile", "/tmp/profile"}, {"batch_norm", "cudnn"}, {"depthwise", "cudnn"}}));
   EXPECT_EQ(s.device, 3);
   EXPECT_EQ(s.compute.precision, sdk::Precision::bf16);
   EXPECT_TRUE(s.compute.deterministic);
@@ -58,6 +60,11 @@ TEST(CudaSettings, EveryOptionIsRead) {
   EXPECT_FALSE(s.graphs);
   EXPECT_EQ(s.loss_scale, 1024.0f);
   EXPECT_EQ(s.profile_dir, "/tmp/profile");
+  EXPECT_FALSE(s.own_batch_norm);
+  EXPECT_FALSE(s.own_depthwise);
+  EXPECT_TRUE(read_settings(options({{"batch_norm", "own"}, {"depthwise", "own"}})).own_batch_norm);
+  EXPECT_FALSE(read_settings(options({{"depthwise", "cudnn"}})).own_depthwise);
+  EXPECT_TRUE(read_settings(options({{"depthwise", "cudnn"}})).own_batch_norm);
   for (const char* p : {"fp32", "tf32", "bf16", "fp16"})
     EXPECT_EQ(sdk::precision_name(read_settings(options({{"precision", p}})).compute.precision), std::string(p));
   EXPECT_TRUE(read_settings(options({{"graphs", "true"}})).graphs);
@@ -74,6 +81,10 @@ TEST(CudaSettings, BadOrUnknownOptionsFailInOneLineNamingThem) {
   EXPECT_EQ(error_of([] { read_settings(options({{"loss_scale", "1000"}})); }),
             "cuda backend: option 'loss_scale' is 1000; expected a power of two from 1 to 2^24");
   EXPECT_NE(error_of([] { read_settings(options({{"loss_scale", "0"}})); }).find("'loss_scale'"), std::string::npos);
+  EXPECT_EQ(error_of([] { read_settings(options({{"batch_norm", "cuDNN"}})); }),
+            "cuda backend: option 'batch_norm' is 'cuDNN'; expected own or cudnn");
+  EXPECT_EQ(error_of([] { read_settings(options({{"depthwise", "1"}})); }),
+            "cuda backend: option 'depthwise' is '1'; expected own or cudnn");
 }
 
 // ---- the device of a rank --------------------------------------------------------------------------

@@ -52,7 +52,8 @@ int64_t count(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// A small network over the ops the workloads use: conv (bias) -> batch_norm -> relu -> max_pool ->
+// A small network over the ops the workloads use: conv (bias) -> batch_norm -> relu -> depthwise conv (+ the
+// relu's output) -> relu -> max_pool ->
 // conv_transpose -> leaky_relu -> reshape -> dense (bias) -> dropout -> dense -> mse; adam with decay.
 struct Net {
   mlph::sdk::GraphBuilder g;
@@ -78,9 +79,15 @@ struct Net {
             param("mean", {4}, 5, 0, 0.0f), param("var", {4}, 6, 0, 1.0f)},
            {bn});
     const int32_t r = value("r", {2, 8, 8, 4});
-    g.node("relu", "r", {bn}, {r});
+    g.node("relu", "r", {bn}, {r});  // fused into the batch norm by default (backend.batch_norm=own)
+    const int32_t dw = value("dw", {2, 8, 8, 4});  // depthwise, dilated: our kernel by default (backend.depthwise=own)
+    g.node("conv", "dw", {r, param("wdw", {3, 3, 1, 4}, 11)}, {dw},
+           {{"padding", {2, 2}}, {"dilation", {2, 2}}, {"groups", 4.0}});
+    const int32_t sum = value("sum", {2, 8, 8, 4}), sum_relu = value("sum_relu", {2, 8, 8, 4});
+    g.node("add", "sum", {dw, r}, {sum});  // a residual add, its relu fused into it
+    g.node("relu", "sum_relu", {sum}, {sum_relu});
     const int32_t p = value("p", {2, 4, 4, 4});
-    g.node("max_pool", "p", {r}, {p}, {{"kernel", {2, 2}}, {"stride", {2, 2}}});
+    g.node("max_pool", "p", {sum_relu}, {p}, {{"kernel", {2, 2}}, {"stride", {2, 2}}});
     const int32_t t = value("t", {2, 8, 8, 2});
     g.node("conv_transpose", "t", {p, param("wt", {3, 3, 2, 4}, 7)}, {t},
            {{"stride", {2, 2}}, {"padding", {1, 1}}, {"output_padding", {1, 1}}});
@@ -203,10 +210,9 @@ class CudaModelDevice : public ::testing::Test {
   }
 };
 
-// fp32 with TF32 off: cuDNN's and cuBLASLt's sums in another order than the reference's, so within 1e-4.
-TEST_F(CudaModelDevice, TrainingStepsMatchTheReferenceBackendInFp32) {
+void training_steps_match_the_reference(std::vector<MLPH_KeyValue> options) {
   Net net;
-  Model cuda("cuda", {{"deterministic", "1"}}, net.graph()), reference("reference", {}, net.graph());
+  Model cuda("cuda", std::move(options), net.graph()), reference("reference", {}, net.graph());
   for (uint64_t step = 0; step < 4; ++step) {
     std::vector<Floats> in = batch(static_cast<uint32_t>(step));
     std::vector<Floats> same = in;
@@ -222,6 +228,15 @@ TEST_F(CudaModelDevice, TrainingStepsMatchTheReferenceBackendInFp32) {
   }
   std::vector<Floats> in = batch(99), same = in;
   expect_near(cuda.eval(in, {2, 3}), reference.eval(same, {2, 3}), 1e-4, "eval");
+}
+
+// fp32 with TF32 off: cuDNN's and cuBLASLt's sums in another order than the reference's, so within 1e-4;
+// batch norm and the depthwise conv on our kernels (the default) and on cuDNN.
+TEST_F(CudaModelDevice, TrainingStepsMatchTheReferenceBackendInFp32) {
+  for (const char* engine : {"own", "cudnn"}) {
+    SCOPED_TRACE(std::string("backend.batch_norm and backend.depthwise ") + engine);
+    training_steps_match_the_reference({{"deterministic", "1"}, {"batch_norm", engine}, {"depthwise", engine}});
+  }
 }
 
 TEST_F(CudaModelDevice, ACapturedStepIsTheEagerStepBitForBit) {

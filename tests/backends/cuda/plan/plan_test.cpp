@@ -460,16 +460,23 @@ TEST(CudaPlanLowering, EachOpGoesToItsEngine) {
   };
   h = bn(h, "bn", 1);
   h = bn(h, "syncbn", 2);
+  h = net.op("conv", "depthwise", {h, net.param("wdw", {3, 3, 1, 4})}, {2, 4, 4, 4},
+             {{"padding", {2, 2}}, {"dilation", {2, 2}}, {"groups", 4.0}});
   h = net.op("max_pool", "pool", {h}, {2, 2, 2, 4}, {{"kernel", {2, 2}}});
   h = net.op("conv_transpose", "up", {h, net.param("wt", {2, 2, 4, 4})}, {2, 4, 4, 4}, {{"stride", {2, 2}}});
   h = net.op("reshape", "flat", {h}, {2, 64});
   h = net.op("dense", "dense", {h, net.param("wd", {64, 2}), net.param("bd", {2})}, {2, 2});
   const Program p = net.lower(h);
-  const std::vector<NodeLowering> l = lower_nodes(p);
+  const std::vector<NodeLowering> own = lower_nodes(p);  // by default batch norm and depthwise on our kernels
+  EXPECT_EQ(own[index_of(p, "bn")].engine, Engine::kernel);
+  EXPECT_EQ(own[index_of(p, "depthwise")].engine, Engine::depthwise);
+  EXPECT_FALSE(own[index_of(p, "depthwise")].conv);  // no cuDNN descriptors, no weight copy
+  const std::vector<NodeLowering> l = lower_nodes(p, OwnKernels{false, false});  // backend.*=cudnn
   auto engine = [&](const std::string& name) { return l[index_of(p, name)].engine; };
   EXPECT_EQ(engine("conv"), Engine::cudnn_conv);
   EXPECT_EQ(engine("bn"), Engine::cudnn_batch_norm);
-  EXPECT_EQ(engine("syncbn"), Engine::kernel);
+  EXPECT_EQ(engine("syncbn"), Engine::kernel);  // SyncBatchNorm has no cuDNN path
+  EXPECT_EQ(engine("depthwise"), Engine::cudnn_conv);
   EXPECT_EQ(engine("pool"), Engine::kernel);
   EXPECT_EQ(engine("up"), Engine::cudnn_conv_transpose);
   EXPECT_EQ(engine("flat"), Engine::alias);
@@ -543,12 +550,12 @@ Program mini_cosmoflow(int kernel = 3) {
 TEST(CudaPlanPrecision, Bf16ComputesConvAndDenseInHalfAndEverythingElseInFp32) {
   const Program p = mini_cosmoflow();
   for (Precision precision : {Precision::fp32, Precision::tf32, Precision::bf16, Precision::fp16}) {
-    const PrecisionPlan plan = plan_precision(p, precision);
+    const PrecisionPlan plan = plan_precision(p, precision, lower_nodes(p));
     for (size_t v = 0; v < p.values.size(); ++v)  // every value as declared: int16 data, fp32 activations
       EXPECT_EQ(plan.values[v], dtype_of(p.values[v].dtype)) << p.values[v].name << " " << name_of(precision);
     EXPECT_EQ(plan.loss_scaling, precision == Precision::fp16);
   }
-  const PrecisionPlan plan = plan_precision(p, Precision::bf16);
+  const PrecisionPlan plan = plan_precision(p, Precision::bf16, lower_nodes(p));
   EXPECT_EQ(plan.values[static_cast<size_t>(value_named(p, "x"))], DType::i16);
   const NodePrecision& conv1 = plan.nodes[index_of(p, "conv1")];
   EXPECT_EQ(conv1.reads, (std::vector<DType>{DType::bf16, DType::bf16, DType::f32}));  // x cast, weights' copy, bias
@@ -565,9 +572,9 @@ TEST(CudaPlanPrecision, Bf16ComputesConvAndDenseInHalfAndEverythingElseInFp32) {
   }
   EXPECT_EQ(plan.nodes[index_of(p, "loss")].reads, (std::vector<DType>{DType::f32, DType::f32}));
   EXPECT_EQ(plan.nodes[index_of(p, "log1p")].reads, (std::vector<DType>{DType::i16}));
-  EXPECT_EQ(plan_precision(p, Precision::fp16).nodes[index_of(p, "conv2")].writes, DType::f16);
+  EXPECT_EQ(plan_precision(p, Precision::fp16, lower_nodes(p)).nodes[index_of(p, "conv2")].writes, DType::f16);
   for (Precision precision : {Precision::fp32, Precision::tf32}) {
-    const PrecisionPlan full = plan_precision(p, precision);
+    const PrecisionPlan full = plan_precision(p, precision, lower_nodes(p));
     EXPECT_EQ(full.nodes[index_of(p, "conv1")].math, precision == Precision::fp32 ? MathMode::fma : MathMode::tf32);
     EXPECT_EQ(full.nodes[index_of(p, "dense1")].reads[0], DType::f32);
     EXPECT_EQ(full.nodes[index_of(p, "conv1")].writes, DType::f32);
@@ -585,7 +592,7 @@ TEST(CudaPlanPrecision, BatchNormAndEveryOtherKernelOpStayFp32InHalfPrecisions) 
   const int32_t sum = net.op("add", "add", {bn, net.param("bias_map", {2, 4, 4, 3})}, {2, 4, 4, 3});
   const int32_t y = net.op("relu", "relu", {sum}, {2, 4, 4, 3});
   const Program p = net.lower(y);
-  const PrecisionPlan plan = plan_precision(p, Precision::fp16);
+  const PrecisionPlan plan = plan_precision(p, Precision::fp16, lower_nodes(p));
   EXPECT_EQ(plan.nodes[index_of(p, "conv")].reads, (std::vector<DType>{DType::f16, DType::f16}));
   EXPECT_EQ(plan.values[static_cast<size_t>(c)], DType::f32);  // the conv's output, cast up
   EXPECT_EQ(plan.nodes[index_of(p, "bn")].data, DType::f32);
@@ -685,6 +692,50 @@ void expect_no_overlap(const MemoryPlan& m, const Schedule& s) {
 const Region& region_at(const MemoryPlan& m, const Location& at) { return m.regions[static_cast<size_t>(at.region)]; }
 
 // x -> conv -> relu -> reshape -> dense -> mse: each region's life, step by step.
+// Issue 33 item 5: a batch norm on our kernels (or an add) whose output only the next relu reads writes
+// that relu's output in one pass and runs its backward from the relu's output gradient; the relu does
+// nothing.
+TEST(CudaPlanMemory, BatchNormOrAddFollowedByItsOnlyReaderReluIsFused) {
+  Net net;
+  const int32_t x = net.input("x", {2, 4, 4, 3});
+  const auto bn = [&](int32_t in, const std::string& name) {
+    return net.op("batch_norm", name,
+                  {in, net.param(name + ".g", {3}), net.param(name + ".b", {3}), net.param(name + ".m", {3}, 0),
+                   net.param(name + ".v", {3}, 0)},
+                  {2, 4, 4, 3});
+  };
+  int32_t h = net.op("conv", "c", {x, net.param("w", {1, 1, 3, 3})}, {2, 4, 4, 3});
+  h = net.op("relu", "r1", {bn(h, "bn1")}, {2, 4, 4, 3});
+  const int32_t b2 = bn(h, "bn2");  // read by its relu and by the add: not fused
+  h = net.op("add", "add", {net.op("relu", "r2", {b2}, {2, 4, 4, 3}), b2}, {2, 4, 4, 3});
+  h = net.op("relu", "r3", {h}, {2, 4, 4, 3});  // add -> relu, its only reader: fused too
+  const Program p = net.lower(h);
+  const DevicePlan plan = make_plan(p, {});
+  const size_t bn1 = index_of(p, "bn1"), r1 = index_of(p, "r1");
+  EXPECT_EQ(plan.nodes[bn1].fused_relu, static_cast<int64_t>(r1));
+  EXPECT_EQ(plan.nodes[r1].engine, Engine::fused);
+  EXPECT_EQ(plan.nodes[index_of(p, "bn2")].fused_relu, -1);
+  EXPECT_EQ(plan.nodes[index_of(p, "r2")].engine, Engine::kernel);
+  const MemoryPlan& m = plan.memory;
+  EXPECT_EQ(region_at(m, m.nodes[bn1].statistics).bytes, align_up(4 * 3 * sizeof(float), kAlignment));  // + scale, shift
+  EXPECT_EQ(region_at(m, m.nodes[index_of(p, "bn2")].statistics).bytes, align_up(2 * 3 * sizeof(float), kAlignment));
+  const Region& relu_y = region_at(m, m.values[static_cast<size_t>(value_named(p, "r1"))]);
+  EXPECT_LE(relu_y.first, plan.schedule.forward[bn1]);  // written by the batch norm's step
+  const Region& relu_dy = region_at(m, m.value_gradients[static_cast<size_t>(value_named(p, "r1"))]);
+  EXPECT_GE(relu_dy.last, plan.schedule.backward[bn1]);  // read by the batch norm's backward
+  const size_t add = index_of(p, "add"), r3 = index_of(p, "r3");
+  EXPECT_EQ(plan.nodes[add].fused_relu, static_cast<int64_t>(r3));
+  EXPECT_EQ(plan.nodes[r3].engine, Engine::fused);
+  const Region& r3_y = region_at(m, m.values[static_cast<size_t>(value_named(p, "r3"))]);
+  EXPECT_LE(r3_y.first, plan.schedule.forward[add]);
+  EXPECT_GE(r3_y.last, plan.schedule.backward[add]);  // the mask of add's backward
+  EXPECT_GE(region_at(m, m.value_gradients[static_cast<size_t>(value_named(p, "r3"))]).last, plan.schedule.backward[add]);
+  expect_no_overlap(m, plan.schedule);
+  Options cudnn;  // cuDNN's batch norm: nothing fused
+  cudnn.own.batch_norm = false;
+  EXPECT_EQ(make_plan(p, cudnn).nodes[r1].engine, Engine::kernel);
+}
+
 TEST(CudaPlanMemory, LivesFollowForwardReadsAndWhatBackwardKeeps) {
   Net net;
   const int32_t x = net.input("x", {2, 4, 4, 2});
@@ -785,7 +836,7 @@ TEST(CudaPlanMemory, WorkspacesLiveOnlyAtTheirStep) {
   const Program p = net.lower(h);
   const std::vector<NodeLowering> l = lower_nodes(p);
   const Schedule s = plan_schedule(p, l);
-  const PrecisionPlan precision = plan_precision(p, Precision::fp32);
+  const PrecisionPlan precision = plan_precision(p, Precision::fp32, l);
   Workspaces w;
   w.forward = {size_t{1} << 20, size_t{1} << 20, 0};
   w.backward = {size_t{3} << 20, size_t{2} << 20, 0};
@@ -978,6 +1029,52 @@ TEST(CudaPlanFigures, CosmoFlow128AtBatch1And4) {
 #endif
 
 #ifdef MLPH_HAVE_DEEPCAM
+// Issue 33: by default no node of DeepCAM runs on cuDNN's batch norm or cuDNN's depthwise conv; the
+// depthwise convs read the fp32 masters as the graph keeps them, in fp32 under bf16 too, and write
+// their weight gradient straight into the gradient buffer. backend.*=cudnn brings cuDNN back.
+TEST(CudaPlanLowering, DeepCamRunsNoBatchNormAndNoDepthwiseConvOnCudnnByDefault) {
+  sdk::GraphBuilder g;
+  deepcam::build_model(g, deepcam::DataSettings{}, deepcam::Normalization::identity(16), deepcam::OptimizerSettings{}, 1, 7);
+  const Program p = sdk::host::lower_graph(*g.graph(), implemented());
+  const DevicePlan plan = make_plan(p, {Precision::bf16});
+  size_t batch_norms = 0, depthwise = 0;
+  for (size_t k = 0; k < p.nodes.size(); ++k) {
+    const Node& n = p.nodes[k];
+    EXPECT_NE(plan.nodes[k].engine, Engine::cudnn_batch_norm) << n.name;
+    batch_norms += n.kind == OpKind::batch_norm;
+    if (!is_depthwise(n)) continue;
+    ++depthwise;
+    EXPECT_EQ(plan.nodes[k].engine, Engine::depthwise) << n.name;
+    EXPECT_EQ(plan.precision.nodes[k].reads[1], DType::f32) << n.name;
+    EXPECT_EQ(plan.precision.nodes[k].reads[0], DType::f32) << n.name;
+    EXPECT_FALSE(plan.memory.weights[static_cast<size_t>(n.inputs[1])]) << n.name;
+    EXPECT_FALSE(plan.memory.nodes[k].weight_gradient) << n.name;
+  }
+  EXPECT_GT(batch_norms, 50u);
+  EXPECT_GT(depthwise, 50u);
+  size_t into_batch_norm = 0, into_add = 0;
+  for (size_t k = 0; k < p.nodes.size(); ++k) {
+    if (plan.nodes[k].fused_relu < 0) continue;
+    EXPECT_EQ(plan.nodes[static_cast<size_t>(plan.nodes[k].fused_relu)].engine, Engine::fused);
+    (p.nodes[k].kind == OpKind::add ? into_add : into_batch_norm) += 1;
+  }
+  EXPECT_GT(into_batch_norm, 40u);
+  EXPECT_GT(into_add, 10u);  // the Xception blocks that end with a relu
+  std::printf("DeepCAM: %zu batch norms, %zu depthwise convs on our kernels; relus fused into %zu batch norms, %zu adds\n",
+              batch_norms, depthwise, into_batch_norm, into_add);
+  Options cudnn{Precision::bf16};
+  cudnn.own = {false, false};
+  const DevicePlan library = make_plan(p, cudnn);
+  for (size_t k = 0; k < p.nodes.size(); ++k) {
+    if (p.nodes[k].kind == OpKind::batch_norm) {
+      EXPECT_EQ(library.nodes[k].engine, Engine::cudnn_batch_norm);
+    }
+    if (is_depthwise(p.nodes[k])) {
+      EXPECT_EQ(library.nodes[k].engine, Engine::cudnn_conv);
+    }
+  }
+}
+
 TEST(CudaPlanFigures, DeepCam768x1152AtBatch8) {
   sdk::GraphBuilder g;
   deepcam::build_model(g, deepcam::DataSettings{}, deepcam::Normalization::identity(16), deepcam::OptimizerSettings{}, 8, 7);
