@@ -205,8 +205,9 @@ int main_checked(int argc, char** argv) {
     return 2;
   }
   if (vm.count("runs")) {
-    if (campaign.runs < 0) {
-      std::fprintf(stderr, "mlperf-run: error: --runs must be >= 0\n");
+    if (campaign.runs < 0 || campaign.runs > kMaxRuns) {
+      std::fprintf(stderr, "mlperf-run: error: --runs %d: from 0 to %d (a submission needs 10 runs, or some hundreds of "
+                   "instances; Slurm's default MaxArraySize is 1001)\n", campaign.runs, kMaxRuns);
       return 2;
     }
     campaign.weak = vm.count("weak") > 0;

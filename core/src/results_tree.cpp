@@ -10,6 +10,7 @@
 #include "mlph/core/config.hpp"
 #include "mlph/core/mllog.hpp"
 #include "mlph/core/mllog_reader.hpp"
+#include "mlph/core/shell_script.hpp"
 #include "mlph/core/system_probe.hpp"
 #include "mlph/core/text_input.hpp"
 #include "mlph/sdk/numbers.hpp"
@@ -19,8 +20,8 @@ namespace fs = std::filesystem;
 
 ResultsTree::ResultsTree(const fs::path& output, const std::string& org, const std::string& system_name,
                          const std::string& benchmark, bool weak)
-    : org_dir(output / org),
-      results(org_dir / "results" / system_name / (weak ? "weak" : "strong") / benchmark),
+    : org_dir(output / require_plain_name(org, "the organization (--org, mlperf.org)")),
+      results(org_dir / "results" / require_plain_name(system_name, "the system name (--system, mlperf.platform)") / (weak ? "weak" : "strong") / benchmark),
       systems(org_dir / "systems"),
       implementation(org_dir / "benchmarks" / benchmark / "implementations" / "mlperf-hpc"),
       console(output / "console" / system_name / (weak ? "weak" : "strong") / benchmark),
