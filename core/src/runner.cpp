@@ -748,16 +748,20 @@ void Run::reserve_export() {
 }
 
 // --resume auto: the newest checkpoint in --checkpoint-dir if it holds one (a requeued job's), else a
-// fresh start.
+// fresh start. Without `latest` (a run killed between a checkpoint's rename and latest's) the newest
+// whole checkpoint there is the one.
 void Run::find_resume_auto() {
   const std::filesystem::path& dir = options_.checkpoint_dir;
   if (dir.empty()) throw CheckpointError("--resume auto: needs --checkpoint-dir, where it looks for a checkpoint");
-  if (list_checkpoints(dir).empty() && latest_checkpoint(dir).empty()) {
+  const std::vector<std::filesystem::path> whole = list_checkpoints(dir);
+  if (whole.empty() && latest_checkpoint(dir).empty()) {
     resume_note_ = fmt::format("--resume auto: no checkpoint in {} yet: starting afresh", dir.string());
     return;
   }
   options_.resume_from = dir;  // its `latest` (CheckpointReader: a damaged one is refused, named)
   resume_note_ = fmt::format("--resume auto: going on from the newest checkpoint in {}", dir.string());
+  if (latest_checkpoint(dir).empty())
+    resume_note_ += fmt::format(" ({}: no 'latest' names one)", whole.back().filename().string());
 }
 
 int Run::execute() {
