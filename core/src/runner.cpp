@@ -15,6 +15,7 @@
 #include <memory>
 #include <numeric>
 
+#include "mlph/core/atomic_file.hpp"
 #include "mlph/core/checkpoint.hpp"
 #include "mlph/core/config.hpp"
 #include "mlph/core/crash.hpp"
@@ -66,6 +67,7 @@ class Run {
   int generate_data();
   int timed_run();
   void find_resume_auto();
+  void leave_status(int status) const;
   void open_resume();
   void check_checkpoints_and_export();
   void reserve_checkpoint_dir();
@@ -622,16 +624,27 @@ int Run::timed_run() {
   if (rank0) {
     std::fprintf(stderr, "MLPerf log: %s (run_stop: %s)\n", log_path.c_str(), converged ? "success" : "aborted");
   }
+  const int status = stopped ? (checkpointed ? kExitStoppedWithCheckpoint : 1) : converged && failure.empty() ? 0 : 1;
+  if (rank0) leave_status(status);
   // A rank that failed alone must not wait in MPI_Finalize for peers that never get there: leaving
   // now, non-zero, makes the launcher (mpirun; srun --kill-on-bad-exit) end every rank. Ranks that
   // stopped on a signal stopped together: they finish as usual.
-  if (stopped) return checkpointed ? kExitStoppedWithCheckpoint : 1;
-  if (!failure.empty() && session_->topology().size > 1) {
+  if (!stopped && !failure.empty() && session_->topology().size > 1) {
     session_->abandon();  // no destructor runs: the staged copy goes now
     std::fflush(nullptr);
     std::_Exit(1);
   }
-  return converged && failure.empty() ? 0 : 1;
+  return status;
+}
+
+// --status-file: how the run ended, for a job script (mlperf.sbatch requeues on 3 whatever the launcher says).
+void Run::leave_status(int status) const {
+  if (options_.status_file.empty()) return;
+  try {
+    write_whole_file(options_.status_file, fmt::format("{}\n", status));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mlperf-run: warning: --status-file %s: %s\n", options_.status_file.c_str(), e.what());
+  }
 }
 
 void Run::export_trained_weights() {
