@@ -77,6 +77,7 @@ class Run {
   void save_checkpoint_if_due(MlLogger& log, Progress& progress, uint32_t epochs_done);
   std::filesystem::path save(MlLogger& log, Progress& progress, const RunnerState& state, const RankCopies& copies = {});
   int stop_requested();
+  bool log_ended_on_any_rank();
   [[noreturn]] void stop(MlLogger& log, Progress& progress, uint32_t epoch, StepOf at);
   void export_trained_weights();
   bool train_and_evaluate(MlLogger& log);
@@ -286,6 +287,15 @@ std::filesystem::path Run::save(MlLogger& log, Progress& progress, const RunnerS
   return saved.path;
 }
 
+// Whether the signal watcher's last words ended the log on some rank: every rank votes, so that all
+// stop at the same place (one going on alone would wait in collectives the others never join).
+bool Run::log_ended_on_any_rank() {
+  int32_t ended = run_stopped_ ? 1 : 0;
+  if (session_->topology().size > 1)
+    check(comms()->allreduce(session_->comm(), &ended, 1, MLPH_DTYPE_I32, MLPH_REDUCE_MAX), "comms");
+  return ended != 0;
+}
+
 // At every training step boundary: the signal that asks the run to stop, 0 for none. Every rank
 // votes, so that all stop at the same step (a rank going on alone would wait in the next step's
 // collectives), naming the same signal (SIGTERM before SIGUSR1) whichever rank got it.
@@ -303,7 +313,9 @@ void Run::stop(MlLogger& log, Progress& progress, uint32_t epoch, StepOf at) {
   signals_.stopping();
   const int signal = at.signal;
   const uint64_t step = at.step;
-  const std::string where = fmt::format("stopped before training step {} of {} in epoch {}", step + 1, at.steps, epoch + 1);
+  const std::string where = at.steps == 0
+                                ? fmt::format("stopped after epoch {} (the log had ended: SIGTERM or SIGINT outside a step)", epoch)
+                                : fmt::format("stopped before training step {} of {} in epoch {}", step + 1, at.steps, epoch + 1);
   if (checkpoints_.dir.empty())
     throw RunStopped(fmt::format("{}: {}; no checkpoint (no --checkpoint-dir)", stop_reason(signal), where), false);
   const RunnerState state{epoch, micro_batches_, micro_batches_ / session_->gradient_accumulation(), metrics_, step};
@@ -539,6 +551,9 @@ bool Run::train_and_evaluate(MlLogger& log) {
       throw RunFailure(fmt::format("training diverged: {} is {} after epoch {}", session_->info().metric_key, metric, epoch + 1));
     metrics_.push_back(metric);
     save_checkpoint_if_due(log, progress, epoch + 1);
+    // The watcher's last words ended the log during this epoch's evaluation (SIGTERM outside a step):
+    // the log says aborted, so the run ends stopped here, saving where it stands, whatever the metric.
+    if (log_ended_on_any_rank()) stop(log, progress, epoch + 1, StepOf{0, 0, stop_signal()});
     if (session_->info().lower_is_better ? metric <= session_->info().target : metric >= session_->info().target) return true;
   }
   progress.message(fmt::format("stopped after {} epochs without reaching the target {} {}", session_->info().max_epochs,
