@@ -44,7 +44,7 @@ void write_code_reference(const fs::path& dir, const std::string& version, const
                                    "(C++ runner with run-time plug-ins; the plug-in files and their hashes are in every "
                                    "log's `mlph_plugin` lines).\n\nCommand of run 0 ({1} runs, seeds differ):\n\n    ",
                                    version, runs);
-  for (const auto& a : command) readme += a + ' ';
+  for (const auto& a : command) readme += shell_word(a) + ' ';  // to be copied into a shell: quoted
   write_whole_file(dir / "README.md", readme + "\n");
   if (!config_file.empty() && fs::exists(config_file))
     fs::copy_file(config_file, dir / fs::path(config_file).filename(), fs::copy_options::overwrite_existing);

@@ -457,6 +457,9 @@ TEST(EndToEnd, SlurmRefusesNamesThatAreNotPlainAndQuotesEveryValue) {
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find(" --data '/data/it'\\''s a $(touch pwned) `x`' "), std::string::npos) << text;
   EXPECT_EQ(run("bash -n " + script.string()).code, 0);
+  std::ifstream readme(root / "out" / "acme" / "benchmarks" / "cosmoflow" / "implementations" / "mlperf-hpc" / "README.md");
+  const std::string notes((std::istreambuf_iterator<char>(readme)), std::istreambuf_iterator<char>());
+  EXPECT_NE(notes.find(" --data '/data/it'\\''s a $(touch pwned) `x`' "), std::string::npos) << notes;
   const Cli many = run(campaign + "--org acme --system box2 --runs 1001");
   EXPECT_EQ(many.code, 2) << many.output;
   EXPECT_NE(many.output.find("--runs 1001: from 0 to 1000"), std::string::npos) << many.output;
