@@ -44,10 +44,19 @@ RunFacts run_facts(const Session& session, const CheckpointReader* resume) {
     facts[fmt::format("{} plug-in", kind_name(d.kind))] =
         fmt::format("{} {} ({})", d.name, d.version ? d.version : "", p->file_hash);
   }
-  facts["resumed from"] = resume ? fmt::format("epoch {}, micro-batch {}", resume->manifest().state.epochs_done,
-                                               resume->manifest().state.micro_batches)
-                                 : "(none)";
+  facts["resumed from"] = resume ? resume_point(resume->manifest()) : "(none)";
   return {facts.begin(), facts.end()};
+}
+
+std::string resume_point(const Manifest& m) {
+  Fnv1a tensors;  // the tensors' identities: another run's checkpoint of the same point differs here
+  for (const TensorRecord& t : m.tensors) {
+    tensors.add(t.name), tensors.add(t.slot);
+    tensors.add(&t.crc32, sizeof t.crc32), tensors.add(&t.bytes, sizeof t.bytes);
+  }
+  return fmt::format("epoch {}, step {}, micro-batch {} of the checkpoint of seed {}, config {}, graph {}, tensors {}",
+                     m.state.epochs_done, m.state.steps_done, m.state.micro_batches, m.identity.seed,
+                     m.identity.config_hash, m.identity.graph_fingerprint, tensors.hex());
 }
 
 std::string encode_facts(const RunFacts& facts) {

@@ -15,6 +15,7 @@
 #include <memory>
 #include <numeric>
 
+#include "mlph/core/atomic_file.hpp"
 #include "mlph/core/checkpoint.hpp"
 #include "mlph/core/config.hpp"
 #include "mlph/core/crash.hpp"
@@ -66,6 +67,7 @@ class Run {
   int generate_data();
   int timed_run();
   void find_resume_auto();
+  void leave_status(int status) const;
   void open_resume();
   void check_checkpoints_and_export();
   void reserve_checkpoint_dir();
@@ -75,6 +77,7 @@ class Run {
   void save_checkpoint_if_due(MlLogger& log, Progress& progress, uint32_t epochs_done);
   std::filesystem::path save(MlLogger& log, Progress& progress, const RunnerState& state, const RankCopies& copies = {});
   int stop_requested();
+  bool log_ended_on_any_rank();
   [[noreturn]] void stop(MlLogger& log, Progress& progress, uint32_t epoch, StepOf at);
   void export_trained_weights();
   bool train_and_evaluate(MlLogger& log);
@@ -284,6 +287,15 @@ std::filesystem::path Run::save(MlLogger& log, Progress& progress, const RunnerS
   return saved.path;
 }
 
+// Whether the signal watcher's last words ended the log on some rank: every rank votes, so that all
+// stop at the same place (one going on alone would wait in collectives the others never join).
+bool Run::log_ended_on_any_rank() {
+  int32_t ended = run_stopped_ ? 1 : 0;
+  if (session_->topology().size > 1)
+    check(comms()->allreduce(session_->comm(), &ended, 1, MLPH_DTYPE_I32, MLPH_REDUCE_MAX), "comms");
+  return ended != 0;
+}
+
 // At every training step boundary: the signal that asks the run to stop, 0 for none. Every rank
 // votes, so that all stop at the same step (a rank going on alone would wait in the next step's
 // collectives), naming the same signal (SIGTERM before SIGUSR1) whichever rank got it.
@@ -301,7 +313,9 @@ void Run::stop(MlLogger& log, Progress& progress, uint32_t epoch, StepOf at) {
   signals_.stopping();
   const int signal = at.signal;
   const uint64_t step = at.step;
-  const std::string where = fmt::format("stopped before training step {} of {} in epoch {}", step + 1, at.steps, epoch + 1);
+  const std::string where = at.steps == 0
+                                ? fmt::format("stopped after epoch {} (the log had ended: SIGTERM or SIGINT outside a step)", epoch)
+                                : fmt::format("stopped before training step {} of {} in epoch {}", step + 1, at.steps, epoch + 1);
   if (checkpoints_.dir.empty())
     throw RunStopped(fmt::format("{}: {}; no checkpoint (no --checkpoint-dir)", stop_reason(signal), where), false);
   const RunnerState state{epoch, micro_batches_, micro_batches_ / session_->gradient_accumulation(), metrics_, step};
@@ -537,6 +551,9 @@ bool Run::train_and_evaluate(MlLogger& log) {
       throw RunFailure(fmt::format("training diverged: {} is {} after epoch {}", session_->info().metric_key, metric, epoch + 1));
     metrics_.push_back(metric);
     save_checkpoint_if_due(log, progress, epoch + 1);
+    // The watcher's last words ended the log during this epoch's evaluation (SIGTERM outside a step):
+    // the log says aborted, so the run ends stopped here, saving where it stands, whatever the metric.
+    if (log_ended_on_any_rank()) stop(log, progress, epoch + 1, StepOf{0, 0, stop_signal()});
     if (session_->info().lower_is_better ? metric <= session_->info().target : metric >= session_->info().target) return true;
   }
   progress.message(fmt::format("stopped after {} epochs without reaching the target {} {}", session_->info().max_epochs,
@@ -622,16 +639,27 @@ int Run::timed_run() {
   if (rank0) {
     std::fprintf(stderr, "MLPerf log: %s (run_stop: %s)\n", log_path.c_str(), converged ? "success" : "aborted");
   }
+  const int status = stopped ? (checkpointed ? kExitStoppedWithCheckpoint : 1) : converged && failure.empty() ? 0 : 1;
+  if (rank0) leave_status(status);
   // A rank that failed alone must not wait in MPI_Finalize for peers that never get there: leaving
   // now, non-zero, makes the launcher (mpirun; srun --kill-on-bad-exit) end every rank. Ranks that
   // stopped on a signal stopped together: they finish as usual.
-  if (stopped) return checkpointed ? kExitStoppedWithCheckpoint : 1;
-  if (!failure.empty() && session_->topology().size > 1) {
+  if (!stopped && !failure.empty() && session_->topology().size > 1) {
     session_->abandon();  // no destructor runs: the staged copy goes now
     std::fflush(nullptr);
     std::_Exit(1);
   }
-  return converged && failure.empty() ? 0 : 1;
+  return status;
+}
+
+// --status-file: how the run ended, for a job script (mlperf.sbatch requeues on 3 whatever the launcher says).
+void Run::leave_status(int status) const {
+  if (options_.status_file.empty()) return;
+  try {
+    write_whole_file(options_.status_file, fmt::format("{}\n", status));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mlperf-run: warning: --status-file %s: %s\n", options_.status_file.c_str(), e.what());
+  }
 }
 
 void Run::export_trained_weights() {
@@ -748,16 +776,20 @@ void Run::reserve_export() {
 }
 
 // --resume auto: the newest checkpoint in --checkpoint-dir if it holds one (a requeued job's), else a
-// fresh start.
+// fresh start. Without `latest` (a run killed between a checkpoint's rename and latest's) the newest
+// whole checkpoint there is the one.
 void Run::find_resume_auto() {
   const std::filesystem::path& dir = options_.checkpoint_dir;
   if (dir.empty()) throw CheckpointError("--resume auto: needs --checkpoint-dir, where it looks for a checkpoint");
-  if (list_checkpoints(dir).empty() && latest_checkpoint(dir).empty()) {
+  const std::vector<std::filesystem::path> whole = list_checkpoints(dir);
+  if (whole.empty() && latest_checkpoint(dir).empty()) {
     resume_note_ = fmt::format("--resume auto: no checkpoint in {} yet: starting afresh", dir.string());
     return;
   }
   options_.resume_from = dir;  // its `latest` (CheckpointReader: a damaged one is refused, named)
   resume_note_ = fmt::format("--resume auto: going on from the newest checkpoint in {}", dir.string());
+  if (latest_checkpoint(dir).empty())
+    resume_note_ += fmt::format(" ({}: no 'latest' names one)", whole.back().filename().string());
 }
 
 int Run::execute() {

@@ -172,3 +172,78 @@ TEST(Pipeline, ReadersDefaultToHalfTheCpusWithinBounds) {
   EXPECT_LE(automatic.readers, kMaxReaders);
   EXPECT_EQ(automatic.batches, automatic.readers) << "batch 1: a batch ahead per reader";
 }
+
+// Issue 36, defect 11: readers that each listed the split themselves got different index-to-file maps
+// when a file came or went while they opened (one epoch read 4 files twice and 4 never). A storage
+// whose directory changes between every two listings: the readers opened through Datasets share the
+// first listing, every one of them; a workload whose readers still count differently is refused.
+namespace {
+
+struct ChangingStorage {
+  int listings = 0;
+};
+
+MLPH_Error* list_changing(MLPH_Storage* s, const char*, const char*, MLPH_PathFn each, void* ctx) {
+  auto& storage = *reinterpret_cast<ChangingStorage*>(s);
+  const int n = storage.listings++;
+  for (int k = 0; k < 8; ++k) each(ctx, ("file-" + std::to_string(k + n) + ".npy").c_str());  // renamed each time
+  return nullptr;
+}
+
+struct ListedDataset {
+  std::vector<std::string> files;
+  uint64_t extra = 0;  // added to its size: a workload that counts its own way
+};
+
+int g_opened = 0;
+bool g_sizes_differ = false;
+
+void collect(void* ctx, const char* path) { static_cast<std::vector<std::string>*>(ctx)->emplace_back(path); }
+
+MLPH_Error* open_listed(MLPH_Workload*, MLPH_Split, const MLPH_StorageHandle* storage, MLPH_Dataset** out) {
+  auto dataset = std::make_unique<ListedDataset>();
+  if (MLPH_Error* e = storage->api->list(storage->storage, "/data/train", ".npy", collect, &dataset->files)) return e;
+  dataset->extra = g_sizes_differ ? static_cast<uint64_t>(g_opened) : 0;
+  ++g_opened;
+  *out = reinterpret_cast<MLPH_Dataset*>(dataset.release());
+  return nullptr;
+}
+void close_listed(MLPH_Dataset* d) { delete reinterpret_cast<ListedDataset*>(d); }
+MLPH_Error* size_listed(MLPH_Dataset* d, uint64_t* out) {
+  const auto* dataset = reinterpret_cast<ListedDataset*>(d);
+  *out = dataset->files.size() + dataset->extra;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST(Pipeline, EveryReaderSharesOneListingOfTheSplit) {
+  ChangingStorage storage;
+  MLPH_StorageApi storage_api{};
+  storage_api.struct_size = sizeof storage_api;
+  storage_api.list = list_changing;
+  const MLPH_StorageHandle handle{sizeof handle, nullptr, &storage_api, reinterpret_cast<MLPH_Storage*>(&storage)};
+  MLPH_WorkloadApi api{};
+  api.struct_size = sizeof api;
+  api.dataset_open = open_listed;
+  api.dataset_close = close_listed;
+  api.dataset_size = size_listed;
+  g_opened = 0, g_sizes_differ = false;
+  const Datasets datasets(&api, nullptr, MLPH_SPLIT_TRAIN, &handle, 4, "training data");
+  ASSERT_EQ(datasets.readers().size(), 4u);
+  EXPECT_EQ(storage.listings, 1) << "the split is listed once";
+  const auto& first = reinterpret_cast<const ListedDataset*>(datasets.readers()[0])->files;
+  ASSERT_EQ(first.size(), 8u);
+  EXPECT_EQ(first.front(), "file-0.npy");
+  for (MLPH_Dataset* d : datasets.readers()) EXPECT_EQ(reinterpret_cast<const ListedDataset*>(d)->files, first);
+  EXPECT_EQ(datasets.size(), 8u);
+
+  g_opened = 0, g_sizes_differ = true;
+  try {
+    const Datasets differing(&api, nullptr, MLPH_SPLIT_TRAIN, &handle, 3, "training data");
+    ADD_FAILURE() << "opened";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("training data: reader 1 counts 9 samples, reader 0 8"), std::string::npos)
+        << e.what();
+  }
+}

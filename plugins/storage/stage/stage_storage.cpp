@@ -205,7 +205,8 @@ class StagedFile final : public mlph::stage::Sink {
     const uint64_t written = budget_.written += bytes;
     if (gunzip_ && written > budget_.limit)
       fail(MLPH_RESOURCE_EXHAUSTED, source_ + ": inflates past the " + std::to_string(budget_.limit) +
-                                        " bytes this rank may stage (storage.max_bytes, or its share of the target's free space)");
+                                        " bytes this rank may stage (storage.max_bytes, or what its files need and half its share "
+                                        "of the target's free space beyond)");
     file_.write(data, bytes);
   }
 
@@ -322,28 +323,25 @@ class StageStorage final : public mlph::sdk::Storage {
 
     MLPH_StageStats out{sizeof(MLPH_StageStats), nullptr, 0, 0, 0, 0.0, t.local_rank, t.local_size};
     std::optional<Error> error;
-    try {
+    attempt(error, who, [&] {
       remove_stale_copies();
       plan(t);
       if (inflate_) find_gzip_files();
-      check_space(t);
-      make_directory(root_);
-      if (!keep_) hold_alive_lock(t.rank);
-      copy_all(t, out);
-    } catch (const Error& e) {
-      error.emplace(e.code(), who + e.what());
-    } catch (const std::exception& e) {
-      error.emplace(MLPH_INTERNAL, who + e.what());
-    }
+      measure_free_space();
+    });
+    // Every rank has measured the target's free space before any rank copies: a rank measuring
+    // after a peer of its node had copied would count that peer's copies twice.
+    if (failed_ranks(comms, t, error, who + "comms before copying").empty())
+      attempt(error, who, [&] {
+        check_space(t);
+        if (!keep_) hold_alive_lock(t.rank);
+        copy_all(t, out);
+      });
     // Every rank learns whether any failed, so that none goes on to train on a partial dataset.
-    const int32_t failed = error ? 1 : 0;
-    std::vector<int32_t> all(static_cast<size_t>(t.size));
-    mlph::sdk::check(host_, comms.api->allgather(comms.comm, &failed, all.data(), sizeof failed),
-                     who + "comms after staging");
+    const std::vector<int32_t> failed = failed_ranks(comms, t, error, who + "comms after staging");
     if (error) throw *error;
-    for (int32_t r = 0; r < t.size; ++r)
-      if (all[static_cast<size_t>(r)])
-        fail(MLPH_ABORTED, who + "rank " + std::to_string(r) + " failed to stage its shard (see its error)");
+    if (!failed.empty())
+      fail(MLPH_ABORTED, who + "rank " + std::to_string(failed.front()) + " failed to stage its shard (see its error)");
     check_node_view(t, who);
 
     out.seconds = host_->now_seconds() - start;
@@ -358,6 +356,31 @@ class StageStorage final : public mlph::sdk::Storage {
   }
 
  private:
+  // Runs `step` unless an error came before; keeps the first error, naming the rank.
+  template <class Step>
+  static void attempt(std::optional<Error>& error, const std::string& who, Step&& step) {
+    if (error) return;
+    try {
+      step();
+    } catch (const Error& e) {
+      error.emplace(e.code(), who + e.what());
+    } catch (const std::exception& e) {
+      error.emplace(MLPH_INTERNAL, who + e.what());
+    }
+  }
+
+  // The ranks that have an error so far (a collective: every rank calls it at the same points).
+  std::vector<int32_t> failed_ranks(const MLPH_CommsHandle& comms, const MLPH_Topology& t,
+                                    const std::optional<Error>& error, const std::string& context) const {
+    const int32_t mine = error ? 1 : 0;
+    std::vector<int32_t> all(static_cast<size_t>(t.size));
+    mlph::sdk::check(host_, comms.api->allgather(comms.comm, &mine, all.data(), sizeof mine), context);
+    std::vector<int32_t> failed;
+    for (int32_t r = 0; r < t.size; ++r)
+      if (all[static_cast<size_t>(r)]) failed.push_back(r);
+    return failed;
+  }
+
   // The same fresh name on every rank: rank 0 draws it and broadcasts it.
   std::string job_tag(const MLPH_CommsHandle& comms, const MLPH_Topology& t) {
     uint64_t tag = t.rank == 0 ? (static_cast<uint64_t>(::getpid()) << 32) ^
@@ -491,24 +514,33 @@ class StageStorage final : public mlph::sdk::Storage {
     run_parallel(jobs, threads_);  // an open and two small reads per file: in parallel on a parallel file system
   }
 
+  // The target's free space, before any rank copies (stage() orders it so).
+  void measure_free_space() {
+    make_directory(root_);
+    struct statvfs vfs {};
+    if (::statvfs(root_.c_str(), &vfs) != 0) fail(MLPH_UNAVAILABLE, root_.string() + ": statvfs: " + errno_text());
+    free_bytes_ = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  }
+
+  // Whether the node's ranks' files fit the free space measured; and how much this rank may write:
+  // what it needs (estimated), and of its share of the space beyond that only half (kInflateMargin),
+  // for an inflated file that outgrows its estimate (a GZIP trailer that lies low) must stop while
+  // the target, a RAM disk perhaps, still has room.
   void check_space(const MLPH_Topology& t) {
     uint64_t need = 0;
     for (const SplitPlan& p : plans_) need = checked_add(need, p.my_staged_bytes(), source_.string());
     if (max_bytes_ > 0 && need > static_cast<uint64_t>(max_bytes_))
       fail(MLPH_RESOURCE_EXHAUSTED, "staging " + source_.string() + " needs " + std::to_string(need) +
                                         " bytes, more than storage.max_bytes = " + std::to_string(max_bytes_));
-    make_directory(root_);
-    struct statvfs vfs {};
-    if (::statvfs(root_.c_str(), &vfs) != 0) fail(MLPH_UNAVAILABLE, root_.string() + ": statvfs: " + errno_text());
-    const uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
     const auto ranks = static_cast<uint64_t>(std::max(t.local_size, 1));
     const uint64_t node_need = need > std::numeric_limits<uint64_t>::max() / ranks ? std::numeric_limits<uint64_t>::max()
                                                                                    : need * ranks;
-    if (node_need > free_bytes)
+    if (node_need > free_bytes_)
       fail(MLPH_RESOURCE_EXHAUSTED, root_.string() + ": no space to stage: the node's " + std::to_string(t.local_size) +
                                         " rank(s) need about " + std::to_string(node_need) + " bytes, " +
-                                        std::to_string(free_bytes) + " are free");
-    budget_.limit = free_bytes / ranks;
+                                        std::to_string(free_bytes_) + " are free");
+    const uint64_t share = free_bytes_ / ranks;
+    budget_.limit = need + (share - need) / kInflateMargin;
     if (max_bytes_ > 0) budget_.limit = std::min(budget_.limit, static_cast<uint64_t>(max_bytes_));
   }
 
@@ -651,6 +683,9 @@ class StageStorage final : public mlph::sdk::Storage {
   fs::path target_base_, root_, source_;
   bool keep_ = false;
   bool inflate_ = false;  // gzip files are staged inflated
+  uint64_t free_bytes_ = 0;  // the target's, measured before any rank copied
+  // Of the space beyond what the files need (estimated), a rank's inflated writes may take 1/this.
+  static constexpr uint64_t kInflateMargin = 2;
   int threads_ = 2;
   long long max_bytes_ = 0;
   std::vector<SplitPlan> plans_;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "mlph/backend.h"
+#include "mlph/storage.h"
 #include "mlph/core/config.hpp"
 #include "mlph/sdk/spatial.hpp"
 #include "mlph/workload.h"
@@ -63,7 +65,26 @@ ReadAhead read_ahead(int64_t configured, uint32_t batch);
 // The same from a run's configuration (its data.readers).
 ReadAhead read_ahead(const Config& config, uint32_t batch);
 
-// One split of the dataset opened once per reader.
+// The storage a split's readers open it through: every `list` of a directory after the first replays
+// the first's answer, so that the readers share one listing (one index-to-file map) even when a file
+// is added, removed or renamed while they open. Everything else goes to `inner`.
+class SharedListing {
+ public:
+  explicit SharedListing(const MLPH_StorageHandle& inner);
+  SharedListing(const SharedListing&) = delete;
+  SharedListing& operator=(const SharedListing&) = delete;
+  const MLPH_StorageHandle* handle() const { return &handle_; }
+
+ private:
+  struct Forward;
+  MLPH_StorageHandle inner_, handle_{};
+  MLPH_StorageApi api_{};
+  std::mutex mutex_;
+  std::map<std::pair<std::string, std::string>, std::vector<std::string>> listed_;  // (dir, suffix): paths
+};
+
+// One split of the dataset opened once per reader, all through one SharedListing; readers that still
+// count different sizes are refused, naming the split.
 class Datasets {
  public:
   Datasets(const MLPH_WorkloadApi* api, MLPH_Workload* workload, MLPH_Split split, const MLPH_StorageHandle* storage,
@@ -72,6 +93,7 @@ class Datasets {
   std::span<MLPH_Dataset* const> readers() const { return raw_; }
 
  private:
+  std::unique_ptr<SharedListing> listing_;  // outlives the datasets opened through it
   std::vector<std::unique_ptr<MLPH_Dataset, void (*)(MLPH_Dataset*)>> owned_;
   std::vector<MLPH_Dataset*> raw_;
   uint64_t size_ = 0;

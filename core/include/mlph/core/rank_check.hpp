@@ -28,6 +28,11 @@ using RunFacts = std::vector<std::pair<std::string, std::string>>;  // key, valu
 // hash, and where a resumed run goes on from.
 RunFacts run_facts(const Session& session, const CheckpointReader* resume);
 
+// Where a resumed run goes on from, and from which checkpoint: its position, and its identity (seed,
+// config hash, graph fingerprint, and a digest of its tensors' names and CRCs), for two runs'
+// checkpoints of the same epoch differ only there.
+std::string resume_point(const Manifest& manifest);
+
 // The facts as bytes and back (length-prefixed, so a value may hold any byte). decode_facts throws
 // RankMismatch for bytes that are not an encoding.
 std::string encode_facts(const RunFacts& facts);
