@@ -10,12 +10,15 @@
 #include <fmt/format.h>
 
 #include <boost/program_options.hpp>
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
 #include <thread>
 
+#include "ceiling.hpp"
 #include "layers.hpp"
 #include "peak.hpp"
 #include "spatial.hpp"
@@ -26,7 +29,9 @@
 #include "mlph/core/json.hpp"
 #include "mlph/core/session.hpp"
 #include "mlph/sdk/json.hpp"
+#include "mlph/sdk/storage.hpp"
 #include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/workload.hpp"
 
 namespace po = boost::program_options;
 using namespace mlph;
@@ -139,12 +144,50 @@ Timing time_graph(Session& session, const MLPH_Graph& graph, int steps, int warm
 // workload's reader on data.readers threads, ahead of the step, into the backend's input memory), in the
 // run's sample order, epoch after epoch as the steps need. Besides the step time, how long the steps
 // waited for their batches: the time the pipeline could not hide; and, first, the same batches read
-// with no step between them: how fast the reader alone goes, the rate the steps could reach.
+// with no step between them: how fast the reader alone goes, the rate the steps could reach; and
+// beside it the ceiling: pread of the split's files from the page cache, on as many threads, into
+// the same batch memory (bench::measure_pread_ceiling), as samples/s.
 struct FileTiming {
   double train_s = 0, wait_s = 0, read_s = 0;  // per step
   uint64_t dataset_size = 0;
   uint32_t readers = 1;
+  double ceiling_samples_s = 0, bytes_per_sample = 0;
+  double pinned_bytes = 0, scratch_bytes_per_reader = 0;
+  bool pinned = false;
 };
+
+// The split's files as the storage plug-in lists them, and their bytes per sample (the split is
+// taken to hold the dataset's samples and nothing else).
+std::vector<std::string> split_files(Session& session, uint64_t samples, double& bytes_per_sample) {
+  const std::string dir = sdk::split_directory(session.config().get("data.dir"), MLPH_SPLIT_TRAIN);
+  const MLPH_StorageHandle& storage = *session.storage_handle();
+  std::vector<std::string> files;
+  auto collect = [](void* ctx, const char* path) { static_cast<std::vector<std::string>*>(ctx)->push_back(path); };
+  check(storage.api->list(storage.storage, dir.c_str(), "", collect, &files), "listing " + dir);
+  double bytes = 0;
+  for (const std::string& f : files) bytes += static_cast<double>(std::filesystem::file_size(f));
+  bytes_per_sample = bytes / static_cast<double>(std::max<uint64_t>(samples, 1));
+  return files;
+}
+
+// Each batch's memory, written once so that every page is resident before the readers' memory is
+// counted, and handed out as the ceiling's slots (each batch's largest input: the samples' bulk).
+std::vector<std::span<std::byte>> touch_batches(InputBuffers& buffers, double& bytes) {
+  std::vector<std::span<std::byte>> slots;
+  for (size_t k = 0; k < buffers.count(); ++k) {
+    const Batch& b = buffers.next();
+    std::span<std::byte> largest;
+    for (const MLPH_Tensor& t : b.tensors) {
+      const std::span<std::byte> memory(static_cast<std::byte*>(t.data),
+                                        static_cast<size_t>(sdk::numel(t)) * mlph_dtype_size(t.dtype));
+      std::fill(memory.begin(), memory.end(), std::byte{0});
+      bytes += static_cast<double>(memory.size());
+      if (memory.size() > largest.size()) largest = memory;
+    }
+    slots.push_back(largest);
+  }
+  return slots;
+}
 
 FileTiming time_from_files(Session& session, const MLPH_Graph& graph, int steps, int warmup) {
   const MLPH_WorkloadApi* workload = session.workload_api();
@@ -169,13 +212,21 @@ FileTiming time_from_files(Session& session, const MLPH_Graph& graph, int steps,
   Owned<MLPH_Model> model = session.compile(graph);
   InputBuffers buffers(graph, session.backend_api(), session.backend(), ahead.batches);
   const double timeout = as_number("data.read_timeout_s", session.config().get("data.read_timeout_s"));
+  t.pinned = buffers.pinned();
+  const std::vector<std::span<std::byte>> slots = touch_batches(buffers, t.pinned_bytes);
   {
     const std::vector<uint64_t> timed(order.begin() + static_cast<ptrdiff_t>(warmup) * batch, order.end());
+    const double resident = bench::resident_bytes();
     Prefetcher alone(workload, dataset.readers(), buffers, timed, batch, ReadPlan{"training", 0, timeout});
     t.read_s = seconds([&] {
                  for (uint64_t i = 0; i < alone.steps(); ++i) alone.get(i);
                }) / steps;
+    t.scratch_bytes_per_reader = std::max(0.0, bench::resident_bytes() - resident) / ahead.readers;
   }
+  const std::vector<std::string> files = split_files(session, t.dataset_size, t.bytes_per_sample);
+  const auto timed_bytes = static_cast<uint64_t>(t.bytes_per_sample * steps * batch);
+  const bench::PreadCeiling ceiling = bench::measure_pread_ceiling(files, slots, ahead.readers, timed_bytes);
+  t.ceiling_samples_s = ceiling.bytes_per_s / t.bytes_per_sample;
   Prefetcher reader(workload, dataset.readers(), buffers, std::move(order), batch, ReadPlan{"training", 0, timeout});
   Stepper stepper(session, model.get());
   uint64_t step = 0;
@@ -239,9 +290,11 @@ void write_json(const std::string& path, Session& session, uint32_t batch, doubl
                      json(device.precision).text);
   if (files)
     out << fmt::format(" \"files\": {{\"dir\": {}, \"samples\": {}, \"train_s\": {}, \"wait_s\": {}, \"read_s\": {}, "
-                       "\"readers\": {}}},\n",
+                       "\"readers\": {}, \"ceiling_samples_s\": {}, \"bytes_per_sample\": {}, \"batch_memory_bytes\": {}, "
+                       "\"scratch_bytes_per_reader\": {}}},\n",
                        json(session.config().get("data.dir")).text, files->dataset_size, num(files->train_s),
-                       num(files->wait_s), num(files->read_s), files->readers);
+                       num(files->wait_s), num(files->read_s), files->readers, num(files->ceiling_samples_s),
+                       num(files->bytes_per_sample), num(files->pinned_bytes), num(files->scratch_bytes_per_reader));
   out << fmt::format(" \"peak_precision\": \"{}\", \"peak_gflops\": {}, \"model\": {{\"train_s\": {}, \"eval_s\": "
                      "{}}},\n \"layers\": [",
                      peak.precision, num(peak.gflops), num(model.train_s), num(model.eval_s));
@@ -348,10 +401,19 @@ int main(int argc, char** argv) {
     if (!data_dir.empty()) {
       if (session.topology().size > 1) throw std::runtime_error("--data reads batches on one rank: run it without mpirun");
       files = time_from_files(session, *graph, steps, warmup);
-      fmt::print("from files ({}, {} samples): {} reader{} alone {:.3f} samples/s; train step {:.4f} s  {:.3f} "
-                 "samples/s; waited for batches {:.4f} s per step ({:.1f}% of the step)\n",
-                 data_dir, files->dataset_size, files->readers, files->readers == 1 ? "" : "s", batch / files->read_s,
-                 files->train_s, batch / files->train_s, files->wait_s, 100 * files->wait_s / files->train_s);
+      const double rate = batch / files->read_s;
+      fmt::print("from files ({}, {} samples): {} reader{} alone {:.3f} samples/s, {:.0f}% of the pread ceiling "
+                 "{:.3f} samples/s ({:.2f} GB/s of page cache into the batch memory on {} thread{}); train step "
+                 "{:.4f} s  {:.3f} samples/s; waited for batches {:.4f} s per step ({:.1f}% of the step)\n",
+                 data_dir, files->dataset_size, files->readers, files->readers == 1 ? "" : "s", rate,
+                 100 * rate / files->ceiling_samples_s, files->ceiling_samples_s,
+                 files->ceiling_samples_s * files->bytes_per_sample / 1e9, files->readers,
+                 files->readers == 1 ? "" : "s", files->train_s, batch / files->train_s, files->wait_s,
+                 100 * files->wait_s / files->train_s);
+      fmt::print("data memory: batch buffers {:.1f} MB ({}), reader scratch {:.1f} MB per reader (resident growth "
+                 "while the readers ran alone)\n",
+                 files->pinned_bytes / 1e6, files->pinned ? "the backend's pinned memory" : "host memory",
+                 files->scratch_bytes_per_reader / 1e6);
     }
     std::cout << std::flush;
 
