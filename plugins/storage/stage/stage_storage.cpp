@@ -303,6 +303,15 @@ class StageStorage final : public mlph::sdk::Storage {
     return size;
   }
 
+  // ABI 1.5: a byte range of a staged file (a workload reads a sample's payload straight into its batch).
+  void read_range(const char* path, uint64_t offset, size_t bytes, void* dst) {
+    const double start = host_->now_seconds();
+    mlph::sdk::read_regular_file_range(path, offset, bytes, dst);
+    std::lock_guard lock(mutex_);
+    io_.bytes_read += bytes;
+    io_.read_seconds += host_->now_seconds() - start;
+  }
+
   MLPH_IoStats stats() override {
     std::lock_guard lock(mutex_);
     return io_;
