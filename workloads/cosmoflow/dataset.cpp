@@ -135,7 +135,7 @@ std::vector<DecodedSample> CosmoDataset::decode_file(size_t file_index) {
     } else {
       const std::vector<std::byte> file =
           read_file(path, max_tfrecord_file_bytes(settings_.edge, settings_.records_per_file));
-      for (Sample& s : read_tfrecord_samples(file, path, settings_.edge, settings_.records_per_file))
+      for (Sample& s : read_tfrecord_samples(file, path, settings_.edge, settings_.records_per_file, engine()))
         out.push_back({cut(std::move(s.x)), s.y});
       if (out.size() != static_cast<size_t>(settings_.records_per_file))
         fail(MLPH_INVALID_ARGUMENT, path + ": holds " + std::to_string(out.size()) + " records, but data.records_per_file is " +
@@ -171,11 +171,15 @@ void CosmoDataset::decode_into(uint64_t index, const SampleView& out) {
       read_npy_sample(file_bytes_, label, path, settings_.edge, out);
     } else {
       sdk::read_file(host_, storage_, path, "CosmoFlow data", max_tfrecord_file_bytes(settings_.edge, 1), file_bytes_);
-      read_tfrecord_sample(file_bytes_, path, settings_.edge, out);
+      read_tfrecord_sample(file_bytes_, path, settings_.edge, out, engine());
     }
   } catch (const DataError& e) {
     fail(MLPH_DATA_LOSS, e.what());
   }
+}
+
+gzip::Engine CosmoDataset::engine() const {
+  return settings_.inflate == "zlib" ? gzip::Engine::zlib : gzip::Engine::libdeflate;
 }
 
 // Ranges of the file at `path` through the storage's read_range; any failure reads as "the file ends

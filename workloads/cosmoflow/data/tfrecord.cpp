@@ -107,11 +107,11 @@ size_t max_tfrecord_file_bytes(int edge, int records) {
 }
 
 void for_each_tfrecord(std::span<const std::byte> file, const std::string& name, const RecordVisitor& visit,
-                       size_t max_bytes) {
+                       size_t max_bytes, gzip::Engine engine) {
   if (file.empty()) throw DataError(name, "empty file: no TFRecord records");
   size_t records = 0;
   if (is_gzip(file)) {
-    const std::vector<std::byte> inflated = gunzip(file, name, max_bytes);
+    const std::vector<std::byte> inflated = gunzip(file, name, max_bytes, engine);
     records = walk_records(inflated, name, visit);
   } else {
     records = walk_records(file, name, visit);
@@ -128,7 +128,7 @@ std::vector<std::vector<std::byte>> read_tfrecords(std::span<const std::byte> fi
 }
 
 std::vector<Sample> read_tfrecord_samples(std::span<const std::byte> file, const std::string& name, int edge,
-                                          int max_records) {
+                                          int max_records, gzip::Engine engine) {
   const size_t max_bytes = max_tfrecord_bytes(edge, max_records);
   if (!is_gzip(file) && file.size() > max_bytes)
     throw DataError(name, std::to_string(file.size()) + " bytes, more than the " + std::to_string(max_bytes) +
@@ -140,11 +140,12 @@ std::vector<Sample> read_tfrecord_samples(std::span<const std::byte> file, const
       [&](size_t index, std::span<const std::byte> record) {
         samples.push_back(decode_sample(record, edge, record_where(name, index)));
       },
-      max_bytes);
+      max_bytes, engine);
   return samples;
 }
 
-void read_tfrecord_sample(std::span<const std::byte> file, const std::string& name, int edge, const SampleView& out) {
+void read_tfrecord_sample(std::span<const std::byte> file, const std::string& name, int edge, const SampleView& out,
+                          gzip::Engine engine) {
   const size_t max_bytes = max_tfrecord_bytes(edge, 1);
   if (!is_gzip(file) && file.size() > max_bytes)
     throw DataError(name, std::to_string(file.size()) + " bytes, more than the " + std::to_string(max_bytes) +
@@ -155,7 +156,7 @@ void read_tfrecord_sample(std::span<const std::byte> file, const std::string& na
         if (index > 0) throw DataError(name, "holds more than one record, but data.records_per_file is 1");
         decode_sample(record, edge, record_where(name, index), out);
       },
-      max_bytes);
+      max_bytes, engine);
 }
 
 std::vector<std::byte> encode_tfrecords(std::span<const std::vector<std::byte>> records,

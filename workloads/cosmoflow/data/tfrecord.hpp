@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "mlph/util/gzip.hpp"
 #include "sample.hpp"
 
 namespace mlph::cosmoflow {
@@ -30,7 +31,8 @@ size_t max_tfrecord_file_bytes(int edge, int records);
 // `name` (and the record) for a corrupt or truncated file, for a file holding no record at all, and
 // for a gzip stream inflating to more than max_bytes (checked as it inflates).
 void for_each_tfrecord(std::span<const std::byte> file, const std::string& name, const RecordVisitor& visit,
-                       size_t max_bytes = std::numeric_limits<size_t>::max());
+                       size_t max_bytes = std::numeric_limits<size_t>::max(),
+                       gzip::Engine engine = gzip::Engine::libdeflate);
 
 // Copies of all records; for_each_tfrecord avoids the copies.
 std::vector<std::vector<std::byte>> read_tfrecords(std::span<const std::byte> file, const std::string& name);
@@ -38,9 +40,10 @@ std::vector<std::vector<std::byte>> read_tfrecords(std::span<const std::byte> fi
 // Every record decoded as a CosmoFlow sample of the given edge (see decode_sample); a file that
 // holds (or inflates to) more than max_records records' worth of bytes is refused.
 std::vector<Sample> read_tfrecord_samples(std::span<const std::byte> file, const std::string& name, int edge,
-                                          int max_records);
+                                          int max_records, gzip::Engine engine = gzip::Engine::libdeflate);
 // The one record of a file that holds exactly one, decoded into `out`.
-void read_tfrecord_sample(std::span<const std::byte> file, const std::string& name, int edge, const SampleView& out);
+void read_tfrecord_sample(std::span<const std::byte> file, const std::string& name, int edge, const SampleView& out,
+                          gzip::Engine engine = gzip::Engine::libdeflate);
 
 struct TfRecordWriteOptions {
   bool gzip = false;
