@@ -192,7 +192,7 @@ std::vector<std::span<std::byte>> touch_batches(InputBuffers& buffers, double& b
 FileTiming time_from_files(Session& session, const MLPH_Graph& graph, int steps, int warmup) {
   const MLPH_WorkloadApi* workload = session.workload_api();
   const uint32_t batch = session.info().local_batch_size;
-  const ReadAhead ahead = read_ahead(session.config(), batch);
+  const ReadAhead ahead = read_ahead(session.config(), batch, session.topology().local_size);
   const Datasets dataset(workload, session.workload(), MLPH_SPLIT_TRAIN, session.storage_handle(), ahead.readers,
                          "training data");
   FileTiming t;
