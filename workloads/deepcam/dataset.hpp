@@ -3,9 +3,11 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "data/hdf5_io.hpp"
 #include "mlph/sdk/workload.hpp"
 #include "settings.hpp"
 
@@ -26,7 +28,12 @@ class DeepCamDataset final : public sdk::Dataset {
   DataSettings settings_;
   MLPH_StorageHandle storage_;
   std::vector<std::string> files_;  // index i is sample i
+  void read_sample(size_t index, const SampleView& row);
+  RangeReader range_reader(const std::string& path) const;
+
   std::vector<std::byte> file_bytes_;  // the file being decoded, its memory kept from one sample to the next
+  std::vector<std::optional<SampleLayout>> layouts_;  // per file: where its arrays lie, once found
+  std::vector<std::byte> scratch_;  // labels read in place
 };
 
 }  // namespace mlph::deepcam
