@@ -144,7 +144,8 @@ Timing time_graph(Session& session, const MLPH_Graph& graph, int steps, int warm
 // workload's reader on data.readers threads, ahead of the step, into the backend's input memory), in the
 // run's sample order, epoch after epoch as the steps need. Besides the step time, how long the steps
 // waited for their batches: the time the pipeline could not hide; and, first, the same batches read
-// with no step between them: how fast the reader alone goes, the rate the steps could reach; and
+// with no step between them (the warm-up batches untimed): how fast the reader alone goes, the rate
+// the steps could reach (--data-only: this alone, no steps); and
 // beside it the ceiling: pread of the split's files from the page cache, on as many threads, into
 // the same batch memory (bench::measure_pread_ceiling), as samples/s.
 struct FileTiming {
@@ -189,7 +190,7 @@ std::vector<std::span<std::byte>> touch_batches(InputBuffers& buffers, double& b
   return slots;
 }
 
-FileTiming time_from_files(Session& session, const MLPH_Graph& graph, int steps, int warmup) {
+FileTiming time_from_files(Session& session, const MLPH_Graph& graph, int steps, int warmup, bool with_steps) {
   const MLPH_WorkloadApi* workload = session.workload_api();
   const uint32_t batch = session.info().local_batch_size;
   const ReadAhead ahead = read_ahead(session.config(), batch, session.topology().local_size);
@@ -209,17 +210,16 @@ FileTiming time_from_files(Session& session, const MLPH_Graph& graph, int steps,
     order.insert(order.end(), whole.begin(), whole.end());
   }
   order.resize(needed);
-  Owned<MLPH_Model> model = session.compile(graph);
   InputBuffers buffers(graph, session.backend_api(), session.backend(), ahead.batches);
   const double timeout = as_number("data.read_timeout_s", session.config().get("data.read_timeout_s"));
   t.pinned = buffers.pinned();
   const std::vector<std::span<std::byte>> slots = touch_batches(buffers, t.pinned_bytes);
   {
-    const std::vector<uint64_t> timed(order.begin() + static_cast<ptrdiff_t>(warmup) * batch, order.end());
     const double resident = bench::resident_bytes();
-    Prefetcher alone(workload, dataset.readers(), buffers, timed, batch, ReadPlan{"training", 0, timeout});
+    Prefetcher alone(workload, dataset.readers(), buffers, order, batch, ReadPlan{"training", 0, timeout});
+    for (uint64_t i = 0; i < static_cast<uint64_t>(warmup); ++i) alone.get(i);  // first reads (a file's layout found)
     t.read_s = seconds([&] {
-                 for (uint64_t i = 0; i < alone.steps(); ++i) alone.get(i);
+                 for (auto i = static_cast<uint64_t>(warmup); i < alone.steps(); ++i) alone.get(i);
                }) / steps;
     t.scratch_bytes_per_reader = std::max(0.0, bench::resident_bytes() - resident) / ahead.readers;
   }
@@ -227,6 +227,8 @@ FileTiming time_from_files(Session& session, const MLPH_Graph& graph, int steps,
   const auto timed_bytes = static_cast<uint64_t>(t.bytes_per_sample * steps * batch);
   const bench::PreadCeiling ceiling = bench::measure_pread_ceiling(files, slots, ahead.readers, timed_bytes);
   t.ceiling_samples_s = ceiling.bytes_per_s / t.bytes_per_sample;
+  if (!with_steps) return t;
+  Owned<MLPH_Model> model = session.compile(graph);
   Prefetcher reader(workload, dataset.readers(), buffers, std::move(order), batch, ReadPlan{"training", 0, timeout});
   Stepper stepper(session, model.get());
   uint64_t step = 0;
@@ -352,6 +354,7 @@ int main(int argc, char** argv) {
       "layers", "also time each layer compiled on its own")(
       "data", po::value(&data_dir),
       "also time training steps fed from the dataset in DIR by the run's pipeline, and their wait for batches")(
+      "data-only", "with --data: time the readers alone and their pread ceiling, no steps")(
       "json", po::value(&json_path), "write the figures to FILE")(
       "plugin-dir", po::value(&plugin_dirs)->composing(), "plug-in directory (repeatable)");
   po::variables_map vm;
@@ -388,28 +391,32 @@ int main(int argc, char** argv) {
       if (device.type != MLPH_DEVICE_HOST)
         fmt::print("device: {} (device {}), precision {}\n", device.name, device.id, device.precision);
     }
-    const Timing model = time_graph(session, *graph, steps, warmup);
+    const bool data_only = vm.count("data-only") > 0;
+    if (data_only && data_dir.empty()) throw std::runtime_error("--data-only needs --data DIR");
+    const Timing model = data_only ? Timing{} : time_graph(session, *graph, steps, warmup);
     const double memory = bench::peak_rss_bytes();  // before the spatial measurements allocate their own
-    if (speaker) {
+    if (speaker && !data_only) {
       fmt::print("train step: {:.3f} s  {:.3f} samples/s  {:.1f} GFLOP/s\n", model.train_s, batch / model.train_s,
                  gflops(3 * forward, model.train_s));
       fmt::print("eval step:  {:.3f} s  {:.3f} samples/s  {:.1f} GFLOP/s\n", model.eval_s, batch / model.eval_s,
                  gflops(forward, model.eval_s));
     }
-    print_spatial(session, *graph, steps, memory);
+    if (!data_only) print_spatial(session, *graph, steps, memory);
     std::optional<FileTiming> files;
     if (!data_dir.empty()) {
       if (session.topology().size > 1) throw std::runtime_error("--data reads batches on one rank: run it without mpirun");
-      files = time_from_files(session, *graph, steps, warmup);
+      files = time_from_files(session, *graph, steps, warmup, !data_only);
       const double rate = batch / files->read_s;
       fmt::print("from files ({}, {} samples): {} reader{} alone {:.3f} samples/s, {:.0f}% of the pread ceiling "
-                 "{:.3f} samples/s ({:.2f} GB/s of page cache into the batch memory on {} thread{}); train step "
-                 "{:.4f} s  {:.3f} samples/s; waited for batches {:.4f} s per step ({:.1f}% of the step)\n",
+                 "{:.3f} samples/s ({:.2f} GB/s of page cache into the batch memory on {} thread{})",
                  data_dir, files->dataset_size, files->readers, files->readers == 1 ? "" : "s", rate,
                  100 * rate / files->ceiling_samples_s, files->ceiling_samples_s,
                  files->ceiling_samples_s * files->bytes_per_sample / 1e9, files->readers,
-                 files->readers == 1 ? "" : "s", files->train_s, batch / files->train_s, files->wait_s,
-                 100 * files->wait_s / files->train_s);
+                 files->readers == 1 ? "" : "s");
+      if (!data_only)
+        fmt::print("; train step {:.4f} s  {:.3f} samples/s; waited for batches {:.4f} s per step ({:.1f}% of the step)",
+                   files->train_s, batch / files->train_s, files->wait_s, 100 * files->wait_s / files->train_s);
+      fmt::print("\n");
       fmt::print("data memory: batch buffers {:.1f} MB ({}), reader scratch {:.1f} MB per reader (resident growth "
                  "while the readers ran alone)\n",
                  files->pinned_bytes / 1e6, files->pinned ? "the backend's pinned memory" : "host memory",

@@ -313,17 +313,33 @@ std::optional<LabelType> label_type_of(const Image& image, const Image::Dataset&
   return std::nullopt;
 }
 
+// Labels of type T (little-endian) into `labels`, each 0, 1 or 2; any other value is refused as
+// check_labels refuses it (the values widened to double, as a whole decode reads them).
 template <class T>
-void widen(std::span<const std::byte> bytes, std::span<double> out) {
-  for (size_t i = 0; i < out.size(); ++i) {
+void take_labels(std::span<const std::byte> bytes, const std::string& name, int width, std::span<int32_t> labels) {
+  bool valid = true;
+  for (size_t i = 0; i < labels.size(); ++i) {
     T v;
     std::memcpy(&v, bytes.data() + i * sizeof(T), sizeof(T));
     if constexpr (std::endian::native == std::endian::big && sizeof(T) > 1) {
       auto* b = reinterpret_cast<unsigned char*>(&v);
       std::reverse(b, b + sizeof(T));
     }
-    out[i] = static_cast<double>(v);
+    valid &= v == T(0) || v == T(1) || v == T(2);
+    labels[i] = static_cast<int32_t>(v == T(1) ? 1 : v == T(2) ? 2 : 0);
   }
+  if (valid) return;
+  std::vector<double> values(labels.size());
+  for (size_t i = 0; i < labels.size(); ++i) {
+    T v;
+    std::memcpy(&v, bytes.data() + i * sizeof(T), sizeof(T));
+    if constexpr (std::endian::native == std::endian::big && sizeof(T) > 1) {
+      auto* b = reinterpret_cast<unsigned char*>(&v);
+      std::reverse(b, b + sizeof(T));
+    }
+    values[i] = static_cast<double>(v);
+  }
+  check_labels(values, name, width, labels);
 }
 
 }  // namespace
@@ -336,27 +352,30 @@ bool read_sample_in_place(const RangeReader& read, const SampleLayout& layout, c
                                 std::to_string(width) + "x" + std::to_string(channels) + " sample");
   std::byte edge{};
   if (!read(layout.file_bytes - 1, std::span(&edge, 1)) || read(layout.file_bytes, std::span(&edge, 1))) return false;
-  if (!read(layout.data_offset, std::as_writable_bytes(out.data))) return false;
-  if constexpr (std::endian::native == std::endian::big)
-    for (float& v : out.data) {
-      auto* b = reinterpret_cast<unsigned char*>(&v);
-      std::reverse(b, b + 4);
-    }
-  check_finite(out.data, name, width, channels);
-  scratch.resize(pixels * layout.label_bytes() + pixels * sizeof(double));
-  const std::span<std::byte> raw(scratch.data(), pixels * layout.label_bytes());
-  if (!read(layout.labels_offset, raw)) return false;
-  const std::span<double> values(reinterpret_cast<double*>(scratch.data() + raw.size()), pixels);
-  switch (layout.labels_type) {
-    case LabelType::i8: widen<int8_t>(raw, values); break;
-    case LabelType::u8: widen<uint8_t>(raw, values); break;
-    case LabelType::i16le: widen<int16_t>(raw, values); break;
-    case LabelType::i32le: widen<int32_t>(raw, values); break;
-    case LabelType::i64le: widen<int64_t>(raw, values); break;
-    case LabelType::f32le: widen<float>(raw, values); break;
-    case LabelType::f64le: widen<double>(raw, values); break;
+  constexpr size_t kPiece = 1 << 18;  // values checked while still in the cache (1 MiB)
+  for (size_t done = 0; done < out.data.size(); done += kPiece) {
+    const std::span<float> piece = out.data.subspan(done, std::min(kPiece, out.data.size() - done));
+    if (!read(layout.data_offset + done * sizeof(float), std::as_writable_bytes(piece))) return false;
+    if constexpr (std::endian::native == std::endian::big)
+      for (float& v : piece) {
+        auto* b = reinterpret_cast<unsigned char*>(&v);
+        std::reverse(b, b + 4);
+      }
+    bool finite = true;
+    for (const float v : piece) finite &= std::isfinite(v);  // no early exit: the loop vectorizes
+    if (!finite) check_finite(out.data.first(done + piece.size()), name, width, channels);  // names the first
   }
-  check_labels(values, name, width, out.labels);
+  scratch.resize(pixels * layout.label_bytes());
+  if (!read(layout.labels_offset, scratch)) return false;
+  switch (layout.labels_type) {
+    case LabelType::i8: take_labels<int8_t>(scratch, name, width, out.labels); break;
+    case LabelType::u8: take_labels<uint8_t>(scratch, name, width, out.labels); break;
+    case LabelType::i16le: take_labels<int16_t>(scratch, name, width, out.labels); break;
+    case LabelType::i32le: take_labels<int32_t>(scratch, name, width, out.labels); break;
+    case LabelType::i64le: take_labels<int64_t>(scratch, name, width, out.labels); break;
+    case LabelType::f32le: take_labels<float>(scratch, name, width, out.labels); break;
+    case LabelType::f64le: take_labels<double>(scratch, name, width, out.labels); break;
+  }
   return true;
 }
 

@@ -52,9 +52,9 @@ void decode_sample(std::span<const std::byte> file, const std::string& name, int
 
 // Reads bytes of a file at an offset into `into`; false when the file ends before the range does.
 using RangeReader = std::function<bool(uint64_t offset, std::span<std::byte> into)>;
-// A sample of a file whose layout was found: the data through `read` straight into out.data, the
-// labels into `scratch` and converted into out.labels; data not finite and labels not 0, 1 or 2 are
-// refused as decode_sample refuses them. False when the file's size is no longer the layout's (the
+// A sample of a file whose layout was found: the data through `read` straight into out.data (in
+// pieces, each checked while still in the cache), the labels into `scratch` and converted into
+// out.labels; data not finite and labels not 0, 1 or 2 are refused as decode_sample refuses them. False when the file's size is no longer the layout's (the
 // caller decodes it whole again).
 bool read_sample_in_place(const RangeReader& read, const SampleLayout& layout, const std::string& name, int height,
                           int width, int channels, const SampleView& out, std::vector<std::byte>& scratch);
