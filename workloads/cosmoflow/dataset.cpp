@@ -147,8 +147,9 @@ std::vector<DecodedSample> CosmoDataset::decode_file(size_t file_index) {
   return out;
 }
 
-// Whole samples, one per file, not kept: decoded straight into the batch's row: an npy volume read
-// from the page cache into the row itself where the storage reads ranges (one copy), else through
+// Whole samples, one per file, not kept: decoded straight into the batch's row: an npy volume or a
+// plain TFRecord's 'x' bytes read from the page cache into the row itself where the storage reads
+// ranges (one copy), else (GZIP, or what the in-place paths do not take) through
 // one file buffer that keeps its memory (no fresh pages per sample): the pipeline's fast path.
 // decode_into reads the one sample of file `index` (sample `index`, one per file) whole into `out`.
 bool CosmoDataset::decodes_in_place() const {
@@ -169,7 +170,8 @@ void CosmoDataset::decode_into(uint64_t index, const SampleView& out) {
       sdk::read_file(host_, storage_, path, "CosmoFlow data", max_npy_bytes(volume_bytes(settings_.edge)), file_bytes_);
       const std::vector<std::byte> label = read_file(npy_label_path(path), max_npy_bytes(kTargets * sizeof(float)));
       read_npy_sample(file_bytes_, label, path, settings_.edge, out);
-    } else {
+    } else if (!(sdk::has_read_range(storage_.api) &&
+                 read_tfrecord_sample_in_place(range_reader(path), path, settings_.edge, out, file_bytes_))) {
       sdk::read_file(host_, storage_, path, "CosmoFlow data", max_tfrecord_file_bytes(settings_.edge, 1), file_bytes_);
       read_tfrecord_sample(file_bytes_, path, settings_.edge, out, engine());
     }

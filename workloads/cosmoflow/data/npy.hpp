@@ -53,10 +53,6 @@ Sample read_npy_sample(std::span<const std::byte> data_npy, std::span<const std:
 void read_npy_sample(std::span<const std::byte> data_npy, std::span<const std::byte> label_npy,
                      const std::string& name, int edge, const SampleView& out);
 
-// Reads bytes of a file at an offset into `into`; false when the file ends before the range does.
-// Other failures throw. (A storage plug-in's read_range, or a span in a test.)
-using RangeReader = std::function<bool(uint64_t offset, std::span<std::byte> into)>;
-
 // A _data.npy file's volume read in place: its header alone through `read`, then its counts through
 // `read` straight into `x` (one copy from the page cache into a batch's row), in pieces, each checked
 // for a negative count while it is still in the cache. True when `x` holds what read_npy_sample

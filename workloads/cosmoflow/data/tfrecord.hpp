@@ -45,6 +45,19 @@ std::vector<Sample> read_tfrecord_samples(std::span<const std::byte> file, const
 void read_tfrecord_sample(std::span<const std::byte> file, const std::string& name, int edge, const SampleView& out,
                           gzip::Engine engine = gzip::Engine::libdeflate);
 
+// The one record of a plain (not GZIP) TFRecord file read in place: its framing and the Example's
+// head through `read`, the 'x' bytes straight into out.x (one copy from the page cache into a
+// batch's row; in pieces, each folded into the record's CRC and checked for a negative count while
+// still in the cache), the rest after them; the CRCs checked over the bytes where they landed and the
+// Example parsed without its 'x' bytes (its enclosing lengths shortened by as many), then checked as
+// read_tfrecord_sample checks it. True when `out` holds what read_tfrecord_sample would decode.
+// False, `out` unspecified, for any file this path does not take (GZIP, several records, a CRC that
+// does not match, an Example laid out otherwise or malformed): the caller decodes the whole file,
+// which refuses it with the message it always gave. Bad targets and negative counts throw DataError
+// as read_tfrecord_sample does.
+bool read_tfrecord_sample_in_place(const RangeReader& read, const std::string& name, int edge, const SampleView& out,
+                                   std::vector<std::byte>& scratch);
+
 struct TfRecordWriteOptions {
   bool gzip = false;
   int gzip_level = -1;  // zlib: 0..9, -1 its default (6)
