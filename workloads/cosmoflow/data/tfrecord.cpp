@@ -127,8 +127,9 @@ struct XPlace {
 };
 
 // The record must be one Features message whose map entries before x's lie whole in `head`, and
-// x's entry must be its key and one Feature of one BytesList of one value of `value_bytes` bytes,
-// exactly nested, its value starting in `head`. Anything else: nothing (read whole).
+// x's entry (the first that is one) must be its key and one Feature of one BytesList of one value
+// of `value_bytes` bytes, exactly nested, its value starting in `head`. Anything else: nothing (read
+// whole).
 std::optional<XPlace> find_x(std::span<const std::byte> head, uint64_t record_bytes, uint64_t value_bytes) {
   XPlace x;
   size_t pos = 0;
@@ -141,21 +142,23 @@ std::optional<XPlace> find_x(std::span<const std::byte> head, uint64_t record_by
     x.length[level] = *n;
     return true;
   };
-  if (!delimited(kField1, 0) || x.length[0] != record_bytes - pos) return std::nullopt;
-  for (;;) {  // map entries, each skipped while whole in head
-    if (!delimited(kField1, 1) || x.length[1] > record_bytes - pos) return std::nullopt;
-    if (x.length[1] <= head.size() - pos) {
-      pos += static_cast<size_t>(x.length[1]);
-      continue;
-    }
-    const uint64_t entry_end = pos + x.length[1];
+  // The map entry at pos (its length read) as x's: key "x", then the exactly nested value.
+  const auto x_entry = [&](uint64_t entry_end) {
     if (head.size() - pos < 3 || head[pos] != kField1 || head[pos + 1] != std::byte{1} || head[pos + 2] != std::byte{'x'})
-      return std::nullopt;
+      return false;
     pos += 3;
     for (size_t level = 2; level < 5; ++level)
-      if (!delimited(level == 2 ? kField2 : kField1, level) || x.length[level] != entry_end - pos) return std::nullopt;
-    if (x.length[4] != value_bytes) return std::nullopt;
-    return x;
+      if (!delimited(level == 2 ? kField2 : kField1, level) || x.length[level] != entry_end - pos) return false;
+    return x.length[4] == value_bytes;
+  };
+  if (!delimited(kField1, 0) || x.length[0] != record_bytes - pos) return std::nullopt;
+  for (;;) {  // map entries up to x's, each whole in head
+    if (!delimited(kField1, 1) || x.length[1] > record_bytes - pos) return std::nullopt;
+    const size_t entry = pos;
+    if (x_entry(entry + x.length[1])) return x;
+    pos = entry;
+    if (x.length[1] > head.size() - pos) return std::nullopt;
+    pos += static_cast<size_t>(x.length[1]);
   }
 }
 

@@ -281,6 +281,12 @@ TEST(CosmoFlowDataTfRecord, APlainRecordIsReadInPlaceAsTheWholeDecodeReadsIt) {
   negative.x[volume_elements(64) - 4] = -2;  // the last voxel's channel 0: in the second piece
   expect_data_error([&] { in_place(encode_tfrecords(Records{encode_sample(negative, 64)})); },
                     {"t/a.tfrecord: record 0: voxel (63, 63, 63) channel 0 holds -2: particle counts cannot be negative"});
+
+  const Sample small = pattern_sample(4, 1);  // a whole record within the first bytes read
+  std::vector<int16_t> small_x(volume_elements(4));
+  const auto small_file = encode_tfrecords(Records{encode_sample(small, 4)});
+  ASSERT_TRUE(read_tfrecord_sample_in_place(ranges_of(small_file), "s", 4, {small_x, y}, scratch));
+  EXPECT_EQ(small_x, small.x);
 }
 
 }  // namespace
