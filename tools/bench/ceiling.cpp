@@ -59,8 +59,14 @@ PreadCeiling read_until(const std::vector<std::string>& files, std::span<const s
 PreadCeiling measure_pread_ceiling(const std::vector<std::string>& files, std::span<const std::span<std::byte>> slots,
                                    unsigned threads, uint64_t bytes) {
   if (files.empty() || slots.empty()) throw std::runtime_error("the pread ceiling needs files and memory to read into");
-  for (const std::string& f : files) pread_file(f, slots.front());  // into the page cache
-  return read_until(files, slots, std::max(1u, threads), std::max<uint64_t>(bytes, 1));
+  // As many files as hold `bytes` (a dataset may be far larger than memory), read once into the
+  // page cache, then timed.
+  std::vector<std::string> used;
+  for (uint64_t held = 0; used.size() < files.size() && (used.empty() || held < bytes);) {
+    used.push_back(files[used.size()]);
+    held += pread_file(used.back(), slots.front());
+  }
+  return read_until(used, slots, std::max(1u, threads), std::max<uint64_t>(bytes, 1));
 }
 
 double resident_bytes() {

@@ -17,8 +17,8 @@ struct PreadCeiling {
 };
 
 // Reads `files` whole, in turn, on `threads` threads, thread t into `slots[t % slots.size()]` (in
-// pieces of its size), until at least `bytes` have been read (at least one file), after one untimed
-// pass over the same files that puts them in the page cache. Throws std::runtime_error naming a file
+// pieces of its size), until at least `bytes` have been read (at least one file): the first files
+// that hold `bytes`, after one untimed pass over them that puts them in the page cache. Throws std::runtime_error naming a file
 // that cannot be read.
 PreadCeiling measure_pread_ceiling(const std::vector<std::string>& files, std::span<const std::span<std::byte>> slots,
                                    unsigned threads, uint64_t bytes);
