@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <thread>
 #include <new>
@@ -104,6 +105,12 @@ ReadAhead read_ahead(const Config& config, uint32_t batch, int32_t comms_local_s
   const unsigned machine = std::max(1u, std::thread::hardware_concurrency());
   return read_ahead(static_cast<int64_t>(as_number("data.readers", config.get("data.readers"))), batch,
                     rank_cpus(sdk::available_cpus(), machine, local_ranks(comms_local_size)));
+}
+
+uint32_t batches_for_rate(const ReadAhead& ahead, double step_s, double sample_read_s) {
+  if (!(step_s > 0) || !(sample_read_s > 0)) return ahead.batches;
+  const double in_flight = std::ceil(sample_read_s / step_s);
+  return std::max(ahead.batches, static_cast<uint32_t>(std::min<double>(in_flight, kMaxBatchesAhead)));
 }
 
 unsigned rank_cpus(unsigned affinity, unsigned machine, uint32_t local_ranks) {

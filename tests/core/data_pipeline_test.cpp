@@ -174,6 +174,15 @@ TEST(Pipeline, ReadersDefaultToHalfTheCpusWithinBounds) {
   EXPECT_EQ(read_ahead(0, 4, 1).readers, 1u);
 }
 
+// Little's law: a reader taking 0.35 s a sample under a step of 0.1 s needs 4 batches in flight; a
+// step slower than the reads keeps the batches that give every reader a sample; the cap holds.
+TEST(Pipeline, ReadAheadFollowsTheStepsRate) {
+  EXPECT_EQ(batches_for_rate({2, 1}, 0.1, 0.35), 4u);
+  EXPECT_EQ(batches_for_rate({4, 2}, 1.0, 0.1), 2u);
+  EXPECT_EQ(batches_for_rate({1, 1}, 0.001, 10.0), kMaxBatchesAhead);
+  EXPECT_EQ(batches_for_rate({3, 3}, 0, 1.0), 3u) << "no rate measured: as many as the readers need";
+}
+
 // Under mpirun without binding every rank sees all 16 CPUs: 2 ranks take 8 each (4 readers), not
 // 16 each; a rank bound to 8 CPUs keeps its 8 whatever the node's count.
 TEST(Pipeline, ReadersShareAnUnboundNodeWithItsOtherRanks) {

@@ -156,6 +156,7 @@ struct FileTiming {
   double ceiling_samples_s = 0, bytes_per_sample = 0;
   double pinned_bytes = 0, scratch_bytes_per_reader = 0;
   bool pinned = false;
+  uint32_t batches_ahead = 0;  // the steps' read-ahead (batches_for_rate)
 };
 
 // The split's files as the storage plug-in lists them, and their bytes per sample (the split is
@@ -191,7 +192,8 @@ std::vector<std::span<std::byte>> touch_batches(InputBuffers& buffers, double& b
   return slots;
 }
 
-FileTiming time_from_files(Session& session, const MLPH_Graph& graph, int steps, int warmup, bool with_steps) {
+FileTiming time_from_files(Session& session, const MLPH_Graph& graph, int steps, int warmup, bool with_steps,
+                           double step_s) {
   const MLPH_WorkloadApi* workload = session.workload_api();
   const uint32_t batch = session.info().local_batch_size;
   const ReadAhead ahead = read_ahead(session.config(), batch, session.topology().local_size);
@@ -234,8 +236,12 @@ FileTiming time_from_files(Session& session, const MLPH_Graph& graph, int steps,
     t.ceiling_samples_s = std::max(t.ceiling_samples_s, ceiling.bytes_per_s / t.bytes_per_sample);
   }
   if (!with_steps) return t;
+  // The steps read as deep ahead as the rate they consume asks (a reader's time per sample over
+  // the step's time, measured just before), in batch memory of that depth.
+  t.batches_ahead = batches_for_rate(ahead, step_s, t.read_s * ahead.readers / batch);
+  InputBuffers deep(graph, session.backend_api(), session.backend(), t.batches_ahead);
   Owned<MLPH_Model> model = session.compile(graph);
-  Prefetcher reader(workload, dataset.readers(), buffers, std::move(order), batch, ReadPlan{"training", 0, timeout});
+  Prefetcher reader(workload, dataset.readers(), deep, std::move(order), batch, ReadPlan{"training", 0, timeout});
   Stepper stepper(session, model.get());
   uint64_t step = 0;
   for (; step < static_cast<uint64_t>(warmup); ++step) stepper.train(reader.get(step));
@@ -411,7 +417,7 @@ int main(int argc, char** argv) {
     std::optional<FileTiming> files;
     if (!data_dir.empty()) {
       if (session.topology().size > 1) throw std::runtime_error("--data reads batches on one rank: run it without mpirun");
-      files = time_from_files(session, *graph, steps, warmup, !data_only);
+      files = time_from_files(session, *graph, steps, warmup, !data_only, model.train_s);
       const double rate = batch / files->read_s;
       fmt::print("from files ({}, {} samples): {} reader{} alone {:.3f} samples/s, {:.0f}% of the pread ceiling "
                  "{:.3f} samples/s ({:.2f} GB/s of page cache into the batch memory on {} thread{})",
@@ -420,8 +426,10 @@ int main(int argc, char** argv) {
                  files->ceiling_samples_s * files->bytes_per_sample / 1e9, files->readers,
                  files->readers == 1 ? "" : "s");
       if (!data_only)
-        fmt::print("; train step {:.4f} s  {:.3f} samples/s; waited for batches {:.4f} s per step ({:.1f}% of the step)",
-                   files->train_s, batch / files->train_s, files->wait_s, 100 * files->wait_s / files->train_s);
+        fmt::print("; train step {:.4f} s  {:.3f} samples/s, {} batches read ahead; waited for batches {:.4f} s per "
+                   "step ({:.1f}% of the step)",
+                   files->train_s, batch / files->train_s, files->batches_ahead, files->wait_s,
+                   100 * files->wait_s / files->train_s);
       fmt::print("\n");
       fmt::print("data memory: batch buffers {:.1f} MB ({}), reader scratch {:.1f} MB per reader (resident growth "
                  "while the readers ran alone)\n",

@@ -64,6 +64,13 @@ ReadAhead read_ahead(int64_t configured, uint32_t batch, unsigned cpus);
 // `comms_local_size` ranks as the comms counts them (0 or 1: as the launcher's environment says).
 ReadAhead read_ahead(const Config& config, uint32_t batch, int32_t comms_local_size);
 
+// Batches ahead that hide a reader's time per sample at the rate the step consumes: a sample must be
+// started `sample_read_s` before its batch is taken and the step takes a batch every `step_s`, so
+// ceil(sample_read_s / step_s) batches are in flight (Little's law); never fewer than `ahead`
+// gives every reader, at most kMaxBatchesAhead (each is a batch of pinned memory).
+constexpr uint32_t kMaxBatchesAhead = 16;
+uint32_t batches_for_rate(const ReadAhead& ahead, double step_s, double sample_read_s);
+
 // The CPUs a rank may use: its affinity (`affinity` CPUs, as Slurm or mpirun bind it), shared with
 // the other ranks of the node when that is every CPU of the machine (`machine`): under mpirun
 // without binding, every rank sees them all, and each taking half of them would oversubscribe the node.
