@@ -13,7 +13,7 @@ jobs=${JOBS:-$(nproc)}
 
 packages=(cmake ninja-build g++ pkg-config python3 python3-yaml
           libboost-dev libboost-program-options-dev libboost-filesystem-dev
-          libyaml-cpp-dev libfmt-dev libgtest-dev zlib1g-dev
+          libyaml-cpp-dev libfmt-dev libgtest-dev zlib1g-dev libdeflate-dev
           libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin libhdf5-dev libzstd-dev libarchive-dev
           python3-matplotlib)
 # Only the tests need these: the official result summarizer (pandas) and the PyTorch models that

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <thread>
 #include <new>
 #include <stdexcept>
 #include <utility>
@@ -92,14 +95,39 @@ PartOffsets part_offsets(const MLPH_Graph& graph, const std::vector<int32_t>& sp
   return offsets;
 }
 
-ReadAhead read_ahead(int64_t configured, uint32_t batch) {
+ReadAhead read_ahead(int64_t configured, uint32_t batch, unsigned cpus) {
   const auto readers = configured > 0 ? static_cast<uint32_t>(std::min<int64_t>(configured, kMaxReaders))
-                                      : std::clamp(sdk::available_cpus() / 2, 1u, kMaxReaders);
+                                      : std::clamp(cpus / 2, 1u, kMaxReaders);
   return {readers, std::max(1u, (readers + batch - 1) / std::max(1u, batch))};
 }
 
-ReadAhead read_ahead(const Config& config, uint32_t batch) {
-  return read_ahead(static_cast<int64_t>(as_number("data.readers", config.get("data.readers"))), batch);
+ReadAhead read_ahead(const Config& config, uint32_t batch, int32_t comms_local_size) {
+  const unsigned machine = std::max(1u, std::thread::hardware_concurrency());
+  return read_ahead(static_cast<int64_t>(as_number("data.readers", config.get("data.readers"))), batch,
+                    rank_cpus(sdk::available_cpus(), machine, local_ranks(comms_local_size)));
+}
+
+uint32_t batches_for_rate(const ReadAhead& ahead, double step_s, double sample_read_s) {
+  if (!(step_s > 0) || !(sample_read_s > 0)) return ahead.batches;
+  const double in_flight = std::ceil(sample_read_s / step_s);
+  return std::max(ahead.batches, static_cast<uint32_t>(std::min<double>(in_flight, kMaxBatchesAhead)));
+}
+
+unsigned rank_cpus(unsigned affinity, unsigned machine, uint32_t local_ranks) {
+  if (affinity < machine || local_ranks <= 1) return std::max(1u, affinity);
+  return std::max(1u, affinity / local_ranks);
+}
+
+uint32_t local_ranks(int32_t comms_local_size) {
+  if (comms_local_size > 1) return static_cast<uint32_t>(comms_local_size);
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
+    const char* value = std::getenv(name);
+    if (!value) continue;
+    char* end = nullptr;
+    const unsigned long n = std::strtoul(value, &end, 10);  // SLURM_TASKS_PER_NODE "4(x2),3": this node's is unknown, the first
+    if (end != value && n >= 1 && n <= 1u << 20) return static_cast<uint32_t>(n);
+  }
+  return 1;
 }
 
 struct SharedListing::Forward {

@@ -100,7 +100,7 @@ class Run {
   ReadPlan read_plan(const char* split, uint32_t epoch) const {
     return {split, epoch, as_number("data.read_timeout_s", session_->config().get("data.read_timeout_s"))};
   }
-  ReadAhead reading() const { return read_ahead(session_->config(), batch_); }
+  ReadAhead reading() const { return read_ahead(session_->config(), batch_, session_->topology().local_size); }
 
   RunOptions options_;  // a copy: a resumed run takes the checkpoint's seed
   SignalWatcher& signals_;

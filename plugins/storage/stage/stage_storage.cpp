@@ -35,9 +35,9 @@
 #include <vector>
 
 #include "files.hpp"
-#include "gunzip.hpp"
 #include "manifest.hpp"
 #include "mlph/sdk/storage.hpp"
+#include "mlph/util/gzip.hpp"
 
 namespace {
 namespace fs = std::filesystem;
@@ -158,12 +158,17 @@ struct WriteBudget {
 
 // One staged file: its bytes as they come, or, for a gzip file staged with inflate=1, what they
 // inflate to. `gzip` unset: decided by the first two bytes written (gzip's magic, 1f 8b), for files
-// unpacked from archives. `source` names the file in errors.
+// unpacked from archives. `source` names the file in errors. A gzip file is held whole and inflated
+// in one call by libdeflate (plugins/util's mlph_gzip, 2-3x zlib); one too large to hold (over
+// kWholeCompressedBytes, or inflating past kWholeInflatedBytes) is inflated by zlib as it comes,
+// in constant memory.
 class StagedFile final : public mlph::stage::Sink {
  public:
+  static constexpr size_t kWholeCompressedBytes = size_t{64} << 20, kWholeInflatedBytes = size_t{256} << 20;
+
   StagedFile(OutputFile file, std::string source, std::optional<bool> gzip, WriteBudget& budget)
       : file_(std::move(file)), source_(std::move(source)), budget_(budget) {
-    if (gzip) decide(*gzip);
+    if (gzip) gzip_ = *gzip;
   }
 
   void write(const char* data, size_t bytes) override {
@@ -173,7 +178,7 @@ class StagedFile final : public mlph::stage::Sink {
       data += take;
       bytes -= take;
       if (head_.size() < 2) return;
-      decide(mlph::stage::is_gzip_magic(reinterpret_cast<const unsigned char*>(head_.data())));
+      gzip_ = mlph::gzip::is_gzip(std::as_bytes(std::span(head_.data(), head_.size())));
       pass(head_.data(), head_.size());
     }
     pass(data, bytes);
@@ -181,10 +186,10 @@ class StagedFile final : public mlph::stage::Sink {
 
   void close() override {
     if (!gzip_) {  // fewer than two bytes: not gzip
-      decide(false);
+      gzip_ = false;
       pass(head_.data(), head_.size());
     }
-    if (gunzip_) gunzip_->finish();
+    if (*gzip_) finish_gzip();
     file_.close();
   }
 
@@ -193,21 +198,64 @@ class StagedFile final : public mlph::stage::Sink {
   void written_directly(uint64_t bytes) { budget_.written += bytes; }
 
  private:
-  void decide(bool gzip) {
-    gzip_ = gzip;
-    if (gzip) gunzip_.emplace(source_);
-  }
   void pass(const char* data, size_t bytes) {
-    if (!gunzip_) return put(data, bytes);
-    gunzip_->feed(data, bytes, [this](const char* inflated, size_t n) { put(inflated, n); });
+    if (!*gzip_) return put(data, bytes);
+    if (streaming_) return feed(data, bytes);
+    compressed_.insert(compressed_.end(), data, data + bytes);
+    if (compressed_.size() > kWholeCompressedBytes) stream_what_is_held();
   }
+
+  // The held bytes go to zlib's streaming inflater, and what follows them too.
+  void stream_what_is_held() {
+    streaming_.emplace(source_);
+    std::vector<char> held;
+    held.swap(compressed_);
+    feed(held.data(), held.size());
+  }
+
+  void feed(const char* data, size_t bytes) {
+    try {
+      streaming_->feed(reinterpret_cast<const std::byte*>(data), bytes,
+                       [this](const std::byte* inflated, size_t n) { put(reinterpret_cast<const char*>(inflated), n); });
+    } catch (const mlph::gzip::Error& e) {
+      fail(MLPH_DATA_LOSS, e.what());
+    }
+  }
+
+  // The whole file inflated in one call, into memory bounded by what this rank may still write (a
+  // "bomb" stops there); a file libdeflate refuses is streamed through zlib for the message it
+  // always gave ("cannot inflate: ..."), and one too large to hold is streamed too.
+  void finish_gzip() {
+    if (!streaming_) {
+      const uint64_t room = budget_.limit - std::min(budget_.limit, budget_.written.load());
+      const auto bound = static_cast<size_t>(std::min<uint64_t>(room, kWholeInflatedBytes));
+      try {
+        const std::vector<std::byte> inflated = mlph::gzip::inflate(std::as_bytes(std::span(compressed_)), source_, bound);
+        put(reinterpret_cast<const char*>(inflated.data()), inflated.size());
+        compressed_ = {};
+        return;
+      } catch (const mlph::gzip::Error& e) {
+        if (e.too_large() && bound == room) over_budget();
+      }
+      stream_what_is_held();
+    }
+    try {
+      streaming_->finish();
+    } catch (const mlph::gzip::Error& e) {
+      fail(MLPH_DATA_LOSS, e.what());
+    }
+  }
+
   void put(const char* data, size_t bytes) {
     const uint64_t written = budget_.written += bytes;
-    if (gunzip_ && written > budget_.limit)
-      fail(MLPH_RESOURCE_EXHAUSTED, source_ + ": inflates past the " + std::to_string(budget_.limit) +
-                                        " bytes this rank may stage (storage.max_bytes, or what its files need and half its share "
-                                        "of the target's free space beyond)");
+    if (*gzip_ && written > budget_.limit) over_budget();
     file_.write(data, bytes);
+  }
+
+  [[noreturn]] void over_budget() const {
+    fail(MLPH_RESOURCE_EXHAUSTED, source_ + ": inflates past the " + std::to_string(budget_.limit) +
+                                      " bytes this rank may stage (storage.max_bytes, or what its files need and half its share "
+                                      "of the target's free space beyond)");
   }
 
   OutputFile file_;
@@ -215,7 +263,8 @@ class StagedFile final : public mlph::stage::Sink {
   WriteBudget& budget_;
   std::optional<bool> gzip_;
   std::string head_;  // the first bytes, until two decide whether the file is gzip
-  std::optional<mlph::stage::Gunzip> gunzip_;
+  std::vector<char> compressed_;  // a gzip file held whole until it ends
+  std::optional<mlph::gzip::Inflater> streaming_;
 };
 
 // Reads exactly `bytes` at `offset`; false at the end of the file.
@@ -238,11 +287,11 @@ bool read_at(const Fd& fd, const fs::path& path, unsigned char* out, size_t byte
 std::optional<uint64_t> gzip_inflated_size(const fs::path& file) {
   const Fd fd = mlph::stage::open_regular(file);
   unsigned char head[2], isize[4];
-  if (!read_at(fd, file, head, sizeof head, 0) || !mlph::stage::is_gzip_magic(head)) return std::nullopt;
+  if (!read_at(fd, file, head, sizeof head, 0) || !mlph::gzip::is_gzip(std::as_bytes(std::span(head)))) return std::nullopt;
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) fail(MLPH_UNAVAILABLE, file.string() + ": cannot stat: " + errno_text());
   if (st.st_size < 18 || !read_at(fd, file, isize, sizeof isize, st.st_size - 4)) return 0;  // inflating says what is wrong
-  return uint64_t{isize[0]} | uint64_t{isize[1]} << 8 | uint64_t{isize[2]} << 16 | uint64_t{isize[3]} << 24;
+  return mlph::gzip::trailer_size(std::as_bytes(std::span(isize)));
 }
 
 class StageStorage final : public mlph::sdk::Storage {
@@ -302,6 +351,15 @@ class StageStorage final : public mlph::sdk::Storage {
     io_.files_read += 1;
     io_.read_seconds += host_->now_seconds() - start;
     return size;
+  }
+
+  // ABI 1.5: a byte range of a staged file (a workload reads a sample's payload straight into its batch).
+  void read_range(const char* path, uint64_t offset, size_t bytes, void* dst) {
+    const double start = host_->now_seconds();
+    mlph::sdk::read_regular_file_range(path, offset, bytes, dst);
+    std::lock_guard lock(mutex_);
+    io_.bytes_read += bytes;
+    io_.read_seconds += host_->now_seconds() - start;
   }
 
   MLPH_IoStats stats() override {
