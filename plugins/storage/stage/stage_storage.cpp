@@ -16,6 +16,7 @@
 #include <archive_entry.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -244,6 +245,19 @@ std::optional<uint64_t> gzip_inflated_size(const fs::path& file) {
   return uint64_t{isize[0]} | uint64_t{isize[1]} << 8 | uint64_t{isize[2]} << 16 | uint64_t{isize[3]} << 24;
 }
 
+// The node this process runs on, as the network (and MPI, and Slurm) name it.
+std::string host_name() {
+  std::array<char, 256> name{};
+  if (::gethostname(name.data(), name.size() - 1) != 0) return "?";
+  return name.data();
+}
+
+// What each rank tells the others after staging: whether it failed, and its node.
+struct Outcome {
+  int32_t failed = 0;
+  char node[60] = {};
+};
+
 class StageStorage final : public mlph::sdk::Storage {
  public:
   StageStorage(const MLPH_HostApi* host, const mlph::sdk::Options& options) : host_(host) {
@@ -313,7 +327,10 @@ class StageStorage final : public mlph::sdk::Storage {
     if (!root_.empty()) fail(MLPH_FAILED_PRECONDITION, "storage/stage: already staged " + source_.string());
     MLPH_Topology t{sizeof(MLPH_Topology), nullptr, 0, 1, 0, 1, 1};
     mlph::sdk::check(host_, comms.api->topology(comms.comm, &t), "storage/stage: comms");
-    const std::string who = "storage/stage: rank " + std::to_string(t.rank) + ": ";
+    // Across nodes a rank is named with its node: staging goes to node-local disk, whose room and
+    // state are the node's.
+    const std::string node = t.nodes > 1 ? " on node " + host_name() : "";
+    const std::string who = "storage/stage: rank " + std::to_string(t.rank) + node + ": ";
     {
       std::lock_guard lock(mutex_);  // abandon() may read it from another thread
       root_ = target_base_ / ("mlperf-stage-" + job_tag(comms, t));
@@ -335,15 +352,17 @@ class StageStorage final : public mlph::sdk::Storage {
     } catch (const std::exception& e) {
       error.emplace(MLPH_INTERNAL, who + e.what());
     }
-    // Every rank learns whether any failed, so that none goes on to train on a partial dataset.
-    const int32_t failed = error ? 1 : 0;
-    std::vector<int32_t> all(static_cast<size_t>(t.size));
-    mlph::sdk::check(host_, comms.api->allgather(comms.comm, &failed, all.data(), sizeof failed),
-                     who + "comms after staging");
+    // Every rank learns whether any failed, and on which node, so that none goes on to train on a
+    // partial dataset.
+    Outcome mine{error ? 1 : 0, {}};
+    host_name().copy(mine.node, sizeof mine.node - 1);
+    std::vector<Outcome> all(static_cast<size_t>(t.size));
+    mlph::sdk::check(host_, comms.api->allgather(comms.comm, &mine, all.data(), sizeof mine), who + "comms after staging");
     if (error) throw *error;
     for (int32_t r = 0; r < t.size; ++r)
-      if (all[static_cast<size_t>(r)])
-        fail(MLPH_ABORTED, who + "rank " + std::to_string(r) + " failed to stage its shard (see its error)");
+      if (const Outcome& o = all[static_cast<size_t>(r)]; o.failed)
+        fail(MLPH_ABORTED, who + "rank " + std::to_string(r) + (t.nodes > 1 ? " on node " + std::string(o.node) : "") +
+                               " failed to stage its shard (see its error)");
     check_node_view(t, who);
 
     out.seconds = host_->now_seconds() - start;
