@@ -4,6 +4,8 @@
 #   tools/setup.sh test   run the test suite
 #   tools/setup.sh slurm  install Slurm and MUNGE too, start a one-node cluster on this machine
 #                         (tools/slurm/local-cluster.sh, as root) and run the Slurm tests under it
+#   tools/setup.sh cluster  start a two-node cluster of namespaces on this machine
+#                         (tools/cluster/two-nodes.sh, as root), run the cluster tests across it, stop it
 # Environment: BUILD_DIR (default build), JOBS (default: all cores), MLPH_WERROR (default ON under CI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,5 +71,12 @@ case "$mode" in
     trap "$as_root tools/slurm/local-cluster.sh stop" EXIT
     ctest --test-dir "$build" --output-on-failure -L '^slurm_test$'
     ;;
-  *) echo "usage: tools/setup.sh [run|test|slurm]" >&2; exit 2 ;;
+  cluster)
+    echo "== the cluster tests, across two nodes of namespaces (tools/cluster/two-nodes.sh, as root)"
+    as_root=""; [ "$(id -u)" -ne 0 ] && as_root="sudo"
+    trap "$as_root tools/cluster/two-nodes.sh stop" EXIT
+    $as_root tools/cluster/two-nodes.sh start
+    ctest --test-dir "$build" --output-on-failure -L '^cluster_test$'
+    ;;
+  *) echo "usage: tools/setup.sh [run|test|slurm|cluster]" >&2; exit 2 ;;
 esac
