@@ -2,15 +2,13 @@
 
 #include <fmt/format.h>
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <array>
 #include <cstring>
 #include <map>
 
 #include "mlph/core/fnv1a.hpp"
 #include "mlph/core/host.hpp"
+#include "mlph/core/system_probe.hpp"
 #include "mlph/core/text_input.hpp"
 
 namespace mlph::core {
@@ -34,13 +32,6 @@ std::vector<std::string> allgather_bytes(const Session& session, const std::stri
   std::vector<std::string> out;
   for (size_t r = 0; r < ranks; ++r) out.push_back(all.substr(r * longest, lengths[r]));
   return out;
-}
-
-// This rank's node, as the network knows it (what MPI and Slurm call the node).
-std::string host_name() {
-  std::array<char, 256> name{};
-  if (gethostname(name.data(), name.size() - 1) != 0) return "?";
-  return name.data();
 }
 
 }  // namespace

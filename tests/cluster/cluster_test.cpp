@@ -231,7 +231,8 @@ TEST(TwoNodes, AllreduceRateBetweenNodesAndWithinOne) {
 }
 
 // Item 2: storage.stage into each node's own disk. Each node holds its ranks' shard only (the plug-in
-// checks it: a shared target fails), the run succeeds, and nothing is left on either node. A node
+// checks it: a shared target fails), the run succeeds, the log's mlph_staging_nodes gives each node's
+// figures, and nothing is left on either node. A node
 // whose disk is too small (node2's, 64 KiB) fails the run in one line naming the node and rank, on
 // every rank, and leaves nothing staged on either node.
 TEST(TwoNodes, StagingGoesToEachNodesOwnDisk) {
@@ -247,6 +248,13 @@ TEST(TwoNodes, StagingGoesToEachNodesOwnDisk) {
   ASSERT_EQ(staged.exit_code, 0) << staged.output;
   EXPECT_NE(staged.output.find("staged 10 files"), std::string::npos) << staged.output;  // rank 0's: 8 + 2
   EXPECT_EQ(mllog_values(dir / "out" / "result_0.txt")["number_of_nodes"], "2");
+  // The figures per node: each node's one rank staged its 8 + 2 files.
+  const std::string log = slurp(dir / "out" / "result_0.txt");
+  const size_t per_node = log.find("\"key\": \"mlph_staging_nodes\", \"value\": [");
+  ASSERT_NE(per_node, std::string::npos) << log;
+  const std::string nodes = log.substr(per_node, log.find(']', per_node) - per_node);
+  EXPECT_NE(nodes.find("[{\"node\": \"node1\", \"ranks\": 1, \"files\": 10, \"bytes_written\": "), std::string::npos) << nodes;
+  EXPECT_NE(nodes.find("}, {\"node\": \"node2\", \"ranks\": 1, \"files\": 10, \"bytes_written\": "), std::string::npos) << nodes;
   EXPECT_EQ(left_on_nodes(), "");
 
   ASSERT_EQ(on_node("node1", "mkdir -p " + (disk / "small").string()).exit_code, 0);

@@ -361,7 +361,7 @@ class StageStorage final : public mlph::sdk::Storage {
     if (error) throw *error;
     for (int32_t r = 0; r < t.size; ++r)
       if (const Outcome& o = all[static_cast<size_t>(r)]; o.failed)
-        fail(MLPH_ABORTED, who + "rank " + std::to_string(r) + (t.nodes > 1 ? " on node " + std::string(o.node) : "") +
+        fail(MLPH_ABORTED, who + "rank " + std::to_string(r) + (t.nodes > 1 && o.node[0] ? " on node " + std::string(o.node) : "") +
                                " failed to stage its shard (see its error)");
     check_node_view(t, who);
 
