@@ -328,6 +328,40 @@ TEST(TwoNodes, ANodeThatDiesMidEpochEndsTheJobAndTheRunGoesOnFromItsCheckpoint) 
       << "the resumed run's weights differ from the run never stopped";
 }
 
+// Item 3, the other way a node dies: every process on node2 killed (its daemon too) mid-epoch, with
+// staged data. mpirun sees its daemon gone and ends node1's ranks at once (SIGTERM, SIGKILL a second
+// later): rank 0's log ends aborted and the checkpoint directory holds only whole checkpoints.
+// Node2's copy stays (no rank of it was left to remove it), and so may node1's (rank 0, blocked in a
+// collective, waits run.stop_grace_s to save and is killed first), until the next run on the node
+// finds no rank holding the copy and removes it before staging.
+TEST(TwoNodes, ANodeWhoseProcessesAreKilledEndsTheJobAtOnce) {
+  REQUIRE_CLUSTER();
+  const fs::path dir = fresh_dir("cluster-node-killed");
+  const std::string run = kRun + " --comms mpi " + kMini + "--set train.epochs=2 --set train.target_mae=0.0001 " +
+                          "--set comms.timeout_s=5 --storage stage --set storage.target=" + local_disk().string() +
+                          " --data " + dataset(32, 4).string();
+  const Launch job = launch(kAcrossOnePerNode + run + " --output " + (dir / "out").string() + " --checkpoint-dir " +
+                                (dir / "ck").string(), dir / "job.out");
+  ASSERT_TRUE(wait_for_text(job.output, "epoch 2/2  step 2/", std::chrono::seconds(120))) << slurp(job.output);
+  ASSERT_EQ(run_command(kCluster + " kill node2").exit_code, 0);
+  const auto killed = Clock::now();
+  EXPECT_NE(wait_for(job, std::chrono::seconds(60)), 0);
+  figure("node2's processes killed to the job's end", since(killed));
+  EXPECT_LT(since(killed), 10.0);
+  const std::string last = last_line(dir / "out" / "result_0.txt");
+  EXPECT_NE(last.find("\"status\": \"aborted\""), std::string::npos) << last;
+  EXPECT_EQ(mlph::core::CheckpointReader(dir / "ck").dir().filename(), "epoch-000001");
+  EXPECT_NE(on_node("node2", "ls -A " + local_disk().string()).output.find("mlperf-stage-"), std::string::npos)
+      << "node2's ranks were killed: nothing of node2 could remove its copy";
+
+  const CliResult next = run_command(across(1) + run + " --set train.epochs=1 --set train.target_mae=10 --output " +
+                                     (dir / "next").string());
+  EXPECT_EQ(next.exit_code, 0) << next.output;
+  EXPECT_NE(next.output.find("removed, a copy staged by a run that ended without removing it"), std::string::npos)
+      << next.output;
+  EXPECT_EQ(left_on_nodes(), "");
+}
+
 // Item 4: SIGUSR1 to the job (mpirun passes it to every rank on both nodes) stops every rank at one
 // step boundary; rank 0 saves one checkpoint there and the job exits 3; the requeued job (--resume
 // auto) goes on from it to the weights of the run never stopped, bit for bit.
