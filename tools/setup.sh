@@ -26,6 +26,10 @@ test_packages=(python3-pandas python3-torch)
 # not started: tools/slurm/local-cluster.sh starts its own.
 slurm_packages=(slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins)
 [ "$mode" = slurm ] && packages+=("${slurm_packages[@]}")
+# Only the cluster tests need this: `ip` makes the two nodes' network (tools/cluster/two-nodes.sh;
+# nsenter and unshare are util-linux's, on every Debian).
+cluster_packages=(iproute2)
+[ "$mode" = cluster ] && packages+=("${cluster_packages[@]}")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
