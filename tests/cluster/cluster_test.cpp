@@ -6,8 +6,11 @@
 // own disk, a node that dies mid-epoch, a signal stopping ranks on both nodes, a node that runs
 // something else named.
 //
-// Skipped without the cluster (CI: `tools/setup.sh cluster` starts it, runs `ctest -L cluster_test`
-// and stops it). Tests run one at a time (RUN_SERIAL); each prints what it measures (FIGURE lines).
+// The same job under Slurm across the nodes (sbatch -N 2, srun --mpi=pmix) where the cluster runs it.
+//
+// Skipped without the cluster (CI: `tools/setup.sh cluster` starts it and its Slurm, runs `ctest -L
+// cluster_test` and stops it). Tests run one at a time (RUN_SERIAL); each prints what it measures
+// (FIGURE lines).
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -194,6 +197,13 @@ std::string exported(const fs::path& checkpoints, const fs::path& npz) {
   return slurp(npz);
 }
 
+// Slurm's daemon on node2 dies with the node's other processes: started again where the cluster runs
+// Slurm, for the tests after.
+void revive_slurm() {
+  if (run_command(kCluster + " slurm run timeout 10 scontrol ping").output.find("is UP") != std::string::npos)
+    run_command(kCluster + " slurm start");
+}
+
 // What is left on each node's local disk (under `sub`), "" when nothing.
 std::string left_on_nodes(const std::string& sub = "") {
   std::string left;
@@ -228,6 +238,48 @@ TEST(TwoNodes, AllreduceRateBetweenNodesAndWithinOne) {
               within.output.c_str());
   EXPECT_NE(between.output.find("over 2 ranks on 2 nodes"), std::string::npos) << between.output;
   EXPECT_NE(within.output.find("over 2 ranks on 1 nodes"), std::string::npos) << within.output;
+}
+
+// Item 1 under Slurm (`two-nodes.sh slurm start`: slurmctld on node1, a slurmd on each node): the job
+// script as sites submit it, sbatch -N 2 -n 4 --ntasks-per-node 2 (-n: the script's own --ntasks=2 would
+// otherwise win over --ntasks-per-node), srun --mpi=pmix starting the tasks on
+// both nodes. The log passes the official checker, says 4 ranks on 2 nodes, and records Slurm's
+// placement as rank 0 saw it (2 nodes, 2 tasks on its node, local rank 0), checked by mlperf-run
+// against the comms plug-in's. Skipped when the cluster has no Slurm.
+TEST(TwoNodesUnderSlurm, SbatchOnTwoNodesTrainsTheMini) {
+  REQUIRE_CLUSTER();
+  const std::string slurm = kCluster + " slurm run ";
+  if (run_command(slurm + "timeout 10 scontrol ping").output.find("is UP") == std::string::npos)
+    GTEST_SKIP() << "no Slurm on the cluster: tools/cluster/two-nodes.sh slurm start";
+  const fs::path dir = fresh_dir("cluster-slurm");
+  const std::string args = kMini + "--set train.epochs=1 --set train.target_mae=10 --data " + dataset(32, 8).string() +
+                           " --output " + (dir / "out").string();
+  const auto start = Clock::now();
+  const CliResult submitted = run_command(slurm + "env MLPERF_RUN=" + kRun + " sbatch --parsable -N 2 -n 4 --ntasks-per-node 2 -o " +
+                                          (dir / "job.out").string() + " " MLPH_SOURCE_DIR "/tools/slurm/mlperf.sbatch " + args);
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
+  const std::string id = submitted.output.substr(0, submitted.output.find_first_of(";\n"));
+  std::string state;
+  while (since(start) < 150) {
+    const std::string fields = run_command(slurm + "scontrol show job -o " + id).output;
+    const size_t at = fields.find("JobState=");
+    state = at == std::string::npos ? "" : fields.substr(at + 9, fields.find(' ', at) - at - 9);
+    if (state == "COMPLETED" || state == "FAILED" || state == "CANCELLED" || state == "TIMEOUT" || state == "NODE_FAIL") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  figure("sbatch -N 2 to the job's end (1 epoch of the mini on 2 x 2 tasks)", since(start));
+  if (state != "COMPLETED") run_command(slurm + "scancel " + id);
+  ASSERT_EQ(state, "COMPLETED") << slurp(dir / "job.out");
+  const fs::path log = dir / "out" / "result_0.txt";
+  std::map<std::string, std::string> values = mllog_values(log);
+  EXPECT_EQ(values["number_of_ranks"], "4");
+  EXPECT_EQ(values["number_of_nodes"], "2");
+  EXPECT_NE(last_line(log).find("\"status\": \"success\""), std::string::npos) << last_line(log);
+  const std::string text = slurp(log);
+  const std::string placement = text.substr(text.find("\"key\": \"mlph_slurm\""), 400);
+  EXPECT_NE(placement.find("\"nodes\": 2, \"tasks\": 4, \"tasks_on_node\": 2, \"local_rank\": 0"), std::string::npos)
+      << placement;
+  expect_official_checker_passes(log);
 }
 
 // Item 2: storage.stage into each node's own disk. Each node holds its ranks' shard only (the plug-in
@@ -304,6 +356,7 @@ TEST(TwoNodes, ANodeThatDiesMidEpochEndsTheJobAndTheRunGoesOnFromItsCheckpoint) 
   const double took = since(cut);
   run_command(kCluster + " kill node2");
   run_command(kCluster + " mend");
+  revive_slurm();
   const int status = wait_for(job, std::chrono::seconds(60));
   figure("node2 cut off to the end of node1's ranks", took);
   EXPECT_TRUE(survivors_ended);
@@ -346,6 +399,7 @@ TEST(TwoNodes, ANodeWhoseProcessesAreKilledEndsTheJobAtOnce) {
   ASSERT_EQ(run_command(kCluster + " kill node2").exit_code, 0);
   const auto killed = Clock::now();
   EXPECT_NE(wait_for(job, std::chrono::seconds(60)), 0);
+  revive_slurm();
   figure("node2's processes killed to the job's end", since(killed));
   EXPECT_LT(since(killed), 10.0);
   const std::string last = last_line(dir / "out" / "result_0.txt");
@@ -425,3 +479,4 @@ TEST(TwoNodes, ANodeThatRunsSomethingElseIsNamed) {
   EXPECT_NE(plugin_differs.output.find("rank 1 on node node2 does not run what rank 0 on node node1 runs: backend plug-in is "),
             std::string::npos) << plugin_differs.output;
 }
+

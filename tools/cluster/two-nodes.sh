@@ -10,6 +10,8 @@
 #   tools/cluster/two-nodes.sh kill NODE         # SIGKILL to every process on NODE (a node that dies)
 #   tools/cluster/two-nodes.sh disk              # the node-local disk's path (the same on each node)
 #   tools/cluster/two-nodes.sh cut|mend          # the link between the nodes down, or up again
+#   tools/cluster/two-nodes.sh slurm start       # Slurm across both nodes (slurmctld on node1, a slurmd each)
+#   tools/cluster/two-nodes.sh slurm run CMD...  # a Slurm client on node1 (sbatch -N 2, srun, squeue, ...)
 #   tools/cluster/two-nodes.sh stop              # kills what runs on the nodes, removes everything
 #
 # Each node is a process holding its own namespaces: UTS (hostname node1, node2), mount (its own
@@ -42,6 +44,7 @@ say() { echo "two-nodes: $*" >&2; }
 die() { say "error: $*"; exit 1; }
 
 holder() { cat "$dir/$1.pid" 2>/dev/null; }
+pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 node_up() { local pid; pid=$(holder "$1") && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; }
 up() { node_up node1 && node_up node2 && ip netns list | grep -q "^${net}node2"; }
 # Both ends of the veth pair up with a carrier (a veth end has one only while its peer is up).
@@ -148,6 +151,7 @@ kill_node() {
 }
 
 stop() {
+  slurm_stop
   for node in "${nodes[@]}"; do
     kill_node "$node"
     local pid
@@ -159,6 +163,119 @@ stop() {
     ip netns del "$net$node" 2>/dev/null || true  # takes its end of the veth pair, so the pair, with it
   done
   say "stopped"
+}
+
+# ---- Slurm across the two nodes (`slurm start`): slurmctld and a slurmd on node1, a slurmd on node2,
+# MUNGE on this machine (its socket is a file both nodes see). Clients run on node1 (`slurm run`),
+# where slurmctld listens. The nodes' CPUs are the machine's, each node offering all of them.
+slurm_dir=$dir/slurm
+slurm_conf=$slurm_dir/slurm.conf
+
+slurm_write_conf() {
+  local cpus
+  cpus=$(nproc)
+  cat >"$slurm_conf" <<EOF
+# Written by tools/cluster/two-nodes.sh: Slurm across node1 and node2, state in $slurm_dir.
+ClusterName=mlph2
+SlurmctldHost=node1(${address[node1]})
+SlurmctldPort=6817
+SlurmdPort=6818
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$slurm_dir/munge/munge.socket,cred_expire=10
+StateSaveLocation=$slurm_dir/state
+SlurmdSpoolDir=$slurm_dir/spool-%n
+SlurmctldPidFile=$slurm_dir/slurmctld.pid
+SlurmdPidFile=$slurm_dir/slurmd-%n.pid
+SlurmctldLogFile=$slurm_dir/log/slurmctld.log
+SlurmdLogFile=$slurm_dir/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/affinity
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=pmix
+JobRequeue=1
+KillWait=30
+ReturnToService=2
+SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2,bf_interval=2
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MinJobAge=600
+NodeName=node1 NodeAddr=${address[node1]} CPUs=$cpus State=UNKNOWN
+NodeName=node2 NodeAddr=${address[node2]} CPUs=$cpus State=UNKNOWN
+PartitionName=two Nodes=node1,node2 Default=YES MaxTime=INFINITE State=UP
+TmpFS=$dir/local
+EOF
+  # PMIx's client directories (/tmp/spmix_appdir_<uid>_<step> by default) would collide in the /tmp
+  # both nodes share: on each node's own disk instead.
+  echo "PMIxCliTmpDirBase=$dir/local" >"$slurm_dir/mpi.conf"
+}
+
+slurm_up() { [ -f "$slurm_conf" ] && on node1 env SLURM_CONF="$slurm_conf" timeout 10 scontrol ping 2>/dev/null | grep -q "is UP"; }
+
+slurm_start() {
+  up || die "the cluster is down: tools/cluster/two-nodes.sh start"
+  for tool in munged slurmctld slurmd sbatch srun scontrol sinfo; do
+    command -v "$tool" >/dev/null || die "missing $tool: tools/setup.sh slurm installs Slurm and MUNGE"
+  done
+  if slurm_up; then
+    # A node's slurmd killed with the node (kill NODE) comes back; ReturnToService=2 takes the node again.
+    for node in "${nodes[@]}"; do
+      pid_alive "$slurm_dir/slurmd-$node.pid" || on "$node" env SLURM_CONF="$slurm_conf" slurmd -N "$node" ||
+        die "slurmd did not start on $node"
+    done
+    slurm_wait_for_nodes
+    return
+  fi
+  slurm_stop >/dev/null 2>&1 || true
+  rm -rf "$slurm_dir/state" "$slurm_dir"/spool-*
+  mkdir -p "$slurm_dir/munge" "$slurm_dir/state" "$slurm_dir/log"
+  chmod 711 "$slurm_dir" "$slurm_dir/munge"
+  if [ ! -s "$slurm_dir/munge/munge.key" ]; then
+    dd if=/dev/urandom of="$slurm_dir/munge/munge.key" bs=1024 count=1 status=none
+    chmod 400 "$slurm_dir/munge/munge.key"
+  fi
+  munged --key-file="$slurm_dir/munge/munge.key" --socket="$slurm_dir/munge/munge.socket" \
+    --pid-file="$slurm_dir/munge/munged.pid" --log-file="$slurm_dir/log/munged.log" \
+    --seed-file="$slurm_dir/munge/munged.seed" || die "munged did not start"
+  slurm_write_conf
+  on node1 env SLURM_CONF="$slurm_conf" slurmctld -i || { tail -n 20 "$slurm_dir/log/slurmctld.log" >&2; die "slurmctld did not start"; }
+  for node in "${nodes[@]}"; do
+    on "$node" env SLURM_CONF="$slurm_conf" slurmd -N "$node" ||
+      { tail -n 20 "$slurm_dir/log/slurmd-$node.log" >&2; die "slurmd did not start on $node"; }
+  done
+  slurm_wait_for_nodes
+}
+
+slurm_wait_for_nodes() {
+  for _ in $(seq 150); do
+    if [ "$(on node1 env SLURM_CONF="$slurm_conf" sinfo -h -N -t idle,mix,alloc -o %N 2>/dev/null | sort -u | wc -l)" -eq 2 ]; then
+      say "Slurm up on node1 and node2 ($slurm_conf); clients: tools/cluster/two-nodes.sh slurm run CMD..."
+      return
+    fi
+    sleep 0.2
+  done
+  tail -n 10 "$slurm_dir/log/slurmctld.log" >&2
+  die "the Slurm nodes did not come up within 30 s"
+}
+
+# Jobs cancelled first; the daemons are the nodes' processes (stop kills them) but MUNGE's.
+slurm_stop() {
+  if slurm_up; then
+    local jobs
+    jobs=$(on node1 env SLURM_CONF="$slurm_conf" squeue -h -o %A 2>/dev/null || true)
+    [ -z "$jobs" ] || on node1 env SLURM_CONF="$slurm_conf" scancel --quiet --full $jobs || true
+    for _ in $(seq 50); do [ -z "$(on node1 env SLURM_CONF="$slurm_conf" squeue -h -o %A 2>/dev/null)" ] && break; sleep 0.2; done
+  fi
+  for file in "$slurm_dir"/slurmd-*.pid "$slurm_dir/slurmctld.pid" "$slurm_dir/munge/munged.pid"; do
+    [ -f "$file" ] || continue
+    kill "$(cat "$file")" 2>/dev/null || true
+    rm -f "$file"
+  done
 }
 
 # exec: a signal to this script (a test's timeout) reaches mpirun, which passes it on to every rank.
@@ -187,6 +304,16 @@ case "${1:-}" in
     fi
     ;;
   mpirun) shift; mpirun_across "$@" ;;
+  slurm)
+    case "${2:-}" in
+      start) slurm_start ;;
+      stop) slurm_stop ;;
+      run) [ $# -ge 3 ] || die "usage: two-nodes.sh slurm run CMD..."; shift 2
+           up || die "the cluster is down"
+           exec nsenter -t "$(holder node1)" -n -m -u --wd="$PWD" -- env SLURM_CONF="$slurm_conf" "$@" ;;
+      *) die "usage: two-nodes.sh slurm start|stop|run CMD..." ;;
+    esac
+    ;;
   exec)
     [ $# -ge 3 ] || die "usage: two-nodes.sh exec NODE COMMAND..."
     known_node "$2"; up || die "the cluster is down"
@@ -199,5 +326,5 @@ case "${1:-}" in
   kill) [ $# -eq 2 ] || die "usage: two-nodes.sh kill NODE"; known_node "$2"; kill_node "$2" ;;
   cut) ip -n "${net}node2" link set "${link[node2]}" down ;;
   mend) ip -n "${net}node2" link set "${link[node2]}" up ;;
-  *) echo "usage: tools/cluster/two-nodes.sh start|stop|status|mpirun ARGS...|exec NODE CMD...|ps NODE|kill NODE|cut|mend|disk" >&2; exit 2 ;;
+  *) echo "usage: tools/cluster/two-nodes.sh start|stop|status|mpirun ARGS...|slurm start|stop|run CMD...|exec NODE CMD...|ps NODE|kill NODE|cut|mend|disk" >&2; exit 2 ;;
 esac
