@@ -12,6 +12,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <numeric>
 
@@ -87,6 +88,7 @@ class Run {
   uint64_t eval_samples() const;
   void open_datasets();
   void stage_data(MlLogger& log);
+  void log_staging_per_node(MlLogger& log, const MLPH_StageStats& mine);
   void end_log(MlLogger& log, bool converged, const std::string& failure);
   void log_plugin(MlLogger& log, const LoadedPlugin& plugin);
   void log_device(MlLogger& log, const BackendDevice& device);
@@ -391,6 +393,7 @@ void Run::stage_data(MlLogger& log) {
   check(storage.api->stage(storage.storage, dir.c_str(), session_->comms_handle(), &stats), "staging " + dir);
   log.end("staging_stop");
   staged_ = stats;
+  log_staging_per_node(log, stats);
   // The node's readers in sample groups: a sample's ranks (consecutive) share a node and its files.
   const auto ranks = static_cast<int32_t>(session_->sample_ranks());
   if (stats.shard_count % ranks != 0)
@@ -398,6 +401,38 @@ void Run::stage_data(MlLogger& log) {
                                  "(parallel.spatial = {})",
                                  stats.shard_count, ranks, sdk::spatial::grid_text(session_->spatial_grid())));
   data_shard_ = {stats.shard_index / ranks, stats.shard_count / ranks};
+}
+
+// Each node stages its own shard to its own disk: the log's mlph_staging_nodes says what each node
+// staged (its ranks' files and bytes summed, the slowest rank's seconds), in the order of the nodes'
+// first ranks. Every rank takes part (one allgather); rank 0 writes it.
+void Run::log_staging_per_node(MlLogger& log, const MLPH_StageStats& mine) {
+  struct Staged {
+    uint64_t files, bytes_written, bytes_read;
+    double seconds;
+    char node[64];
+  };
+  Staged own{mine.files, mine.bytes_written, mine.bytes_read, mine.seconds, {}};
+  host_name().copy(own.node, sizeof own.node - 1);
+  std::vector<Staged> all(static_cast<size_t>(session_->topology().size));
+  check(session_->comms_api()->allgather(session_->comm(), &own, all.data(), sizeof own), "comms: staging figures");
+  std::vector<std::pair<std::string, Staged>> nodes;  // each node and its ranks' sums
+  std::map<std::string, int> ranks;
+  for (const Staged& rank : all) {
+    const std::string node = rank.node;
+    auto it = std::find_if(nodes.begin(), nodes.end(), [&](const auto& n) { return n.first == node; });
+    if (it == nodes.end()) it = nodes.insert(nodes.end(), {node, Staged{0, 0, 0, 0.0, {}}});
+    it->second.files += rank.files, it->second.bytes_written += rank.bytes_written;
+    it->second.bytes_read += rank.bytes_read, it->second.seconds = std::max(it->second.seconds, rank.seconds);
+    ++ranks[node];
+  }
+  std::string entries;
+  for (const auto& [node, sum] : nodes)
+    entries += fmt::format("{}{{\"node\": {}, \"ranks\": {}, \"files\": {}, \"bytes_written\": {}, \"bytes_read\": {}, "
+                           "\"seconds\": {}}}",
+                           entries.empty() ? "" : ", ", json(node).text, ranks[node], sum.files, sum.bytes_written,
+                           sum.bytes_read, json(sum.seconds).text);
+  log.event("mlph_staging_nodes", json_raw("[" + entries + "]"));
 }
 
 // Trains epoch `epoch` from step `first_step` on (a resumed run's first epoch may start inside);

@@ -80,4 +80,15 @@ TEST(RankCheck, TheResumePointNamesTheCheckpointNotOnlyItsPosition) {
     const std::string said = first_difference({facts("0.001", resume_point(a)), facts("0.001", resume_point(*m))});
     EXPECT_NE(said.find("rank 1 does not run what rank 0 runs: resumed from is"), std::string::npos) << said;
   }
+// Issue 39: across nodes, the line names each rank's node too (a node with another plug-in file or
+// configuration); on one node it says only the rank, as before.
+TEST(RankCheck, RanksOnSeveralNodesAreNamedWithTheirNode) {
+  const std::vector<RunFacts> ranks = {facts("0.001"), facts("0.001"), facts("0.001"), facts("0.002")};
+  EXPECT_EQ(first_difference(ranks, {"node1", "node1", "node2", "node2"}),
+            "rank 3 on node node2 does not run what rank 0 on node node1 runs: config optimizer.base_lr is '0.002' "
+            "there, '0.001' on rank 0 (start every rank with the same configuration, plug-ins and checkpoint)");
+  EXPECT_EQ(first_difference(ranks, {"box", "box", "box", "box"}).rfind("rank 3 does not run what rank 0 runs: ", 0), 0u);
+  EXPECT_NE(first_difference(ranks, {"node1", "node1", "node2", "node2\x1b[2J"}).find("rank 3 on node node2\\u001b[2J "),
+            std::string::npos)
+      << "a host name is quoted escaped";
 }

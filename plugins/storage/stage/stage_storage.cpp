@@ -16,6 +16,7 @@
 #include <archive_entry.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -294,6 +295,19 @@ std::optional<uint64_t> gzip_inflated_size(const fs::path& file) {
   return mlph::gzip::trailer_size(std::as_bytes(std::span(isize)));
 }
 
+// The node this process runs on, as the network (and MPI, and Slurm) name it.
+std::string host_name() {
+  std::array<char, 256> name{};
+  if (::gethostname(name.data(), name.size() - 1) != 0) return "?";
+  return name.data();
+}
+
+// What each rank tells the others after staging: whether it failed, and its node.
+struct Outcome {
+  int32_t failed = 0;
+  char node[60] = {};
+};
+
 class StageStorage final : public mlph::sdk::Storage {
  public:
   StageStorage(const MLPH_HostApi* host, const mlph::sdk::Options& options) : host_(host) {
@@ -372,7 +386,10 @@ class StageStorage final : public mlph::sdk::Storage {
     if (!root_.empty()) fail(MLPH_FAILED_PRECONDITION, "storage/stage: already staged " + source_.string());
     MLPH_Topology t{sizeof(MLPH_Topology), nullptr, 0, 1, 0, 1, 1};
     mlph::sdk::check(host_, comms.api->topology(comms.comm, &t), "storage/stage: comms");
-    const std::string who = "storage/stage: rank " + std::to_string(t.rank) + ": ";
+    // Across nodes a rank is named with its node: staging goes to node-local disk, whose room and
+    // state are the node's.
+    const std::string node = t.nodes > 1 ? " on node " + host_name() : "";
+    const std::string who = "storage/stage: rank " + std::to_string(t.rank) + node + ": ";
     {
       std::lock_guard lock(mutex_);  // abandon() may read it from another thread
       root_ = target_base_ / ("mlperf-stage-" + job_tag(comms, t));
@@ -395,11 +412,14 @@ class StageStorage final : public mlph::sdk::Storage {
         if (!keep_) hold_alive_lock(t.rank);
         copy_all(t, out);
       });
-    // Every rank learns whether any failed, so that none goes on to train on a partial dataset.
-    const std::vector<int32_t> failed = failed_ranks(comms, t, error, who + "comms after staging");
+    // Every rank learns whether any failed, and on which node, so that none goes on to train on a
+    // partial dataset.
+    const std::vector<FailedRank> failed = failed_ranks(comms, t, error, who + "comms after staging");
     if (error) throw *error;
     if (!failed.empty())
-      fail(MLPH_ABORTED, who + "rank " + std::to_string(failed.front()) + " failed to stage its shard (see its error)");
+      fail(MLPH_ABORTED, who + "rank " + std::to_string(failed.front().rank) +
+                             (t.nodes > 1 && !failed.front().node.empty() ? " on node " + failed.front().node : "") +
+                             " failed to stage its shard (see its error)");
     check_node_view(t, who);
 
     out.seconds = host_->now_seconds() - start;
@@ -427,15 +447,22 @@ class StageStorage final : public mlph::sdk::Storage {
     }
   }
 
-  // The ranks that have an error so far (a collective: every rank calls it at the same points).
-  std::vector<int32_t> failed_ranks(const MLPH_CommsHandle& comms, const MLPH_Topology& t,
-                                    const std::optional<Error>& error, const std::string& context) const {
-    const int32_t mine = error ? 1 : 0;
-    std::vector<int32_t> all(static_cast<size_t>(t.size));
+  struct FailedRank {
+    int32_t rank;
+    std::string node;
+  };
+
+  // The ranks that have an error so far, with their nodes (a collective: every rank calls it at the
+  // same points).
+  std::vector<FailedRank> failed_ranks(const MLPH_CommsHandle& comms, const MLPH_Topology& t,
+                                       const std::optional<Error>& error, const std::string& context) const {
+    Outcome mine{error ? 1 : 0, {}};
+    host_name().copy(mine.node, sizeof mine.node - 1);
+    std::vector<Outcome> all(static_cast<size_t>(t.size));
     mlph::sdk::check(host_, comms.api->allgather(comms.comm, &mine, all.data(), sizeof mine), context);
-    std::vector<int32_t> failed;
+    std::vector<FailedRank> failed;
     for (int32_t r = 0; r < t.size; ++r)
-      if (all[static_cast<size_t>(r)]) failed.push_back(r);
+      if (const Outcome& o = all[static_cast<size_t>(r)]; o.failed) failed.push_back({r, o.node});
     return failed;
   }
 

@@ -51,8 +51,16 @@ const MLPH_CommsApi kFakeComms = {
       return nullptr;
     },
     [](MLPH_Comm* c, const void* send, void* recv, size_t bytes) -> MLPH_Error* {
-      for (int32_t r = 0; r < fake(c)->topology.size; ++r)
-        std::memcpy(static_cast<char*>(recv) + r * bytes, r == fake(c)->topology.rank ? send : &fake(c)->peer_failed, bytes);
+      // The others' outcome: `peer_failed` first, the rest (their node's name) empty.
+      for (int32_t r = 0; r < fake(c)->topology.size; ++r) {
+        char* slot = static_cast<char*>(recv) + r * bytes;
+        if (r == fake(c)->topology.rank) {
+          std::memcpy(slot, send, bytes);
+        } else {
+          std::memset(slot, 0, bytes);
+          std::memcpy(slot, &fake(c)->peer_failed, std::min(bytes, sizeof(int32_t)));
+        }
+      }
       return nullptr;
     },
     [](MLPH_Comm*) -> MLPH_Error* { return nullptr; },

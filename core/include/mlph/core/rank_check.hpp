@@ -39,8 +39,9 @@ std::string encode_facts(const RunFacts& facts);
 RunFacts decode_facts(const std::string& bytes);
 
 // "" when every rank's facts equal rank 0's; else one line naming the first rank that differs and
-// its first key that does, with both values.
-std::string first_difference(const std::vector<RunFacts>& per_rank);
+// its first key that does, with both values; with `nodes` (each rank's host name) spanning more than one
+// node, each rank named with its node.
+std::string first_difference(const std::vector<RunFacts>& per_rank, const std::vector<std::string>& nodes = {});
 
 // Compares `facts` across the ranks of `session` through its comms plug-in; throws RankMismatch on
 // every rank when they differ (the same line on each).
