@@ -89,7 +89,7 @@ void CudaModel::check_memory(size_t arena, const char* when) const {
 
 void CudaModel::plan_device() {
   const plan::Options options{settings_.compute.precision, settings_.compute.deterministic, settings_.workspace_bytes,
-                              plan::kBucketBytes};
+                              plan::kBucketBytes, settings_.pointwise};
   plan_ = plan::make_plan(program_, options);
   check_memory(plan_.memory.arena_bytes, "its arena, before workspaces");
   const size_t free = runtime::memory_info(where_).free - plan_.memory.arena_bytes;
@@ -129,9 +129,10 @@ void CudaModel::plan_device() {
             std::max(pass == forward_pass ? library_forward : library_backward, bytes);
       }
     }
-    if (r.dense) {
+    if (r.dense) {  // a chunked dw's partials come first in the backward workspace
+      const size_t partials = plan::align_up(plan_.nodes[k].dense->partial_bytes(), plan::kAlignment);
       library_forward = r.gemms[0].workspace();
-      library_backward = std::max(r.gemms[1].workspace(), r.gemms[2].workspace());
+      library_backward = std::max(r.gemms[1].workspace(), partials + r.gemms[2].workspace());
     }
     workspaces.forward[k] = std::max(library_forward, r.forward_own);
     workspaces.backward[k] = std::max(library_backward, r.backward_own);

@@ -68,7 +68,10 @@ void CudaModel::forward(size_t k, bool training) {
       break;
     case OpKind::conv:
     case OpKind::conv_transpose:
-      conv_forward(k);
+      if (r.dense)  // a pointwise conv on cuBLASLt (plan::is_pointwise)
+        dense_forward(k);
+      else
+        conv_forward(k);
       break;
     case OpKind::leaky_relu:
       check(leaky_relu_forward(s, count, alpha, in(0), y), "leaky_relu_forward", k);
@@ -88,7 +91,7 @@ void CudaModel::forward(size_t k, bool training) {
     case OpKind::reshape:  // an alias of its input (the plan gives both one region)
       break;
     case OpKind::dense:
-      r.gemms[0].run(where_, cublaslt_->get(), at(m.reads[1]), at(m.reads[0]), y, false, ws, s, node_about(k));
+      dense_forward(k);
       break;
     case OpKind::dropout:
       if (training && n.attr != 0.0)
@@ -300,20 +303,14 @@ void CudaModel::backward(size_t k) {
   switch (n.kind) {
     case OpKind::conv:
     case OpKind::conv_transpose:
-      conv_backward(k);
+      if (r.dense)
+        dense_backward(k);
+      else
+        conv_backward(k);
       break;
-    case OpKind::dense: {
-      const void* dy_operand = dy;
-      if (m.output_gradient_cast) {
-        check(convert(s, count, FloatType::f32, dy, float_type(plan_.precision.nodes[k].data), at(m.output_gradient_cast)),
-              "convert", k);
-        dy_operand = at(m.output_gradient_cast);
-      }
-      if (dx) r.gemms[1].run(where_, cublaslt_->get(), at(m.reads[1]), dy_operand, dx, true, ws, s, node_about(k));
-      if (grad(1)) r.gemms[2].run(where_, cublaslt_->get(), dy_operand, at(m.reads[0]), grad(1), true, ws, s, node_about(k));
-      if (grad(2)) check(bias_backward(s, n.dense.batch, n.dense.out, dy, grad(2), ws, ws_bytes), "bias_backward", k);
+    case OpKind::dense:
+      dense_backward(k);
       break;
-    }
     case OpKind::max_pool:
       if (dx) check(max_pool_backward(s, pool_shape(n.window), in(0), dy, dx), "max_pool_backward", k);
       break;
@@ -372,6 +369,49 @@ void CudaModel::backward(size_t k) {
       break;
     default:  // preprocessing and metrics pass no gradient; reshape is an alias
       break;
+  }
+}
+
+// cuBLASLt: a dense node, or a pointwise conv (plan::DensePlan); y written in fp32 (D), the bias by the epilogue.
+void CudaModel::dense_forward(size_t k) {
+  const plan::NodeMemory& m = plan_.memory.nodes[k];
+  nodes_[k].gemms[0].run(where_, cublaslt_->get(), at(m.reads[1]), at(m.reads[0]), at<float>(m.output), false,
+                   at(m.forward_workspace), stream(), node_about(k));
+}
+
+// dx and dw added into their fp32 gradients; a chunked dw (deterministic) written into the workspace's
+// partials first and summed in chunk order; the bias gradient our channel sum of dy.
+void CudaModel::dense_backward(size_t k) {
+  const plan::DensePlan& dense = *plan_.nodes[k].dense;
+  const plan::NodeMemory& m = plan_.memory.nodes[k];
+  const cudaStream_t s = stream();
+  const std::string about = node_about(k);
+  auto grad = [&](size_t i) { return i < m.gradients.size() ? at<float>(m.gradients[i]) : nullptr; };
+  const float* dy = at<float>(m.output_gradient);
+  auto* ws = static_cast<char*>(at(m.backward_workspace));
+  const size_t ws_bytes = m.backward_workspace ? plan_.memory.regions[static_cast<size_t>(m.backward_workspace.region)].bytes : 0;
+  const void* dy_operand = dy;
+  if (m.output_gradient_cast) {
+    check(convert(s, numel(program_.nodes[k].output), FloatType::f32, dy, float_type(plan_.precision.nodes[k].data),
+                  at(m.output_gradient_cast)),
+          "convert", k);
+    dy_operand = at(m.output_gradient_cast);
+  }
+  if (float* dx = grad(0)) nodes_[k].gemms[1].run(where_, cublaslt_->get(), at(m.reads[1]), dy_operand, dx, true, ws, s, about);
+  if (float* dw = grad(1)) {
+    const size_t partials = plan::align_up(dense.partial_bytes(), plan::kAlignment);
+    if (partials == 0) {
+      nodes_[k].gemms[2].run(where_, cublaslt_->get(), dy_operand, at(m.reads[0]), dw, true, ws, s, about);
+    } else {
+      auto* partial = reinterpret_cast<float*>(ws);
+      nodes_[k].gemms[2].run(where_, cublaslt_->get(), dy_operand, at(m.reads[0]), partial, false, ws + partials, s, about);
+      const plan::Gemm& g = dense.backward_weights;
+      check(chunk_sum_add(s, g.batch, g.m * g.n, partial, dw), "chunk_sum_add", k);
+    }
+  }
+  if (float* db = grad(2)) {
+    const plan::Gemm& g = dense.forward;  // m = out, n = rows
+    check(bias_backward(s, g.n, g.m, dy, db, ws, ws_bytes), "bias_backward", k);
   }
 }
 

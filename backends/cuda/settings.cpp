@@ -16,7 +16,7 @@ bool read_switch(const sdk::Options& options, const std::string& key, bool fallb
 }  // namespace
 
 Settings read_settings(const sdk::Options& options) {
-  options.allow_only(sdk::with_compute_options({"device", "workspace_mb", "graphs", "loss_scale"}), kWho);
+  options.allow_only(sdk::with_compute_options({"device", "workspace_mb", "graphs", "loss_scale", "pointwise"}), kWho);
   Settings s;
   s.compute = sdk::read_compute_settings(
       options, {sdk::Precision::fp32, sdk::Precision::tf32, sdk::Precision::bf16, sdk::Precision::fp16}, kWho);
@@ -29,6 +29,13 @@ Settings read_settings(const sdk::Options& options) {
       sdk::fail(MLPH_INVALID_ARGUMENT, std::string(kWho) + ": option 'loss_scale' is " + std::to_string(scale) +
                                            "; expected a power of two from 1 to 2^24");
     s.loss_scale = static_cast<float>(scale);
+  }
+  if (options.has("pointwise")) {
+    const std::string value = options.get("pointwise");
+    if (value != "gemm" && value != "cudnn")
+      sdk::fail(MLPH_INVALID_ARGUMENT,
+                std::string(kWho) + ": option 'pointwise' is '" + value + "'; expected gemm or cudnn");
+    s.pointwise = value == "gemm" ? plan::Pointwise::gemm : plan::Pointwise::cudnn;
   }
   return s;
 }

@@ -7,6 +7,7 @@
 //   graphs        1 (default): after warm-up the training step is captured in a CUDA graph and replayed
 //   loss_scale    fp16: the dynamic loss scale's start, a power of two (default 65536, PyTorch
 //                 GradScaler's init_scale); a lower one skips fewer first steps on overflow
+//   pointwise     gemm (default): 1x1 stride-1 convs as cuBLASLt matmuls; cudnn: on cuDNN's convolutions
 #pragma once
 
 #include <cstddef>
@@ -16,6 +17,7 @@
 #include "mlph/comms.h"
 #include "mlph/sdk/compute.hpp"
 #include "mlph/sdk/options.hpp"
+#include "plan/lowering.hpp"
 
 namespace mlph::cuda {
 
@@ -27,6 +29,7 @@ struct Settings {
   size_t workspace_bytes = size_t{1} << 30;
   bool graphs = true;
   float loss_scale = 65536.0f;
+  plan::Pointwise pointwise = plan::Pointwise::gemm;
 };
 
 // Every option checked, an unknown one refused, each in one line naming it.

@@ -218,6 +218,9 @@ cudaError_t transpose_add(cudaStream_t stream, int64_t rows, int64_t cols, Float
                           float* dw) {
   return each<transpose_add_at>(stream, rows * cols, rows, cols, from, device_dw, dw);
 }
+cudaError_t chunk_sum_add(cudaStream_t stream, int64_t chunks, int64_t count, const float* partials, float* dw) {
+  return each<chunk_sum_add_at>(stream, count, chunks, count, partials, dw);
+}
 cudaError_t box_copy(cudaStream_t stream, const Box& box, FloatType from, const void* x, FloatType to, void* y,
                      bool accumulate) {
   if (accumulate && to != FloatType::f32) return cudaErrorInvalidValue;

@@ -223,6 +223,9 @@ inline size_t multi_tensor_workspace_bytes(int64_t chunks, int32_t tensors) {
 // dw [rows, cols] += device_dw [cols, rows] (cuDNN's filter gradient, in `from`).
 [[nodiscard]] cudaError_t transpose_add(cudaStream_t stream, int64_t rows, int64_t cols, FloatType from,
                                         const void* device_dw, float* dw);
+// dw[count] += partials[0] + partials[1] + ... (chunks of `count` floats), summed in chunk order.
+[[nodiscard]] cudaError_t chunk_sum_add(cudaStream_t stream, int64_t chunks, int64_t count, const float* partials,
+                                        float* dw);
 // The box's positions of x copied into y (accumulate: added, y fp32), converted; see Box.
 [[nodiscard]] cudaError_t box_copy(cudaStream_t stream, const Box& box, FloatType from, const void* x, FloatType to,
                                    void* y, bool accumulate);

@@ -70,6 +70,14 @@ MLPH_KERNEL void transpose_add_at(int64_t i, int64_t rows, int64_t cols, FloatTy
   dw[i] += load_float(from, device_dw, c * rows + r);
 }
 
+// Element i of dw += the sum of `chunks` partial products `count` floats apart (a deterministic
+// chunked weight gradient, plan::DensePlan), added in chunk order: the same bits on every run.
+MLPH_KERNEL void chunk_sum_add_at(int64_t i, int64_t chunks, int64_t count, const float* partials, float* dw) {
+  float sum = partials[i];
+  for (int64_t c = 1; c < chunks; ++c) sum += partials[c * count + i];
+  dw[i] += sum;
+}
+
 // ---- explicit padding: a box of positions copied between two channels-last tensors ----
 
 // [batch, extent..., channels] positions (spatial dims right-aligned into 3, unused ones 1) read from

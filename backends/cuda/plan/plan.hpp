@@ -21,6 +21,7 @@ struct Options {
   bool deterministic = false;
   size_t workspace_cap = kDefaultWorkspaceCap;
   size_t bucket_bytes = kBucketBytes;
+  Pointwise pointwise = Pointwise::gemm;  // backend.pointwise: 1x1 stride-1 convs on cuBLASLt or cuDNN
 };
 
 struct DevicePlan {

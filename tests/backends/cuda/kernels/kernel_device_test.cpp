@@ -713,6 +713,14 @@ TEST_F(CudaKernelLaunchers, LayoutAndTypeLaunchersAreTheBodiesBits) {
   ok(transpose_add(kStream, wr, wc, FloatType::bf16, device_w.get(), dw.get()));
   each(wr * wc, [&](int64_t i) { transpose_add_at(i, wr, wc, FloatType::bf16, device_host.data(), dw_host.data()); });
   expect_same_bits(dw.read(), dw_host, "their gradient back");
+  // A chunked weight gradient's partials (7 chunks of 728 x 728) added in chunk order.
+  const int64_t chunks = 7, partial = 728 * 728;
+  const std::vector<float> partials = random_floats(chunks * partial, 85);
+  const Device<float> partials_dev(partials), summed(std::vector<float>(partial, 0.5f));
+  std::vector<float> summed_host(partial, 0.5f);
+  ok(chunk_sum_add(kStream, chunks, partial, partials_dev.get(), summed.get()));
+  each(partial, [&](int64_t i) { chunk_sum_add_at(i, chunks, partial, partials.data(), summed_host.data()); });
+  expect_same_bits(summed.read(), summed_host, "chunked partials in order");
   // A 3-D box into a padded buffer and back out, adding.
   Box pad;
   pad.batch = 2, pad.channels = 5;

@@ -939,6 +939,35 @@ TEST(CudaKernelBodies, ConvWeightsTransposeToCudnnsFilterLayoutAndTheirGradientB
   for (size_t i = 0; i < w.size(); ++i) ASSERT_EQ(from_half[i], bfloat16_to_float(float_to_bfloat16(w[i]))) << i;
 }
 
+// A deterministic pointwise-conv dw (plan::DensePlan's chunks): 3 partial products of 35 rows each,
+// as cuBLASLt's strided batch writes them (fp32 [in, out] each), added to dw in chunk order: the
+// fp32 sum in that order bit for bit, and within float rounding of the whole dw = x^T dy.
+TEST(CudaKernelBodies, ChunkedWeightGradientPartialsAddInChunkOrder) {
+  const int64_t rows = 105, in = 5, out = 3, chunks = 3, per = rows / chunks, count = in * out;
+  const std::vector<float> x = random_floats(rows * in, 41), dy = random_floats(rows * out, 42);
+  std::vector<float> partials(static_cast<size_t>(chunks * count));
+  std::vector<double> exact(static_cast<size_t>(count), 0.0);
+  for (int64_t c = 0; c < chunks; ++c)
+    for (int64_t i = 0; i < in; ++i)
+      for (int64_t o = 0; o < out; ++o) {
+        double sum = 0;
+        for (int64_t r = c * per; r < (c + 1) * per; ++r)
+          sum += static_cast<double>(x[static_cast<size_t>(r * in + i)]) * dy[static_cast<size_t>(r * out + o)];
+        partials[static_cast<size_t>(c * count + i * out + o)] = static_cast<float>(sum);
+        exact[static_cast<size_t>(i * out + o)] += sum;
+      }
+  const std::vector<float> start = random_floats(count, 43);
+  std::vector<float> dw = start;
+  each(count, [&](int64_t i) { chunk_sum_add_at(i, chunks, count, partials.data(), dw.data()); });
+  for (int64_t i = 0; i < count; ++i) {
+    const auto at = static_cast<size_t>(i);
+    float in_order = partials[at];
+    for (int64_t c = 1; c < chunks; ++c) in_order += partials[static_cast<size_t>(c * count + i)];
+    ASSERT_EQ(dw[at], start[at] + in_order) << i;
+    EXPECT_NEAR(dw[at], start[at] + exact[at], 1e-5 * (1 + std::fabs(exact[at]))) << i;
+  }
+}
+
 TEST(CudaKernelBodies, BoxCopiesPadAnInputAndCropItsGradientBack) {
   // x [2, 3, 4, 2] (a 2-D input: depth 1) into a zeroed padded [2, 5, 5, 2] at offset (1, 0): one row
   // of padding above, one below, one column after.

@@ -43,18 +43,21 @@ TEST(CudaSettings, DefaultsAreFp32NondeterministicGraphsOnAndAGibOfWorkspace) {
   EXPECT_TRUE(s.graphs);
   EXPECT_EQ(s.workspace_bytes, size_t{1} << 30);
   EXPECT_EQ(s.loss_scale, 65536.0f);
+  EXPECT_EQ(s.pointwise, plan::Pointwise::gemm);
 }
 
 TEST(CudaSettings, EveryOptionIsRead) {
   const Settings s = read_settings(options(
       {{"device", "3"}, {"precision", "bf16"}, {"deterministic", "1"}, {"workspace_mb", "256"}, {"graphs", "0"},
-       {"loss_scale", "1024"}}));
+       {"loss_scale", "1024"}, {"pointwise", "cudnn"}}));
   EXPECT_EQ(s.device, 3);
   EXPECT_EQ(s.compute.precision, sdk::Precision::bf16);
   EXPECT_TRUE(s.compute.deterministic);
   EXPECT_EQ(s.workspace_bytes, size_t{256} << 20);
   EXPECT_FALSE(s.graphs);
   EXPECT_EQ(s.loss_scale, 1024.0f);
+  EXPECT_EQ(s.pointwise, plan::Pointwise::cudnn);
+  EXPECT_EQ(read_settings(options({{"pointwise", "gemm"}})).pointwise, plan::Pointwise::gemm);
   for (const char* p : {"fp32", "tf32", "bf16", "fp16"})
     EXPECT_EQ(sdk::precision_name(read_settings(options({{"precision", p}})).compute.precision), std::string(p));
   EXPECT_TRUE(read_settings(options({{"graphs", "true"}})).graphs);
@@ -71,6 +74,8 @@ TEST(CudaSettings, BadOrUnknownOptionsFailInOneLineNamingThem) {
   EXPECT_EQ(error_of([] { read_settings(options({{"loss_scale", "1000"}})); }),
             "cuda backend: option 'loss_scale' is 1000; expected a power of two from 1 to 2^24");
   EXPECT_NE(error_of([] { read_settings(options({{"loss_scale", "0"}})); }).find("'loss_scale'"), std::string::npos);
+  EXPECT_EQ(error_of([] { read_settings(options({{"pointwise", "cublas"}})); }),
+            "cuda backend: option 'pointwise' is 'cublas'; expected gemm or cudnn");
 }
 
 // ---- the device of a rank --------------------------------------------------------------------------

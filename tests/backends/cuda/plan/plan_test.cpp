@@ -410,18 +410,24 @@ TEST(CudaPlanConv, FilterIsCudnnNhwcWithGroupsAndTheTransposeOfTheGraphsLayout) 
 // ---- dense -------------------------------------------------------------------------------------------
 
 // cuBLASLt's column-major D = op(A) op(B), leading dimensions as stored.
+// cuBLASLt's matmul as documented (column-major, strided batch), each product rounded to fp32 once.
 std::vector<float> gemm(const Gemm& g, const std::vector<float>& a, const std::vector<float>& b) {
-  std::vector<float> d(static_cast<size_t>(g.ldd * g.n), 0.0f);
-  for (int64_t i = 0; i < g.m; ++i)
-    for (int64_t j = 0; j < g.n; ++j) {
-      double sum = 0;
-      for (int64_t k = 0; k < g.k; ++k) {
-        const float av = g.transpose_a ? a[static_cast<size_t>(i * g.lda + k)] : a[static_cast<size_t>(k * g.lda + i)];
-        const float bv = g.transpose_b ? b[static_cast<size_t>(k * g.ldb + j)] : b[static_cast<size_t>(j * g.ldb + k)];
-        sum += av * bv;
+  std::vector<float> d(static_cast<size_t>(g.ldd * g.n + (g.batch - 1) * g.stride_d), 0.0f);
+  for (int64_t batch = 0; batch < g.batch; ++batch) {
+    const float* pa = a.data() + batch * g.stride_a;
+    const float* pb = b.data() + batch * g.stride_b;
+    float* pd = d.data() + batch * g.stride_d;
+    for (int64_t i = 0; i < g.m; ++i)
+      for (int64_t j = 0; j < g.n; ++j) {
+        double sum = 0;
+        for (int64_t k = 0; k < g.k; ++k) {
+          const float av = g.transpose_a ? pa[i * g.lda + k] : pa[k * g.lda + i];
+          const float bv = g.transpose_b ? pb[k * g.ldb + j] : pb[j * g.ldb + k];
+          sum += av * bv;
+        }
+        pd[j * g.ldd + i] = static_cast<float>(sum);
       }
-      d[static_cast<size_t>(j * g.ldd + i)] = static_cast<float>(sum);
-    }
+  }
   return d;
 }
 
@@ -444,6 +450,118 @@ TEST(CudaPlanDense, GemmsComputeForwardAndBothGradientsOnRowMajorBuffers) {
   expect_near(gemm(d.forward, w, x), y, "forward");
   expect_near(gemm(d.backward_data, w, dy), dx, "backward data");
   expect_near(gemm(d.backward_weights, dy, x), dw, "backward weights");
+}
+
+// ---- pointwise convs as gemms ----------------------------------------------------------------------
+
+// A 1x1 stride-1 conv (2-D and 3-D, with a bias, channels not a multiple of 8) lowered to cuBLASLt:
+// its forward is the graph's conv, its data and weight gradients the conv's adjoints, and a
+// deterministic dw in 3 chunks (a strided batch and the partials summed in chunk order) is the same dw.
+TEST(CudaPlanPointwise, GemmsComputeThe1x1ConvAndItsGradientsOnChannelsLastRows) {
+  for (const Shape& xshape : {Shape{2, 3, 5, 7}, Shape{1, 3, 2, 4, 5}}) {
+    const int64_t ci = xshape.back(), co = 6, rows = count(xshape) / ci;
+    Net net;
+    const size_t spatial = xshape.size() - 2;
+    Shape wshape(spatial, 1);
+    wshape.push_back(ci), wshape.push_back(co);
+    Shape yshape = xshape;
+    yshape.back() = co;
+    const int32_t y = net.op("conv", "pw", {net.input("x", xshape), net.param("w", wshape), net.param("b", {co})}, yshape);
+    const Program p = net.lower(y);
+    const NodeLowering l = lower_nodes(p)[index_of(p, "pw")];
+    ASSERT_EQ(l.engine, Engine::cublaslt_dense);
+    ASSERT_TRUE(l.dense && !l.conv);
+    const DensePlan& d = *l.dense;
+    EXPECT_TRUE(d.bias);
+    EXPECT_EQ(d.weight_chunks, 1);
+    const std::vector<float> x = random_floats(static_cast<size_t>(count(xshape)), 11);
+    const std::vector<float>& w = p.params[0].init;
+    const std::vector<float> dy = random_floats(static_cast<size_t>(rows * co), 12);
+    const ConvCase t{xshape, co, 1, 1, 1, 1, std::vector<int64_t>(spatial, 0), std::vector<int64_t>(spatial, 0), {}, false};
+    expect_near(gemm(d.forward, w, x), graph_conv(t, yshape, x, w), "forward");
+    std::vector<float> dx(x.size(), 0.0f), dw(w.size(), 0.0f);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < ci; ++i)
+        for (int64_t o = 0; o < co; ++o) {
+          dx[static_cast<size_t>(r * ci + i)] += dy[static_cast<size_t>(r * co + o)] * w[static_cast<size_t>(i * co + o)];
+          dw[static_cast<size_t>(i * co + o)] += x[static_cast<size_t>(r * ci + i)] * dy[static_cast<size_t>(r * co + o)];
+        }
+    expect_near(gemm(d.backward_data, w, dy), dx, "backward data");
+    expect_near(gemm(d.backward_weights, dy, x), dw, "backward weights");
+
+    ASSERT_EQ(rows % 3, 0);
+    const DensePlan chunked = plan_matmul(rows, ci, co, true, 3);
+    EXPECT_EQ(chunked.backward_weights.batch, 3);
+    EXPECT_EQ(chunked.partial_bytes(), static_cast<size_t>(3 * ci * co) * sizeof(float));
+    const std::vector<float> partials = gemm(chunked.backward_weights, dy, x);
+    std::vector<float> summed(w.size(), 0.0f);
+    for (size_t i = 0; i < summed.size(); ++i)
+      for (int64_t c = 0; c < 3; ++c) summed[i] += partials[static_cast<size_t>(c) * summed.size() + i];
+    expect_near(summed, dw, "chunked backward weights");
+  }
+}
+
+TEST(CudaPlanPointwise, OnlyUnpaddedUngroupedStrideOne1x1ConvsAreGemmsAndTheOptionKeepsThemOnCudnn) {
+  Net net;
+  const int32_t x = net.input("x", {2, 6, 6, 4});
+  int32_t h = net.op("conv", "pw", {x, net.param("w0", {1, 1, 4, 4})}, {2, 6, 6, 4});
+  h = net.op("conv", "strided", {h, net.param("w1", {1, 1, 4, 4})}, {2, 3, 3, 4}, {{"stride", {2, 2}}});
+  h = net.op("conv", "grouped", {h, net.param("w2", {1, 1, 2, 4})}, {2, 3, 3, 4}, {{"groups", 2.0}});
+  h = net.op("conv", "padded", {h, net.param("w3", {1, 1, 4, 4})}, {2, 5, 5, 4}, {{"padding", {1, 1}}});
+  h = net.op("conv", "k3", {h, net.param("w4", {3, 3, 4, 4})}, {2, 5, 5, 4}, {{"padding", {1, 1}}});
+  h = net.op("conv_transpose", "up", {h, net.param("w5", {1, 1, 4, 4})}, {2, 5, 5, 4});
+  const Program p = net.lower(h);
+  const std::vector<NodeLowering> gemm = lower_nodes(p), cudnn = lower_nodes(p, {Pointwise::cudnn});
+  for (const char* name : {"pw", "strided", "grouped", "padded", "k3", "up"}) {
+    const bool pointwise = std::string(name) == "pw";
+    EXPECT_EQ(is_pointwise(node_named(p, name)), pointwise) << name;
+    EXPECT_EQ(gemm[index_of(p, name)].engine == Engine::cublaslt_dense, pointwise) << name;
+    EXPECT_NE(cudnn[index_of(p, name)].engine, Engine::cublaslt_dense) << name;
+  }
+  // In bf16 cuBLASLt writes the pointwise conv's y and dx in fp32 (no scratch, no cast up); on cuDNN, half.
+  EXPECT_EQ(plan_precision(p, Precision::bf16, gemm).nodes[index_of(p, "pw")].writes, DType::f32);
+  EXPECT_EQ(plan_precision(p, Precision::bf16, cudnn).nodes[index_of(p, "pw")].writes, DType::bf16);
+  // Its weights are the matrix: in fp32 no device copy, no weight-gradient scratch (cuBLASLt adds dw in place).
+  const DevicePlan plan = make_plan(p, {});
+  const NodeMemory& m = plan.memory.nodes[index_of(p, "pw")];
+  EXPECT_FALSE(plan.memory.weights[static_cast<size_t>(value_named(p, "w0"))]);
+  EXPECT_FALSE(m.weight_gradient);
+  EXPECT_EQ(plan.memory.regions[static_cast<size_t>(m.reads[1].region)].kind, RegionKind::masters);
+  EXPECT_EQ(plan.memory.regions[static_cast<size_t>(m.gradients[1].region)].kind, RegionKind::gradients);
+  Options on_cudnn;
+  on_cudnn.pointwise = Pointwise::cudnn;
+  EXPECT_TRUE(make_plan(p, on_cudnn).memory.nodes[index_of(p, "pw")].weight_gradient);
+}
+
+// A deterministic dw fills the GPU with equal slices of the rows; without determinism cuBLASLt's split-K decides.
+TEST(CudaPlanPointwise, DeterministicWeightGradientsTakeEqualChunksThatFillTheGpu) {
+  const size_t cap = size_t{1} << 30;
+  EXPECT_EQ(weight_chunks(1769472, 256, 48, false, cap), 1);     // split-K's business
+  EXPECT_EQ(weight_chunks(1769472, 256, 48, true, cap), 64);      // 2 tiles: as many chunks as allowed
+  EXPECT_EQ(weight_chunks(27648, 728, 728, true, cap), 8);        // 36 tiles: 264/36 -> 8
+  EXPECT_EQ(weight_chunks(27648, 2048, 2048, true, cap), 2);      // 256 tiles: two products reach 264
+  EXPECT_EQ(weight_chunks(27648, 4096, 4096, true, cap), 1);      // 1024 tiles fill it alone
+  EXPECT_EQ(weight_chunks(4096, 64, 64, true, cap), 2);           // at least kChunkRows rows each
+  EXPECT_EQ(weight_chunks(2047, 64, 64, true, cap), 1);
+  EXPECT_EQ(weight_chunks(3 * 7 * 2048, 64, 64, true, cap), 21);  // a divisor of the rows: 21, not 64
+  EXPECT_EQ(weight_chunks(1 << 20, 1024, 1024, true, size_t{16} << 20), 1);  // 4 MiB partials, a quarter of 16 MiB
+  EXPECT_EQ(weight_chunks(1 << 20, 128, 128, true, size_t{1} << 20), 4);   // 64 KiB each, 256 KiB in all
+  for (int64_t rows : {4096L, 27648L, 1769472L, 3L * 7 * 2048}) {
+    const int64_t chunks = weight_chunks(rows, 100, 30, true, cap);
+    EXPECT_EQ(rows % chunks, 0) << rows;
+    EXPECT_GE(rows / chunks, kChunkRows) << rows;
+  }
+  // In the plan: deterministic runs chunk a long dw, others do not.
+  Net net;
+  const int32_t x = net.input("x", {2, 64, 64, 8});
+  const Program p = net.lower(net.op("conv", "pw", {x, net.param("w", {1, 1, 8, 4})}, {2, 64, 64, 4}));
+  Options deterministic;
+  deterministic.deterministic = true;
+  EXPECT_EQ(make_plan(p, {}).nodes[0].dense->weight_chunks, 1);
+  const DensePlan& d = *make_plan(p, deterministic).nodes[0].dense;
+  EXPECT_EQ(d.weight_chunks, 4);  // 8192 rows: slices of kChunkRows
+  EXPECT_EQ(d.backward_weights.k * d.weight_chunks, 2 * 64 * 64);
+  EXPECT_EQ(d.backward_weights.stride_b, 8 * d.backward_weights.k);
 }
 
 // ---- lowering ------------------------------------------------------------------------------------
@@ -543,12 +661,12 @@ Program mini_cosmoflow(int kernel = 3) {
 TEST(CudaPlanPrecision, Bf16ComputesConvAndDenseInHalfAndEverythingElseInFp32) {
   const Program p = mini_cosmoflow();
   for (Precision precision : {Precision::fp32, Precision::tf32, Precision::bf16, Precision::fp16}) {
-    const PrecisionPlan plan = plan_precision(p, precision);
+    const PrecisionPlan plan = plan_precision(p, precision, lower_nodes(p));
     for (size_t v = 0; v < p.values.size(); ++v)  // every value as declared: int16 data, fp32 activations
       EXPECT_EQ(plan.values[v], dtype_of(p.values[v].dtype)) << p.values[v].name << " " << name_of(precision);
     EXPECT_EQ(plan.loss_scaling, precision == Precision::fp16);
   }
-  const PrecisionPlan plan = plan_precision(p, Precision::bf16);
+  const PrecisionPlan plan = plan_precision(p, Precision::bf16, lower_nodes(p));
   EXPECT_EQ(plan.values[static_cast<size_t>(value_named(p, "x"))], DType::i16);
   const NodePrecision& conv1 = plan.nodes[index_of(p, "conv1")];
   EXPECT_EQ(conv1.reads, (std::vector<DType>{DType::bf16, DType::bf16, DType::f32}));  // x cast, weights' copy, bias
@@ -565,9 +683,9 @@ TEST(CudaPlanPrecision, Bf16ComputesConvAndDenseInHalfAndEverythingElseInFp32) {
   }
   EXPECT_EQ(plan.nodes[index_of(p, "loss")].reads, (std::vector<DType>{DType::f32, DType::f32}));
   EXPECT_EQ(plan.nodes[index_of(p, "log1p")].reads, (std::vector<DType>{DType::i16}));
-  EXPECT_EQ(plan_precision(p, Precision::fp16).nodes[index_of(p, "conv2")].writes, DType::f16);
+  EXPECT_EQ(plan_precision(p, Precision::fp16, lower_nodes(p)).nodes[index_of(p, "conv2")].writes, DType::f16);
   for (Precision precision : {Precision::fp32, Precision::tf32}) {
-    const PrecisionPlan full = plan_precision(p, precision);
+    const PrecisionPlan full = plan_precision(p, precision, lower_nodes(p));
     EXPECT_EQ(full.nodes[index_of(p, "conv1")].math, precision == Precision::fp32 ? MathMode::fma : MathMode::tf32);
     EXPECT_EQ(full.nodes[index_of(p, "dense1")].reads[0], DType::f32);
     EXPECT_EQ(full.nodes[index_of(p, "conv1")].writes, DType::f32);
@@ -585,7 +703,7 @@ TEST(CudaPlanPrecision, BatchNormAndEveryOtherKernelOpStayFp32InHalfPrecisions) 
   const int32_t sum = net.op("add", "add", {bn, net.param("bias_map", {2, 4, 4, 3})}, {2, 4, 4, 3});
   const int32_t y = net.op("relu", "relu", {sum}, {2, 4, 4, 3});
   const Program p = net.lower(y);
-  const PrecisionPlan plan = plan_precision(p, Precision::fp16);
+  const PrecisionPlan plan = plan_precision(p, Precision::fp16, lower_nodes(p));
   EXPECT_EQ(plan.nodes[index_of(p, "conv")].reads, (std::vector<DType>{DType::f16, DType::f16}));
   EXPECT_EQ(plan.values[static_cast<size_t>(c)], DType::f32);  // the conv's output, cast up
   EXPECT_EQ(plan.nodes[index_of(p, "bn")].data, DType::f32);
@@ -785,7 +903,7 @@ TEST(CudaPlanMemory, WorkspacesLiveOnlyAtTheirStep) {
   const Program p = net.lower(h);
   const std::vector<NodeLowering> l = lower_nodes(p);
   const Schedule s = plan_schedule(p, l);
-  const PrecisionPlan precision = plan_precision(p, Precision::fp32);
+  const PrecisionPlan precision = plan_precision(p, Precision::fp32, lower_nodes(p));
   Workspaces w;
   w.forward = {size_t{1} << 20, size_t{1} << 20, 0};
   w.backward = {size_t{3} << 20, size_t{2} << 20, 0};
