@@ -169,6 +169,13 @@ void CudaModel::make_conv(size_t k) {
   for (size_t p = 0; p < 3; ++p) {
     if (!runs[p]) continue;
     const auto pass = static_cast<ConvPass>(p);
+    // Compile once per shape: a conv whose descriptors equal an earlier one's takes its choice.
+    const plan::ConvKey key = plan::conv_key(c, precision.data, precision.math, static_cast<int>(p));
+    if (const auto known = chosen_.find(key); known != chosen_.end()) {
+      d.pass[p].set_math(where_, known->second.math, about);
+      r.conv_algo[p] = known->second.algo;
+      continue;
+    }
     runtime::ConvCandidates found = runtime::find_algorithms(where_, cudnn_->get(), d, pass, rule.deterministic, about);
     // The workspace each needs, asked with its math type (the heuristic's lists need not carry it).
     for (size_t i = 0; i < found.candidates.size(); ++i) {
@@ -190,6 +197,7 @@ void CudaModel::make_conv(size_t k) {
                              mib(rule.workspace_cap) + ")");
     d.pass[p].set_math(where_, found.math[static_cast<size_t>(chosen)], about);
     r.conv_algo[p] = found.candidates[static_cast<size_t>(chosen)].algo;
+    chosen_.emplace(key, ChosenAlgorithm{r.conv_algo[p], found.math[static_cast<size_t>(chosen)]});
   }
 }
 

@@ -173,6 +173,11 @@ class CudaModel final : public sdk::ModelProtocol {
   sdk::host::Program program_;
   plan::DevicePlan plan_;
   std::vector<NodeRuntime> nodes_;
+  struct ChosenAlgorithm {
+    int algo = -1;
+    cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  };
+  std::map<plan::ConvKey, ChosenAlgorithm> chosen_;  // compile: cuDNN's search, once per conv shape and pass
 
   // comms: the run's (borrowed), how gradients travel, batch-norm groups split from it
   const MLPH_CommsHandle* comms_;

@@ -763,10 +763,12 @@ TEST(CudaPlanAlgorithms, DeterminismMathAndWorkspaceCapDecideTheChoice) {
   };
   EXPECT_EQ(choose(algorithm_rule(Precision::fp32, false), found), 0);  // no tensor cores: TF32 off
   EXPECT_EQ(choose(algorithm_rule(Precision::tf32, false), found), 1);
-  EXPECT_EQ(choose(algorithm_rule(Precision::bf16, false), found), 1);
+  EXPECT_EQ(choose(algorithm_rule(Precision::bf16, false), found), 4);  // half data: no candidate dropped for its math
+  EXPECT_EQ(choose(algorithm_rule(Precision::fp16, false), {found[1], found[4]}), 1);
+  EXPECT_EQ(choose(algorithm_rule(Precision::tf32, false), {found[1], found[4]}), 0);  // would round fp32 to fp16
   EXPECT_EQ(choose(algorithm_rule(Precision::bf16, true), found), 0);  // first listed, deterministic
   EXPECT_EQ(choose(algorithm_rule(Precision::bf16, true), {found.begin() + 1, found.end()}), 2);  // algo 3
-  EXPECT_EQ(choose(algorithm_rule(Precision::bf16, false, size_t{4} << 30), found), 2);
+  EXPECT_EQ(choose(algorithm_rule(Precision::tf32, false, size_t{4} << 30), found), 2);
   EXPECT_EQ(choose(algorithm_rule(Precision::tf32, false, 32), {found[1], found[3]}), 1);  // 64 bytes > 32
   EXPECT_EQ(choose(algorithm_rule(Precision::fp32, true), {found[1], found[4], found[5]}), -1);
   const AlgorithmRule timed = algorithm_rule(Precision::fp16, false, size_t{1} << 30, size_t{1} << 29);
@@ -777,6 +779,39 @@ TEST(CudaPlanAlgorithms, DeterminismMathAndWorkspaceCapDecideTheChoice) {
   EXPECT_EQ(fixed.workspace_cap, size_t{1} << 30);  // the same choice whatever else runs
   EXPECT_EQ(fixed.selection, Selection::first_listed);
   EXPECT_FALSE(fixed.cublaslt_split_k);
+}
+
+// Compile once per shape: the key holds every descriptor field and nothing else.
+struct KeyCase {
+  int64_t edge = 8, stride = 1, dilation = 1, pad = 1;
+  bool bias = false, transpose = false;
+};
+ConvKey key_of(const KeyCase& t, DType data = DType::f32, MathMode math = MathMode::fma, int pass = 0) {
+  Net net;
+  const int32_t x = net.input("x", {2, t.edge, t.edge, 4});
+  std::vector<int32_t> inputs{x, net.param("w", {3, 3, 4, 4})};
+  if (t.bias) inputs.push_back(net.param("b", {4}));
+  const std::vector<sdk::AttrInit> attrs = {{"stride", {double(t.stride), double(t.stride)}},
+                                            {"dilation", {double(t.dilation), double(t.dilation)}},
+                                            {"padding", {double(t.pad), double(t.pad)}}};
+  const int64_t out = t.transpose ? (t.edge - 1) * t.stride - 2 * t.pad + t.dilation * 2 + 1
+                                  : (t.edge + 2 * t.pad - t.dilation * 2 - 1) / t.stride + 1;
+  const Program p = net.lower(net.op(t.transpose ? "conv_transpose" : "conv", "c", inputs, {2, out, out, 4}, attrs));
+  return conv_key(*lower_nodes(p)[index_of(p, "c")].conv, data, math, pass);
+}
+
+TEST(CudaPlanAlgorithms, ConvKeysDifferInEveryDescriptorFieldAndOnlyThere) {
+  const ConvKey base = key_of({});
+  EXPECT_EQ(base, key_of({.bias = true}));  // a bias is our kernel's, not the search's business
+  // Stride 4 with padding 1: dilation 1 and 2 give the same output size, only the dilation differs.
+  EXPECT_NE(key_of({.stride = 4, .dilation = 1}), key_of({.stride = 4, .dilation = 2}));
+  EXPECT_NE(base, key_of({.stride = 2}));
+  EXPECT_NE(base, key_of({.edge = 10}));
+  // A conv_transpose 4 -> 7 is the backward data of the conv 7 -> 4: the same descriptors, the same search.
+  EXPECT_EQ(key_of({.edge = 7, .stride = 2}, DType::f32, MathMode::fma, 1), key_of({.edge = 4, .stride = 2, .transpose = true}, DType::f32, MathMode::fma, 1));
+  EXPECT_NE(base, key_of({}, DType::bf16, MathMode::fma));
+  EXPECT_NE(key_of({}, DType::bf16, MathMode::tensor_op), key_of({}, DType::bf16, MathMode::fma));
+  EXPECT_NE(base, key_of({}, DType::f32, MathMode::fma, 2));
 }
 
 // ---- memory ----------------------------------------------------------------------------------------------
@@ -1101,6 +1136,34 @@ TEST(CudaPlanFigures, DeepCam768x1152AtBatch8) {
   deepcam::build_model(g, deepcam::DataSettings{}, deepcam::Normalization::identity(16), deepcam::OptimizerSettings{}, 8, 7);
   const Program p = sdk::host::lower_graph(*g.graph(), implemented());
   for (Precision precision : {Precision::fp32, Precision::bf16}) report("DeepCAM 768x1152 batch 8", p, precision);
+}
+
+// By default every 1x1 stride-1 conv of DeepCAM is a cuBLASLt gemm (backend.pointwise=cudnn: none), and
+// cuDNN's search runs once per distinct conv shape and pass, not once per conv.
+TEST(CudaPlanFigures, DeepCamsPointwiseConvsAreGemmsAndItsConvShapesRepeat) {
+  sdk::GraphBuilder g;
+  deepcam::build_model(g, deepcam::DataSettings{}, deepcam::Normalization::identity(16), deepcam::OptimizerSettings{}, 8, 7);
+  const Program p = sdk::host::lower_graph(*g.graph(), implemented());
+  const DevicePlan plan = make_plan(p, {Precision::bf16});
+  const std::vector<NodeLowering> cudnn = lower_nodes(p, {Pointwise::cudnn});
+  size_t pointwise = 0, convs = 0, searches = 0;
+  std::set<ConvKey> keys;
+  for (size_t k = 0; k < p.nodes.size(); ++k) {
+    if (is_pointwise(p.nodes[k])) {
+      ++pointwise;
+      EXPECT_EQ(plan.nodes[k].engine, Engine::cublaslt_dense) << p.nodes[k].name;
+      EXPECT_EQ(cudnn[k].engine, Engine::cudnn_conv) << p.nodes[k].name;
+    }
+    if (!plan.nodes[k].conv) continue;
+    ++convs;
+    const NodePrecision& n = plan.precision.nodes[k];
+    for (int pass = 0; pass < 3; ++pass, ++searches) keys.insert(conv_key(*plan.nodes[k].conv, n.data, n.math, pass));
+  }
+  EXPECT_GE(pointwise, 30u);  // the separable convs' pointwise halves and the skips
+  EXPECT_LT(keys.size() * 2, searches);  // at least half the searches are repeats
+  std::printf("DeepCAM 768x1152 batch 8: %zu pointwise convs on cuBLASLt; %zu convs left on cuDNN, %zu searches "
+              "for %zu distinct shapes and passes\n",
+              pointwise, convs, searches, keys.size());
 }
 #endif
 
