@@ -371,8 +371,16 @@ void CudaModel::upload_parameters() {
     check(cudaMemsetAsync(arena_.at(m.regions[static_cast<size_t>(region)].offset), 0,
                           m.regions[static_cast<size_t>(region)].bytes, stream()),
           "cudaMemsetAsync", "the parameters");
-  for (sdk::host::Param& p : program_.params) {
-    check(cudaMemcpyAsync(at(m.values[static_cast<size_t>(p.value)]), p.init.data(), p.init.size() * sizeof(float),
+  std::vector<std::vector<float>> device(program_.params.size());  // in the device's layout (plan/weights.hpp)
+  for (size_t i = 0; i < program_.params.size(); ++i) {
+    const sdk::host::Param& p = program_.params[i];
+    const float* init = p.init.data();
+    if (const plan::ParamMap& map = plan_.params[i]; !map.identity()) {
+      device[i].resize(p.init.size());
+      plan::to_device(map, init, device[i].data(), static_cast<int64_t>(p.init.size()));
+      init = device[i].data();
+    }
+    check(cudaMemcpyAsync(at(m.values[static_cast<size_t>(p.value)]), init, p.init.size() * sizeof(float),
                           cudaMemcpyHostToDevice, stream()),
           "cudaMemcpyAsync", "parameter '" + program_.value(p.value).name + "'");
   }

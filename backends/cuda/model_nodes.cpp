@@ -464,17 +464,20 @@ void CudaModel::conv_backward(size_t k) {
   }
   if (dx && dx_written != dx && !(!c.transpose && c.explicit_padding))
     check(convert_add(s, static_cast<int64_t>(dx_count), type, dx_written, dx), "convert_add", k);
-  // dw in cuDNN's layout and the node's type, then transposed and added into the gradient buffer.
+  // dw in cuDNN's layout, the masters' (plan/weights.hpp): fp32 added into the gradient buffer in place;
+  // half types written into the node's scratch, then cast and added.
   if (float* dw = at<float>(m.gradients[1])) {
     const auto pass = static_cast<size_t>(runtime::ConvPass::backward_filter);
     const void* x = c.transpose ? dy_operand : (c.explicit_padding ? at(m.padded) : at(m.reads[0]));
     const void* conv_dy = c.transpose ? at(m.reads[0]) : dy_operand;
+    void* dw_written = m.weight_gradient ? at(m.weight_gradient) : static_cast<void*>(dw);
     runtime::check(where_,
                    cudnnConvolutionBackwardFilter(cudnn_->get(), &kOne, d.x.get(), x, d.y.get(), conv_dy, d.pass[pass].get(),
                                                   static_cast<cudnnConvolutionBwdFilterAlgo_t>(r.conv_algo[pass]), ws,
-                                                  ws_bytes, &kZero, d.w.get(), at(m.weight_gradient)),
+                                                  ws_bytes, m.weight_gradient ? &kZero : &kOne, d.w.get(), dw_written),
                    "cudnnConvolutionBackwardFilter", about);
-    check(transpose_add(s, c.filter.rows, c.filter.cols, type, at(m.weight_gradient), dw), "transpose_add", k);
+    if (m.weight_gradient)
+      check(convert_add(s, c.filter.rows * c.filter.cols, type, dw_written, dw), "convert_add", k);
   }
   if (float* db = m.gradients.size() > 2 ? at<float>(m.gradients[2]) : nullptr) {
     const int64_t channels = c.transpose ? c.in.dims[1] : c.out.dims[1];

@@ -211,13 +211,6 @@ cudaError_t convert_add(cudaStream_t stream, int64_t n, FloatType from, const vo
 cudaError_t bias_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* b, float* y) {
   return each_row_channel<bias_forward_at>(stream, rows, channels, channels, b, y);
 }
-cudaError_t transpose(cudaStream_t stream, int64_t rows, int64_t cols, const float* w, FloatType to, void* device) {
-  return each<transpose_at>(stream, rows * cols, rows, cols, w, to, device);
-}
-cudaError_t transpose_add(cudaStream_t stream, int64_t rows, int64_t cols, FloatType from, const void* device_dw,
-                          float* dw) {
-  return each<transpose_add_at>(stream, rows * cols, rows, cols, from, device_dw, dw);
-}
 cudaError_t chunk_sum_add(cudaStream_t stream, int64_t chunks, int64_t count, const float* partials, float* dw) {
   return each<chunk_sum_add_at>(stream, count, chunks, count, partials, dw);
 }

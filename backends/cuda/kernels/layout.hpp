@@ -55,21 +55,6 @@ MLPH_KERNEL void bias_forward_at(int64_t r, int64_t c, int64_t channels, const f
 // db[c] += the sum over rows of dy (sums [C] from the reduction, in double).
 MLPH_KERNEL void bias_backward_at(int64_t c, const double* sums, float* db) { db[c] += static_cast<float>(sums[c]); }
 
-// ---- conv weights: the graph's [rows, cols] (rows = taps x Ci/groups, cols = Co) and cuDNN's
-// CUDNN_TENSOR_NHWC filter [Co, taps, Ci/groups], its transpose [cols, rows] (plan::FilterDesc) ----
-
-// Element i of the device copy, in `to`, from the fp32 masters.
-MLPH_KERNEL void transpose_at(int64_t i, int64_t rows, int64_t cols, const float* w, FloatType to, void* device) {
-  const int64_t c = i / rows, r = i - c * rows;
-  store_float(to, device, i, w[r * cols + c]);
-}
-// Element i (graph layout) of the weights' gradient += cuDNN's dw (device layout, in `from`).
-MLPH_KERNEL void transpose_add_at(int64_t i, int64_t rows, int64_t cols, FloatType from, const void* device_dw,
-                                  float* dw) {
-  const int64_t r = i / cols, c = i - r * cols;
-  dw[i] += load_float(from, device_dw, c * rows + r);
-}
-
 // Element i of dw += the sum of `chunks` partial products `count` floats apart (a deterministic
 // chunked weight gradient, plan::DensePlan), added in chunk order: the same bits on every run.
 MLPH_KERNEL void chunk_sum_add_at(int64_t i, int64_t chunks, int64_t count, const float* partials, float* dw) {

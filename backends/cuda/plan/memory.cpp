@@ -148,12 +148,13 @@ class Planner {
     for (const std::string& slot : p_.optimizer.state)
       out_.optimizer_slots.push_back(persistent(RegionKind::optimizer_slot, "optimizer " + slot, trainable));
     if (precision_.loss_scaling) persistent(RegionKind::loss_scale, "loss scale", 2 * sizeof(float));
-    // The device's weight copies: conv weights always (cuDNN's filter layout), dense ones in half types.
+    // The device's weight copies, in half types only: the masters are in the layout their reader
+    // reads (weights.hpp), so fp32 and tf32 read them as they are.
     out_.weights.resize(p_.values.size());
     const bool half = compute_dtype(precision_.precision) != DType::f32;
     for (size_t k = 0; k < p_.nodes.size(); ++k) {
       const Node& node = p_.nodes[k];
-      if (!lowering_[k].conv && !(lowering_[k].dense && half)) continue;
+      if (!(lowering_[k].conv || lowering_[k].dense) || !half) continue;
       const auto w = static_cast<size_t>(node.inputs[1]);
       if (out_.weights[w]) continue;
       out_.weights[w] = {persistent(RegionKind::weights, p_.values[w].name + " (device)",
@@ -234,7 +235,7 @@ class Planner {
       touch(m.gradients[i], s);
       m.accumulate[i] = param_slot(v) || !written_.insert(root(v)).second;
       if (is_weight_slot(node, i)) {
-        if (conv)
+        if (conv && precision_.nodes[k].data != DType::f32)  // cuDNN writes dw in the half type: cast and added after
           m.weight_gradient = scratch(RegionKind::weight_gradient, k, "weight gradient",
                                       numel(v) * bytes_of(precision_.nodes[k].reads[i]));
         touch(m.weight_gradient, s);

@@ -6,6 +6,7 @@ DevicePlan make_plan(const Program& program, const Options& options, const Works
   DevicePlan plan;
   plan.nodes = lower_nodes(program, {options.pointwise, options.deterministic, options.workspace_cap});
   plan.precision = plan_precision(program, options.precision, plan.nodes);
+  plan.params = param_maps(program, plan.nodes);
   plan.schedule = plan_schedule(program, plan.nodes);
   plan.memory = plan_memory(program, plan.nodes, plan.precision, plan.schedule, workspaces);
   plan.buckets = plan_buckets(program, plan.memory.params, plan.schedule, options.bucket_bytes);

@@ -6,6 +6,7 @@
 //   memory.hpp      the step schedule and the arena: every region's offset
 //   buckets.hpp     the gradient buckets reduced during backward
 //   algorithms.hpp  how algorithms are chosen on the GPU (determinism, workspace cap)
+//   weights.hpp     each parameter's device layout (conv weights in cuDNN's filter layout)
 #pragma once
 
 #include "algorithms.hpp"
@@ -13,6 +14,7 @@
 #include "lowering.hpp"
 #include "memory.hpp"
 #include "precision.hpp"
+#include "weights.hpp"
 
 namespace mlph::cuda::plan {
 
@@ -31,6 +33,7 @@ struct DevicePlan {
   MemoryPlan memory;
   std::vector<Bucket> buckets;
   AlgorithmRule algorithms;
+  std::vector<ParamMap> params;  // per Program::params entry: its device layout
 };
 
 // Everything for `program`. `workspaces`: the bytes the chosen algorithms need (empty before they

@@ -700,19 +700,6 @@ TEST_F(CudaKernelLaunchers, LayoutAndTypeLaunchersAreTheBodiesBits) {
   std::vector<float> db_host(channels, 0.5f);
   each(channels, [&](int64_t c) { bias_backward_at(c, sums.data(), db_host.data()); });
   expect_same_bits(db.read(), db_host, "bias backward");
-  // Conv weights into cuDNN's layout (bf16) and their gradient back.
-  const int64_t wr = 3 * 3 * 3 * 64, wc = 128;
-  const std::vector<float> w = random_floats(wr * wc, 84);
-  const Device<float> w_dev(w), dw(std::vector<float>(w.size(), 0.25f));
-  const Device<uint16_t> device_w(w.size());
-  std::vector<uint16_t> device_host(w.size());
-  std::vector<float> dw_host(w.size(), 0.25f);
-  ok(transpose(kStream, wr, wc, w_dev.get(), FloatType::bf16, device_w.get()));
-  each(wr * wc, [&](int64_t i) { transpose_at(i, wr, wc, w.data(), FloatType::bf16, device_host.data()); });
-  expect_same_bits(device_w.read(), device_host, "weights into cuDNN's layout");
-  ok(transpose_add(kStream, wr, wc, FloatType::bf16, device_w.get(), dw.get()));
-  each(wr * wc, [&](int64_t i) { transpose_add_at(i, wr, wc, FloatType::bf16, device_host.data(), dw_host.data()); });
-  expect_same_bits(dw.read(), dw_host, "their gradient back");
   // A chunked weight gradient's partials (7 chunks of 728 x 728) added in chunk order.
   const int64_t chunks = 7, partial = 728 * 728;
   const std::vector<float> partials = random_floats(chunks * partial, 85);

@@ -919,26 +919,6 @@ TEST(CudaKernelBodies, ConvertsRoundToNearestEvenAndCastAndAddAddsTheRoundedValu
   expect_same_bits(copy, x, "f32 copy");
 }
 
-TEST(CudaKernelBodies, ConvWeightsTransposeToCudnnsFilterLayoutAndTheirGradientBack) {
-  // w [taps * Ci, Co] = [3 * 2, 4] (the graph's), the device's [Co, taps, Ci]: element (o, t, i) is w[t * 2 + i][o].
-  const int64_t rows = 6, cols = 4;
-  const std::vector<float> w = random_floats(rows * cols, 32);
-  std::vector<float> device(w.size());
-  each(rows * cols, [&](int64_t i) { transpose_at(i, rows, cols, w.data(), FloatType::f32, device.data()); });
-  for (int64_t o = 0; o < cols; ++o)
-    for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(device[static_cast<size_t>(o * rows + r)], w[static_cast<size_t>(r * cols + o)]);
-  std::vector<uint16_t> half(w.size());
-  each(rows * cols, [&](int64_t i) { transpose_at(i, rows, cols, w.data(), FloatType::bf16, half.data()); });
-  EXPECT_EQ(half[1], float_to_bfloat16(w[static_cast<size_t>(1 * cols + 0)]));  // (o 0, r 1)
-  // The gradient goes back through the same map, added: dw = 1 + device.
-  std::vector<float> dw(w.size(), 1.0f);
-  each(rows * cols, [&](int64_t i) { transpose_add_at(i, rows, cols, FloatType::f32, device.data(), dw.data()); });
-  for (size_t i = 0; i < w.size(); ++i) ASSERT_EQ(dw[i], 1.0f + w[i]) << i;
-  std::vector<float> from_half(w.size(), 0.0f);
-  each(rows * cols, [&](int64_t i) { transpose_add_at(i, rows, cols, FloatType::bf16, half.data(), from_half.data()); });
-  for (size_t i = 0; i < w.size(); ++i) ASSERT_EQ(from_half[i], bfloat16_to_float(float_to_bfloat16(w[i]))) << i;
-}
-
 // A deterministic pointwise-conv dw (plan::DensePlan's chunks): 3 partial products of 35 rows each,
 // as cuBLASLt's strided batch writes them (fp32 [in, out] each), added to dw in chunk order: the
 // fp32 sum in that order bit for bit, and within float rounding of the whole dw = x^T dy.

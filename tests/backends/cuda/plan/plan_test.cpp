@@ -407,6 +407,53 @@ TEST(CudaPlanConv, FilterIsCudnnNhwcWithGroupsAndTheTransposeOfTheGraphsLayout) 
   EXPECT_FALSE(c.bias);
 }
 
+// ---- the parameters' device layout -----------------------------------------------------------------
+
+// Conv weights on cuDNN live as its NHWC filter (the emulation above reads that), in the masters, the
+// gradient buffer and the optimizer slots alike; every other parameter as the model has it. The model's
+// layout comes back whole (read_parameter, read_state, checkpoints).
+TEST(CudaPlanWeights, ConvMastersAreCudnnsFilterAndTheModelsLayoutComesBack) {
+  Net net;
+  const int32_t x = net.input("x", {2, 5, 4, 3, 6});
+  int32_t h = net.op("conv", "c3", {x, net.param("w3", {3, 3, 3, 3, 4}), net.param("b3", {4})}, {2, 5, 4, 3, 4},
+                     {{"padding", {1, 1, 1}}, {"groups", 2.0}});
+  h = net.op("conv", "pw", {h, net.param("wp", {1, 1, 1, 4, 5})}, {2, 5, 4, 3, 5});
+  h = net.op("conv_transpose", "up", {h, net.param("wt", {2, 2, 2, 3, 5})}, {2, 10, 8, 6, 3}, {{"stride", {2, 2, 2}}});
+  const Program p = net.lower(h);
+  const DevicePlan plan = make_plan(p, {});
+  ASSERT_EQ(plan.params.size(), 4u);
+  for (size_t i = 0; i < p.params.size(); ++i) {
+    const std::string name = p.value(p.params[i].value).name;
+    const std::vector<float>& w = p.params[i].init;
+    const auto n = static_cast<int64_t>(w.size());
+    std::vector<float> device(w.size()), back(w.size());
+    to_device(plan.params[i], w.data(), device.data(), n);
+    to_model(plan.params[i], device.data(), back.data(), n);
+    EXPECT_EQ(back, w) << name;
+    if (name == "w3" || name == "wt") {
+      const Node& reader = node_named(p, name == "w3" ? "c3" : "up");
+      EXPECT_EQ(device, device_filter(plan.nodes[index_of(p, reader.name)].conv->filter, w)) << name;
+      EXPECT_NE(device, w) << name;
+    } else {
+      EXPECT_TRUE(plan.params[i].identity()) << name;  // the bias, the pointwise conv's (cuBLASLt) weights
+    }
+  }
+  EXPECT_FALSE(make_plan(p, {Precision::fp32, false, kDefaultWorkspaceCap, kBucketBytes, Pointwise::cudnn}).params[2].identity());  // wp on cuDNN
+}
+
+TEST(CudaPlanWeights, AWeightReadInTwoLayoutsFailsNamingBothNodes) {
+  Net net;
+  const int32_t x = net.input("x", {1, 4, 4, 2});
+  const int32_t w = net.param("w", {1, 1, 2, 2});
+  const int32_t a = net.op("conv", "gemm", {x, w}, {1, 4, 4, 2});
+  const int32_t b = net.op("conv", "strided", {a, w}, {1, 2, 2, 2}, {{"stride", {2, 2}}});
+  const Program p = net.lower(b);
+  EXPECT_EQ(error_of([&] { make_plan(p, {}); }),
+            "cuda backend: node 'strided' (conv): it reads parameter 'w' in another layout than node 'gemm' does; "
+            "the cuda backend keeps one");
+  EXPECT_EQ(error_of([&] { make_plan(p, {Precision::fp32, false, kDefaultWorkspaceCap, kBucketBytes, Pointwise::cudnn}); }), "");
+}
+
 // ---- dense -------------------------------------------------------------------------------------------
 
 // cuBLASLt's column-major D = op(A) op(B), leading dimensions as stored.
@@ -528,9 +575,11 @@ TEST(CudaPlanPointwise, OnlyUnpaddedUngroupedStrideOne1x1ConvsAreGemmsAndTheOpti
   EXPECT_FALSE(m.weight_gradient);
   EXPECT_EQ(plan.memory.regions[static_cast<size_t>(m.reads[1].region)].kind, RegionKind::masters);
   EXPECT_EQ(plan.memory.regions[static_cast<size_t>(m.gradients[1].region)].kind, RegionKind::gradients);
-  Options on_cudnn;
+  Options on_cudnn;  // bf16 on cuDNN: a half copy, and dw written in half then cast and added
   on_cudnn.pointwise = Pointwise::cudnn;
+  on_cudnn.precision = Precision::bf16;
   EXPECT_TRUE(make_plan(p, on_cudnn).memory.nodes[index_of(p, "pw")].weight_gradient);
+  EXPECT_TRUE(make_plan(p, on_cudnn).memory.weights[static_cast<size_t>(value_named(p, "w0"))]);
 }
 
 // A deterministic dw fills the GPU with equal slices of the rows; without determinism cuBLASLt's split-K decides.
@@ -869,9 +918,9 @@ TEST(CudaPlanMemory, LivesFollowForwardReadsAndWhatBackwardKeeps) {
   EXPECT_EQ(life("c", true), std::pair(7, 8));
   EXPECT_FALSE(m.value_gradients[static_cast<size_t>(x)]);  // data gets none
   const NodeMemory& conv = m.nodes[index_of(p, "c")];
-  EXPECT_EQ(region_at(m, conv.weight_gradient).first, 8);
-  EXPECT_EQ(region_at(m, conv.weight_gradient).last, 8);
-  EXPECT_EQ(region_at(m, conv.reads[1]).kind, RegionKind::weights);  // cuDNN's layout, even in fp32
+  EXPECT_FALSE(conv.weight_gradient);  // fp32: cuDNN adds dw into the gradient buffer, in the masters' layout
+  EXPECT_EQ(region_at(m, conv.reads[1]).kind, RegionKind::masters);  // the masters are cuDNN's filter (weights.hpp)
+  EXPECT_EQ(region_at(m, conv.gradients[1]).kind, RegionKind::gradients);
   const NodeMemory& dense = m.nodes[index_of(p, "d")];
   EXPECT_EQ(region_at(m, dense.reads[1]).kind, RegionKind::masters);  // fp32 dense reads the master
   EXPECT_EQ(region_at(m, dense.gradients[1]).kind, RegionKind::gradients);
