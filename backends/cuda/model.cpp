@@ -282,7 +282,12 @@ void CudaModel::refresh_weights(int32_t value) {
     const plan::DType type = plan_.precision.nodes[k].reads[1];
     const FloatType to = type == plan::DType::bf16 ? FloatType::bf16 : type == plan::DType::f16 ? FloatType::f16 : FloatType::f32;
     const float* master = at<float>(plan_.memory.values[w]);
-    check(convert(stream(), numel(n.inputs[1]), FloatType::f32, master, to, at(copy)), "convert", k);
+    if (const auto& conv = plan_.nodes[k].conv; conv && conv->channels)  // padded: zero rows past its channels
+      check(channels_copy(stream(), numel(n.inputs[1]) / conv->channels, conv->channels, plan::kTensorCoreChannels,
+                          FloatType::f32, master, to, at(copy), false),
+            "channels_copy", k);
+    else
+      check(convert(stream(), numel(n.inputs[1]), FloatType::f32, master, to, at(copy)), "convert", k);
   }
 }
 

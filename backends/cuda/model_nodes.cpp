@@ -48,11 +48,18 @@ void CudaModel::forward(size_t k, bool training) {
   const plan::NodePrecision& precision = plan_.precision.nodes[k];
   const NodeRuntime& r = nodes_[k];
   const cudaStream_t s = stream();
-  for (size_t i = 0; i < n.inputs.size(); ++i)  // the half copies this node is the first to read
-    if (m.makes_cast[i])
-      check(convert(s, numel(n.inputs[i]), FloatType::f32, at(plan_.memory.values[static_cast<size_t>(n.inputs[i])]),
-                    float_type(precision.reads[i]), at(m.reads[i])),
+  const auto& conv = plan_.nodes[k].conv;
+  for (size_t i = 0; i < n.inputs.size(); ++i) {  // the half copies this node is the first to read
+    if (!m.makes_cast[i]) continue;
+    const void* value = at(plan_.memory.values[static_cast<size_t>(n.inputs[i])]);
+    if (i == 0 && conv && conv->channels && !conv->transpose)  // padded channels (plan::pad_channels)
+      check(channels_copy(s, numel(n.inputs[0]) / conv->channels, conv->channels, plan::kTensorCoreChannels,
+                          FloatType::f32, value, float_type(precision.reads[0]), at(m.reads[0]), false),
+            "channels_copy", k);
+    else
+      check(convert(s, numel(n.inputs[i]), FloatType::f32, value, float_type(precision.reads[i]), at(m.reads[i])),
             "convert", k);
+  }
   auto in = [&](size_t i) { return at<float>(m.reads[i]); };
   float* y = at<float>(m.output);
   const int64_t count = numel(n.output), rows = n.rows.rows, channels = n.rows.channels;
@@ -201,9 +208,14 @@ void CudaModel::conv_forward(size_t k) {
       written = y;
     }
   }
-  if (written != y) check(convert(s, numel(program_.nodes[k].output), type, written, FloatType::f32, y), "convert", k);
+  if (written != y && c.channels)  // conv_transpose's padded channels: cropped as they are cast up
+    check(channels_copy(s, numel(program_.nodes[k].output) / c.channels, plan::kTensorCoreChannels, c.channels, type,
+                        written, FloatType::f32, y, false),
+          "channels_copy", k);
+  else if (written != y)
+    check(convert(s, numel(program_.nodes[k].output), type, written, FloatType::f32, y), "convert", k);
   if (c.bias) {
-    const int64_t channels = c.transpose ? c.in.dims[1] : c.out.dims[1];
+    const int64_t channels = program_.value(program_.nodes[k].output).shape.back();  // the graph's, never padded
     check(bias_forward(s, numel(program_.nodes[k].output) / channels, channels, at<float>(m.reads[2]), y), "bias_forward", k);
   }
 }
@@ -436,6 +448,11 @@ void CudaModel::conv_backward(size_t k) {
           "cudaMemsetAsync", k);
     check(box_copy(s, padding_box(c, true), FloatType::f32, dy, type, at(m.padded_gradient), false), "box_copy", k);
     dy_operand = at(m.padded_gradient);
+  } else if (m.output_gradient_cast && c.channels) {  // conv_transpose's padded channels: zeros past them
+    check(channels_copy(s, numel(n.output) / c.channels, c.channels, plan::kTensorCoreChannels, FloatType::f32, dy, type,
+                        at(m.output_gradient_cast), false),
+          "channels_copy", k);
+    dy_operand = at(m.output_gradient_cast);
   } else if (m.output_gradient_cast) {
     check(convert(s, numel(n.output), FloatType::f32, dy, type, at(m.output_gradient_cast)), "convert", k);
     dy_operand = at(m.output_gradient_cast);
@@ -476,11 +493,15 @@ void CudaModel::conv_backward(size_t k) {
                                                   static_cast<cudnnConvolutionBwdFilterAlgo_t>(r.conv_algo[pass]), ws,
                                                   ws_bytes, m.weight_gradient ? &kZero : &kOne, d.w.get(), dw_written),
                    "cudnnConvolutionBackwardFilter", about);
-    if (m.weight_gradient)
+    if (m.weight_gradient && c.channels)  // padded: each filter row's first channels, the rest are zero rows
+      check(channels_copy(s, c.filter.rows * c.filter.cols / plan::kTensorCoreChannels, plan::kTensorCoreChannels,
+                          c.channels, type, dw_written, FloatType::f32, dw, true),
+            "channels_copy", k);
+    else if (m.weight_gradient)
       check(convert_add(s, c.filter.rows * c.filter.cols, type, dw_written, dw), "convert_add", k);
   }
   if (float* db = m.gradients.size() > 2 ? at<float>(m.gradients[2]) : nullptr) {
-    const int64_t channels = c.transpose ? c.in.dims[1] : c.out.dims[1];
+    const int64_t channels = program_.value(program_.nodes[k].output).shape.back();  // the graph's, never padded
     check(bias_backward(s, numel(n.output) / channels, channels, dy, db, ws, ws_bytes), "bias_backward", k);
   }
 }

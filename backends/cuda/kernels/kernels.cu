@@ -214,6 +214,11 @@ cudaError_t bias_forward(cudaStream_t stream, int64_t rows, int64_t channels, co
 cudaError_t chunk_sum_add(cudaStream_t stream, int64_t chunks, int64_t count, const float* partials, float* dw) {
   return each<chunk_sum_add_at>(stream, count, chunks, count, partials, dw);
 }
+cudaError_t channels_copy(cudaStream_t stream, int64_t rows, int64_t src_width, int64_t dst_width, FloatType from,
+                          const void* x, FloatType to, void* y, bool accumulate) {
+  if (accumulate && to != FloatType::f32) return cudaErrorInvalidValue;
+  return each<channels_copy_at>(stream, rows * dst_width, src_width, dst_width, from, x, to, y, accumulate);
+}
 cudaError_t box_copy(cudaStream_t stream, const Box& box, FloatType from, const void* x, FloatType to, void* y,
                      bool accumulate) {
   if (accumulate && to != FloatType::f32) return cudaErrorInvalidValue;

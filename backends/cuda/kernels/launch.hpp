@@ -220,6 +220,10 @@ inline size_t multi_tensor_workspace_bytes(int64_t chunks, int32_t tensors) {
 // dw[count] += partials[0] + partials[1] + ... (chunks of `count` floats), summed in chunk order.
 [[nodiscard]] cudaError_t chunk_sum_add(cudaStream_t stream, int64_t chunks, int64_t count, const float* partials,
                                         float* dw);
+// y [rows, dst_width] (=, or += in fp32 when `accumulate`) x [rows, src_width], converted, channels
+// padded with zeros or cropped (channels_copy_at).
+[[nodiscard]] cudaError_t channels_copy(cudaStream_t stream, int64_t rows, int64_t src_width, int64_t dst_width,
+                                        FloatType from, const void* x, FloatType to, void* y, bool accumulate);
 // The box's positions of x copied into y (accumulate: added, y fp32), converted; see Box.
 [[nodiscard]] cudaError_t box_copy(cudaStream_t stream, const Box& box, FloatType from, const void* x, FloatType to,
                                    void* y, bool accumulate);

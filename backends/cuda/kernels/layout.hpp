@@ -94,6 +94,22 @@ MLPH_KERNEL void box_copy_at(int64_t i, const Box& b, FloatType from, const void
     store_float(to, y, t * b.channels + c, v);
 }
 
+// ---- padded channels: rows of `src_width` channels copied into rows of `dst_width` ----
+
+// Element i of y [rows, dst_width] from x [rows, src_width], converted: padding (dst_width wider)
+// writes zeros past x's channels, cropping (narrower) drops x's last ones; with `accumulate`, y (fp32)
+// += instead. Tensor cores want channels in multiples of 8 (plan::ConvPlan::channels): CosmoFlow's
+// 4 input channels and DeepCAM's 3 output classes are padded to 8 where they are cast anyway.
+MLPH_KERNEL void channels_copy_at(int64_t i, int64_t src_width, int64_t dst_width, FloatType from, const void* x,
+                                  FloatType to, void* y, bool accumulate) {
+  const int64_t r = i / dst_width, c = i - r * dst_width;
+  const float v = c < src_width ? load_float(from, x, r * src_width + c) : 0.0f;
+  if (accumulate)
+    static_cast<float*>(y)[i] += v;
+  else
+    store_float(to, y, i, v);
+}
+
 // ---- labels: the first bad one of any step, kept until the host reads it ----
 
 // latched [2] = {position, label} of the first label outside [0, classes) seen since it was cleared

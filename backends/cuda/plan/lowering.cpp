@@ -95,6 +95,22 @@ ConvPlan plan_conv(const Program& p, const Node& node) {
   return c;
 }
 
+bool pads_channels(const ConvPlan& c, bool half, bool input_needs_gradient) {
+  const int64_t channels = c.in.dims[1];
+  return half && c.groups == 1 && !c.explicit_padding && channels < kTensorCoreChannels &&
+         (c.transpose || !input_needs_gradient);
+}
+
+void pad_channels(ConvPlan& c) {
+  c.channels = c.in.dims[1];
+  std::vector<int64_t> shape{c.in.dims[0]};
+  for (int d = 0; d < c.spatial; ++d) shape.push_back(c.in.dims[static_cast<size_t>(2 + d)]);
+  shape.push_back(kTensorCoreChannels);
+  c.in = channels_last(shape);
+  c.filter.dims[1] = kTensorCoreChannels;
+  c.filter.rows = c.filter.rows / c.channels * kTensorCoreChannels;
+}
+
 BatchNormPlan plan_batch_norm(const Program& p, const Node& node) {
   const int64_t c = node.rows.channels, n = p.value(node.inputs[0]).shape[0];
   return {channels_last({n, node.rows.rows / n, 1, c}), c, node.batch_norm.eps, node.batch_norm.momentum};
@@ -158,6 +174,8 @@ std::vector<NodeLowering> lower_nodes(const Program& p, const LoweringOptions& o
         }
         l.engine = node.kind == OpKind::conv ? Engine::cudnn_conv : Engine::cudnn_conv_transpose;
         l.conv = plan_conv(p, node);
+        if (pads_channels(*l.conv, options.half, p.needs_gradient[static_cast<size_t>(node.inputs[0])]))
+          pad_channels(*l.conv);
         break;
       case OpKind::dense:
         check_weights_are_parameters(p, node);

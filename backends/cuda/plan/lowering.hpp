@@ -84,7 +84,26 @@ struct ConvPlan {
   TensorDesc padded;                 // explicit_padding: the conv's input side, padded
   std::array<int64_t, 3> offset{};   // explicit_padding: where the unpadded tensor starts in it
   std::array<int64_t, 3> copied{};   // explicit_padding: positions of the unpadded tensor that fit in it
+  // Padded channels (pad_channels): the input side's channels as the graph has them; 0 when
+  // `in` and the filter's Ci are the graph's. Otherwise both have kTensorCoreChannels.
+  int64_t channels = 0;
 };
+
+// Tensor cores (bf16, fp16) want channels in multiples of 8; a conv with fewer on its input side
+// runs at a fraction of their speed (CosmoFlow's conv1, 4 channels: 8 TFLOP/s on an H200). Such a
+// cuDNN conv is padded to 8 channels where it is cast anyway, invisibly outside the backend (the
+// fp32 masters, gradients, checkpoints keep the graph's shapes):
+//   conv (CosmoFlow conv1, 4 -> 8): x cast into an 8-channel half buffer, zeros in 4-7; the weights'
+//     half copy [Co, taps, 8] with zero rows (cast from the unpadded masters after each update, so
+//     they stay zero); dw written [Co, taps, 8] and its first channels added into the gradient.
+//     Only when x needs no gradient (a padded dx would need cropping: no graph of ours has one).
+//   conv_transpose (DeepCAM last_deconv, 3 classes -> 8): the adjoint conv's input side is the node's
+//     output: backward-data writes 8 half channels, cropped to 3 as they are cast up (the loss reads
+//     3); dy is cast into 8 with zeros for its backward.
+// One group, no explicit padding, half precisions only (fp32 and tf32 gain nothing from it).
+inline constexpr int64_t kTensorCoreChannels = 8;
+bool pads_channels(const ConvPlan& conv, bool half, bool input_needs_gradient);
+void pad_channels(ConvPlan& conv);
 
 // cuDNN spatial batch norm (CUDNN_BATCHNORM_SPATIAL): x and y as `x`, any [N, S..., C] seen as the
 // 4-D [N, C, P, 1] (P = the spatial positions; the statistics are over N, H and W alike); scale,
@@ -138,6 +157,7 @@ struct LoweringOptions {
   Pointwise pointwise = Pointwise::gemm;
   bool deterministic = false;
   size_t workspace_cap = size_t{1} << 30;
+  bool half = false;  // bf16, fp16: tensor cores (pads_channels)
 };
 
 // A node as the device runs it.

@@ -700,6 +700,19 @@ TEST_F(CudaKernelLaunchers, LayoutAndTypeLaunchersAreTheBodiesBits) {
   std::vector<float> db_host(channels, 0.5f);
   each(channels, [&](int64_t c) { bias_backward_at(c, sums.data(), db_host.data()); });
   expect_same_bits(db.read(), db_host, "bias backward");
+  // Padded channels: 4 -> 8 (bf16, zeros), then cropped back to 3 and added into fp32.
+  const int64_t channel_rows = 70001;
+  const std::vector<float> x4 = random_floats(channel_rows * 4, 86);
+  const Device<float> x4_dev(x4), added(std::vector<float>(channel_rows * 3, 0.75f));
+  const Device<uint16_t> x8_dev(channel_rows * 8);
+  std::vector<uint16_t> x8(channel_rows * 8);
+  std::vector<float> added_host(channel_rows * 3, 0.75f);
+  ok(channels_copy(kStream, channel_rows, 4, 8, FloatType::f32, x4_dev.get(), FloatType::bf16, x8_dev.get(), false));
+  each(channel_rows * 8, [&](int64_t i) { channels_copy_at(i, 4, 8, FloatType::f32, x4.data(), FloatType::bf16, x8.data(), false); });
+  expect_same_bits(x8_dev.read(), x8, "channels padded");
+  ok(channels_copy(kStream, channel_rows, 8, 3, FloatType::bf16, x8_dev.get(), FloatType::f32, added.get(), true));
+  each(channel_rows * 3, [&](int64_t i) { channels_copy_at(i, 8, 3, FloatType::bf16, x8.data(), FloatType::f32, added_host.data(), true); });
+  expect_same_bits(added.read(), added_host, "channels cropped and added");
   // A chunked weight gradient's partials (7 chunks of 728 x 728) added in chunk order.
   const int64_t chunks = 7, partial = 728 * 728;
   const std::vector<float> partials = random_floats(chunks * partial, 85);

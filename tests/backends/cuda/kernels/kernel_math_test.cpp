@@ -948,6 +948,32 @@ TEST(CudaKernelBodies, ChunkedWeightGradientPartialsAddInChunkOrder) {
   }
 }
 
+// Padded channels (plan::ConvPlan::channels): CosmoFlow's 4 input channels cast into 8 with zeros
+// past them, DeepCAM's 8-wide half output cropped to its 3 classes and cast up, a padded half weight
+// gradient cropped and added into the fp32 one; 7 rows (odd), widths not multiples of 8 either way.
+TEST(CudaKernelBodies, ChannelsPadWithZerosCropAndAddAcrossTypes) {
+  const int64_t rows = 7;
+  const std::vector<float> x4 = random_floats(rows * 4, 51);
+  std::vector<uint16_t> x8(rows * 8, 0xffff);
+  each(rows * 8, [&](int64_t i) { channels_copy_at(i, 4, 8, FloatType::f32, x4.data(), FloatType::bf16, x8.data(), false); });
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < 8; ++c)
+      ASSERT_EQ(x8[static_cast<size_t>(r * 8 + c)], c < 4 ? float_to_bfloat16(x4[static_cast<size_t>(r * 4 + c)]) : 0) << r << " " << c;
+  std::vector<float> y3(rows * 3, -1.0f);
+  each(rows * 3, [&](int64_t i) { channels_copy_at(i, 8, 3, FloatType::bf16, x8.data(), FloatType::f32, y3.data(), false); });
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < 3; ++c)
+      ASSERT_EQ(y3[static_cast<size_t>(r * 3 + c)], bfloat16_to_float(float_to_bfloat16(x4[static_cast<size_t>(r * 4 + c)])));
+  std::vector<float> sum(rows * 3, 0.5f);
+  each(rows * 3, [&](int64_t i) { channels_copy_at(i, 8, 3, FloatType::bf16, x8.data(), FloatType::f32, sum.data(), true); });
+  for (size_t i = 0; i < sum.size(); ++i) ASSERT_EQ(sum[i], 0.5f + y3[i]) << i;
+  std::vector<float> padded(rows * 5, -1.0f);  // fp32 to fp32, 3 -> 5
+  each(rows * 5, [&](int64_t i) { channels_copy_at(i, 3, 5, FloatType::f32, y3.data(), FloatType::f32, padded.data(), false); });
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < 5; ++c)
+      ASSERT_EQ(padded[static_cast<size_t>(r * 5 + c)], c < 3 ? y3[static_cast<size_t>(r * 3 + c)] : 0.0f);
+}
+
 TEST(CudaKernelBodies, BoxCopiesPadAnInputAndCropItsGradientBack) {
   // x [2, 3, 4, 2] (a 2-D input: depth 1) into a zeroed padded [2, 5, 5, 2] at offset (1, 0): one row
   // of padding above, one below, one column after.

@@ -454,6 +454,65 @@ TEST(CudaPlanWeights, AWeightReadInTwoLayoutsFailsNamingBothNodes) {
   EXPECT_EQ(error_of([&] { make_plan(p, {Precision::fp32, false, kDefaultWorkspaceCap, kBucketBytes, Pointwise::cudnn}); }), "");
 }
 
+// ---- padded channels ------------------------------------------------------------------------------
+
+// [rows, width] rows widened to `padded` with zeros.
+std::vector<float> pad_rows(const std::vector<float>& v, int64_t width, int64_t padded) {
+  std::vector<float> out(v.size() / static_cast<size_t>(width) * static_cast<size_t>(padded), 0.0f);
+  for (size_t r = 0; r < v.size() / static_cast<size_t>(width); ++r)
+    for (int64_t c = 0; c < width; ++c) out[r * static_cast<size_t>(padded) + static_cast<size_t>(c)] = v[r * static_cast<size_t>(width) + static_cast<size_t>(c)];
+  return out;
+}
+
+// A conv with 4 input channels padded to 8 (x with zeros in 4-7, zero weight rows) is the graph's conv,
+// and a conv_transpose with 3 output channels padded to 8 gives the graph's output in its first 3.
+TEST(CudaPlanPadding, PaddedDescriptorsComputeTheGraphsConvAndConvTranspose) {
+  {
+    const ConvCase t{{2, 5, 4, 3, 4}, 6, 3, 1, 1, 1, {1, 1, 1}, {1, 1, 1}, {}, false};  // CosmoFlow conv1's shape
+    Net net;
+    const Shape out = conv_output(t);
+    const int32_t y = net.op("conv", "conv1", {net.input("x", t.x), net.param("w", {3, 3, 3, 4, 6})}, out, {{"padding", {1, 1, 1}}});
+    const Program p = net.lower(y);
+    ConvPlan c = plan_conv(p, node_named(p, "conv1"));
+    const ConvPlan plain = c;
+    ASSERT_TRUE(pads_channels(c, true, false));
+    EXPECT_FALSE(pads_channels(c, false, false));  // fp32, tf32: no tensor cores to feed
+    EXPECT_FALSE(pads_channels(c, true, true));    // a padded dx would need cropping
+    pad_channels(c);
+    EXPECT_EQ(c.channels, 4);
+    EXPECT_EQ(c.in.dims[1], 8);
+    EXPECT_EQ(c.in.strides[0], 5 * 4 * 3 * 8);
+    EXPECT_EQ(c.filter.dims[1], 8);
+    EXPECT_EQ(c.filter.rows, 27 * 8);
+    const std::vector<float> x = random_floats(static_cast<size_t>(count(t.x)), 61);
+    const std::vector<float>& w = p.params[0].init;
+    // The weights' half copy: the masters (cuDNN's layout, Ci innermost) with each row of Ci padded.
+    expect_near(CudnnEmulation(c).forward(pad_rows(x, 4, 8), pad_rows(device_filter(plain.filter, w), 4, 8)),
+                graph_conv(t, out, x, w), "padded conv");
+  }
+  {
+    const ConvCase t{{2, 3, 4, 16}, 3, 3, 2, 1, 1, {1, 1}, {1, 1}, {1, 1}, false};  // DeepCAM last_deconv's shape
+    Net net;
+    const Shape out = conv_transpose_output(t);
+    const int32_t y = net.op("conv_transpose", "up", {net.input("x", t.x), net.param("w", {3, 3, 3, 16})}, out,
+                             {{"stride", {2, 2}}, {"padding", {1, 1}}, {"output_padding", {1, 1}}});
+    const Program p = net.lower(y);
+    ConvPlan c = plan_conv(p, node_named(p, "up"));
+    const ConvPlan plain = c;
+    ASSERT_TRUE(pads_channels(c, true, true));
+    pad_channels(c);
+    EXPECT_EQ(c.channels, 3);
+    EXPECT_EQ(c.in.dims[1], 8);  // the adjoint's input: the node's output
+    const std::vector<float> x = random_floats(static_cast<size_t>(count(t.x)), 62);
+    const std::vector<float>& w = p.params[0].init;
+    const std::vector<float> y8 = CudnnEmulation(c).backward_data(x, pad_rows(device_filter(plain.filter, w), 3, 8));
+    std::vector<float> y3;
+    for (size_t r = 0; r < y8.size() / 8; ++r) y3.insert(y3.end(), y8.begin() + static_cast<long>(r * 8), y8.begin() + static_cast<long>(r * 8 + 3));
+    expect_near(y3, graph_conv_transpose(t, out, x, w), "padded conv_transpose, cropped");
+    for (size_t r = 0; r < y8.size() / 8; ++r) EXPECT_EQ(y8[r * 8 + 5], 0.0f);  // zero rows write zeros
+  }
+}
+
 // ---- dense -------------------------------------------------------------------------------------------
 
 // cuBLASLt's column-major D = op(A) op(B), leading dimensions as stored.
@@ -1038,7 +1097,8 @@ TEST(CudaPlanMemory, CastsAndScratchOfMixedPrecisionLiveWhereTheyAreRead) {
   const NodeMemory& conv1 = m.nodes[c1];
   const Region& cast = region_at(m, conv1.reads[0]);
   EXPECT_EQ(cast.kind, RegionKind::cast);
-  EXPECT_EQ(cast.name, "log1p as bfloat16");
+  EXPECT_EQ(cast.name, "log1p as bfloat16, channels padded");  // 4 channels cast into 8 (pad_channels)
+  EXPECT_EQ(cast.bytes, align_up(2 * 16 * 16 * 16 * 8 * 2, kAlignment));
   EXPECT_EQ(conv1.makes_cast, (std::vector<bool>{true, false, false}));
   EXPECT_EQ(cast.first, s.forward[c1]);
   EXPECT_EQ(cast.last, s.backward[c1]);  // conv keeps what it read
@@ -1056,7 +1116,8 @@ TEST(CudaPlanMemory, CastsAndScratchOfMixedPrecisionLiveWhereTheyAreRead) {
   const Region& dx = region_at(m, m.nodes[c2].gradient_scratch[0]);  // conv2's dx in bf16, then cast and added
   EXPECT_EQ(dx.kind, RegionKind::gradient_scratch);
   EXPECT_EQ(dx.first, s.backward[c2]);
-  EXPECT_EQ(region_at(m, conv1.reads[1]).bytes, align_up(3 * 3 * 3 * 4 * 4 * 2, kAlignment));  // bf16 weights
+  EXPECT_EQ(region_at(m, conv1.reads[1]).bytes, align_up(3 * 3 * 3 * 8 * 4 * 2, kAlignment));  // bf16 weights, padded
+  EXPECT_EQ(region_at(m, conv1.weight_gradient).bytes, align_up(3 * 3 * 3 * 8 * 4 * 2, kAlignment));
   const NodeMemory& dense1 = m.nodes[d1];
   EXPECT_EQ(region_at(m, dense1.reads[1]).kind, RegionKind::weights);
   EXPECT_FALSE(dense1.weight_gradient);      // cuBLASLt writes fp32 dw itself,
@@ -1082,7 +1143,7 @@ TEST(CudaPlanMemory, CastsAndScratchOfMixedPrecisionLiveWhereTheyAreRead) {
       EXPECT_EQ(scratch, 0u) << name_of(precision);
     } else {  // the inputs of conv1, conv2, dense1, dense2 and output
       const std::string half = name_of(compute_dtype(precision));
-      EXPECT_EQ(casts, (std::set<std::string>{"log1p as " + half, "conv1.pool as " + half, "conv2.pool as " + half,
+      EXPECT_EQ(casts, (std::set<std::string>{"log1p as " + half + ", channels padded", "conv1.pool as " + half, "conv2.pool as " + half,
                                               "dense1.dropout as " + half, "dense2.dropout as " + half}))
           << name_of(precision);
     }
@@ -1185,6 +1246,30 @@ TEST(CudaPlanFigures, DeepCam768x1152AtBatch8) {
   deepcam::build_model(g, deepcam::DataSettings{}, deepcam::Normalization::identity(16), deepcam::OptimizerSettings{}, 8, 7);
   const Program p = sdk::host::lower_graph(*g.graph(), implemented());
   for (Precision precision : {Precision::fp32, Precision::bf16}) report("DeepCAM 768x1152 batch 8", p, precision);
+}
+
+// The real graphs in bf16: CosmoFlow's conv1 and DeepCAM's last_deconv padded to 8 channels, nothing else;
+// no padding in fp32; the parameters keep the model's shapes (masters, gradients, checkpoints).
+TEST(CudaPlanFigures, Conv1AndLastDeconvArePaddedAndParametersKeepTheModelsShapes) {
+  sdk::GraphBuilder deepcam_graph, cosmoflow_graph;
+  deepcam::build_model(deepcam_graph, deepcam::DataSettings{}, deepcam::Normalization::identity(16), deepcam::OptimizerSettings{}, 8, 7);
+  cosmoflow::build_model(cosmoflow_graph, cosmoflow::ModelSettings{}, 0.9, 4, 7);
+  for (auto* g : {&cosmoflow_graph, &deepcam_graph}) {
+    const Program p = sdk::host::lower_graph(*g->graph(), implemented());
+    for (Precision precision : {Precision::fp32, Precision::bf16}) {
+      const DevicePlan plan = make_plan(p, {precision});
+      std::set<std::string> padded;
+      for (size_t k = 0; k < p.nodes.size(); ++k)
+        if (plan.nodes[k].conv && plan.nodes[k].conv->channels) padded.insert(p.nodes[k].name);
+      const std::set<std::string> expected = precision == Precision::fp32 ? std::set<std::string>{}
+                                             : g == &cosmoflow_graph     ? std::set<std::string>{"conv1"}
+                                                                         : std::set<std::string>{"decoder.last_deconv"};
+      EXPECT_EQ(padded, expected) << name_of(precision);
+      for (size_t i = 0; i < p.params.size(); ++i)
+        EXPECT_EQ(plan.memory.params.params[i].count, static_cast<size_t>(p.value(p.params[i].value).numel()))
+            << p.value(p.params[i].value).name;
+    }
+  }
 }
 
 // By default every 1x1 stride-1 conv of DeepCAM is a cuBLASLt gemm (backend.pointwise=cudnn: none), and
