@@ -4,6 +4,8 @@
 #   tools/setup.sh test   run the test suite
 #   tools/setup.sh slurm  install Slurm and MUNGE too, start a one-node cluster on this machine
 #                         (tools/slurm/local-cluster.sh, as root) and run the Slurm tests under it
+#   tools/setup.sh cluster  start a two-node cluster of namespaces on this machine, with Slurm across it
+#                         (tools/cluster/two-nodes.sh, as root), run the cluster tests across it, stop it
 # Environment: BUILD_DIR (default build), JOBS (default: all cores), MLPH_WERROR (default ON under CI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +15,7 @@ jobs=${JOBS:-$(nproc)}
 
 packages=(cmake ninja-build g++ pkg-config python3 python3-yaml
           libboost-dev libboost-program-options-dev libboost-filesystem-dev
-          libyaml-cpp-dev libfmt-dev libgtest-dev zlib1g-dev
+          libyaml-cpp-dev libfmt-dev libgtest-dev zlib1g-dev libdeflate-dev
           libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin libhdf5-dev libzstd-dev libarchive-dev
           python3-matplotlib)
 # Only the tests need these: the official result summarizer (pandas) and the PyTorch models that
@@ -24,6 +26,10 @@ test_packages=(python3-pandas python3-torch)
 # not started: tools/slurm/local-cluster.sh starts its own.
 slurm_packages=(slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins)
 [ "$mode" = slurm ] && packages+=("${slurm_packages[@]}")
+# Only the cluster tests need this: `ip` makes the two nodes' network (tools/cluster/two-nodes.sh;
+# nsenter and unshare are util-linux's, on every Debian); they run Slurm across the nodes too.
+cluster_packages=(iproute2)
+[ "$mode" = cluster ] && packages+=("${cluster_packages[@]}" "${slurm_packages[@]}")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -69,5 +75,13 @@ case "$mode" in
     trap "$as_root tools/slurm/local-cluster.sh stop" EXIT
     ctest --test-dir "$build" --output-on-failure -L '^slurm_test$'
     ;;
-  *) echo "usage: tools/setup.sh [run|test|slurm]" >&2; exit 2 ;;
+  cluster)
+    echo "== the cluster tests, across two nodes of namespaces (tools/cluster/two-nodes.sh, as root)"
+    as_root=""; [ "$(id -u)" -ne 0 ] && as_root="sudo"
+    trap "$as_root tools/cluster/two-nodes.sh stop" EXIT
+    $as_root tools/cluster/two-nodes.sh start
+    $as_root tools/cluster/two-nodes.sh slurm start
+    ctest --test-dir "$build" --output-on-failure -L '^cluster_test$'
+    ;;
+  *) echo "usage: tools/setup.sh [run|test|slurm|cluster]" >&2; exit 2 ;;
 esac

@@ -14,6 +14,37 @@ struct LossScale {
   int32_t good_steps;
 };
 
+// backend.profile's kind of a node, as mlperf-bench --layers names its rows (a conv is 1x1 or depthwise
+// where it is one), and the FLOPs of one convolution or matmul pass.
+std::string kind_of(const sdk::host::Node& n) {
+  using sdk::host::OpKind;
+  const sdk::host::Window& w = n.window;
+  if (n.kind == OpKind::conv && w.groups > 1 && w.groups == w.in_channels) return "depthwise";
+  if (n.kind == OpKind::conv && w.taps() == 1) return "1x1";
+  if (n.kind == OpKind::relu || n.kind == OpKind::leaky_relu || n.kind == OpKind::tanh) return "activation";
+  for (const auto& op : sdk::host::detail::kOps)
+    if (op.kind == n.kind) return std::string(op.name);
+  return "op";
+}
+// The least a node's pass moves: its inputs and output once in forward, twice in backward (read again
+// with the output's gradient, the inputs' gradients written), in their planned types.
+double pass_bytes(const sdk::host::Program& program, const plan::DevicePlan& plan, size_t k, bool backward) {
+  const sdk::host::Node& n = program.nodes[k];
+  const auto bytes = [&](int32_t v) {
+    return static_cast<double>(program.value(v).numel()) *
+           static_cast<double>(plan::bytes_of(plan.precision.values[static_cast<size_t>(v)]));
+  };
+  double total = bytes(n.output);
+  for (const int32_t v : n.inputs) total += bytes(v);
+  return backward ? 2 * total : total;
+}
+double pass_flops(const sdk::host::Node& n) {
+  using sdk::host::OpKind;
+  if (n.kind == OpKind::conv || n.kind == OpKind::conv_transpose) return 2.0 * n.window.macs();
+  if (n.kind == OpKind::dense) return 2.0 * static_cast<double>(n.dense.batch * n.dense.in * n.dense.out);
+  return 0;
+}
+
 }  // namespace
 
 CudaModel::~CudaModel() {
@@ -108,7 +139,9 @@ void CudaModel::run_train(const MLPH_Tensor* inputs, const sdk::StepPlan& step) 
   const bool update = step.apply_update;
   const std::vector<Task> tasks = train_tasks(plan_, program_, path_, update);
   runtime::Graph& graph = graphs_[update ? 1 : 0];
-  switch (policy_.next(update)) {
+  const GraphPolicy::Action action = policy_.next(update);
+  if (profiler_) profiler_->begin_step(stream(), action == GraphPolicy::Action::eager, action == GraphPolicy::Action::replay);
+  switch (action) {
     case GraphPolicy::Action::eager:
       enqueue_train(tasks);
       policy_.ran_eagerly(update);
@@ -133,6 +166,7 @@ void CudaModel::run_train(const MLPH_Tensor* inputs, const sdk::StepPlan& step) 
       graph.launch(where_, stream());
       break;
   }
+  if (profiler_) profiler_->end_step(stream());
   last_updated_ = update;
   gradients_scaled_ = settings_.compute.precision == sdk::Precision::fp16 && !update;
 }
@@ -156,6 +190,17 @@ void CudaModel::enqueue_train(const std::vector<Task>& tasks) {
 
 void CudaModel::run_task(const Task& task) {
   const auto k = static_cast<size_t>(task.index);
+  const bool node = task.kind == Task::Kind::forward || task.kind == Task::Kind::backward;
+  if (profiler_ && (node || task.kind == Task::Kind::update))
+    profiler_->begin(stream(), node ? program_.nodes[k].name : "update", node ? kind_of(program_.nodes[k]) : "update",
+                     task.kind == Task::Kind::forward ? "forward" : task.kind == Task::Kind::backward ? "backward" : "update",
+                     node ? pass_flops(program_.nodes[k]) : 0,
+                     node ? pass_bytes(program_, plan_, k, task.kind == Task::Kind::backward) : 0);
+  run_one(task, k);
+  if (profiler_) profiler_->end(stream());
+}
+
+void CudaModel::run_one(const Task& task, size_t k) {
   switch (task.kind) {
     case Task::Kind::forward:
       forward(k, true);

@@ -46,7 +46,9 @@ CudaModel::CudaModel(sdk::host::Program program, const MLPH_CommsHandle* comms, 
   make_tables();
   cudnn_ = std::make_unique<runtime::CudnnHandle>(where_, stream());
   cublaslt_ = std::make_unique<runtime::CublasLtHandle>(where_);
+  if (!settings_.profile_dir.empty()) profiler_ = std::make_unique<runtime::Profiler>(where_, settings_.profile_dir, device_);
   plan_device();
+  if (profiler_) profiler_->write_find();
 
   arena_ = runtime::DeviceBuffer(where_, plan_.memory.arena_bytes, "the model's arena");
   lay_out_control_block();
@@ -89,7 +91,7 @@ void CudaModel::check_memory(size_t arena, const char* when) const {
 
 void CudaModel::plan_device() {
   const plan::Options options{settings_.compute.precision, settings_.compute.deterministic, settings_.workspace_bytes,
-                              plan::kBucketBytes, settings_.pointwise};
+                              plan::kBucketBytes, settings_.pointwise, {settings_.own_batch_norm, settings_.own_depthwise}};
   plan_ = plan::make_plan(program_, options);
   check_memory(plan_.memory.arena_bytes, "its arena, before workspaces");
   const size_t free = runtime::memory_info(where_).free - plan_.memory.arena_bytes;
@@ -189,6 +191,7 @@ void CudaModel::make_conv(size_t k) {
       }
     }
     const int chosen = plan::choose(rule, found.candidates);
+    if (profiler_) profiler_->found(n.name, pass, found, rule, chosen);
     if (chosen < 0)
       plan::fail_node(n, std::string("cuDNN offers no ") + runtime::name_of(pass) + " algorithm within the rule (" +
                              std::to_string(found.candidates.size()) + " candidates; " +
@@ -239,6 +242,11 @@ void CudaModel::own_workspaces(size_t k) {
   const auto c = static_cast<size_t>(channels);
   switch (n.kind) {
     case OpKind::conv:
+      if (plan_.nodes[k].engine == plan::Engine::depthwise) {  // dw's (and db's) channel sums
+        r.backward_own = depthwise_workspace_bytes(depthwise_shape(n.window, n.has_bias()));
+        break;
+      }
+      [[fallthrough]];
     case OpKind::conv_transpose:
     case OpKind::dense:
       if (n.has_bias()) {  // the bias gradient: a channel sum of dy

@@ -48,6 +48,7 @@
 #include "runtime/cublaslt.hpp"
 #include "runtime/cuda.hpp"
 #include "runtime/cudnn.hpp"
+#include "runtime/profiler.hpp"
 #include "step_plan.hpp"
 
 namespace mlph::cuda {
@@ -138,6 +139,7 @@ class CudaModel final : public sdk::ModelProtocol {
   void upload_step_scalars(const sdk::StepPlan& plan);
   void enqueue_train(const std::vector<Task>& tasks);
   void run_task(const Task& task);
+  void run_one(const Task& task, size_t k);  // run_task's work, between backend.profile's events
   void seed_gradient();
   void reduce_bucket(size_t b);
   void host_allreduce();
@@ -159,6 +161,9 @@ class CudaModel final : public sdk::ModelProtocol {
   std::string node_about(size_t k) const;  // "node 'conv3'"
   cudaStream_t stream() const { return compute_->get(); }
   void check(cudaError_t error, const char* call, size_t k) const;  // a launcher's error, naming the node
+  void mark(const char* call) const {  // backend.profile: `call` was just enqueued
+    if (profiler_) profiler_->mark(stream(), call);
+  }
   void check(cudaError_t error, const char* call, const std::string& about = "") const {
     runtime::check(where_, error, call, about);
   }
@@ -212,6 +217,7 @@ class CudaModel final : public sdk::ModelProtocol {
   size_t next_scalar_slot_ = 0;
   GraphPolicy policy_;
   std::array<runtime::Graph, 2> graphs_;  // per kind of step (apply_update); destroyed before the comms above
+  std::unique_ptr<runtime::Profiler> profiler_;  // backend.profile=DIR, else none
 
   // host state
   bool inputs_pending_ = false;     // a batch's copy is in flight (the caller's memory is still read)

@@ -16,6 +16,12 @@ FloatType float_type(plan::DType type) {
 
 constexpr float kOne = 1.0f, kZero = 0.0f;
 
+// backend.batch_norm=cudnn: the persistent spatial mode for training (cuDNN's faster path for NHWC;
+// deterministic, its docs say, through scaled integer atomics that may overflow to Inf/NaN on extreme
+// inputs). Inference stays CUDNN_BATCHNORM_SPATIAL. The *Ex entry points would need a reserve space
+// from forward to backward in the memory plan: not used yet.
+constexpr cudnnBatchNormMode_t kCudnnTrainingMode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+
 // The box between a conv's unpadded input side `unpadded` and its padded buffer (plan::ConvPlan),
 // spatial dims right-aligned into 3: into the padded buffer, or out of it.
 Box padding_box(const plan::ConvPlan& c, bool into_padded) {
@@ -38,11 +44,13 @@ Box padding_box(const plan::ConvPlan& c, bool into_padded) {
 
 void CudaModel::check(cudaError_t error, const char* call, size_t k) const {
   if (error != cudaSuccess) where_.fail(runtime::code_of(error), call, node_about(k), runtime::error_text(error));
+  mark(call);
 }
 
 // ---- forward ----
 
 void CudaModel::forward(size_t k, bool training) {
+  if (plan_.nodes[k].engine == plan::Engine::fused) return;  // done by the node before it
   const sdk::host::Node& n = program_.nodes[k];
   const plan::NodeMemory& m = plan_.memory.nodes[k];
   const plan::NodePrecision& precision = plan_.precision.nodes[k];
@@ -75,7 +83,10 @@ void CudaModel::forward(size_t k, bool training) {
       break;
     case OpKind::conv:
     case OpKind::conv_transpose:
-      if (r.dense)  // a pointwise conv on cuBLASLt (plan::is_pointwise)
+      if (plan_.nodes[k].engine == plan::Engine::depthwise)  // our kernel: bias included, no cast, no copy
+        check(depthwise_forward(s, depthwise_shape(n.window, n.has_bias()), in(0), in(1), n.has_bias() ? in(2) : nullptr, y),
+              "depthwise_forward", k);
+      else if (r.dense)  // a pointwise conv on cuBLASLt (plan::is_pointwise)
         dense_forward(k);
       else
         conv_forward(k);
@@ -118,7 +129,13 @@ void CudaModel::forward(size_t k, bool training) {
       batch_norm_forward(k, training);
       break;
     case OpKind::add:
-      check(add_forward(s, count, in(0), in(1), y), "add_forward", k);
+      if (const int64_t relu = plan_.nodes[k].fused_relu; relu >= 0) {  // the relu's output in the same pass
+        const int64_t c = program_.value(n.output).shape.back();
+        check(add_relu_forward(s, count / c, c, in(0), in(1), at<float>(plan_.memory.nodes[static_cast<size_t>(relu)].output)),
+              "add_relu_forward", k);
+      } else {
+        check(add_forward(s, count, in(0), in(1), y), "add_forward", k);
+      }
       break;
     case OpKind::concat: {
       std::vector<const float*> parts;
@@ -193,6 +210,7 @@ void CudaModel::conv_forward(size_t k) {
                                            static_cast<cudnnConvolutionFwdAlgo_t>(r.conv_algo[pass]), ws, ws_bytes,
                                            &kZero, d.y.get(), written),
                    "cudnnConvolutionForward", about);
+    mark("cudnnConvolutionForward");
   } else {  // the adjoint conv's backward data: x is its dy, y its dx (padded when padding is explicit)
     const auto pass = static_cast<size_t>(runtime::ConvPass::backward_data);
     if (c.explicit_padding) written = at(m.padded);
@@ -201,6 +219,7 @@ void CudaModel::conv_forward(size_t k) {
                                                 d.pass[pass].get(), static_cast<cudnnConvolutionBwdDataAlgo_t>(r.conv_algo[pass]),
                                                 ws, ws_bytes, &kZero, d.x.get(), written),
                    "cudnnConvolutionBackwardData", about);
+    mark("cudnnConvolutionBackwardData");
     if (c.explicit_padding) {  // y is the padded result's window: positions no window reaches stay 0
       check(cudaMemsetAsync(y, 0, static_cast<size_t>(numel(program_.nodes[k].output)) * sizeof(float), s),
             "cudaMemsetAsync", k);
@@ -229,11 +248,12 @@ void CudaModel::batch_norm_forward(size_t k, bool training) {
   float* y = at<float>(m.output);
   const int64_t rows = n.rows.rows, channels = n.rows.channels;
   const double eps = n.batch_norm.eps, momentum = n.batch_norm.momentum;
-  if (r.bn_x) {  // cuDNN, group_size 1
+  const int64_t relu = plan_.nodes[k].fused_relu;
+  if (r.bn_x) {  // cuDNN (backend.batch_norm=cudnn), group_size 1
     if (training)
       runtime::check(where_,
                      cudnnBatchNormalizationForwardTraining(
-                         cudnn_->get(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, r.bn_x->get(), in(0), r.bn_x->get(), y,
+                         cudnn_->get(), kCudnnTrainingMode, &kOne, &kZero, r.bn_x->get(), in(0), r.bn_x->get(), y,
                          r.bn_params->get(), in(1), in(2), momentum, in(3), in(4), eps, at<float>(m.statistics),
                          at<float>(m.statistics) + channels),
                      "cudnnBatchNormalizationForwardTraining", node_about(k));
@@ -243,6 +263,7 @@ void CudaModel::batch_norm_forward(size_t k, bool training) {
                                                              r.bn_x->get(), in(0), r.bn_x->get(), y, r.bn_params->get(),
                                                              in(1), in(2), in(3), in(4), eps),
                      "cudnnBatchNormalizationForwardInference", node_about(k));
+    mark("cudnnBatchNormalizationForward");
     return;
   }
   // Our kernels' passes, the group's sums between them (batch_norm.hpp). Workspace: stats, scale and shift, sums.
@@ -260,11 +281,16 @@ void CudaModel::batch_norm_forward(size_t k, bool training) {
     group_sum(k, stats, channels + 1);
     check(batch_norm_variance(s, rows, channels, in(0), stats, sums, sums_bytes), "batch_norm_variance", k);
     group_sum(k, stats + channels + 1, channels);
+    if (relu >= 0) scale_shift = at<float>(m.statistics) + 2 * channels;  // kept for the relu's mask in backward
     check(batch_norm_finalize(s, channels, eps, momentum, stats, in(1), in(2), in(3), in(4), at<float>(m.statistics),
                               scale_shift),
           "batch_norm_finalize", k);
   }
-  check(batch_norm_apply(s, rows, channels, in(0), scale_shift, y), "batch_norm_apply", k);
+  if (relu >= 0)  // the relu's output in the same pass
+    check(batch_norm_relu_apply(s, rows, channels, in(0), scale_shift, at<float>(plan_.memory.nodes[static_cast<size_t>(relu)].output)),
+          "batch_norm_relu_apply", k);
+  else
+    check(batch_norm_apply(s, rows, channels, in(0), scale_shift, y), "batch_norm_apply", k);
 }
 
 // SyncBatchNorm: `count` doubles summed over the node's group, in place, in stream order.
@@ -298,6 +324,7 @@ void CudaModel::zero_first_gradients(size_t k) {
 }
 
 void CudaModel::backward(size_t k) {
+  if (plan_.nodes[k].engine == plan::Engine::fused) return;  // done by the node before it
   const sdk::host::Node& n = program_.nodes[k];
   const plan::NodeMemory& m = plan_.memory.nodes[k];
   const NodeRuntime& r = nodes_[k];
@@ -315,10 +342,17 @@ void CudaModel::backward(size_t k) {
   switch (n.kind) {
     case OpKind::conv:
     case OpKind::conv_transpose:
-      if (r.dense)
+      if (plan_.nodes[k].engine == plan::Engine::depthwise) {  // dx a gather; dw, db straight into the gradients
+        const DepthwiseShape shape = depthwise_shape(n.window, n.has_bias());
+        if (dx) check(depthwise_backward_data(s, shape, in(1), dy, dx), "depthwise_backward_data", k);
+        if (grad(1) || grad(2))
+          check(depthwise_backward_weights(s, shape, in(0), dy, grad(1), grad(2), ws, ws_bytes), "depthwise_backward_weights",
+                k);
+      } else if (r.dense) {
         dense_backward(k);
-      else
+      } else {
         conv_backward(k);
+      }
       break;
     case OpKind::dense:
       dense_backward(k);
@@ -354,6 +388,13 @@ void CudaModel::backward(size_t k) {
       batch_norm_backward(k);
       break;
     case OpKind::add:
+      if (const int64_t relu = plan_.nodes[k].fused_relu; relu >= 0) {  // the relu's gradient, its mask from its output
+        const plan::NodeMemory& rm = plan_.memory.nodes[static_cast<size_t>(relu)];
+        const int64_t c = program_.value(n.output).shape.back();
+        check(add_relu_backward(s, count / c, c, at<float>(rm.output), at<float>(rm.output_gradient), grad(0), grad(1)),
+              "add_relu_backward", k);
+        break;
+      }
       for (size_t i = 0; i < 2; ++i)
         if (float* g = grad(i)) check(accumulate(s, count, dy, g), "accumulate", k);
       break;
@@ -389,6 +430,7 @@ void CudaModel::dense_forward(size_t k) {
   const plan::NodeMemory& m = plan_.memory.nodes[k];
   nodes_[k].gemms[0].run(where_, cublaslt_->get(), at(m.reads[1]), at(m.reads[0]), at<float>(m.output), false,
                    at(m.forward_workspace), stream(), node_about(k));
+  mark("cublasLtMatmul");
 }
 
 // dx and dw added into their fp32 gradients; a chunked dw (deterministic) written into the workspace's
@@ -409,17 +451,20 @@ void CudaModel::dense_backward(size_t k) {
           "convert", k);
     dy_operand = at(m.output_gradient_cast);
   }
-  if (float* dx = grad(0)) nodes_[k].gemms[1].run(where_, cublaslt_->get(), at(m.reads[1]), dy_operand, dx, true, ws, s, about);
-  if (float* dw = grad(1)) {
-    const size_t partials = plan::align_up(dense.partial_bytes(), plan::kAlignment);
-    if (partials == 0) {
-      nodes_[k].gemms[2].run(where_, cublaslt_->get(), dy_operand, at(m.reads[0]), dw, true, ws, s, about);
-    } else {
-      auto* partial = reinterpret_cast<float*>(ws);
-      nodes_[k].gemms[2].run(where_, cublaslt_->get(), dy_operand, at(m.reads[0]), partial, false, ws + partials, s, about);
-      const plan::Gemm& g = dense.backward_weights;
-      check(chunk_sum_add(s, g.batch, g.m * g.n, partial, dw), "chunk_sum_add", k);
-    }
+  float *dx = grad(0), *dw = grad(1);
+  if (dx) nodes_[k].gemms[1].run(where_, cublaslt_->get(), at(m.reads[1]), dy_operand, dx, true, ws, s, about);
+  // A chunked dw (deterministic) goes into the workspace's partials first, the gemm's workspace after them.
+  const size_t partials = plan::align_up(dense.partial_bytes(), plan::kAlignment);
+  auto* partial = reinterpret_cast<float*>(ws);
+  if (dw && partials == 0)
+    nodes_[k].gemms[2].run(where_, cublaslt_->get(), dy_operand, at(m.reads[0]), dw, true, ws, s, about);
+  else if (dw)
+    nodes_[k].gemms[2].run(where_, cublaslt_->get(), dy_operand, at(m.reads[0]), partial, false, ws + partials, s, about);
+  // backend.profile: one row for the gemms (FLOPs counted twice when both ran), the chunks' sum its own.
+  if (dx || dw) mark(dx && dw ? "cublasLtMatmul (dx, dw)" : "cublasLtMatmul");
+  if (dw && partials != 0) {
+    const plan::Gemm& g = dense.backward_weights;
+    check(chunk_sum_add(s, g.batch, g.m * g.n, partial, dw), "chunk_sum_add", k);
   }
   if (float* db = grad(2)) {
     const plan::Gemm& g = dense.forward;  // m = out, n = rows
@@ -469,6 +514,7 @@ void CudaModel::conv_backward(size_t k) {
                                                 static_cast<cudnnConvolutionBwdDataAlgo_t>(r.conv_algo[pass]), ws, ws_bytes,
                                                 dx_beta, d.x.get(), dx_written),
                    "cudnnConvolutionBackwardData", about);
+    mark("cudnnConvolutionBackwardData");
     if (c.explicit_padding)  // the input's part of d(padded x), added
       check(box_copy(s, padding_box(c, false), type, dx_written, FloatType::f32, dx, true), "box_copy", k);
   } else if (dx) {  // conv_transpose: its dx is the adjoint conv's forward of dy
@@ -478,6 +524,7 @@ void CudaModel::conv_backward(size_t k) {
                                            static_cast<cudnnConvolutionFwdAlgo_t>(r.conv_algo[pass]), ws, ws_bytes, dx_beta,
                                            d.y.get(), dx_written),
                    "cudnnConvolutionForward", about);
+    mark("cudnnConvolutionForward");
   }
   if (dx && dx_written != dx && !(!c.transpose && c.explicit_padding))
     check(convert_add(s, static_cast<int64_t>(dx_count), type, dx_written, dx), "convert_add", k);
@@ -493,6 +540,7 @@ void CudaModel::conv_backward(size_t k) {
                                                   static_cast<cudnnConvolutionBwdFilterAlgo_t>(r.conv_algo[pass]), ws,
                                                   ws_bytes, m.weight_gradient ? &kZero : &kOne, d.w.get(), dw_written),
                    "cudnnConvolutionBackwardFilter", about);
+    mark("cudnnConvolutionBackwardFilter");
     if (m.weight_gradient && c.channels)  // padded: each filter row's first channels, the rest are zero rows
       check(channels_copy(s, c.filter.rows * c.filter.cols / plan::kTensorCoreChannels, plan::kTensorCoreChannels,
                           c.channels, type, dw_written, FloatType::f32, dw, true),
@@ -520,20 +568,33 @@ void CudaModel::batch_norm_backward(size_t k) {
   const int64_t rows = n.rows.rows, channels = n.rows.channels;
   if (r.bn_x && dx && dgamma && dbeta) {  // cuDNN, adding into the three gradients
     runtime::check(where_,
-                   cudnnBatchNormalizationBackward(cudnn_->get(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kOne, &kOne, &kOne,
+                   cudnnBatchNormalizationBackward(cudnn_->get(), kCudnnTrainingMode, &kOne, &kOne, &kOne, &kOne,
                                                    r.bn_x->get(), in(0), r.bn_x->get(), dy, r.bn_x->get(), dx,
                                                    r.bn_params->get(), in(1), dgamma, dbeta, n.batch_norm.eps, saved,
                                                    saved + channels),
                    "cudnnBatchNormalizationBackward", node_about(k));
+    mark("cudnnBatchNormalizationBackward");
     return;
   }
-  // Our kernels (SyncBatchNorm, or a gradient cuDNN would write that nobody needs).
+  // Our kernels (the default, SyncBatchNorm, or a gradient cuDNN would write that nobody needs).
   const auto c = static_cast<size_t>(channels);
   auto* sums = at<double>(m.backward_workspace);
   auto* coefficients = reinterpret_cast<float*>(reinterpret_cast<char*>(sums) +
                                                 plan::align_up((2 * c + 1) * sizeof(double), plan::kAlignment));
   void* scratch = reinterpret_cast<char*>(coefficients) + plan::align_up(3 * c * sizeof(float), plan::kAlignment);
   const size_t scratch_bytes = channel_sums_workspace_bytes(1, rows, channels);
+  if (const int64_t relu = plan_.nodes[k].fused_relu; relu >= 0) {  // dy is the relu output's; the mask recomputed
+    const float* relu_dy = at<float>(plan_.memory.nodes[static_cast<size_t>(relu)].output_gradient);
+    const float* scale_shift = saved + 2 * channels;
+    check(batch_norm_relu_backward_sums(s, rows, channels, in(0), relu_dy, saved, scale_shift, sums, scratch, scratch_bytes),
+          "batch_norm_relu_backward_sums", k);
+    check(batch_norm_backward_params(s, channels, sums, dgamma, dbeta), "batch_norm_backward_params", k);
+    group_sum(k, sums, 2 * channels + 1);
+    if (dx)
+      check(batch_norm_relu_backward_data(s, rows, channels, in(0), relu_dy, in(1), saved, scale_shift, sums, coefficients, dx),
+            "batch_norm_relu_backward_data", k);
+    return;
+  }
   check(batch_norm_backward_sums(s, rows, channels, in(0), dy, saved, sums, scratch, scratch_bytes),
         "batch_norm_backward_sums", k);
   check(batch_norm_backward_params(s, channels, sums, dgamma, dbeta), "batch_norm_backward_params", k);

@@ -13,16 +13,28 @@ bool read_switch(const sdk::Options& options, const std::string& key, bool fallb
   sdk::fail(MLPH_INVALID_ARGUMENT,
             std::string(kWho) + ": option '" + key + "' is '" + value + "'; expected 0, 1, false or true");
 }
+// own (true) or cudnn (false).
+bool read_own_or_cudnn(const sdk::Options& options, const std::string& key) {
+  if (!options.has(key)) return true;
+  const std::string value = options.get(key);
+  if (value == "own") return true;
+  if (value == "cudnn") return false;
+  sdk::fail(MLPH_INVALID_ARGUMENT, std::string(kWho) + ": option '" + key + "' is '" + value + "'; expected own or cudnn");
+}
 }  // namespace
 
 Settings read_settings(const sdk::Options& options) {
-  options.allow_only(sdk::with_compute_options({"device", "workspace_mb", "graphs", "loss_scale", "pointwise"}), kWho);
+  options.allow_only(sdk::with_compute_options({"device", "workspace_mb", "graphs", "loss_scale", "profile",
+                                                "batch_norm", "depthwise", "pointwise"}),
+                     kWho);
   Settings s;
   s.compute = sdk::read_compute_settings(
       options, {sdk::Precision::fp32, sdk::Precision::tf32, sdk::Precision::bf16, sdk::Precision::fp16}, kWho);
   if (options.has("device")) s.device = options.get_int<int>("device", 0, 0);
   s.workspace_bytes = options.get_int<size_t>("workspace_mb", s.workspace_bytes >> 20, 0, size_t{1} << 30) << 20;
   s.graphs = read_switch(options, "graphs", true);
+  s.own_batch_norm = read_own_or_cudnn(options, "batch_norm");
+  s.own_depthwise = read_own_or_cudnn(options, "depthwise");
   if (options.has("loss_scale")) {
     const auto scale = options.get_int<long long>("loss_scale", 65536, 1, 1LL << 24);
     if ((scale & (scale - 1)) != 0)
@@ -37,6 +49,7 @@ Settings read_settings(const sdk::Options& options) {
                 std::string(kWho) + ": option 'pointwise' is '" + value + "'; expected gemm or cudnn");
     s.pointwise = value == "gemm" ? plan::Pointwise::gemm : plan::Pointwise::cudnn;
   }
+  if (options.has("profile")) s.profile_dir = options.get("profile");
   return s;
 }
 

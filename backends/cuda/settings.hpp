@@ -7,6 +7,12 @@
 //   graphs        1 (default): after warm-up the training step is captured in a CUDA graph and replayed
 //   loss_scale    fp16: the dynamic loss scale's start, a power of two (default 65536, PyTorch
 //                 GradScaler's init_scale); a lower one skips fewer first steps on overflow
+//   profile       a folder: find.json at compile, nodes.json from the first two (eager) training steps
+//                 timed node by node and call by call, one graph replay between cudaProfilerStart/Stop
+//                 (runtime/profiler.hpp); empty (default): off
+//   batch_norm    own (default): every batch norm on our kernels; cudnn: cuDNN's persistent spatial
+//                 batch norm where the group is one rank (SyncBatchNorm stays on ours)
+//   depthwise     own (default): depthwise convs on our kernel; cudnn: cuDNN's grouped convolution
 //   pointwise     gemm (default): 1x1 stride-1 convs as cuBLASLt matmuls; cudnn: on cuDNN's convolutions
 #pragma once
 
@@ -29,6 +35,9 @@ struct Settings {
   size_t workspace_bytes = size_t{1} << 30;
   bool graphs = true;
   float loss_scale = 65536.0f;
+  std::string profile_dir;  // empty: no profile
+  bool own_batch_norm = true;  // batch_norm=own
+  bool own_depthwise = true;   // depthwise=own
   plan::Pointwise pointwise = plan::Pointwise::gemm;
 };
 

@@ -1,6 +1,8 @@
 #include "mlph/core/benchmark.hpp"
 
 #include "mlph/core/config.hpp"
+#include "mlph/core/shell_script.hpp"
+#include "mlph/core/text_input.hpp"
 
 namespace mlph::core {
 
@@ -30,8 +32,8 @@ BenchmarkFacts benchmark_facts(const LoadedPlugin& workload) {
   facts.stated = true;
   if (info->benchmark && *info->benchmark) facts.name = info->benchmark;
   // The name becomes a directory of the submission tree.
-  if (facts.name == "." || facts.name == ".." || facts.name.find('/') != std::string::npos)
-    throw LoadError(workload.file.string() + ": benchmark name '" + facts.name + "' is not a plain file name");
+  if (!is_plain_name(facts.name))
+    throw LoadError(workload.file.string() + ": benchmark name '" + escaped(facts.name, 80) + "' is not a plain name");
   facts.submission_runs = static_cast<int>(info->submission_runs);
   for (size_t i = 0; i < info->n_hparam_log_keys; ++i)
     if (info->hparam_log_keys && info->hparam_log_keys[i]) facts.hparam_log_keys.emplace_back(info->hparam_log_keys[i]);

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <csignal>
-#include <fstream>
 #include <random>
 #include <set>
 #include <sstream>
@@ -13,6 +12,7 @@
 #include "mlph/core/benchmark.hpp"
 #include "mlph/core/config.hpp"
 #include "mlph/core/results_tree.hpp"
+#include "mlph/core/shell_script.hpp"
 #include "mlph/core/spawn.hpp"
 #include "mlph/core/system_probe.hpp"
 
@@ -93,62 +93,51 @@ std::vector<int> run_all(const RunOptions& each, const CampaignOptions& c, const
   return exit_codes;
 }
 
-// A word for bash: as it is when it needs no quotes, else in single quotes.
-std::string shell_word(const std::string& word) {
-  if (!word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=/.,:@%") ==
-                           std::string::npos)
-    return word;
-  std::string quoted = "'";
-  for (char ch : word) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return quoted + "'";
-}
-
 // The campaign as a Slurm job array: task i is run i (seed i, result_<i>.txt), started by the
 // launcher (srun with PMIx by default) inside the task's allocation, which sbatch's own options size
 // (-N, --ntasks-per-node, ...). Each task then writes the system description from its log, so that
-// the tree is whole whichever task ends first. Paths stay as given: the script runs from `cwd`.
+// the tree is whole whichever task ends first. Paths stay as given: the script runs from `cwd`. Every
+// value goes through ShellScript, which quotes it (a comment's too) and refuses control characters.
 void write_slurm_array(const fs::path& file, const RunOptions& each, const CampaignOptions& c, const ResultsTree& tree,
                        const std::string& benchmark, const std::vector<uint64_t>& seeds, const std::string& org,
                        const std::string& system) {
+  using W = ShellScript;
   const std::string log_mark = "\x01";  // the log name: task i's, filled in by bash
+  std::vector<W::Word> command;
   const std::vector<std::string> words = run_command(each, c, 0, tree.results, log_mark);
-  std::string command;
   for (size_t k = 0; k < words.size(); ++k) {
     const bool seed = k > 0 && words[k - 1] == "--seed";
-    command += (seed ? "\"${seeds[$i]}\"" : words[k] == log_mark ? "\"result_$i.txt\"" : shell_word(words[k])) + " ";
+    command.push_back(seed ? W::own("\"${seeds[$i]}\"") : words[k] == log_mark ? W::own("\"result_$i.txt\"") : W::value(words[k]));
   }
-  command.pop_back();
   const std::string log = shell_word(tree.results.string()) + "/\"result_$i.txt\"";
-  std::string describe = shell_word(c.executable.string()) + " --describe-system " + log + " --org " + shell_word(org) +
-                         " --system " + shell_word(system) + " --output " + shell_word(tree.org_dir.parent_path().string());
-  if (!c.system_info.empty()) describe += " --system-info " + shell_word(c.system_info.string());
+  std::vector<W::Word> describe = {W::value(c.executable.string()), W::value("--describe-system"), W::own(log),
+                                   W::value("--org"), W::value(org), W::value("--system"), W::value(system),
+                                   W::value("--output"), W::value(tree.org_dir.parent_path().string())};
+  if (!c.system_info.empty()) describe.insert(describe.end(), {W::value("--system-info"), W::value(c.system_info.string())});
   std::string seed_list;
-  for (uint64_t seed : seeds) {
-    if (!seed_list.empty()) seed_list += ' ';
-    seed_list += std::to_string(seed);
-  }
+  for (uint64_t seed : seeds) seed_list += (seed_list.empty() ? "" : " ") + std::to_string(seed);
+  const size_t runs = seeds.size();
+  ShellScript script;
+  script.comment(fmt::format("An MLPerf HPC {} submission of {} runs as a Slurm job array, written by", benchmark, runs))
+      .comment(fmt::format("mlperf-run {} --runs {} --slurm. Submit it once, sized for one run:", c.version, runs))
+      .comment("  sbatch [-N NODES --ntasks-per-node TASKS ...] " + shell_word(file.string()))
+      .comment(fmt::format("Array task i is run i (its seed below), writing {};",
+                           shell_word((tree.results / "result_<i>.txt").string())))
+      .comment("then the system description " + shell_word(tree.system_json().string()) + " from its log.")
+      .directive("SBATCH", "--job-name", "mlperf-" + benchmark)
+      .directive("SBATCH", "--array", fmt::format("0-{}", runs - 1))
+      .directive("SBATCH", "--output", (file.parent_path() / "logs" / (file.stem().string() + "-%A_%a.out")).string())
+      .code("set -u")
+      .command({W::value("cd"), W::value(fs::current_path().string()), W::own("|| exit 2")})
+      .code("seeds=(" + seed_list + ")")
+      .code("i=${SLURM_ARRAY_TASK_ID:?run this script with sbatch: it is a job array}")
+      .code(fmt::format("echo \"run $i of {}, seed ${{seeds[$i]}}, job ${{SLURM_JOB_ID:-?}} on ${{SLURM_JOB_NODELIST:-?}}\"", runs))
+      .command(command)
+      .code("status=$?");
+  describe.insert(describe.begin(), {W::own("[ -f " + log + " ] &&")});
+  script.command(describe).code("exit $status");
   fs::create_directories(file.parent_path() / "logs");
-  std::ofstream out(file);
-  out << "#!/bin/bash\n"
-      << "# An MLPerf HPC " << benchmark << " submission of " << seeds.size() << " runs as a Slurm job array, written by\n"
-      << "# mlperf-run " << c.version << " --runs " << seeds.size() << " --slurm. Submit it once, sized for one run:\n"
-      << "#   sbatch [-N NODES --ntasks-per-node TASKS ...] " << file.string() << "\n"
-      << "# Array task i is run i (its seed below), writing " << (tree.results / "result_<i>.txt").string() << ";\n"
-      << "# then the system description " << tree.system_json().string() << " from its log.\n"
-      << "#SBATCH --job-name=mlperf-" << benchmark << "\n"
-      << "#SBATCH --array=0-" << seeds.size() - 1 << "\n"
-      << "#SBATCH --output=" << (file.parent_path() / "logs" / (file.stem().string() + "-%A_%a.out")).string() << "\n"
-      << "set -u\n"
-      << "cd " << shell_word(fs::current_path().string()) << " || exit 2\n"
-      << "seeds=(" << seed_list << ")\n"
-      << "i=${SLURM_ARRAY_TASK_ID:?run this script with sbatch: it is a job array}\n"
-      << "echo \"run $i of " << seeds.size() << ", seed ${seeds[$i]}, job ${SLURM_JOB_ID:-?} on ${SLURM_JOB_NODELIST:-?}\"\n"
-      << command << "\n"
-      << "status=$?\n"
-      << "[ -f " << log << " ] && " << describe << "\n"
-      << "exit $status\n";
-  if (!out.flush()) throw std::runtime_error(fmt::format("{}: cannot write the job array", file.string()));
-  fs::permissions(file, fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add);
+  script.write(file);
 }
 
 }  // namespace

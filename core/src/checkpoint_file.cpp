@@ -193,11 +193,14 @@ class ManifestParser {
   YAML::Node root_;
 };
 
-// The checkpoint `path` names: itself when it holds a manifest, else what its `latest` names.
+// The checkpoint `path` names: itself when it holds a manifest, else what its `latest` names, else
+// (a run killed between a checkpoint's rename and latest's) its newest whole checkpoint.
 fs::path resolve(const fs::path& path) {
   std::error_code ec;
   if (fs::exists(path / kManifest, ec)) return path;
-  if (fs::exists(path / kLatest, ec)) {
+  if (!fs::exists(fs::symlink_status(path / kLatest, ec))) {
+    if (const std::vector<fs::path> whole = list_checkpoints(path); !whole.empty()) return whole.back();
+  } else {
     const fs::path target = latest_checkpoint(path);
     if (!fs::exists(target / kManifest, ec))
       throw CheckpointError(fmt::format("{}: names '{}', which holds no {}", (path / kLatest).string(),

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <thread>
 #include <new>
 #include <stdexcept>
 #include <utility>
@@ -92,25 +95,104 @@ PartOffsets part_offsets(const MLPH_Graph& graph, const std::vector<int32_t>& sp
   return offsets;
 }
 
-ReadAhead read_ahead(int64_t configured, uint32_t batch) {
+ReadAhead read_ahead(int64_t configured, uint32_t batch, unsigned cpus) {
   const auto readers = configured > 0 ? static_cast<uint32_t>(std::min<int64_t>(configured, kMaxReaders))
-                                      : std::clamp(sdk::available_cpus() / 2, 1u, kMaxReaders);
+                                      : std::clamp(cpus / 2, 1u, kMaxReaders);
   return {readers, std::max(1u, (readers + batch - 1) / std::max(1u, batch))};
 }
 
-ReadAhead read_ahead(const Config& config, uint32_t batch) {
-  return read_ahead(static_cast<int64_t>(as_number("data.readers", config.get("data.readers"))), batch);
+ReadAhead read_ahead(const Config& config, uint32_t batch, int32_t comms_local_size) {
+  const unsigned machine = std::max(1u, std::thread::hardware_concurrency());
+  return read_ahead(static_cast<int64_t>(as_number("data.readers", config.get("data.readers"))), batch,
+                    rank_cpus(sdk::available_cpus(), machine, local_ranks(comms_local_size)));
+}
+
+uint32_t batches_for_rate(const ReadAhead& ahead, double step_s, double sample_read_s) {
+  if (!(step_s > 0) || !(sample_read_s > 0)) return ahead.batches;
+  const double in_flight = std::ceil(sample_read_s / step_s);
+  return std::max(ahead.batches, static_cast<uint32_t>(std::min<double>(in_flight, kMaxBatchesAhead)));
+}
+
+unsigned rank_cpus(unsigned affinity, unsigned machine, uint32_t local_ranks) {
+  if (affinity < machine || local_ranks <= 1) return std::max(1u, affinity);
+  return std::max(1u, affinity / local_ranks);
+}
+
+uint32_t local_ranks(int32_t comms_local_size) {
+  if (comms_local_size > 1) return static_cast<uint32_t>(comms_local_size);
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
+    const char* value = std::getenv(name);
+    if (!value) continue;
+    char* end = nullptr;
+    const unsigned long n = std::strtoul(value, &end, 10);  // SLURM_TASKS_PER_NODE "4(x2),3": this node's is unknown, the first
+    if (end != value && n >= 1 && n <= 1u << 20) return static_cast<uint32_t>(n);
+  }
+  return 1;
+}
+
+struct SharedListing::Forward {
+  static SharedListing& self(MLPH_Storage* s) { return *reinterpret_cast<SharedListing*>(s); }
+  static void collect(void* ctx, const char* path) { static_cast<std::vector<std::string>*>(ctx)->emplace_back(path); }
+  static MLPH_Error* list(MLPH_Storage* s, const char* dir, const char* suffix, MLPH_PathFn each, void* ctx) {
+    SharedListing& me = self(s);
+    std::vector<std::string> paths;
+    {
+      const std::lock_guard lock(me.mutex_);
+      const auto key = std::make_pair(std::string(dir ? dir : ""), std::string(suffix ? suffix : ""));
+      auto found = me.listed_.find(key);
+      if (found == me.listed_.end()) {
+        std::vector<std::string> fresh;
+        if (MLPH_Error* e = me.inner_.api->list(me.inner_.storage, dir, suffix, collect, &fresh)) return e;
+        found = me.listed_.emplace(key, std::move(fresh)).first;
+      }
+      paths = found->second;
+    }
+    for (const std::string& p : paths) each(ctx, p.c_str());
+    return nullptr;
+  }
+  static MLPH_Error* read(MLPH_Storage* s, const char* path, MLPH_AllocFn alloc, void* ctx, size_t* size) {
+    const MLPH_StorageHandle& inner = self(s).inner_;
+    return inner.api->read(inner.storage, path, alloc, ctx, size);
+  }
+  static MLPH_Error* stats(MLPH_Storage* s, MLPH_IoStats* out) {
+    const MLPH_StorageHandle& inner = self(s).inner_;
+    return inner.api->stats(inner.storage, out);
+  }
+  static MLPH_Error* read_range(MLPH_Storage* s, const char* path, uint64_t offset, size_t bytes, void* dst) {
+    const MLPH_StorageHandle& inner = self(s).inner_;
+    return inner.api->read_range(inner.storage, path, offset, bytes, dst);
+  }
+};
+
+SharedListing::SharedListing(const MLPH_StorageHandle& inner) : inner_(inner) {
+  // As WatchedStorage (crash.cpp): every member forwards or stays NULL; readers never stage.
+  const MLPH_StorageApi& in = *inner.api;
+  api_.struct_size = sizeof api_;
+  api_.list = Forward::list;
+  api_.read = Forward::read;
+  api_.stats = Forward::stats;
+  if (in.struct_size >= MLPH_STRUCT_SIZE(MLPH_StorageApi, read_range) && in.read_range) api_.read_range = Forward::read_range;
+  handle_ = {sizeof handle_, nullptr, &api_, reinterpret_cast<MLPH_Storage*>(this)};
 }
 
 Datasets::Datasets(const MLPH_WorkloadApi* api, MLPH_Workload* workload, MLPH_Split split,
-                   const MLPH_StorageHandle* storage, uint32_t readers, const char* what) {
+                   const MLPH_StorageHandle* storage, uint32_t readers, const char* what)
+    : listing_(std::make_unique<SharedListing>(*storage)) {
   for (uint32_t r = 0; r < std::max(1u, readers); ++r) {
     MLPH_Dataset* raw = nullptr;
-    check(api->dataset_open(workload, split, storage, &raw), what);
+    check(api->dataset_open(workload, split, listing_->handle(), &raw), what);
     owned_.emplace_back(raw, api->dataset_close);
     raw_.push_back(raw);
   }
   check(api->dataset_size(raw_.front(), &size_), what);
+  for (size_t r = 1; r < raw_.size(); ++r) {
+    uint64_t size = 0;
+    check(api->dataset_size(raw_[r], &size), what);
+    if (size != size_)
+      throw std::runtime_error(fmt::format("{}: reader {} counts {} samples, reader 0 {}: the dataset changed while "
+                                           "they opened it",
+                                           what, r, size, size_));
+  }
 }
 
 InputBuffers::InputBuffers(const MLPH_Graph& graph, const MLPH_BackendApi* api, MLPH_Backend* backend, uint32_t ahead)

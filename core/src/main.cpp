@@ -94,7 +94,7 @@ int main_checked(int argc, char** argv) {
   RunOptions options;
   CampaignOptions campaign;
   std::vector<std::string> plugin_dirs;
-  std::string borrow, system_info, checkpoint_dir, resume, export_weights, describe_log;
+  std::string borrow, system_info, checkpoint_dir, resume, export_weights, describe_log, status_file;
   // Unsigned numbers are read as text: program_options would take -1 as 4294967295.
   std::string seed, checkpoint_every = "1", checkpoint_keep = "2";
   po::options_description cli(
@@ -127,6 +127,9 @@ int main_checked(int argc, char** argv) {
        "go on from a checkpoint (DIR/epoch-NNNNNN[-step-NNNNNN], or DIR: its latest) where it stopped; `auto`: from "
        "--checkpoint-dir's latest if it holds one, else start afresh (a requeued job); a resumed run is not a timed "
        "MLPerf result")
+      ("status-file", po::value(&status_file),
+       "rank 0 writes the status it exits with (0-3, as below) to FILE when the run ends: what a job script reads, "
+       "for a launcher's own status may not be the run's (tools/slurm/mlperf.sbatch)")
       ("switch-backend",
        "with --resume: go on from another backend's checkpoint on this run's backend (weights and optimizer state "
        "are saved in fp32, as every backend reads them): training continues, not bitwise")
@@ -150,7 +153,10 @@ int main_checked(int argc, char** argv) {
        "machine, and exit: what each task of a --slurm job array does after its run");
   po::variables_map vm;
   try {
-    po::store(po::parse_command_line(argc, argv, cli), vm);
+    // No guessed abbreviations (--checkpoint-d): a job script that looks for an option by its name
+    // (tools/slurm/mlperf.sbatch) must see what mlperf-run sees.
+    const int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
+    po::store(po::command_line_parser(argc, argv).options(cli).style(style).run(), vm);
     po::notify(vm);
   } catch (const po::error& e) {
     std::fprintf(stderr, "mlperf-run: error: %s (see --help)\n", e.what());
@@ -177,7 +183,7 @@ int main_checked(int argc, char** argv) {
     return 2;
   }
   options.output_dir = vm["output"].as<std::string>();
-  options.checkpoint_dir = checkpoint_dir, options.export_weights = export_weights;
+  options.checkpoint_dir = checkpoint_dir, options.export_weights = export_weights, options.status_file = status_file;
   options.resume_auto = resume == "auto";  // a checkpoint directory named auto: --resume ./auto
   if (!options.resume_auto) options.resume_from = resume;
   options.switch_backend = vm.count("switch-backend") > 0;
@@ -205,8 +211,9 @@ int main_checked(int argc, char** argv) {
     return 2;
   }
   if (vm.count("runs")) {
-    if (campaign.runs < 0) {
-      std::fprintf(stderr, "mlperf-run: error: --runs must be >= 0\n");
+    if (campaign.runs < 0 || campaign.runs > kMaxRuns) {
+      std::fprintf(stderr, "mlperf-run: error: --runs %d: from 0 to %d (a submission needs 10 runs, or some hundreds of "
+                   "instances; Slurm's default MaxArraySize is 1001)\n", campaign.runs, kMaxRuns);
       return 2;
     }
     campaign.weak = vm.count("weak") > 0;

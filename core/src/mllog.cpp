@@ -59,12 +59,23 @@ MlLogger::LineTemplate MlLogger::line_template(const char* event_type, const std
   return {line.substr(0, time), line.substr(time + 1, text - time - 1), line.substr(text + 1)};
 }
 
+size_t MlLogger::refused_lines() const {
+  const std::lock_guard lock(mutex_);
+  return refused_;
+}
+
 void MlLogger::write(const char* event_type, const std::string& key, const Json& value, const Metadata& metadata,
                      const std::source_location& where) {
   const long long time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                 std::chrono::system_clock::now().time_since_epoch())
                                 .count();
   const std::string line = format_line(event_type, key, value, metadata, where, std::to_string(time_ms));
+  const std::lock_guard lock(mutex_);
+  if (ended_) {
+    ++refused_;
+    return;
+  }
+  ended_ = key == "run_stop";
   try {
     if (file_) file_->write(line);  // one write(2) per line, as the crash handler's last words
   } catch (const OutputError&) {  // a full disk costs log lines, not the run (the log then fails the checker)

@@ -8,6 +8,7 @@
 
 #include "mlph/core/fnv1a.hpp"
 #include "mlph/core/host.hpp"
+#include "mlph/core/system_probe.hpp"
 #include "mlph/core/text_input.hpp"
 
 namespace mlph::core {
@@ -44,10 +45,19 @@ RunFacts run_facts(const Session& session, const CheckpointReader* resume) {
     facts[fmt::format("{} plug-in", kind_name(d.kind))] =
         fmt::format("{} {} ({})", d.name, d.version ? d.version : "", p->file_hash);
   }
-  facts["resumed from"] = resume ? fmt::format("epoch {}, micro-batch {}", resume->manifest().state.epochs_done,
-                                               resume->manifest().state.micro_batches)
-                                 : "(none)";
+  facts["resumed from"] = resume ? resume_point(resume->manifest()) : "(none)";
   return {facts.begin(), facts.end()};
+}
+
+std::string resume_point(const Manifest& m) {
+  Fnv1a tensors;  // the tensors' identities: another run's checkpoint of the same point differs here
+  for (const TensorRecord& t : m.tensors) {
+    tensors.add(t.name), tensors.add(t.slot);
+    tensors.add(&t.crc32, sizeof t.crc32), tensors.add(&t.bytes, sizeof t.bytes);
+  }
+  return fmt::format("epoch {}, step {}, micro-batch {} of the checkpoint of seed {}, config {}, graph {}, tensors {}",
+                     m.state.epochs_done, m.state.steps_done, m.state.micro_batches, m.identity.seed,
+                     m.identity.config_hash, m.identity.graph_fingerprint, tensors.hex());
 }
 
 std::string encode_facts(const RunFacts& facts) {
@@ -78,8 +88,13 @@ RunFacts decode_facts(const std::string& bytes) {
   return facts;
 }
 
-std::string first_difference(const std::vector<RunFacts>& per_rank) {
+std::string first_difference(const std::vector<RunFacts>& per_rank, const std::vector<std::string>& nodes) {
   if (per_rank.empty()) return "";
+  const bool several_nodes = nodes.size() == per_rank.size() &&
+                             std::any_of(nodes.begin(), nodes.end(), [&](const std::string& n) { return n != nodes[0]; });
+  const auto rank = [&](size_t r) {
+    return several_nodes ? fmt::format("rank {} on node {}", r, escaped(nodes[r], 64)) : fmt::format("rank {}", r);
+  };
   const std::map<std::string, std::string> first(per_rank[0].begin(), per_rank[0].end());
   for (size_t r = 1; r < per_rank.size(); ++r) {
     std::map<std::string, std::string> other(per_rank[r].begin(), per_rank[r].end());
@@ -94,9 +109,9 @@ std::string first_difference(const std::vector<RunFacts>& per_rank) {
       const auto it = facts.find(key);
       return it == facts.end() ? std::string("(absent)") : fmt::format("'{}'", escaped(it->second, 120));
     };
-    return fmt::format("rank {} does not run what rank 0 runs: {} is {} there, {} on rank 0 (start every rank with "
+    return fmt::format("{} does not run what {} runs: {} is {} there, {} on rank 0 (start every rank with "
                        "the same configuration, plug-ins and checkpoint)",
-                       r, key, value(other), value(first));
+                       rank(r), rank(0), key, value(other), value(first));
   }
   return "";
 }
@@ -113,7 +128,7 @@ void check_ranks_agree(const Session& session, const RunFacts& facts) {
   if (std::all_of(hashes.begin(), hashes.end(), [&](uint64_t h) { return h == hashes[0]; })) return;
   std::vector<RunFacts> per_rank;
   for (const std::string& bytes : allgather_bytes(session, mine)) per_rank.push_back(decode_facts(bytes));
-  const std::string difference = first_difference(per_rank);
+  const std::string difference = first_difference(per_rank, allgather_bytes(session, host_name()));
   throw RankMismatch(difference.empty() ? "the ranks' runs differ (their fingerprints do)" : difference);
 }
 

@@ -10,6 +10,7 @@
 #include "mlph/core/config.hpp"
 #include "mlph/core/mllog.hpp"
 #include "mlph/core/mllog_reader.hpp"
+#include "mlph/core/shell_script.hpp"
 #include "mlph/core/system_probe.hpp"
 #include "mlph/core/text_input.hpp"
 #include "mlph/sdk/numbers.hpp"
@@ -19,8 +20,8 @@ namespace fs = std::filesystem;
 
 ResultsTree::ResultsTree(const fs::path& output, const std::string& org, const std::string& system_name,
                          const std::string& benchmark, bool weak)
-    : org_dir(output / org),
-      results(org_dir / "results" / system_name / (weak ? "weak" : "strong") / benchmark),
+    : org_dir(output / require_plain_name(org, "the organization (--org, mlperf.org)")),
+      results(org_dir / "results" / require_plain_name(system_name, "the system name (--system, mlperf.platform)") / (weak ? "weak" : "strong") / benchmark),
       systems(org_dir / "systems"),
       implementation(org_dir / "benchmarks" / benchmark / "implementations" / "mlperf-hpc"),
       console(output / "console" / system_name / (weak ? "weak" : "strong") / benchmark),
@@ -43,7 +44,7 @@ void write_code_reference(const fs::path& dir, const std::string& version, const
                                    "(C++ runner with run-time plug-ins; the plug-in files and their hashes are in every "
                                    "log's `mlph_plugin` lines).\n\nCommand of run 0 ({1} runs, seeds differ):\n\n    ",
                                    version, runs);
-  for (const auto& a : command) readme += a + ' ';
+  for (const auto& a : command) readme += shell_word(a) + ' ';  // to be copied into a shell: quoted
   write_whole_file(dir / "README.md", readme + "\n");
   if (!config_file.empty() && fs::exists(config_file))
     fs::copy_file(config_file, dir / fs::path(config_file).filename(), fs::copy_options::overwrite_existing);

@@ -12,9 +12,11 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <numeric>
 
+#include "mlph/core/atomic_file.hpp"
 #include "mlph/core/checkpoint.hpp"
 #include "mlph/core/config.hpp"
 #include "mlph/core/crash.hpp"
@@ -66,6 +68,7 @@ class Run {
   int generate_data();
   int timed_run();
   void find_resume_auto();
+  void leave_status(int status) const;
   void open_resume();
   void check_checkpoints_and_export();
   void reserve_checkpoint_dir();
@@ -75,6 +78,7 @@ class Run {
   void save_checkpoint_if_due(MlLogger& log, Progress& progress, uint32_t epochs_done);
   std::filesystem::path save(MlLogger& log, Progress& progress, const RunnerState& state, const RankCopies& copies = {});
   int stop_requested();
+  bool log_ended_on_any_rank();
   [[noreturn]] void stop(MlLogger& log, Progress& progress, uint32_t epoch, StepOf at);
   void export_trained_weights();
   bool train_and_evaluate(MlLogger& log);
@@ -84,6 +88,7 @@ class Run {
   uint64_t eval_samples() const;
   void open_datasets();
   void stage_data(MlLogger& log);
+  void log_staging_per_node(MlLogger& log, const MLPH_StageStats& mine);
   void end_log(MlLogger& log, bool converged, const std::string& failure);
   void log_plugin(MlLogger& log, const LoadedPlugin& plugin);
   void log_device(MlLogger& log, const BackendDevice& device);
@@ -97,7 +102,7 @@ class Run {
   ReadPlan read_plan(const char* split, uint32_t epoch) const {
     return {split, epoch, as_number("data.read_timeout_s", session_->config().get("data.read_timeout_s"))};
   }
-  ReadAhead reading() const { return read_ahead(session_->config(), batch_); }
+  ReadAhead reading() const { return read_ahead(session_->config(), batch_, session_->topology().local_size); }
 
   RunOptions options_;  // a copy: a resumed run takes the checkpoint's seed
   SignalWatcher& signals_;
@@ -284,6 +289,15 @@ std::filesystem::path Run::save(MlLogger& log, Progress& progress, const RunnerS
   return saved.path;
 }
 
+// Whether the signal watcher's last words ended the log on some rank: every rank votes, so that all
+// stop at the same place (one going on alone would wait in collectives the others never join).
+bool Run::log_ended_on_any_rank() {
+  int32_t ended = run_stopped_ ? 1 : 0;
+  if (session_->topology().size > 1)
+    check(comms()->allreduce(session_->comm(), &ended, 1, MLPH_DTYPE_I32, MLPH_REDUCE_MAX), "comms");
+  return ended != 0;
+}
+
 // At every training step boundary: the signal that asks the run to stop, 0 for none. Every rank
 // votes, so that all stop at the same step (a rank going on alone would wait in the next step's
 // collectives), naming the same signal (SIGTERM before SIGUSR1) whichever rank got it.
@@ -301,7 +315,9 @@ void Run::stop(MlLogger& log, Progress& progress, uint32_t epoch, StepOf at) {
   signals_.stopping();
   const int signal = at.signal;
   const uint64_t step = at.step;
-  const std::string where = fmt::format("stopped before training step {} of {} in epoch {}", step + 1, at.steps, epoch + 1);
+  const std::string where = at.steps == 0
+                                ? fmt::format("stopped after epoch {} (the log had ended: SIGTERM or SIGINT outside a step)", epoch)
+                                : fmt::format("stopped before training step {} of {} in epoch {}", step + 1, at.steps, epoch + 1);
   if (checkpoints_.dir.empty())
     throw RunStopped(fmt::format("{}: {}; no checkpoint (no --checkpoint-dir)", stop_reason(signal), where), false);
   const RunnerState state{epoch, micro_batches_, micro_batches_ / session_->gradient_accumulation(), metrics_, step};
@@ -377,6 +393,7 @@ void Run::stage_data(MlLogger& log) {
   check(storage.api->stage(storage.storage, dir.c_str(), session_->comms_handle(), &stats), "staging " + dir);
   log.end("staging_stop");
   staged_ = stats;
+  log_staging_per_node(log, stats);
   // The node's readers in sample groups: a sample's ranks (consecutive) share a node and its files.
   const auto ranks = static_cast<int32_t>(session_->sample_ranks());
   if (stats.shard_count % ranks != 0)
@@ -384,6 +401,38 @@ void Run::stage_data(MlLogger& log) {
                                  "(parallel.spatial = {})",
                                  stats.shard_count, ranks, sdk::spatial::grid_text(session_->spatial_grid())));
   data_shard_ = {stats.shard_index / ranks, stats.shard_count / ranks};
+}
+
+// Each node stages its own shard to its own disk: the log's mlph_staging_nodes says what each node
+// staged (its ranks' files and bytes summed, the slowest rank's seconds), in the order of the nodes'
+// first ranks. Every rank takes part (one allgather); rank 0 writes it.
+void Run::log_staging_per_node(MlLogger& log, const MLPH_StageStats& mine) {
+  struct Staged {
+    uint64_t files, bytes_written, bytes_read;
+    double seconds;
+    char node[64];
+  };
+  Staged own{mine.files, mine.bytes_written, mine.bytes_read, mine.seconds, {}};
+  host_name().copy(own.node, sizeof own.node - 1);
+  std::vector<Staged> all(static_cast<size_t>(session_->topology().size));
+  check(session_->comms_api()->allgather(session_->comm(), &own, all.data(), sizeof own), "comms: staging figures");
+  std::vector<std::pair<std::string, Staged>> nodes;  // each node and its ranks' sums
+  std::map<std::string, int> ranks;
+  for (const Staged& rank : all) {
+    const std::string node = rank.node;
+    auto it = std::find_if(nodes.begin(), nodes.end(), [&](const auto& n) { return n.first == node; });
+    if (it == nodes.end()) it = nodes.insert(nodes.end(), {node, Staged{0, 0, 0, 0.0, {}}});
+    it->second.files += rank.files, it->second.bytes_written += rank.bytes_written;
+    it->second.bytes_read += rank.bytes_read, it->second.seconds = std::max(it->second.seconds, rank.seconds);
+    ++ranks[node];
+  }
+  std::string entries;
+  for (const auto& [node, sum] : nodes)
+    entries += fmt::format("{}{{\"node\": {}, \"ranks\": {}, \"files\": {}, \"bytes_written\": {}, \"bytes_read\": {}, "
+                           "\"seconds\": {}}}",
+                           entries.empty() ? "" : ", ", json(node).text, ranks[node], sum.files, sum.bytes_written,
+                           sum.bytes_read, json(sum.seconds).text);
+  log.event("mlph_staging_nodes", json_raw("[" + entries + "]"));
 }
 
 // Trains epoch `epoch` from step `first_step` on (a resumed run's first epoch may start inside);
@@ -537,6 +586,9 @@ bool Run::train_and_evaluate(MlLogger& log) {
       throw RunFailure(fmt::format("training diverged: {} is {} after epoch {}", session_->info().metric_key, metric, epoch + 1));
     metrics_.push_back(metric);
     save_checkpoint_if_due(log, progress, epoch + 1);
+    // The watcher's last words ended the log during this epoch's evaluation (SIGTERM outside a step):
+    // the log says aborted, so the run ends stopped here, saving where it stands, whatever the metric.
+    if (log_ended_on_any_rank()) stop(log, progress, epoch + 1, StepOf{0, 0, stop_signal()});
     if (session_->info().lower_is_better ? metric <= session_->info().target : metric >= session_->info().target) return true;
   }
   progress.message(fmt::format("stopped after {} epochs without reaching the target {} {}", session_->info().max_epochs,
@@ -622,16 +674,27 @@ int Run::timed_run() {
   if (rank0) {
     std::fprintf(stderr, "MLPerf log: %s (run_stop: %s)\n", log_path.c_str(), converged ? "success" : "aborted");
   }
+  const int status = stopped ? (checkpointed ? kExitStoppedWithCheckpoint : 1) : converged && failure.empty() ? 0 : 1;
+  if (rank0) leave_status(status);
   // A rank that failed alone must not wait in MPI_Finalize for peers that never get there: leaving
   // now, non-zero, makes the launcher (mpirun; srun --kill-on-bad-exit) end every rank. Ranks that
   // stopped on a signal stopped together: they finish as usual.
-  if (stopped) return checkpointed ? kExitStoppedWithCheckpoint : 1;
-  if (!failure.empty() && session_->topology().size > 1) {
+  if (!stopped && !failure.empty() && session_->topology().size > 1) {
     session_->abandon();  // no destructor runs: the staged copy goes now
     std::fflush(nullptr);
     std::_Exit(1);
   }
-  return converged && failure.empty() ? 0 : 1;
+  return status;
+}
+
+// --status-file: how the run ended, for a job script (mlperf.sbatch requeues on 3 whatever the launcher says).
+void Run::leave_status(int status) const {
+  if (options_.status_file.empty()) return;
+  try {
+    write_whole_file(options_.status_file, fmt::format("{}\n", status));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mlperf-run: warning: --status-file %s: %s\n", options_.status_file.c_str(), e.what());
+  }
 }
 
 void Run::export_trained_weights() {
@@ -748,16 +811,20 @@ void Run::reserve_export() {
 }
 
 // --resume auto: the newest checkpoint in --checkpoint-dir if it holds one (a requeued job's), else a
-// fresh start.
+// fresh start. Without `latest` (a run killed between a checkpoint's rename and latest's) the newest
+// whole checkpoint there is the one.
 void Run::find_resume_auto() {
   const std::filesystem::path& dir = options_.checkpoint_dir;
   if (dir.empty()) throw CheckpointError("--resume auto: needs --checkpoint-dir, where it looks for a checkpoint");
-  if (list_checkpoints(dir).empty() && latest_checkpoint(dir).empty()) {
+  const std::vector<std::filesystem::path> whole = list_checkpoints(dir);
+  if (whole.empty() && latest_checkpoint(dir).empty()) {
     resume_note_ = fmt::format("--resume auto: no checkpoint in {} yet: starting afresh", dir.string());
     return;
   }
   options_.resume_from = dir;  // its `latest` (CheckpointReader: a damaged one is refused, named)
   resume_note_ = fmt::format("--resume auto: going on from the newest checkpoint in {}", dir.string());
+  if (latest_checkpoint(dir).empty())
+    resume_note_ += fmt::format(" ({}: no 'latest' names one)", whole.back().filename().string());
 }
 
 int Run::execute() {

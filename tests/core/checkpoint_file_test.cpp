@@ -139,6 +139,29 @@ TEST(CheckpointFile, ALatestNamingNothingIsAnError) {
   }
 }
 
+// Issue 36, defect 12: a run killed between a checkpoint's rename and latest's leaves whole checkpoints
+// and no `latest` (the first one) or an older one: resuming the directory takes the newest whole
+// checkpoint, not a leftover temporary one; a directory with neither is still an error naming it.
+TEST(CheckpointFile, WithoutLatestTheNewestWholeCheckpointResumes) {
+  const fs::path dir = fresh("ckpt-no-latest");
+  commit(dir, 1);
+  commit(dir, 2);
+  fs::remove(dir / "latest");
+  fs::create_directories(dir / ".epoch-000003.tmp");  // a writer that died before its rename
+  fs::create_directories(dir / "epoch-000004");       // no manifest: not whole
+  EXPECT_EQ(CheckpointReader(dir).dir(), dir / "epoch-000002");
+  EXPECT_EQ(CheckpointReader(dir).manifest().state.epochs_done, 2u);
+  const fs::path empty = fresh("ckpt-no-latest-empty");
+  fs::create_directories(empty / "epoch-000001");
+  try {
+    CheckpointReader r(empty);
+    FAIL() << "opened";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds neither a checkpoint (manifest.json) nor a 'latest'"), std::string::npos)
+        << e.what();
+  }
+}
+
 // A checkpoint inside an epoch (a run stopped by a signal): named after its step, version 2 (a
 // version 1 reader would resume it at the epoch's start), its position read back; the checkpoint at
 // an epoch's end stays version 1, which older builds read.

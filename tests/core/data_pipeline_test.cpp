@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -108,7 +109,7 @@ float x0(const Batch& b, size_t row) { return static_cast<const float*>(b.tensor
 TEST(Pipeline, ReadersFillEveryBatchInOrderEachSampleOnce) {
   for (const auto& [readers, batch] : {std::pair{1u, 4u}, std::pair{3u, 2u}, std::pair{4u, 1u}, std::pair{8u, 3u}}) {
     Pipeline p(readers, batch);
-    const ReadAhead ahead = read_ahead(readers, batch);
+    const ReadAhead ahead = read_ahead(readers, batch, 2);
     EXPECT_EQ(ahead.readers, readers);
     EXPECT_EQ(ahead.batches, std::max(1u, (readers + batch - 1) / batch));
     InputBuffers buffers(p.inputs.graph, nullptr, nullptr, ahead.batches);
@@ -151,7 +152,7 @@ TEST(Pipeline, ASamplesErrorComesWithItsBatch) {
   Pipeline p(3, 2);
   const std::vector<uint64_t> order = order_of(12);
   p.recorder.failing = order[7];  // batch 4 (index 3), row 1
-  InputBuffers buffers(p.inputs.graph, nullptr, nullptr, read_ahead(3, 2).batches);
+  InputBuffers buffers(p.inputs.graph, nullptr, nullptr, read_ahead(3, 2, 2).batches);
   Prefetcher reader(&p.api, p.raw, buffers, order, 2, ReadPlan{"training", 0, 60});
   for (uint64_t i = 0; i < 3; ++i) EXPECT_EQ(x0(reader.get(i), 0), static_cast<float>(order[2 * i]));
   try {
@@ -164,11 +165,116 @@ TEST(Pipeline, ASamplesErrorComesWithItsBatch) {
 }
 
 TEST(Pipeline, ReadersDefaultToHalfTheCpusWithinBounds) {
-  EXPECT_EQ(read_ahead(5, 4).readers, 5u);
-  EXPECT_EQ(read_ahead(5, 4).batches, 2u);
-  EXPECT_EQ(read_ahead(20, 1).readers, kMaxReaders);
-  const ReadAhead automatic = read_ahead(0, 1);
-  EXPECT_GE(automatic.readers, 1u);
-  EXPECT_LE(automatic.readers, kMaxReaders);
-  EXPECT_EQ(automatic.batches, automatic.readers) << "batch 1: a batch ahead per reader";
+  EXPECT_EQ(read_ahead(5, 4, 16).readers, 5u);
+  EXPECT_EQ(read_ahead(5, 4, 16).batches, 2u);
+  EXPECT_EQ(read_ahead(20, 1, 16).readers, kMaxReaders);
+  EXPECT_EQ(read_ahead(0, 1, 12).readers, 6u);
+  EXPECT_EQ(read_ahead(0, 1, 12).batches, 6u) << "batch 1: a batch ahead per reader";
+  EXPECT_EQ(read_ahead(0, 4, 64).readers, kMaxReaders);
+  EXPECT_EQ(read_ahead(0, 4, 1).readers, 1u);
+}
+
+// Little's law: a reader taking 0.35 s a sample under a step of 0.1 s needs 4 batches in flight; a
+// step slower than the reads keeps the batches that give every reader a sample; the cap holds.
+TEST(Pipeline, ReadAheadFollowsTheStepsRate) {
+  EXPECT_EQ(batches_for_rate({2, 1}, 0.1, 0.35), 4u);
+  EXPECT_EQ(batches_for_rate({4, 2}, 1.0, 0.1), 2u);
+  EXPECT_EQ(batches_for_rate({1, 1}, 0.001, 10.0), kMaxBatchesAhead);
+  EXPECT_EQ(batches_for_rate({3, 3}, 0, 1.0), 3u) << "no rate measured: as many as the readers need";
+}
+
+// Under mpirun without binding every rank sees all 16 CPUs: 2 ranks take 8 each (4 readers), not
+// 16 each; a rank bound to 8 CPUs keeps its 8 whatever the node's count.
+TEST(Pipeline, ReadersShareAnUnboundNodeWithItsOtherRanks) {
+  EXPECT_EQ(rank_cpus(16, 16, 2), 8u);
+  EXPECT_EQ(rank_cpus(16, 16, 1), 16u);
+  EXPECT_EQ(rank_cpus(8, 16, 2), 8u);
+  EXPECT_EQ(rank_cpus(16, 16, 32), 1u);
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"})
+    unsetenv(v);
+  EXPECT_EQ(local_ranks(0), 1u);
+  setenv("SLURM_TASKS_PER_NODE", "3(x2),1", 1);
+  EXPECT_EQ(local_ranks(0), 3u);
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4", 1);
+  EXPECT_EQ(local_ranks(1), 4u) << "the launcher's count where the comms says 1 rank";
+  EXPECT_EQ(local_ranks(2), 2u) << "the comms' count first";
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "junk", 1);
+  EXPECT_EQ(local_ranks(0), 3u);
+  unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  unsetenv("SLURM_TASKS_PER_NODE");
+}
+
+// Issue 36, defect 11: readers that each listed the split themselves got different index-to-file maps
+// when a file came or went while they opened (one epoch read 4 files twice and 4 never). A storage
+// whose directory changes between every two listings: the readers opened through Datasets share the
+// first listing, every one of them; a workload whose readers still count differently is refused.
+namespace {
+
+struct ChangingStorage {
+  int listings = 0;
+};
+
+MLPH_Error* list_changing(MLPH_Storage* s, const char*, const char*, MLPH_PathFn each, void* ctx) {
+  auto& storage = *reinterpret_cast<ChangingStorage*>(s);
+  const int n = storage.listings++;
+  for (int k = 0; k < 8; ++k) each(ctx, ("file-" + std::to_string(k + n) + ".npy").c_str());  // renamed each time
+  return nullptr;
+}
+
+struct ListedDataset {
+  std::vector<std::string> files;
+  uint64_t extra = 0;  // added to its size: a workload that counts its own way
+};
+
+int g_opened = 0;
+bool g_sizes_differ = false;
+
+void collect(void* ctx, const char* path) { static_cast<std::vector<std::string>*>(ctx)->emplace_back(path); }
+
+MLPH_Error* open_listed(MLPH_Workload*, MLPH_Split, const MLPH_StorageHandle* storage, MLPH_Dataset** out) {
+  auto dataset = std::make_unique<ListedDataset>();
+  if (MLPH_Error* e = storage->api->list(storage->storage, "/data/train", ".npy", collect, &dataset->files)) return e;
+  dataset->extra = g_sizes_differ ? static_cast<uint64_t>(g_opened) : 0;
+  ++g_opened;
+  *out = reinterpret_cast<MLPH_Dataset*>(dataset.release());
+  return nullptr;
+}
+void close_listed(MLPH_Dataset* d) { delete reinterpret_cast<ListedDataset*>(d); }
+MLPH_Error* size_listed(MLPH_Dataset* d, uint64_t* out) {
+  const auto* dataset = reinterpret_cast<ListedDataset*>(d);
+  *out = dataset->files.size() + dataset->extra;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST(Pipeline, EveryReaderSharesOneListingOfTheSplit) {
+  ChangingStorage storage;
+  MLPH_StorageApi storage_api{};
+  storage_api.struct_size = sizeof storage_api;
+  storage_api.list = list_changing;
+  const MLPH_StorageHandle handle{sizeof handle, nullptr, &storage_api, reinterpret_cast<MLPH_Storage*>(&storage)};
+  MLPH_WorkloadApi api{};
+  api.struct_size = sizeof api;
+  api.dataset_open = open_listed;
+  api.dataset_close = close_listed;
+  api.dataset_size = size_listed;
+  g_opened = 0, g_sizes_differ = false;
+  const Datasets datasets(&api, nullptr, MLPH_SPLIT_TRAIN, &handle, 4, "training data");
+  ASSERT_EQ(datasets.readers().size(), 4u);
+  EXPECT_EQ(storage.listings, 1) << "the split is listed once";
+  const auto& first = reinterpret_cast<const ListedDataset*>(datasets.readers()[0])->files;
+  ASSERT_EQ(first.size(), 8u);
+  EXPECT_EQ(first.front(), "file-0.npy");
+  for (MLPH_Dataset* d : datasets.readers()) EXPECT_EQ(reinterpret_cast<const ListedDataset*>(d)->files, first);
+  EXPECT_EQ(datasets.size(), 8u);
+
+  g_opened = 0, g_sizes_differ = true;
+  try {
+    const Datasets differing(&api, nullptr, MLPH_SPLIT_TRAIN, &handle, 3, "training data");
+    ADD_FAILURE() << "opened";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("training data: reader 1 counts 9 samples, reader 0 8"), std::string::npos)
+        << e.what();
+  }
 }

@@ -54,6 +54,25 @@ TEST(MlLog, EveryLineIsOnDiskImmediately) {
   EXPECT_NE(line.find("\"key\": \"run_start\""), std::string::npos);
 }
 
+// Issue 36, defect 3: nothing follows run_stop, whoever wrote it (the signal watcher's last words end
+// the log while the run may go on evaluating): later lines are refused and counted.
+TEST(MlLog, NoLineFollowsRunStop) {
+  const auto path = std::filesystem::temp_directory_path() / "mllog_run_stop.txt";
+  MlLogger log(path, false);
+  log.start("eval_start");
+  log.end("run_stop", {}, {{"status", json("aborted")}});
+  log.end("eval_stop");
+  log.event("eval_error", json(0.5));
+  log.end("run_stop", {}, {{"status", json("success")}});
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[1].find("\"key\": \"run_stop\""), std::string::npos);
+  EXPECT_NE(lines[1].find("aborted"), std::string::npos);
+  EXPECT_EQ(log.refused_lines(), 3u);
+}
+
 namespace {
 const std::string kLine = ":::MLLOG {\"namespace\": \"\", \"time_ms\": 1, \"event_type\": \"POINT_IN_TIME\", \"key\": \"seed\", "
                           "\"value\": 42, \"metadata\": {\"file\": \"x.py\", \"lineno\": 7}}\n";

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """mlperf-bench --layers on CosmoFlow at 32^3 (reference backend): every layer timed, each conv's work
 as the model's arithmetic gives it (2 x outputs x 27 taps x Ci x Co; twice that in training for conv1,
-whose input is data and gets no gradient, three times for the others), the peak named.
+whose input is data and gets no gradient, three times for the others), the peak named; each activation a
+row of its own (kind "activation", no FLOPs counted), never folded into its conv's.
 
   bench_layers_check.py BUILD_DIR
 """
@@ -30,8 +31,14 @@ expect("peak precision", result["peak_precision"], "FP32")
 if not result["peak_gflops"] > 0:
     failures.append(f"peak_gflops {result['peak_gflops']}")
 layers = {layer["name"]: layer for layer in result["layers"]}
-expect("layers", sorted(layers), sorted([f"conv{i}" for i in range(1, 6)] + [f"conv{i}.pool" for i in range(1, 6)] +
-                                        ["dense1", "dense2", "output"]))
+expect("layers", sorted(layers), sorted([f"conv{i}{part}" for i in range(1, 6) for part in ("", ".act", ".pool")] +
+                                        ["dense1", "dense1.act", "dense2", "dense2.act", "output", "output.tanh"]))
+for name, layer in layers.items():
+    kind = "activation" if name.endswith((".act", ".tanh")) else "pool" if name.endswith(".pool") else \
+        "conv" if name.startswith("conv") else "dense"
+    expect(f"{name} kind", layer.get("kind"), kind)
+    if kind in ("activation", "pool"):
+        expect(f"{name} train_flops", layer.get("train_flops"), 0.0)
 channels, e = 4, edge
 for i in range(1, 6):
     conv = layers.get(f"conv{i}", {})

@@ -34,6 +34,7 @@ with tempfile.TemporaryDirectory() as tmp:
                     "--set", "backend.threads=1", "--set", "data.edge=32", "--set", f"train.batch_size={batch}",
                     "--steps", str(steps), "--warmup", str(warmup), "--data", data, "--json", out],
                    check=True, stdout=subprocess.DEVNULL)
+    train_bytes = sum(os.path.getsize(os.path.join(data, "train", name)) for name in os.listdir(os.path.join(data, "train")))
     with open(losses) as f:
         calls = f.read().split("\n")[:-1]
     with open(out) as f:
@@ -47,6 +48,10 @@ expect("training samples in the files", files.get("samples"), samples)
 for name, timing in (("synthetic", result["model"]), ("from files", files)):
     if not timing.get("train_s", 0) >= step_seconds:
         failures.append(f"{name}: train_s {timing.get('train_s')} is shorter than the backend's step ({step_seconds} s)")
+# The pread ceiling beside the readers' rate: the split's bytes per sample, a rate measured.
+expect("bytes per sample (the split's files)", files.get("bytes_per_sample"), train_bytes / samples)
+if not files.get("ceiling_samples_s", 0) > 0 or not files.get("batch_memory_bytes", 0) > 0:
+    failures.append(f"from files: no pread ceiling or batch memory measured: {files}")
 if not 0 <= files.get("wait_s", -1) <= files.get("train_s", 0):
     failures.append(f"from files: wait_s {files.get('wait_s')} is not within [0, train_s {files.get('train_s')}]")
 print("\n".join(failures) or f"{len(calls)} calls as a run makes them; from files {files['train_s']:.3f} s per step, "

@@ -232,6 +232,37 @@ TEST(Stop, WithoutACheckpointDirTheRunStopsAndSaysSo) {
   EXPECT_NE(last.find("no checkpoint (no --checkpoint-dir)"), std::string::npos) << last;
 }
 
+// Issue 36, defect 3: SIGTERM during an evaluation that reaches the target, with --checkpoint-dir, not
+// under srun: half a second on, the watcher's last words end the log (run_stop aborted). The run then
+// ends stopped after that evaluation, saving there (exit 3), not with success; nothing follows run_stop
+// in the log. (32 validation samples: the evaluation lasts seconds after the signal.)
+TEST(Stop, SigtermDuringAnEvaluationEndsTheRunStoppedNotSuccessful) {
+  const fs::path dir = fresh_dir("stop-in-eval");
+  const std::string flags =
+      "--workload cosmoflow --division open --set data.edge=32 --set train.batch_size=2 --set train.epochs=2 "
+      "--set optimizer.warmup_epochs=0 --set train.target_mae=10 --set backend.threads=1 --seed 1234 ";
+  ASSERT_EQ(run_cli(flags + "--set data.synthetic.train=4 --set data.synthetic.valid=32 --generate-data " +
+                    (dir / "data").string())
+                .exit_code,
+            0);
+  const fs::path log = dir / "out" / "result_0.txt";
+  const pid_t pid = spawn_cli(flags + "--data " + (dir / "data").string() + " --output " + (dir / "out").string() +
+                                  " --checkpoint-dir " + (dir / "ck").string(),
+                              dir / "run.txt");
+  const int status = signal_at(pid, log, "\"key\": \"eval_start\"", SIGTERM);
+  const std::string printed = slurp(dir / "run.txt");
+  EXPECT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 3) << status << "\n" << printed;
+  EXPECT_EQ(printed.find("run_stop: success"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("stopped after epoch 1"), std::string::npos) << printed;
+  const std::vector<std::string> lines = read_lines(log);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(mllog_key(lines.back()), "run_stop") << lines.back();
+  EXPECT_NE(lines.back().find("\"status\": \"aborted\""), std::string::npos) << lines.back();
+  EXPECT_EQ(std::count_if(lines.begin(), lines.end(), [](const std::string& l) { return mllog_key(l) == "run_stop"; }), 1);
+  EXPECT_EQ(core::latest_checkpoint(dir / "ck").filename(), "epoch-000001") << printed;
+  if (!testing::Test::HasFailure()) fs::remove_all(dir);
+}
+
 TEST(Stop, ResumeAutoNeedsACheckpointDir) {
   const CliResult r = run_cli(kCosmoFlow + "--data /nonexistent --resume auto");
   EXPECT_EQ(r.exit_code, 2) << r.output;

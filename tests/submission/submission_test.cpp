@@ -413,8 +413,8 @@ TEST(EndToEnd, SlurmWritesTheCampaignAsOneJobArray) {
   std::ifstream in(script);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   for (const std::string& line : std::vector<std::string>{"#SBATCH --array=0-2\n", "seeds=(41 42 43)\n",
-                                 "srun --mpi=pmix --kill-on-bad-exit=1 " + run_bin + " --workload cosmoflow --comms mpi "
-                                 "--data /data/cosmo --division open --set mlperf.org=acme --set mlperf.platform=box1 "
+                                 "srun '--mpi=pmix' '--kill-on-bad-exit=1' " + run_bin + " --workload cosmoflow --comms mpi "
+                                 "--data /data/cosmo --division open --set 'mlperf.org=acme' --set 'mlperf.platform=box1' "
                                  "--seed \"${seeds[$i]}\" --output ",
                                  "--log-name \"result_$i.txt\"\n", " --describe-system "})
     EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
@@ -429,6 +429,40 @@ TEST(EndToEnd, SlurmWritesTheCampaignAsOneJobArray) {
   EXPECT_EQ(weak.code, 2) << weak.output;
   EXPECT_NE(weak.output.find("--weak --slurm: a throughput campaign runs its instances at once"), std::string::npos)
       << weak.output;
+}
+
+// Issue 36, defect 2: an org or system name that is not a plain name (a newline would become a command
+// of the job, '/' and '..' put the tree and the script outside --output) is refused before anything
+// is written, from --system, --org or a config's mlperf.platform; every value the script holds is
+// quoted, so a path with quotes, blanks and $(...) stays one word. Defect 10: --runs is bounded.
+TEST(EndToEnd, SlurmRefusesNamesThatAreNotPlainAndQuotesEveryValue) {
+  const fs::path root = test::fresh_tree("slurm-names");
+  const std::string campaign = MLPH_BINARY_DIR "/bin/mlperf-run --workload cosmoflow --division open --slurm "
+                               "--data /data/cosmo --seed 41 --output " + (root / "out").string() + " ";
+  for (const std::string& names : {std::string("--org acme --system \"$(printf 'box\\ntouch pwned')\""),
+                                   std::string("--org acme --system ../../escape"), std::string("--org a/b --system box"),
+                                   std::string("--org acme --set mlperf.platform=..")}) {
+    const Cli c = run(campaign + "--runs 2 " + names);
+    EXPECT_EQ(c.code, 2) << names << "\n" << c.output;
+    EXPECT_NE(c.output.find("is not a plain name"), std::string::npos) << c.output;
+    EXPECT_FALSE(fs::exists(root / "out")) << names << ": nothing is written";
+    EXPECT_FALSE(fs::exists(root / "escape-cosmoflow.sbatch"));
+  }
+  const Cli ok = run(MLPH_BINARY_DIR "/bin/mlperf-run --workload cosmoflow --division open --runs 2 --slurm --org acme "
+                     "--system box1 --seed 41 --data \"/data/it's a \\$(touch pwned) \\`x\\`\" --output " +
+                     (root / "out").string());
+  ASSERT_EQ(ok.code, 0) << ok.output;
+  const fs::path script = root / "out" / "slurm" / "box1-cosmoflow.sbatch";
+  std::ifstream in(script);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find(" --data '/data/it'\\''s a $(touch pwned) `x`' "), std::string::npos) << text;
+  EXPECT_EQ(run("bash -n " + script.string()).code, 0);
+  std::ifstream readme(root / "out" / "acme" / "benchmarks" / "cosmoflow" / "implementations" / "mlperf-hpc" / "README.md");
+  const std::string notes((std::istreambuf_iterator<char>(readme)), std::istreambuf_iterator<char>());
+  EXPECT_NE(notes.find(" --data '/data/it'\\''s a $(touch pwned) `x`' "), std::string::npos) << notes;
+  const Cli many = run(campaign + "--org acme --system box2 --runs 1001");
+  EXPECT_EQ(many.code, 2) << many.output;
+  EXPECT_NE(many.output.find("--runs 1001: from 0 to 1000"), std::string::npos) << many.output;
 }
 
 // --describe-system writes the system description from a log, as each array task does after its run;

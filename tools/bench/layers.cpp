@@ -11,8 +11,32 @@ namespace {
 
 bool is_compute(std::string_view op) { return op == "conv" || op == "conv_transpose" || op == "dense"; }
 bool is_pool(std::string_view op) { return op == "max_pool" || op == "global_avg_pool"; }
-bool is_elementwise(std::string_view op) {
-  return op == "leaky_relu" || op == "relu" || op == "tanh" || op == "scale" || op == "batch_norm";
+bool is_activation(std::string_view op) { return op == "leaky_relu" || op == "relu" || op == "tanh"; }
+bool starts_layer(std::string_view op) {
+  return is_compute(op) || is_pool(op) || is_activation(op) || op == "batch_norm";
+}
+
+const MLPH_Attr* attr(const MLPH_Node& n, std::string_view key) {
+  for (size_t i = 0; i < n.n_attrs; ++i)
+    if (key == n.attrs[i].key) return &n.attrs[i];
+  return nullptr;
+}
+
+// What a layer's first node is, for the tables: a conv is 1x1 when every kernel dim is 1 and
+// depthwise when it has as many groups as input channels (its weights [K..., Ci/g, Co]).
+std::string kind_of(const MLPH_Graph& g, const MLPH_Node& n) {
+  const std::string_view op = n.op;
+  if (is_activation(op)) return "activation";
+  if (is_pool(op)) return "pool";
+  if (op != "conv") return std::string(op);
+  const MLPH_Value& w = g.values[n.inputs[1]];
+  const MLPH_Value& x = g.values[n.inputs[0]];
+  const MLPH_Attr* groups = attr(n, "groups");
+  if (groups && groups->n_values == 1 && groups->values[0] > 1 && groups->values[0] == x.shape[x.ndim - 1])
+    return "depthwise";
+  bool one = true;
+  for (int32_t d = 0; d + 2 < w.ndim; ++d) one = one && w.shape[d] == 1;
+  return one ? "1x1" : "conv";
 }
 
 // Values computed from a trainable parameter: the activations whose gradient a backward pass needs.
@@ -76,18 +100,18 @@ double forward_flops(const MLPH_Graph& g) {
 std::vector<Layer> split_layers(const MLPH_Graph& g) {
   const std::set<int32_t> needs_gradient = values_needing_gradient(g);
   std::vector<Layer> layers;
-  bool open = false;  // the last layer may still take element-wise followers
+  bool open = false;  // the last layer may still take scale nodes
   for (size_t i = 0; i < g.n_nodes; ++i) {
     const MLPH_Node& n = g.nodes[i];
     const std::string_view op = n.op;
-    const bool follows = open && is_elementwise(op) && n.inputs[0] == g.nodes[layers.back().nodes.back()].outputs[0];
+    const bool follows = open && op == "scale" && n.inputs[0] == g.nodes[layers.back().nodes.back()].outputs[0];
     if (follows) {
       layers.back().nodes.push_back(i);
       continue;
     }
-    open = is_compute(op);
-    if (!is_compute(op) && !is_pool(op)) continue;
-    Layer layer{n.name, {i}, node_flops(g, n), needs_gradient.count(n.inputs[0]) > 0};
+    open = is_compute(op) || is_activation(op);
+    if (!starts_layer(op)) continue;
+    Layer layer{n.name, kind_of(g, n), {i}, node_flops(g, n), needs_gradient.count(n.inputs[0]) > 0};
     layers.push_back(std::move(layer));
   }
   return layers;

@@ -10,11 +10,15 @@
 
 namespace mlph::bench {
 
-// A layer: a compute node (conv, conv_transpose, dense) with the element-wise nodes that follow
-// it, or one pooling node. `needs_input_gradient` is false for the first layer of the model, whose
-// input comes from the data, so its backward pass has no data gradient (as in the whole model).
+// A layer: a compute node (conv, conv_transpose, dense) with the scale nodes that follow it, a batch
+// norm, an activation (with the scale nodes after it), or one pooling node: batch norm and activations
+// are rows of their own, so that their time is never read as the conv's. `kind` names what it is:
+// conv, 1x1, depthwise, conv_transpose, dense, batch_norm, activation or pool.
+// `needs_input_gradient` is false for the first layer of the model, whose input comes from the data,
+// so its backward pass has no data gradient (as in the whole model).
 struct Layer {
   std::string name;
+  std::string kind;
   std::vector<size_t> nodes;  // indices into the model's nodes, in order
   double forward_flops = 0;   // 2 x multiply-adds of the forward pass
   bool needs_input_gradient = true;

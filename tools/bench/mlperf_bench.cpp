@@ -10,12 +10,16 @@
 #include <fmt/format.h>
 
 #include <boost/program_options.hpp>
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <thread>
 
+#include "ceiling.hpp"
 #include "layers.hpp"
 #include "peak.hpp"
 #include "spatial.hpp"
@@ -26,7 +30,9 @@
 #include "mlph/core/json.hpp"
 #include "mlph/core/session.hpp"
 #include "mlph/sdk/json.hpp"
+#include "mlph/sdk/storage.hpp"
 #include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/workload.hpp"
 
 namespace po = boost::program_options;
 using namespace mlph;
@@ -139,17 +145,58 @@ Timing time_graph(Session& session, const MLPH_Graph& graph, int steps, int warm
 // workload's reader on data.readers threads, ahead of the step, into the backend's input memory), in the
 // run's sample order, epoch after epoch as the steps need. Besides the step time, how long the steps
 // waited for their batches: the time the pipeline could not hide; and, first, the same batches read
-// with no step between them: how fast the reader alone goes, the rate the steps could reach.
+// with no step between them (the warm-up batches untimed): how fast the reader alone goes, the rate
+// the steps could reach (--data-only: this alone, no steps); and
+// beside it the ceiling: pread of the split's files from the page cache, on as many threads, into
+// the same batch memory (bench::measure_pread_ceiling), as samples/s.
 struct FileTiming {
   double train_s = 0, wait_s = 0, read_s = 0;  // per step
   uint64_t dataset_size = 0;
   uint32_t readers = 1;
+  double ceiling_samples_s = 0, bytes_per_sample = 0;
+  double pinned_bytes = 0, scratch_bytes_per_reader = 0;
+  bool pinned = false;
+  uint32_t batches_ahead = 0;  // the steps' read-ahead (batches_for_rate)
 };
 
-FileTiming time_from_files(Session& session, const MLPH_Graph& graph, int steps, int warmup) {
+// The split's files as the storage plug-in lists them, and their bytes per sample (the split is
+// taken to hold the dataset's samples and nothing else).
+std::vector<std::string> split_files(Session& session, uint64_t samples, double& bytes_per_sample) {
+  const std::string dir = sdk::split_directory(session.config().get("data.dir"), MLPH_SPLIT_TRAIN);
+  const MLPH_StorageHandle& storage = *session.storage_handle();
+  std::vector<std::string> files;
+  auto collect = [](void* ctx, const char* path) { static_cast<std::vector<std::string>*>(ctx)->push_back(path); };
+  check(storage.api->list(storage.storage, dir.c_str(), "", collect, &files), "listing " + dir);
+  double bytes = 0;
+  for (const std::string& f : files) bytes += static_cast<double>(std::filesystem::file_size(f));
+  bytes_per_sample = bytes / static_cast<double>(std::max<uint64_t>(samples, 1));
+  return files;
+}
+
+// Each batch's memory, written once so that every page is resident before the readers' memory is
+// counted, and handed out as the ceiling's slots (each batch's largest input: the samples' bulk).
+std::vector<std::span<std::byte>> touch_batches(InputBuffers& buffers, double& bytes) {
+  std::vector<std::span<std::byte>> slots;
+  for (size_t k = 0; k < buffers.count(); ++k) {
+    const Batch& b = buffers.next();
+    std::span<std::byte> largest;
+    for (const MLPH_Tensor& t : b.tensors) {
+      const std::span<std::byte> memory(static_cast<std::byte*>(t.data),
+                                        static_cast<size_t>(sdk::numel(t)) * mlph_dtype_size(t.dtype));
+      std::fill(memory.begin(), memory.end(), std::byte{0});
+      bytes += static_cast<double>(memory.size());
+      if (memory.size() > largest.size()) largest = memory;
+    }
+    slots.push_back(largest);
+  }
+  return slots;
+}
+
+FileTiming time_from_files(Session& session, const MLPH_Graph& graph, int steps, int warmup, bool with_steps,
+                           double step_s) {
   const MLPH_WorkloadApi* workload = session.workload_api();
   const uint32_t batch = session.info().local_batch_size;
-  const ReadAhead ahead = read_ahead(session.config(), batch);
+  const ReadAhead ahead = read_ahead(session.config(), batch, session.topology().local_size);
   const Datasets dataset(workload, session.workload(), MLPH_SPLIT_TRAIN, session.storage_handle(), ahead.readers,
                          "training data");
   FileTiming t;
@@ -166,17 +213,35 @@ FileTiming time_from_files(Session& session, const MLPH_Graph& graph, int steps,
     order.insert(order.end(), whole.begin(), whole.end());
   }
   order.resize(needed);
-  Owned<MLPH_Model> model = session.compile(graph);
   InputBuffers buffers(graph, session.backend_api(), session.backend(), ahead.batches);
   const double timeout = as_number("data.read_timeout_s", session.config().get("data.read_timeout_s"));
-  {
-    const std::vector<uint64_t> timed(order.begin() + static_cast<ptrdiff_t>(warmup) * batch, order.end());
-    Prefetcher alone(workload, dataset.readers(), buffers, timed, batch, ReadPlan{"training", 0, timeout});
-    t.read_s = seconds([&] {
-                 for (uint64_t i = 0; i < alone.steps(); ++i) alone.get(i);
-               }) / steps;
+  t.pinned = buffers.pinned();
+  const std::vector<std::span<std::byte>> slots = touch_batches(buffers, t.pinned_bytes);
+  // The readers alone and the ceiling, alternated 3 times and the best of each kept: on a loaded
+  // machine one slow pass of either would skew their ratio.
+  const std::vector<std::string> files = split_files(session, t.dataset_size, t.bytes_per_sample);
+  const auto timed_bytes = static_cast<uint64_t>(t.bytes_per_sample * steps * batch);
+  t.read_s = std::numeric_limits<double>::max();
+  for (int pass = 0; pass < 3; ++pass) {
+    const double resident = bench::resident_bytes();
+    {
+      Prefetcher alone(workload, dataset.readers(), buffers, order, batch, ReadPlan{"training", 0, timeout});
+      for (uint64_t i = 0; i < static_cast<uint64_t>(warmup); ++i) alone.get(i);  // first reads (a file's layout found)
+      t.read_s = std::min(t.read_s, seconds([&] {
+                                      for (auto i = static_cast<uint64_t>(warmup); i < alone.steps(); ++i) alone.get(i);
+                                    }) / steps);
+    }
+    if (pass == 0) t.scratch_bytes_per_reader = std::max(0.0, bench::resident_bytes() - resident) / ahead.readers;
+    const bench::PreadCeiling ceiling = bench::measure_pread_ceiling(files, slots, ahead.readers, timed_bytes);
+    t.ceiling_samples_s = std::max(t.ceiling_samples_s, ceiling.bytes_per_s / t.bytes_per_sample);
   }
-  Prefetcher reader(workload, dataset.readers(), buffers, std::move(order), batch, ReadPlan{"training", 0, timeout});
+  if (!with_steps) return t;
+  // The steps read as deep ahead as the rate they consume asks (a reader's time per sample over
+  // the step's time, measured just before), in batch memory of that depth.
+  t.batches_ahead = batches_for_rate(ahead, step_s, t.read_s * ahead.readers / batch);
+  InputBuffers deep(graph, session.backend_api(), session.backend(), t.batches_ahead);
+  Owned<MLPH_Model> model = session.compile(graph);
+  Prefetcher reader(workload, dataset.readers(), deep, std::move(order), batch, ReadPlan{"training", 0, timeout});
   Stepper stepper(session, model.get());
   uint64_t step = 0;
   for (; step < static_cast<uint64_t>(warmup); ++step) stepper.train(reader.get(step));
@@ -218,12 +283,14 @@ void print_layers(const std::vector<LayerResult>& layers, const Peak& peak) {
     fmt::print("\nper layer (each compiled alone; {} peak measured: {:.0f} GFLOP/s)\n", peak.precision, peak.gflops);
   else
     fmt::print("\nper layer (each compiled alone; no peak measured for a backend on an accelerator)\n");
-  fmt::print("{:<14} {:>10} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7}\n", "layer", "GFLOP fwd", "fwd ms", "fwd GF/s",
-             "%peak", "train ms", "train GF/s", "%peak");
+  size_t width = 14;  // the longest name (DeepCAM's run to 30 characters)
+  for (const auto& [layer, t] : layers) width = std::max(width, layer.name.size());
+  fmt::print("{:<{}} {:>10} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7}\n", "layer", width, "GFLOP fwd", "fwd ms",
+             "fwd GF/s", "%peak", "train ms", "train GF/s", "%peak");
   const auto share = [&](double gf) { return peak.gflops > 0 ? fmt::format("{:.0f}", 100 * gf / peak.gflops) : "-"; };
   for (const auto& [layer, t] : layers) {
     const double fwd = gflops(layer.forward_flops, t.eval_s), train = gflops(layer.train_flops(), t.train_s);
-    fmt::print("{:<14} {:>10.2f} {:>10.3f} {:>10.1f} {:>7} {:>10.3f} {:>10.1f} {:>7}\n", layer.name,
+    fmt::print("{:<{}} {:>10.2f} {:>10.3f} {:>10.1f} {:>7} {:>10.3f} {:>10.1f} {:>7}\n", layer.name, width,
                layer.forward_flops / 1e9, t.eval_s * 1e3, fwd, share(fwd), t.train_s * 1e3, train, share(train));
   }
 }
@@ -239,18 +306,20 @@ void write_json(const std::string& path, Session& session, uint32_t batch, doubl
                      json(device.precision).text);
   if (files)
     out << fmt::format(" \"files\": {{\"dir\": {}, \"samples\": {}, \"train_s\": {}, \"wait_s\": {}, \"read_s\": {}, "
-                       "\"readers\": {}}},\n",
+                       "\"readers\": {}, \"ceiling_samples_s\": {}, \"bytes_per_sample\": {}, \"batch_memory_bytes\": {}, "
+                       "\"scratch_bytes_per_reader\": {}}},\n",
                        json(session.config().get("data.dir")).text, files->dataset_size, num(files->train_s),
-                       num(files->wait_s), num(files->read_s), files->readers);
+                       num(files->wait_s), num(files->read_s), files->readers, num(files->ceiling_samples_s),
+                       num(files->bytes_per_sample), num(files->pinned_bytes), num(files->scratch_bytes_per_reader));
   out << fmt::format(" \"peak_precision\": \"{}\", \"peak_gflops\": {}, \"model\": {{\"train_s\": {}, \"eval_s\": "
                      "{}}},\n \"layers\": [",
                      peak.precision, num(peak.gflops), num(model.train_s), num(model.eval_s));
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto& [layer, t] = layers[i];
-    out << fmt::format("{}\n  {{\"name\": \"{}\", \"forward_flops\": {}, \"train_flops\": {}, \"eval_s\": {}, "
-                       "\"train_s\": {}}}",
-                       i ? "," : "", layer.name, num(layer.forward_flops), num(layer.train_flops()), num(t.eval_s),
-                       num(t.train_s));
+    out << fmt::format("{}\n  {{\"name\": \"{}\", \"kind\": \"{}\", \"forward_flops\": {}, \"train_flops\": {}, "
+                       "\"eval_s\": {}, \"train_s\": {}}}",
+                       i ? "," : "", layer.name, layer.kind, num(layer.forward_flops), num(layer.train_flops()),
+                       num(t.eval_s), num(t.train_s));
   }
   out << "]}\n";
   if (!out) throw std::runtime_error("cannot write " + path);
@@ -299,6 +368,7 @@ int main(int argc, char** argv) {
       "layers", "also time each layer compiled on its own")(
       "data", po::value(&data_dir),
       "also time training steps fed from the dataset in DIR by the run's pipeline, and their wait for batches")(
+      "data-only", "with --data: time the readers alone and their pread ceiling, no steps")(
       "json", po::value(&json_path), "write the figures to FILE")(
       "plugin-dir", po::value(&plugin_dirs)->composing(), "plug-in directory (repeatable)");
   po::variables_map vm;
@@ -335,23 +405,38 @@ int main(int argc, char** argv) {
       if (device.type != MLPH_DEVICE_HOST)
         fmt::print("device: {} (device {}), precision {}\n", device.name, device.id, device.precision);
     }
-    const Timing model = time_graph(session, *graph, steps, warmup);
+    const bool data_only = vm.count("data-only") > 0;
+    if (data_only && data_dir.empty()) throw std::runtime_error("--data-only needs --data DIR");
+    const Timing model = data_only ? Timing{} : time_graph(session, *graph, steps, warmup);
     const double memory = bench::peak_rss_bytes();  // before the spatial measurements allocate their own
-    if (speaker) {
+    if (speaker && !data_only) {
       fmt::print("train step: {:.3f} s  {:.3f} samples/s  {:.1f} GFLOP/s\n", model.train_s, batch / model.train_s,
                  gflops(3 * forward, model.train_s));
       fmt::print("eval step:  {:.3f} s  {:.3f} samples/s  {:.1f} GFLOP/s\n", model.eval_s, batch / model.eval_s,
                  gflops(forward, model.eval_s));
     }
-    print_spatial(session, *graph, steps, memory);
+    if (!data_only) print_spatial(session, *graph, steps, memory);
     std::optional<FileTiming> files;
     if (!data_dir.empty()) {
       if (session.topology().size > 1) throw std::runtime_error("--data reads batches on one rank: run it without mpirun");
-      files = time_from_files(session, *graph, steps, warmup);
-      fmt::print("from files ({}, {} samples): {} reader{} alone {:.3f} samples/s; train step {:.4f} s  {:.3f} "
-                 "samples/s; waited for batches {:.4f} s per step ({:.1f}% of the step)\n",
-                 data_dir, files->dataset_size, files->readers, files->readers == 1 ? "" : "s", batch / files->read_s,
-                 files->train_s, batch / files->train_s, files->wait_s, 100 * files->wait_s / files->train_s);
+      files = time_from_files(session, *graph, steps, warmup, !data_only, model.train_s);
+      const double rate = batch / files->read_s;
+      fmt::print("from files ({}, {} samples): {} reader{} alone {:.3f} samples/s, {:.0f}% of the pread ceiling "
+                 "{:.3f} samples/s ({:.2f} GB/s of page cache into the batch memory on {} thread{})",
+                 data_dir, files->dataset_size, files->readers, files->readers == 1 ? "" : "s", rate,
+                 100 * rate / files->ceiling_samples_s, files->ceiling_samples_s,
+                 files->ceiling_samples_s * files->bytes_per_sample / 1e9, files->readers,
+                 files->readers == 1 ? "" : "s");
+      if (!data_only)
+        fmt::print("; train step {:.4f} s  {:.3f} samples/s, {} batches read ahead; waited for batches {:.4f} s per "
+                   "step ({:.1f}% of the step)",
+                   files->train_s, batch / files->train_s, files->batches_ahead, files->wait_s,
+                   100 * files->wait_s / files->train_s);
+      fmt::print("\n");
+      fmt::print("data memory: batch buffers {:.1f} MB ({}), reader scratch {:.1f} MB per reader (resident growth "
+                 "while the readers ran alone)\n",
+                 files->pinned_bytes / 1e6, files->pinned ? "the backend's pinned memory" : "host memory",
+                 files->scratch_bytes_per_reader / 1e6);
     }
     std::cout << std::flush;
 

@@ -53,20 +53,24 @@ class CosmoFlow(nn.Module):
         return 1.2 * torch.tanh(self.output(x))
 
     def layers(self, batch, edge):
-        """(name, module, input shape, forward flops, needs input gradient), as mlperf-bench --layers."""
+        """(name, module, input shape, forward flops, needs input gradient), as mlperf-bench --layers cuts
+        the graph: each activation a row of its own."""
         out = []
         channels, e = 4, edge
         for i, block in enumerate(self.conv_seq):
             cout = 32 << i
             flops = 2.0 * batch * e ** 3 * 27 * channels * cout
-            out.append((f"conv{i + 1}", nn.Sequential(block.conv, block.act), (batch, channels, e, e, e), flops, i > 0))
+            out.append((f"conv{i + 1}", block.conv, (batch, channels, e, e, e), flops, i > 0))
+            out.append((f"conv{i + 1}.act", block.act, (batch, cout, e, e, e), 0.0, True))
             out.append((f"conv{i + 1}.pool", block.mp, (batch, cout, e, e, e), 0.0, True))
             channels, e = cout, e // 2
         flat = channels * e ** 3
-        out.append(("dense1", nn.Sequential(self.dense1, nn.LeakyReLU(0.3)), (batch, flat), 2.0 * batch * flat * 128, True))
-        out.append(("dense2", nn.Sequential(self.dense2, nn.LeakyReLU(0.3)), (batch, 128), 2.0 * batch * 128 * 64, True))
-        head = nn.Sequential(self.output, nn.Tanh())
-        out.append(("output", head, (batch, 64), 2.0 * batch * 64 * 4, True))
+        out.append(("dense1", self.dense1, (batch, flat), 2.0 * batch * flat * 128, True))
+        out.append(("dense1.act", nn.LeakyReLU(0.3), (batch, 128), 0.0, True))
+        out.append(("dense2", self.dense2, (batch, 128), 2.0 * batch * 128 * 64, True))
+        out.append(("dense2.act", nn.LeakyReLU(0.3), (batch, 64), 0.0, True))
+        out.append(("output", self.output, (batch, 64), 2.0 * batch * 64 * 4, True))
+        out.append(("output.tanh", nn.Tanh(), (batch, 4), 0.0, True))
         return out
 
 

@@ -18,7 +18,7 @@ started=$SECONDS
 
 # llvm-14: its llvm-symbolizer names the frames of a report, without which a defect inside libhdf5
 # cannot be told from one of ours.
-packages=(clang-14 libclang-rt-14-dev llvm-14 cmake ninja-build zlib1g-dev libhdf5-dev libarchive-dev libyaml-cpp-dev libfmt-dev)
+packages=(clang-14 libclang-rt-14-dev llvm-14 cmake ninja-build zlib1g-dev libdeflate-dev libhdf5-dev libarchive-dev libyaml-cpp-dev libfmt-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -15,7 +15,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 host_packages=(g++-aarch64-linux-gnu qemu-user)
 arm64_packages=(libc6 libstdc++6 libgomp1 libyaml-cpp0.7
-                libboost-program-options1.74-dev libboost-filesystem1.74-dev libfmt-dev zlib1g-dev libgtest-dev)
+                libboost-program-options1.74-dev libboost-filesystem1.74-dev libfmt-dev zlib1g-dev libdeflate-dev libgtest-dev)
 unpacked_dev=(libyaml-cpp-dev)
 
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }

@@ -2,7 +2,7 @@
 # What travels to a lent GPU machine (docs/cuda.md, "Checking on a GPU"): builds the programs, the
 # plug-ins and the GPU tests in a build tree of their own, then lays out a git-ignored folder that
 # tools/gpu/check.sh runs from there, packed as gpu-bundle.tar.xz for the device tool's call:
-#   bin/                  mlperf-run, mlperf-conformance, mlperf-bench
+#   bin/                  mlperf-run, mlperf-conformance, mlperf-bench, mlph-cuda-probe (with the cuda backend)
 #   lib/mlperf-hpc-1/     the plug-ins: reference, cuda (when built), cosmoflow, deepcam, local, nccl
 #                         (when built), posix
 #   lib/                  every library they need that glibc and the device do not provide
@@ -60,6 +60,23 @@ fi
 case "$(realpath -m "$out")" in
   "$root"|/|"$(realpath -m "$build")") fail "OUT_DIR $out would overwrite the checkout or the build tree" ;;
 esac
+# An OUT_DIR that exists is replaced only when it is a bundle this script laid out: bundle.json
+# beside nothing but the bundle's own folders (or it is empty). `bundle.sh ~` or `bundle.sh ..`
+# must remove nothing of the user's. The new bundle is laid out beside it and renamed into place.
+bundle_entries=" bin lib tests tools third_party configs bundle.json "
+is_bundle() {  # DIR
+  local entry any=
+  for entry in "$1"/* "$1"/.[!.]* "$1"/..?*; do
+    [ -e "$entry" ] || [ -L "$entry" ] || continue
+    any=1
+    case "$bundle_entries" in *" ${entry##*/} "*) ;; *) return 1 ;; esac
+  done
+  [ -z "$any" ] || [ -f "$1/bundle.json" ]
+}
+if [ -e "$out" ] || [ -L "$out" ]; then
+  [ -d "$out" ] && [ ! -L "$out" ] || fail "OUT_DIR $out exists and is not a directory: not replaced"
+  is_bundle "$out" || fail "OUT_DIR $out exists and is not a bundle (bundle.json beside bin/, lib/, ... only): not replaced; name another, or remove it yourself"
+fi
 
 # The build tree: asked for CMake's codemodel (which targets exist, where), configured, built.
 if [ -n "$from_build" ]; then
@@ -86,14 +103,17 @@ if [ -z "$from_build" ]; then
   cmake --build "$build" -j "$jobs" --target "${targets[@]}"
 fi
 
-# The layout. Programs, plug-ins and tests are copied first; then every library they need.
+# The layout, beside OUT_DIR (a hidden folder of this process's), renamed over it once whole.
+# Programs, plug-ins and tests are copied first; then every library they need.
 say "laying out $out"
-rm -rf "$out"
+final=$out
+out=$(dirname "$final")/.$(basename "$final").part-$$
+trap 'rm -rf "$out"' EXIT
 mkdir -p "$out/bin" "$out/lib/mlperf-hpc-1" "$out/lib/cxx" "$out/tests" "$out/tools" "$out/third_party"
 programs=() plugins=() tests=() left_behind=()
 for t in "${targets[@]}"; do
   case "$t" in
-    mlperf-*) [ -x "$build/bin/$t" ] || fail "$build/bin/$t was not built"
+    mlperf-*|mlph-cuda-probe) [ -x "$build/bin/$t" ] || fail "$build/bin/$t was not built"
               cp "$build/bin/$t" "$out/bin/"; programs+=("$t") ;;
     mlph-*-*) file=lib${t}.so
               [ -f "$build/lib/mlperf-hpc-1/$file" ] || fail "$build/lib/mlperf-hpc-1/$file was not built"
@@ -174,6 +194,12 @@ doc = dict(commit=e["B_COMMIT"], branch=e["B_BRANCH"], uncommitted_changes=bool(
 with open(os.path.join(e["B_OUT"], "bundle.json"), "w") as f:
     json.dump(doc, f, indent=1)
 EOF
+# Renamed into place: what was there is a bundle (checked above) or nothing.
+if [ -e "$final" ]; then is_bundle "$final" || fail "OUT_DIR $final changed while the bundle was made: not replaced"; fi
+rm -rf "$final"
+mv "$out" "$final"
+out=$final
+trap - EXIT
 
 # What travels: the folder packed with xz (a quarter of its size; check.sh unpacks it on the device),
 # so that the cuda backend and its tests have room beside HDF5's 19 MiB of dependencies.

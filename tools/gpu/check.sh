@@ -8,9 +8,11 @@
 #   tools/gpu/check.sh --only bench,2        some steps again (names or numbers; env always runs)
 #   tools/gpu/check.sh --timeout-scale 1.5   every time limit (and the 7-minute budget) times 1.5
 #   tools/gpu/check.sh --only bench --budget 150   a rerun within 150 s
+#   tools/gpu/check.sh --only profile        every speed question within 300 s: backend.profile's nodes,
+#                                            mlph-cuda-probe, PyTorch layer by layer, ncu; profile.json
 #   tools/gpu/check.sh --dry-run             no GPU (here, CI): the bundle is self-contained, its plug-ins
 #                                            load, reference conformance passes from it
-# The steps and their limits: tools/gpu/check.py --help. It runs on the Python that holds PyTorch
+# The steps and their limits: tools/gpu/check.py --help (the package tools/gpu/kit, a module per step). It runs on the Python that holds PyTorch
 # on the GPU machine (/opt/torch/.venv), else python3.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -6,9 +6,9 @@
                                  "NAME<TAB>PATH<TAB>CTEST_TESTS", and those left behind, "#NAME<TAB>why"
 
 Targets come from CMake's file API (the codemodel reply of BUILD_DIR/.cmake/api/v1, which bundle.sh
-asks for before configuring): the programs and plug-ins below where the tree defines them, and every
-executable defined under tests/backends/cuda and tests/comms/nccl (whatever GPU tests those folders
-hold today). A test program is carried when ctest runs it directly; one that ctest runs only under
+asks for before configuring): the programs (mlph-cuda-probe too) and plug-ins below where the tree
+defines them, and every executable defined under tests/backends/cuda and tests/comms/nccl (whatever GPU
+tests those folders hold today). A test program is carried when ctest runs it directly; one that ctest runs only under
 mpirun (two ranks) cannot run on the one-GPU machine, which has no MPI launcher.
 """
 import glob
@@ -18,6 +18,7 @@ import subprocess
 import sys
 
 PROGRAMS = ["mlperf-run", "mlperf-conformance", "mlperf-bench"]
+OPTIONAL_PROGRAMS = ["mlph-cuda-probe"]  # where the tree builds the cuda backend
 # Plug-ins: required ones must exist in any tree; the others travel when this tree builds them.
 REQUIRED_PLUGINS = ["mlph-backend-reference", "mlph-workload-cosmoflow", "mlph-comms-local", "mlph-storage-posix"]
 OPTIONAL_PLUGINS = ["mlph-backend-cuda", "mlph-comms-nccl", "mlph-workload-deepcam"]
@@ -54,7 +55,8 @@ def wanted_targets(targets):
     missing = [name for name in PROGRAMS + REQUIRED_PLUGINS if name not in targets]
     if missing:
         sys.exit("targets.py: this build tree defines no " + ", ".join(missing))
-    return PROGRAMS + REQUIRED_PLUGINS + [p for p in OPTIONAL_PLUGINS if p in targets] + gpu_tests(targets)
+    return PROGRAMS + [p for p in OPTIONAL_PROGRAMS if p in targets] + REQUIRED_PLUGINS + \
+        [p for p in OPTIONAL_PLUGINS if p in targets] + gpu_tests(targets)
 
 
 def ctest_commands(build):

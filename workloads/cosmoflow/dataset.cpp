@@ -1,5 +1,6 @@
 #include "dataset.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "data/bytes.hpp"
@@ -134,7 +135,7 @@ std::vector<DecodedSample> CosmoDataset::decode_file(size_t file_index) {
     } else {
       const std::vector<std::byte> file =
           read_file(path, max_tfrecord_file_bytes(settings_.edge, settings_.records_per_file));
-      for (Sample& s : read_tfrecord_samples(file, path, settings_.edge, settings_.records_per_file))
+      for (Sample& s : read_tfrecord_samples(file, path, settings_.edge, settings_.records_per_file, engine()))
         out.push_back({cut(std::move(s.x)), s.y});
       if (out.size() != static_cast<size_t>(settings_.records_per_file))
         fail(MLPH_INVALID_ARGUMENT, path + ": holds " + std::to_string(out.size()) + " records, but data.records_per_file is " +
@@ -146,8 +147,10 @@ std::vector<DecodedSample> CosmoDataset::decode_file(size_t file_index) {
   return out;
 }
 
-// Whole samples, one per file, not kept: decoded straight into the batch's row, through one file
-// buffer that keeps its memory (no copy between, no fresh pages per sample): the pipeline's fast path.
+// Whole samples, one per file, not kept: decoded straight into the batch's row: an npy volume or a
+// plain TFRecord's 'x' bytes read from the page cache into the row itself where the storage reads
+// ranges (one copy), else (GZIP, or what the in-place paths do not take) through
+// one file buffer that keeps its memory (no fresh pages per sample): the pipeline's fast path.
 // decode_into reads the one sample of file `index` (sample `index`, one per file) whole into `out`.
 bool CosmoDataset::decodes_in_place() const {
   const int64_t e = settings_.edge;
@@ -158,17 +161,38 @@ bool CosmoDataset::decodes_in_place() const {
 void CosmoDataset::decode_into(uint64_t index, const SampleView& out) {
   const std::string& path = files_[static_cast<size_t>(index)];
   try {
-    if (settings_.format == "npy") {
+    if (settings_.format == "npy" && sdk::has_read_range(storage_.api) &&
+        read_npy_volume_in_place(range_reader(path), path, settings_.edge, out.x)) {
+      const std::string label = npy_label_path(path);
+      const std::array<float, kTargets> y = read_npy_label(read_file(label, max_npy_bytes(kTargets * sizeof(float))), label);
+      std::copy(y.begin(), y.end(), out.y.begin());
+    } else if (settings_.format == "npy") {
       sdk::read_file(host_, storage_, path, "CosmoFlow data", max_npy_bytes(volume_bytes(settings_.edge)), file_bytes_);
       const std::vector<std::byte> label = read_file(npy_label_path(path), max_npy_bytes(kTargets * sizeof(float)));
       read_npy_sample(file_bytes_, label, path, settings_.edge, out);
-    } else {
+    } else if (!(sdk::has_read_range(storage_.api) &&
+                 read_tfrecord_sample_in_place(range_reader(path), path, settings_.edge, out, file_bytes_))) {
       sdk::read_file(host_, storage_, path, "CosmoFlow data", max_tfrecord_file_bytes(settings_.edge, 1), file_bytes_);
-      read_tfrecord_sample(file_bytes_, path, settings_.edge, out);
+      read_tfrecord_sample(file_bytes_, path, settings_.edge, out, engine());
     }
   } catch (const DataError& e) {
     fail(MLPH_DATA_LOSS, e.what());
   }
+}
+
+gzip::Engine CosmoDataset::engine() const {
+  return settings_.inflate == "zlib" ? gzip::Engine::zlib : gzip::Engine::libdeflate;
+}
+
+// Ranges of the file at `path` through the storage's read_range; any failure reads as "the file ends
+// sooner": the caller then decodes the whole file, whose read says what went wrong.
+RangeReader CosmoDataset::range_reader(const std::string& path) const {
+  return [this, &path](uint64_t offset, std::span<std::byte> into) {
+    MLPH_Error* error = storage_.api->read_range(storage_.storage, path.c_str(), offset, into.size(), into.data());
+    if (!error) return true;
+    host_->error_free(error);
+    return false;
+  };
 }
 
 // Sample `index` (box_ of it) copied to x and y: kept, or decoded (with the rest of its file, kept

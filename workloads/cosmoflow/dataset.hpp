@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "mlph/sdk/workload.hpp"
+#include "data/npy.hpp"
+#include "mlph/util/gzip.hpp"
 #include "data/sample.hpp"
 #include "settings.hpp"
 
@@ -63,6 +65,8 @@ class CosmoDataset final : public sdk::Dataset {
   std::vector<DecodedSample> decode_file(size_t file_index);
   DecodedSample read_npy_box(const std::string& path) const;
   void refuse_bytes_past(const std::string& path, uint64_t end) const;
+  RangeReader range_reader(const std::string& path) const;
+  gzip::Engine engine() const;  // data.inflate
   std::vector<int16_t> cut(std::vector<int16_t> volume) const;
   void copy_sample(uint64_t index, int16_t* x, float* y);
 

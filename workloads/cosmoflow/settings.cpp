@@ -33,6 +33,7 @@ Settings parse_settings(const sdk::Options& c) {
   s.data.valid_samples = c.get_int<uint64_t>("data.valid_samples", 0);
   s.data.records_per_file = c.get_int<int>("data.records_per_file", 1);
   s.data.cache = c.get("data.cache") == "true" || c.get("data.cache") == "True";
+  s.data.inflate = c.get("data.inflate", "libdeflate");
   s.model.edge = s.data.edge;
   s.synthetic_train = c.get_int<uint64_t>("data.synthetic.train", 256);
   s.synthetic_valid = c.get_int<uint64_t>("data.synthetic.valid", 64);
@@ -46,6 +47,8 @@ Settings parse_settings(const sdk::Options& c) {
     fail(MLPH_INVALID_ARGUMENT, "'optimizer.decay_boundaries' and 'optimizer.decay_factors' must have the same length");
   if (s.data.format != "tfrecord" && s.data.format != "npy")
     fail(MLPH_INVALID_ARGUMENT, "'data.format' = '" + s.data.format + "': must be tfrecord or npy");
+  if (s.data.inflate != "libdeflate" && s.data.inflate != "zlib")
+    fail(MLPH_INVALID_ARGUMENT, "'data.inflate' = '" + s.data.inflate + "': must be libdeflate or zlib");
   // Each block halves the edge: it must divide by 2^n_conv_layers (halved in a loop, so that no
   // count shifts a 1 out of range).
   const int n = s.model.n_conv_layers;

@@ -34,6 +34,7 @@ struct DataSettings {
   uint64_t train_samples = 0, valid_samples = 0;
   int records_per_file = 1;
   bool cache = false;
+  std::string inflate = "libdeflate";  // GZIP TFRecords' inflater: libdeflate, or zlib to compare
 };
 
 struct Settings {

@@ -9,9 +9,24 @@
 namespace mlph::deepcam {
 using sdk::fail;
 
+std::optional<SampleLayout> LayoutCache::find(const std::string& path) const {
+  std::lock_guard lock(mutex_);
+  const auto it = layouts_.find(path);
+  return it == layouts_.end() ? std::nullopt : std::optional(it->second);
+}
+
+void LayoutCache::keep(const std::string& path, const std::optional<SampleLayout>& layout) {
+  std::lock_guard lock(mutex_);
+  if (layout)
+    layouts_[path] = *layout;
+  else
+    layouts_.erase(path);
+}
+
 DeepCamDataset::DeepCamDataset(const MLPH_HostApi* host, const DataSettings& settings, MLPH_Split split,
-                               const MLPH_StorageHandle& storage)
-    : host_(host), settings_(settings), storage_(storage) {
+                               const MLPH_StorageHandle& storage, std::shared_ptr<LayoutCache> layouts)
+    : host_(host), settings_(settings), storage_(storage),
+      layouts_(layouts ? std::move(layouts) : std::make_shared<LayoutCache>()) {
   const std::string dir = sdk::split_directory(settings_.dir, split);
   std::vector<std::string> sorted = sdk::list_files(host_, storage_, dir, ".h5", "DeepCAM data");
   if (sorted.empty()) fail(MLPH_NOT_FOUND, dir + ": no *.h5 files");
@@ -22,6 +37,37 @@ DeepCamDataset::DeepCamDataset(const MLPH_HostApi* host, const DataSettings& set
   }
   const uint64_t limit = split == MLPH_SPLIT_TRAIN ? settings_.train_samples : settings_.valid_samples;
   if (limit > 0 && limit < files_.size()) files_.resize(limit);
+}
+
+// Straight into the batch's row: a file whose layout is known (found while it was read whole, the
+// first time) read at its arrays' offsets from the page cache into the row (one copy); otherwise
+// the whole file through one buffer kept from sample to sample, decoded by HDF5 into the row.
+void DeepCamDataset::read_sample(size_t index, const SampleView& row) {
+  const std::string& path = files_[index];
+  try {
+    std::optional<SampleLayout> layout = layouts_->find(path);
+    if (layout && sdk::has_read_range(storage_.api) &&
+        read_sample_in_place(range_reader(path), *layout, path, settings_.height, settings_.width, settings_.channels,
+                             row, scratch_))
+      return;
+    sdk::read_file(host_, storage_, path, "DeepCAM data",
+                   max_sample_file_bytes(settings_.height, settings_.width, settings_.channels), file_bytes_);
+    decode_sample(file_bytes_, path, settings_.height, settings_.width, settings_.channels, row, layout);
+    layouts_->keep(path, layout);
+  } catch (const DataError& e) {
+    fail(MLPH_DATA_LOSS, e.what());
+  }
+}
+
+// Ranges through the storage's read_range; any failure reads as "the file ends sooner": the file is
+// then read whole, whose read says what went wrong.
+RangeReader DeepCamDataset::range_reader(const std::string& path) const {
+  return [this, &path](uint64_t offset, std::span<std::byte> into) {
+    MLPH_Error* error = storage_.api->read_range(storage_.storage, path.c_str(), offset, into.size(), into.data());
+    if (!error) return true;
+    host_->error_free(error);
+    return false;
+  };
 }
 
 void DeepCamDataset::read(const uint64_t* indices, size_t n, MLPH_Tensor* inputs, size_t n_inputs) {
@@ -35,15 +81,7 @@ void DeepCamDataset::read(const uint64_t* indices, size_t n, MLPH_Tensor* inputs
   for (size_t i = 0; i < n; ++i) {
     if (indices[i] >= files_.size())
       fail(MLPH_OUT_OF_RANGE, "sample " + std::to_string(indices[i]) + " of a dataset of " + std::to_string(files_.size()));
-    const std::string& path = files_[indices[i]];
-    sdk::read_file(host_, storage_, path, "DeepCAM data",
-                   max_sample_file_bytes(settings_.height, settings_.width, settings_.channels), file_bytes_);
-    try {  // straight into the batch's row
-      decode_sample(file_bytes_, path, settings_.height, settings_.width, settings_.channels,
-                    {{x + i * values, values}, {labels + i * pixels, pixels}});
-    } catch (const DataError& e) {
-      fail(MLPH_DATA_LOSS, e.what());
-    }
+    read_sample(static_cast<size_t>(indices[i]), {{x + i * values, values}, {labels + i * pixels, pixels}});
   }
 }
 

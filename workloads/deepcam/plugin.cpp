@@ -1,5 +1,6 @@
 // workload/deepcam: the MLPerf HPC DeepCAM benchmark (climate segmentation) as a plug-in.
 #include <cstring>
+#include <map>
 #include <memory>
 
 #include "borrow.hpp"
@@ -64,7 +65,9 @@ class DeepCam final : public sdk::Workload {
   }
 
   std::unique_ptr<sdk::Dataset> open(MLPH_Split split, const MLPH_StorageHandle& storage) override {
-    return std::make_unique<DeepCamDataset>(host_, settings_.data, split, storage);
+    std::shared_ptr<LayoutCache>& layouts = layouts_[split];  // one per split, whichever reader opens it
+    if (!layouts) layouts = std::make_shared<LayoutCache>();
+    return std::make_unique<DeepCamDataset>(host_, settings_.data, split, storage, layouts);
   }
 
   double learning_rate(uint32_t, uint64_t step) override { return deepcam::learning_rate(settings_.schedule, step); }
@@ -96,6 +99,7 @@ class DeepCam final : public sdk::Workload {
   Settings settings_;
   std::unique_ptr<sdk::GraphBuilder> builder_;
   sdk::KeyValues log_;  // the hyperparameters logged after run_start
+  std::map<MLPH_Split, std::shared_ptr<LayoutCache>> layouts_;  // shared by the datasets of a split
 };
 
 }  // namespace

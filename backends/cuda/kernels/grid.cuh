@@ -1,9 +1,10 @@
-// What kernels.cu and reductions.cu share: the grid-stride wrappers that loop a body of
+// What kernels.cu, reductions.cu and own.cu share: the grid-stride wrappers that loop a body of
 // eltwise.hpp & co. over its index, and their launch. nvcc only.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <climits>
 #include <cstdint>
 
 #include "reduce.hpp"
@@ -26,14 +27,25 @@ __global__ void each_kernel(int64_t n, Args... args) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) Body(i, args...);
 }
 
-// Body(r, c, args...) for every element of [rows, channels].
-template <auto Body, class... Args>
-__global__ void each_row_channel_kernel(int64_t rows, int64_t channels, Args... args) {
-  const int64_t n = rows * channels;
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    const int64_t r = i / channels;
-    Body(r, i - r * channels, args...);
-  }
+// Body(r, c, args...) for every element of [rows, channels], on a 2-D grid (HOPPER.md): a block is
+// kVectorLanes channel vectors (of V channels each: the body's c steps by V) by kRowsPerBlock rows, so
+// a warp reads consecutive channels of one row and no thread divides an index by the channel count;
+// rows beyond what grid y covers (65535 blocks) loop.
+inline constexpr int kVectorLanes = 32, kRowsPerBlock = kThreads / kVectorLanes;
+template <auto Body, int V, class... Args>
+__global__ void each_row_vector_kernel(int64_t rows, int64_t vectors, Args... args) {
+  const int64_t v = int64_t{blockIdx.x} * kVectorLanes + threadIdx.x;
+  if (v >= vectors) return;
+  for (int64_t r = int64_t{blockIdx.y} * kRowsPerBlock + threadIdx.y; r < rows; r += int64_t{gridDim.y} * kRowsPerBlock)
+    Body(r, v * V, args...);
+}
+inline dim3 row_vector_grid(int64_t rows, int64_t vectors) {
+  const int64_t x = (vectors + kVectorLanes - 1) / kVectorLanes;
+  int64_t y = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  const int64_t most = kMaxBlocks * 4 / x > 0 ? kMaxBlocks * 4 / x : 1;  // enough to fill a GPU; the rest loop
+  if (y > most) y = most;
+  if (y > 65535) y = 65535;
+  return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y < 1 ? 1 : y));
 }
 
 template <auto Body, class... Args>
@@ -42,12 +54,47 @@ cudaError_t each(cudaStream_t stream, int64_t n, Args... args) {
   return cudaGetLastError();
 }
 
+// Few channels (losses' classes, CosmoFlow's 4 input channels) would leave most of a 2-D block's
+// lanes idle: one flat index then, split by a 32-bit division where it fits (HOPPER.md: no 64-bit
+// division per element).
+template <auto Body, class... Args>
+__global__ void each_row_channel_flat_kernel(int64_t rows, int64_t channels, Args... args) {
+  const int64_t n = rows * channels;
+  const bool narrow = n <= INT32_MAX;
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const int64_t r = narrow ? static_cast<int64_t>(static_cast<uint32_t>(i) / static_cast<uint32_t>(channels)) : i / channels;
+    Body(r, i - r * channels, args...);
+  }
+}
+
+// Body(r, c, ...) over [rows, channels] one channel at a time.
 template <auto Body, class... Args>
 cudaError_t each_row_channel(cudaStream_t stream, int64_t rows, int64_t channels, Args... args) {
-  if (rows > 0 && channels > 0)
-    each_row_channel_kernel<Body, Args...><<<blocks_for(rows * channels), kThreads, 0, stream>>>(rows, channels,
-                                                                                                  args...);
+  if (rows <= 0 || channels <= 0) return cudaGetLastError();
+  if (channels < kVectorLanes / 2)
+    each_row_channel_flat_kernel<Body, Args...><<<blocks_for(rows * channels), kThreads, 0, stream>>>(rows, channels, args...);
+  else
+    each_row_vector_kernel<Body, 1, Args...>
+        <<<row_vector_grid(rows, channels), dim3(kVectorLanes, kRowsPerBlock), 0, stream>>>(rows, channels, args...);
   return cudaGetLastError();
+}
+
+// Body(r, c, ...) for c = 0, V, 2V, ... < channels (channels a multiple of V): a body that handles V
+// consecutive channels (16-byte accesses for V = 4 floats).
+template <auto Body, int V, class... Args>
+cudaError_t each_row_vector(cudaStream_t stream, int64_t rows, int64_t channels, Args... args) {
+  const int64_t vectors = channels / V;
+  if (rows > 0 && vectors > 0)
+    each_row_vector_kernel<Body, V, Args...>
+        <<<row_vector_grid(rows, vectors), dim3(kVectorLanes, kRowsPerBlock), 0, stream>>>(rows, vectors, args...);
+  return cudaGetLastError();
+}
+
+// Whether 16 bytes (`lanes` elements: 4 floats, 8 bf16) may be read at once at every row's channel c (a
+// multiple of lanes) of each buffer.
+template <class... Pointers>
+bool aligned_16(int64_t channels, int64_t lanes, const Pointers*... p) {
+  return channels % lanes == 0 && ((reinterpret_cast<uintptr_t>(p) % 16 == 0) && ...);
 }
 
 }  // namespace mlph::cuda

@@ -31,7 +31,9 @@
 
 #include "batch_norm.hpp"
 #include "channel.hpp"
+#include "depthwise.hpp"
 #include "eltwise.hpp"
+#include "fused.hpp"
 #include "layout.hpp"
 #include "loss.hpp"
 #include "optimizer.hpp"
@@ -130,6 +132,59 @@ namespace mlph::cuda {
                                                    const float* x, const float* dy, const float* gamma,
                                                    const float* saved, const double* sums, float* coefficients,
                                                    float* dx);
+
+// ---- fused (fused.hpp): batch-norm apply + ReLU, add + ReLU; bits of the two ops one after the other ----
+
+// y = relu(x * scale + shift): batch_norm_apply's arguments.
+[[nodiscard]] cudaError_t batch_norm_relu_apply(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
+                                                const float* scale_shift, float* y);
+// The backward of batch norm (training) followed by ReLU, dy being the ReLU output's gradient; the
+// mask is recomputed from x and the forward's scale_shift. As batch_norm_backward_sums / _data.
+[[nodiscard]] cudaError_t batch_norm_relu_backward_sums(cudaStream_t stream, int64_t rows, int64_t channels,
+                                                        const float* x, const float* dy, const float* saved,
+                                                        const float* scale_shift, double* sums, void* workspace,
+                                                        size_t workspace_bytes);
+[[nodiscard]] cudaError_t batch_norm_relu_backward_data(cudaStream_t stream, int64_t rows, int64_t channels,
+                                                        const float* x, const float* dy, const float* gamma,
+                                                        const float* saved, const float* scale_shift,
+                                                        const double* sums, float* coefficients, float* dx);
+[[nodiscard]] cudaError_t add_relu_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* a,
+                                           const float* b, float* y);
+// da, db (either may be null) += the ReLU's gradient, from y.
+[[nodiscard]] cudaError_t add_relu_backward(cudaStream_t stream, int64_t rows, int64_t channels, const float* y,
+                                            const float* dy, float* da, float* db);
+
+// bf16 storage (Bf16: activations stored in half, fp32 arithmetic, each result rounded once): the same
+// kernels for the bf16-activation plan to come; the model calls none of them yet.
+[[nodiscard]] cudaError_t batch_norm_relu_apply(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
+                                                const float* scale_shift, Bf16* y);
+[[nodiscard]] cudaError_t add_relu_forward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* a,
+                                           const Bf16* b, Bf16* y);
+[[nodiscard]] cudaError_t add_relu_backward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* y,
+                                            const Bf16* dy, Bf16* da, Bf16* db);
+[[nodiscard]] cudaError_t depthwise_forward(cudaStream_t stream, const DepthwiseShape& shape, const Bf16* x,
+                                            const float* w, const float* b, Bf16* y);
+[[nodiscard]] cudaError_t depthwise_backward_data(cudaStream_t stream, const DepthwiseShape& shape, const float* w,
+                                                  const Bf16* dy, Bf16* dx);
+
+// ---- depthwise convolution (depthwise.hpp), weights [taps][C] as the graph keeps them ----
+
+// y = conv (+ bias when shape.bias; b may be null otherwise).
+[[nodiscard]] cudaError_t depthwise_forward(cudaStream_t stream, const DepthwiseShape& shape, const float* x,
+                                            const float* w, const float* b, float* y);
+// dx += the gather of dy through the flipped kernel.
+[[nodiscard]] cudaError_t depthwise_backward_data(cudaStream_t stream, const DepthwiseShape& shape, const float* w,
+                                                  const float* dy, float* dx);
+// dw, db (either may be null) += their deterministic channel sums; workspace: depthwise_workspace_bytes.
+[[nodiscard]] cudaError_t depthwise_backward_weights(cudaStream_t stream, const DepthwiseShape& shape, const float* x,
+                                                     const float* dy, float* dw, float* db, void* workspace,
+                                                     size_t workspace_bytes);
+inline size_t depthwise_workspace_bytes(const DepthwiseShape& s) {
+  const size_t weights = is_depthwise_3x3(s) ? channel_sums_workspace_bytes(1, s.out_positions(), s.channels, 9)
+                                             : channel_sums_workspace_bytes(1, s.out_positions(), s.taps() * s.channels);
+  const size_t bias = channel_sums_workspace_bytes(1, s.out_positions(), s.channels);
+  return weights > bias ? weights : bias;
+}
 
 // ---- max pooling, the reference's tie and NaN rules (pool.hpp) ----
 

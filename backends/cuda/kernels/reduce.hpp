@@ -45,8 +45,9 @@ inline int64_t flat_parts(int64_t n) {
 // backward, global_avg_pool, iou), and of those that sum a flat array (the losses, the fp16 check):
 // for one call, their arguments' sizes; a model may give every call one buffer of the largest size,
 // as calls on one stream run one after the other.
-inline size_t channel_sums_workspace_bytes(int64_t segments, int64_t rows, int64_t channels) {
-  const int64_t sums = segments * kMaxTermSums * channels;
+// `terms`: the K of the widest term summed (more than kMaxTermSums only for the depthwise conv's taps).
+inline size_t channel_sums_workspace_bytes(int64_t segments, int64_t rows, int64_t channels, int terms = kMaxTermSums) {
+  const int64_t sums = segments * (terms > kMaxTermSums ? terms : kMaxTermSums) * channels;
   return static_cast<size_t>(channel_parts(segments, rows, channels) * sums + sums) * sizeof(double);
 }
 inline size_t flat_sums_workspace_bytes(int64_t n) {

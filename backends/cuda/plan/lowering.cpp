@@ -32,13 +32,35 @@ bool symmetric_is_exact(const sdk::host::Window& w, size_t e) {
   return span >= 0 && span / w.stride[e] + 1 == w.out[e];
 }
 
+// How many nodes read value `v`, and whether the step's results need it (a loss, an eval output).
+size_t readers_of(const Program& p, int32_t v) {
+  size_t n = 0;
+  for (const Node& node : p.nodes) n += static_cast<size_t>(std::count(node.inputs.begin(), node.inputs.end(), v));
+  n += static_cast<size_t>(std::count(p.eval_outputs.begin(), p.eval_outputs.end(), v));
+  return n + (p.loss == v ? 1 : 0);
+}
+
+// batch_norm (our kernels) or add -> relu, the producer's output read by that relu alone: one node.
+void fuse_relus(const Program& p, std::vector<NodeLowering>& lowered) {
+  for (size_t k = 0; k + 1 < p.nodes.size(); ++k) {
+    const Node &producer = p.nodes[k], &relu = p.nodes[k + 1];
+    const bool fusable = producer.kind == OpKind::batch_norm ||
+                         (producer.kind == OpKind::add && !p.value(producer.output).shape.empty());  // [rows, C]
+    if (!fusable || lowered[k].engine != Engine::kernel || relu.kind != OpKind::relu ||
+        relu.inputs[0] != producer.output || readers_of(p, producer.output) != 1)
+      continue;
+    lowered[k].fused_relu = static_cast<int64_t>(k + 1);
+    lowered[k + 1].engine = Engine::fused;
+  }
+}
+
 }  // namespace
 
 sdk::Implements implemented() { return sdk::host::implements({OpKind::halo_exchange, OpKind::spatial_gather}); }
 
 const char* name_of(Engine engine) {
   static const char* const names[] = {"cudnn_conv", "cudnn_conv_transpose", "cudnn_batch_norm",
-                                      "cublaslt_dense", "kernel", "alias"};
+                                      "cublaslt_dense", "kernel", "alias", "depthwise", "fused"};
   return names[static_cast<size_t>(engine)];
 }
 
@@ -159,6 +181,11 @@ DensePlan plan_pointwise(const Node& node) {
   return plan_matmul(w.out_positions(), w.in_channels, w.out_channels, node.has_bias());
 }
 
+bool is_depthwise(const Node& node) {
+  const sdk::host::Window& w = node.window;
+  return node.kind == OpKind::conv && w.groups > 1 && w.groups == w.in_channels && w.groups == w.out_channels;
+}
+
 std::vector<NodeLowering> lower_nodes(const Program& p, const LoweringOptions& options) {
   std::vector<NodeLowering> lowered;
   for (const Node& node : p.nodes) {
@@ -167,6 +194,10 @@ std::vector<NodeLowering> lower_nodes(const Program& p, const LoweringOptions& o
       case OpKind::conv:
       case OpKind::conv_transpose:
         check_weights_are_parameters(p, node);
+        if (options.own.depthwise && is_depthwise(node)) {  // the graph's [K..., 1, C] weights as they are
+          l.engine = Engine::depthwise;
+          break;
+        }
         if (options.pointwise == Pointwise::gemm && is_pointwise(node)) {
           l.engine = Engine::cublaslt_dense;
           l.dense = plan_pointwise(node);
@@ -183,7 +214,7 @@ std::vector<NodeLowering> lower_nodes(const Program& p, const LoweringOptions& o
         l.dense = plan_dense(node);
         break;
       case OpKind::batch_norm:
-        if (node.batch_norm.group_size > 1) break;  // SyncBatchNorm: our kernels
+        if (options.own.batch_norm || node.batch_norm.group_size > 1) break;  // our kernels
         l.engine = Engine::cudnn_batch_norm;
         l.batch_norm = plan_batch_norm(p, node);
         check_32_bit(node, "its input", l.batch_norm->x);
@@ -204,6 +235,7 @@ std::vector<NodeLowering> lower_nodes(const Program& p, const LoweringOptions& o
     }
     lowered.push_back(std::move(l));
   }
+  fuse_relus(p, lowered);
   return lowered;
 }
 

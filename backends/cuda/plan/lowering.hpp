@@ -5,11 +5,14 @@
 //   conv            cuDNN convolution (2-D as 4-D tensors, 3-D as 5-D), channels-last as strides;
 //                   strided, dilated, grouped and depthwise alike
 //   conv_transpose  cuDNN backward-data of its adjoint conv (docs/ops.md: conv_transpose is that adjoint)
-//   batch_norm      cuDNN spatial batch norm when group_size is 1: its training forward normalizes with
-//                   the biased variance, saves mean and 1/sqrt(var+eps), and updates the running
-//                   variance with the unbiased one, exponentialAverageFactor being our momentum:
-//                   exactly docs/ops.md (PyTorch calls cuDNN so). group_size > 1 (SyncBatchNorm) needs
-//                   the group's sums between its two halves: our kernels.
+//   conv, depthwise (groups = in = out channels, not transposed): our kernel (depthwise.hpp) unless
+//                   `backend.depthwise=cudnn`: cuDNN has only its grouped algorithms for it
+//   batch_norm      our kernels (batch_norm.hpp: deterministic two-stage sums, coalesced over NHWC),
+//                   the only way with group_size > 1 (SyncBatchNorm needs the group's sums between the
+//                   passes). `backend.batch_norm=cudnn` with group_size 1: cuDNN's persistent spatial
+//                   batch norm, whose training forward normalizes with the biased variance, saves mean
+//                   and 1/sqrt(var+eps), and updates the running variance with the unbiased one,
+//                   exponentialAverageFactor being our momentum: exactly docs/ops.md.
 //   dense           cuBLASLt, on the graph's [in, out] weights as they are (see DensePlan)
 //   conv 1x1        a pointwise conv (1x1 kernel, stride 1, no padding, one group) is a dense layer in
 //                   NHWC: y[N·S, Co] = x[N·S, Ci] w[Ci, Co], the graph's weights [1.., Ci, Co] already
@@ -34,7 +37,18 @@ namespace mlph::cuda::plan {
 // What lower_graph is told the cuda backend implements: every op but the spatial ones.
 sdk::Implements implemented();
 
-enum class Engine { cudnn_conv, cudnn_conv_transpose, cudnn_batch_norm, cublaslt_dense, kernel, alias };
+// depthwise: our depthwise conv kernel. fused: runs inside the node before it (a ReLU after a batch
+// norm on our kernels or an add: NodeLowering::fused_relu), no work of its own.
+enum class Engine { cudnn_conv, cudnn_conv_transpose, cudnn_batch_norm, cublaslt_dense, kernel, alias, depthwise, fused };
+
+// Which ops run on our kernels rather than cuDNN (backend.batch_norm, backend.depthwise: own|cudnn).
+struct OwnKernels {
+  bool batch_norm = true;
+  bool depthwise = true;
+};
+
+// groups = in channels = out channels (the reference's depthwise path too).
+bool is_depthwise(const Node& node);
 
 const char* name_of(Engine engine);
 
@@ -151,13 +165,15 @@ struct DensePlan {
 inline constexpr int64_t kChunkTiles = 264, kChunkRows = 2048, kMaxChunks = 64;
 int64_t weight_chunks(int64_t rows, int64_t in, int64_t out, bool deterministic, size_t workspace_cap);
 
-// `pointwise`: how 1x1 stride-1 convs run (backend.pointwise); `deterministic`: dw's chunks.
+// `pointwise`: how 1x1 stride-1 convs run (backend.pointwise); `deterministic`: dw's chunks; `own`:
+// batch norm and depthwise convs on our kernels or cuDNN's (backend.batch_norm, backend.depthwise).
 enum class Pointwise { gemm, cudnn };
 struct LoweringOptions {
   Pointwise pointwise = Pointwise::gemm;
   bool deterministic = false;
   size_t workspace_cap = size_t{1} << 30;
   bool half = false;  // bf16, fp16: tensor cores (pads_channels)
+  OwnKernels own{};
 };
 
 // A node as the device runs it.
@@ -166,10 +182,17 @@ struct NodeLowering {
   std::optional<ConvPlan> conv;        // cudnn_conv, cudnn_conv_transpose
   std::optional<BatchNormPlan> batch_norm;  // cudnn_batch_norm
   std::optional<DensePlan> dense;      // cublaslt_dense (a dense node, or a pointwise conv)
+  // batch_norm on our kernels, or add, whose output only the next node, a relu, reads: that relu's
+  // index; the relu is Engine::fused. One pass writes the relu's output (fused.hpp); backward reads
+  // the relu's output gradient and its mask: batch norm recomputes it from x and the forward's scale
+  // and shift (saved with the statistics: [4C]), add reads the relu's output. -1: none.
+  int64_t fused_relu = -1;
 };
 
-// Per node of `program`, in order. Throws (fail_node) for what the device cannot run: spatial ops,
-// weights of conv/dense that are not parameters, tensors past cuDNN's 32-bit sizes.
+// Per node of `program`, in order, with `options`' choices (options.own: batch norm and depthwise on our
+// kernels or cuDNN's; options.pointwise: 1x1 convs on cuBLASLt or cuDNN). Throws (fail_node) for what
+// the device cannot run: spatial ops, weights of conv/dense that are not parameters, tensors past
+// cuDNN's 32-bit sizes.
 std::vector<NodeLowering> lower_nodes(const Program& program, const LoweringOptions& options = {});
 
 // A conv that is a matrix product over channels-last rows: 1x1(x1) kernel, stride 1, no padding, one group.

@@ -149,7 +149,7 @@ class Planner {
   }
   size_t count_on_side(size_t k, int slot, int32_t v) const { return padded_side(k, slot) ? padded_count(k, v) : numel(v); }
   static constexpr int kPaddedCast = 100;  // a padded cast's key: apart from the plain casts of the same value
-
+  const Node& fused_relu_node(size_t k) const { return p_.nodes[static_cast<size_t>(lowering_[k].fused_relu)]; }
   // A region of node `k` alone (at its steps).
   Location scratch(RegionKind kind, size_t k, const std::string& what, size_t bytes) {
     return {add_region(kind, p_.nodes[k].name + " " + what, bytes), 0};
@@ -205,10 +205,12 @@ class Planner {
                                  count_on_side(k, -1, node.output) * bytes_of(writes));
       touch(m.output_scratch, s);
     }
-    if (node.kind == OpKind::batch_norm) {
-      m.statistics = scratch(RegionKind::statistics, k, "saved statistics", 2 * node.rows.channels * sizeof(float));
+    if (node.kind == OpKind::batch_norm) {  // mean, inverse std (and scale, shift for a fused relu's mask)
+      const int64_t floats = (lowering_[k].fused_relu >= 0 ? 4 : 2) * node.rows.channels;
+      m.statistics = scratch(RegionKind::statistics, k, "saved statistics", static_cast<size_t>(floats) * sizeof(float));
       touch(m.statistics, s);
     }
+    if (lowering_[k].fused_relu >= 0) touch(value_at(fused_relu_node(k).output), s);  // written here
     if (conv && conv->explicit_padding) {
       m.padded = scratch(RegionKind::padded, k, "padded", padded_bytes(k));
       touch(m.padded, s);
@@ -230,6 +232,10 @@ class Planner {
     touch(m.statistics, s);
     m.output_gradient = gradient_at(node.output);
     touch(m.output_gradient, s);
+    if (lowering_[k].fused_relu >= 0) {  // the fused relu's output gradient is what this backward reads
+      touch(gradient_at(fused_relu_node(k).output), s);
+      if (node.kind == OpKind::add) touch(value_at(fused_relu_node(k).output), s);  // and add its mask
+    }
     // The library reads dy in its type: cast down first (conv_transpose's explicit padding pads and casts at once).
     const DType data = precision_.nodes[k].data;
     if (lowering_[k].engine != Engine::kernel && data != stored(node.output) && !(explicit_padding && conv->transpose)) {

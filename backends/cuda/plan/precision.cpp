@@ -33,7 +33,7 @@ PrecisionPlan plan_precision(const Program& p, Precision precision, const std::v
     const Node& node = p.nodes[k];
     NodePrecision n;
     n.math = math_of(precision);
-    const bool op = compute_op(node.kind);
+    const bool op = compute_op(node.kind) && lowering[k].engine != Engine::depthwise;  // depthwise: fp32 kernel
     if (op) {
       n.data = compute;
       n.writes = writes_half(lowering[k].engine) ? compute : DType::f32;

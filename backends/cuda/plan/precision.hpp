@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "lowering.hpp"
+#include "types.hpp"
 
 namespace mlph::cuda::plan {
 
@@ -42,7 +43,8 @@ struct PrecisionPlan {
   bool loss_scaling = false;  // fp16: the loss's gradient starts at LossScaler::scale()
 };
 
-// `lowering`: lower_nodes(program), per node (which library writes its output).
+// `lowering`: lower_nodes(program), per node (which library writes its output). Ops on our kernels
+// (a depthwise conv too) compute and store in fp32 whatever the precision.
 PrecisionPlan plan_precision(const Program& program, Precision precision, const std::vector<NodeLowering>& lowering);
 
 // Is input `slot` of `node` a conv/dense weight (read from the device's weight copy)?

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -144,12 +145,13 @@ MpiComm::MpiComm(const MLPH_HostApi* host, std::string name, double timeout_s)
   check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
   check(MPI_Comm_dup(MPI_COMM_WORLD, &notices_), "MPI_Comm_dup");
   set_up();
+  find_node_names();
 }
 
 // A communicator split from `parent` (see split): its options; MPI stays up for the parent.
 MpiComm::MpiComm(Split, const MpiComm& parent, MPI_Comm comm, MPI_Comm notices)
     : host_(parent.host_), name_(parent.name_), timeout_s_(parent.timeout_s_), comm_(comm), notices_(notices),
-      split_(true) {
+      split_(true), node_names_(parent.node_names_) {
   set_up();
 }
 
@@ -256,9 +258,16 @@ void MpiComm::halo_accumulate(void* data, const MLPH_HaloSpec& spec) {
 }
 
 std::string MpiComm::where() const {
-  if (!split_) return name_ + ": rank " + std::to_string(rank_) + " of " + std::to_string(size_);
+  const std::string node = nodes_ > 1 ? " on " + node_of(rank_) : "";
+  if (!split_) return name_ + ": rank " + std::to_string(rank_) + " of " + std::to_string(size_) + node;
   return name_ + ": rank " + std::to_string(world_rank(rank_)) + " (" + std::to_string(rank_) + " of " +
-         std::to_string(size_) + " in a split communicator)";
+         std::to_string(size_) + " in a split communicator)" + node;
+}
+
+// The node rank `r` of this communicator runs on, as MPI names it ("" before the names are known).
+std::string MpiComm::node_of(int r) const {
+  const auto world = static_cast<size_t>(world_rank(r));
+  return world < node_names_.size() ? node_names_[world] : "";
 }
 
 void MpiComm::break_with(const std::string& reason) {
@@ -362,6 +371,23 @@ void MpiComm::find_node() {
   nodes_ = leaders;
 }
 
+// Every world rank's node name, so that a rank that times out can name the node of the ranks it
+// lost. Outside the bounded calls (a plain MPI_Allgather, like the MPI_Comm_split_type before it),
+// so that the calls' sequence numbers stay those of the collectives the caller made.
+void MpiComm::find_node_names() {
+  std::array<char, MPI_MAX_PROCESSOR_NAME> mine{};
+  int length = 0;
+  check(MPI_Get_processor_name(mine.data(), &length), "MPI_Get_processor_name");
+  std::vector<char> all(mine.size() * static_cast<size_t>(size_));
+  check(MPI_Allgather(mine.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm_),
+        "MPI_Allgather");
+  node_names_.resize(static_cast<size_t>(size_));
+  for (size_t r = 0; r < node_names_.size(); ++r) {
+    const char* name = all.data() + r * mine.size();
+    node_names_[r].assign(name, strnlen(name, mine.size()));
+  }
+}
+
 // The bytes this rank sends (for the timeout message); 0 for a spec that halo::validate will refuse.
 size_t MpiComm::halo_bytes(const MLPH_HaloSpec& spec) const {
   try {
@@ -463,9 +489,14 @@ void MpiComm::time_out() {
     MPI_Recv(&theirs, 1, MPI_LONG_LONG, status.MPI_SOURCE, kStuckTag, notices_, MPI_STATUS_IGNORE);
     if (theirs == mine) arrived[static_cast<size_t>(status.MPI_SOURCE)] = true;
   }
+  // "1, 2" on one node; "2, 3 on node2" across nodes: the node lost with them.
   std::string missing;
-  for (int r = 0; r < size_; ++r)
-    if (!arrived[static_cast<size_t>(r)]) missing += (missing.empty() ? "" : ", ") + std::to_string(world_rank(r));
+  for (int r = 0; r < size_; ++r) {
+    if (arrived[static_cast<size_t>(r)]) continue;
+    missing += (missing.empty() ? "" : ", ") + std::to_string(world_rank(r));
+    const bool node_ends = r + 1 == size_ || arrived[static_cast<size_t>(r + 1)] || node_of(r + 1) != node_of(r);
+    if (nodes_ > 1 && node_ends) missing += " on " + node_of(r);
+  }
   broken_ = where() + ": " + operation_ + " #" + std::to_string(sequence_) + " (" + std::to_string(bytes_) +
             " bytes) did not complete within " + format_seconds(timeout_s_) + " (comms.timeout_s): " +
             (missing.empty() ? "every rank reached it; the network or MPI is stuck"

@@ -69,6 +69,8 @@ class MpiComm : public mlph::sdk::Comm {
   void initialize_mpi();
   void find_world_ranks();
   void find_node();
+  void find_node_names();
+  std::string node_of(int r) const;
   size_t halo_bytes(const MLPH_HaloSpec& spec) const;
   void move_faces(int32_t dim, mlph::sdk::halo::Transfer& t);
   void check(int result, const char* call);
@@ -89,6 +91,7 @@ class MpiComm : public mlph::sdk::Comm {
   bool split_ = false;            // split from another communicator: messages add the rank within it
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, nodes_ = 1;
   std::vector<int> world_ranks_;  // this communicator's ranks in MPI_COMM_WORLD
+  std::vector<std::string> node_names_;  // each world rank's node (MPI_Get_processor_name)
   // The call in flight, for the timeout message; and why the communicator became unusable.
   uint64_t sequence_ = 0;
   std::string operation_;

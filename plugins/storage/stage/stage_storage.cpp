@@ -16,6 +16,7 @@
 #include <archive_entry.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -35,9 +36,9 @@
 #include <vector>
 
 #include "files.hpp"
-#include "gunzip.hpp"
 #include "manifest.hpp"
 #include "mlph/sdk/storage.hpp"
+#include "mlph/util/gzip.hpp"
 
 namespace {
 namespace fs = std::filesystem;
@@ -158,12 +159,17 @@ struct WriteBudget {
 
 // One staged file: its bytes as they come, or, for a gzip file staged with inflate=1, what they
 // inflate to. `gzip` unset: decided by the first two bytes written (gzip's magic, 1f 8b), for files
-// unpacked from archives. `source` names the file in errors.
+// unpacked from archives. `source` names the file in errors. A gzip file is held whole and inflated
+// in one call by libdeflate (plugins/util's mlph_gzip, 2-3x zlib); one too large to hold (over
+// kWholeCompressedBytes, or inflating past kWholeInflatedBytes) is inflated by zlib as it comes,
+// in constant memory.
 class StagedFile final : public mlph::stage::Sink {
  public:
+  static constexpr size_t kWholeCompressedBytes = size_t{64} << 20, kWholeInflatedBytes = size_t{256} << 20;
+
   StagedFile(OutputFile file, std::string source, std::optional<bool> gzip, WriteBudget& budget)
       : file_(std::move(file)), source_(std::move(source)), budget_(budget) {
-    if (gzip) decide(*gzip);
+    if (gzip) gzip_ = *gzip;
   }
 
   void write(const char* data, size_t bytes) override {
@@ -173,7 +179,7 @@ class StagedFile final : public mlph::stage::Sink {
       data += take;
       bytes -= take;
       if (head_.size() < 2) return;
-      decide(mlph::stage::is_gzip_magic(reinterpret_cast<const unsigned char*>(head_.data())));
+      gzip_ = mlph::gzip::is_gzip(std::as_bytes(std::span(head_.data(), head_.size())));
       pass(head_.data(), head_.size());
     }
     pass(data, bytes);
@@ -181,10 +187,10 @@ class StagedFile final : public mlph::stage::Sink {
 
   void close() override {
     if (!gzip_) {  // fewer than two bytes: not gzip
-      decide(false);
+      gzip_ = false;
       pass(head_.data(), head_.size());
     }
-    if (gunzip_) gunzip_->finish();
+    if (*gzip_) finish_gzip();
     file_.close();
   }
 
@@ -193,20 +199,64 @@ class StagedFile final : public mlph::stage::Sink {
   void written_directly(uint64_t bytes) { budget_.written += bytes; }
 
  private:
-  void decide(bool gzip) {
-    gzip_ = gzip;
-    if (gzip) gunzip_.emplace(source_);
-  }
   void pass(const char* data, size_t bytes) {
-    if (!gunzip_) return put(data, bytes);
-    gunzip_->feed(data, bytes, [this](const char* inflated, size_t n) { put(inflated, n); });
+    if (!*gzip_) return put(data, bytes);
+    if (streaming_) return feed(data, bytes);
+    compressed_.insert(compressed_.end(), data, data + bytes);
+    if (compressed_.size() > kWholeCompressedBytes) stream_what_is_held();
   }
+
+  // The held bytes go to zlib's streaming inflater, and what follows them too.
+  void stream_what_is_held() {
+    streaming_.emplace(source_);
+    std::vector<char> held;
+    held.swap(compressed_);
+    feed(held.data(), held.size());
+  }
+
+  void feed(const char* data, size_t bytes) {
+    try {
+      streaming_->feed(reinterpret_cast<const std::byte*>(data), bytes,
+                       [this](const std::byte* inflated, size_t n) { put(reinterpret_cast<const char*>(inflated), n); });
+    } catch (const mlph::gzip::Error& e) {
+      fail(MLPH_DATA_LOSS, e.what());
+    }
+  }
+
+  // The whole file inflated in one call, into memory bounded by what this rank may still write (a
+  // "bomb" stops there); a file libdeflate refuses is streamed through zlib for the message it
+  // always gave ("cannot inflate: ..."), and one too large to hold is streamed too.
+  void finish_gzip() {
+    if (!streaming_) {
+      const uint64_t room = budget_.limit - std::min(budget_.limit, budget_.written.load());
+      const auto bound = static_cast<size_t>(std::min<uint64_t>(room, kWholeInflatedBytes));
+      try {
+        const std::vector<std::byte> inflated = mlph::gzip::inflate(std::as_bytes(std::span(compressed_)), source_, bound);
+        put(reinterpret_cast<const char*>(inflated.data()), inflated.size());
+        compressed_ = {};
+        return;
+      } catch (const mlph::gzip::Error& e) {
+        if (e.too_large() && bound == room) over_budget();
+      }
+      stream_what_is_held();
+    }
+    try {
+      streaming_->finish();
+    } catch (const mlph::gzip::Error& e) {
+      fail(MLPH_DATA_LOSS, e.what());
+    }
+  }
+
   void put(const char* data, size_t bytes) {
     const uint64_t written = budget_.written += bytes;
-    if (gunzip_ && written > budget_.limit)
-      fail(MLPH_RESOURCE_EXHAUSTED, source_ + ": inflates past the " + std::to_string(budget_.limit) +
-                                        " bytes this rank may stage (storage.max_bytes, or its share of the target's free space)");
+    if (*gzip_ && written > budget_.limit) over_budget();
     file_.write(data, bytes);
+  }
+
+  [[noreturn]] void over_budget() const {
+    fail(MLPH_RESOURCE_EXHAUSTED, source_ + ": inflates past the " + std::to_string(budget_.limit) +
+                                      " bytes this rank may stage (storage.max_bytes, or what its files need and half its share "
+                                      "of the target's free space beyond)");
   }
 
   OutputFile file_;
@@ -214,7 +264,8 @@ class StagedFile final : public mlph::stage::Sink {
   WriteBudget& budget_;
   std::optional<bool> gzip_;
   std::string head_;  // the first bytes, until two decide whether the file is gzip
-  std::optional<mlph::stage::Gunzip> gunzip_;
+  std::vector<char> compressed_;  // a gzip file held whole until it ends
+  std::optional<mlph::gzip::Inflater> streaming_;
 };
 
 // Reads exactly `bytes` at `offset`; false at the end of the file.
@@ -237,12 +288,25 @@ bool read_at(const Fd& fd, const fs::path& path, unsigned char* out, size_t byte
 std::optional<uint64_t> gzip_inflated_size(const fs::path& file) {
   const Fd fd = mlph::stage::open_regular(file);
   unsigned char head[2], isize[4];
-  if (!read_at(fd, file, head, sizeof head, 0) || !mlph::stage::is_gzip_magic(head)) return std::nullopt;
+  if (!read_at(fd, file, head, sizeof head, 0) || !mlph::gzip::is_gzip(std::as_bytes(std::span(head)))) return std::nullopt;
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) fail(MLPH_UNAVAILABLE, file.string() + ": cannot stat: " + errno_text());
   if (st.st_size < 18 || !read_at(fd, file, isize, sizeof isize, st.st_size - 4)) return 0;  // inflating says what is wrong
-  return uint64_t{isize[0]} | uint64_t{isize[1]} << 8 | uint64_t{isize[2]} << 16 | uint64_t{isize[3]} << 24;
+  return mlph::gzip::trailer_size(std::as_bytes(std::span(isize)));
 }
+
+// The node this process runs on, as the network (and MPI, and Slurm) name it.
+std::string host_name() {
+  std::array<char, 256> name{};
+  if (::gethostname(name.data(), name.size() - 1) != 0) return "?";
+  return name.data();
+}
+
+// What each rank tells the others after staging: whether it failed, and its node.
+struct Outcome {
+  int32_t failed = 0;
+  char node[60] = {};
+};
 
 class StageStorage final : public mlph::sdk::Storage {
  public:
@@ -303,6 +367,15 @@ class StageStorage final : public mlph::sdk::Storage {
     return size;
   }
 
+  // ABI 1.5: a byte range of a staged file (a workload reads a sample's payload straight into its batch).
+  void read_range(const char* path, uint64_t offset, size_t bytes, void* dst) {
+    const double start = host_->now_seconds();
+    mlph::sdk::read_regular_file_range(path, offset, bytes, dst);
+    std::lock_guard lock(mutex_);
+    io_.bytes_read += bytes;
+    io_.read_seconds += host_->now_seconds() - start;
+  }
+
   MLPH_IoStats stats() override {
     std::lock_guard lock(mutex_);
     return io_;
@@ -313,7 +386,10 @@ class StageStorage final : public mlph::sdk::Storage {
     if (!root_.empty()) fail(MLPH_FAILED_PRECONDITION, "storage/stage: already staged " + source_.string());
     MLPH_Topology t{sizeof(MLPH_Topology), nullptr, 0, 1, 0, 1, 1};
     mlph::sdk::check(host_, comms.api->topology(comms.comm, &t), "storage/stage: comms");
-    const std::string who = "storage/stage: rank " + std::to_string(t.rank) + ": ";
+    // Across nodes a rank is named with its node: staging goes to node-local disk, whose room and
+    // state are the node's.
+    const std::string node = t.nodes > 1 ? " on node " + host_name() : "";
+    const std::string who = "storage/stage: rank " + std::to_string(t.rank) + node + ": ";
     {
       std::lock_guard lock(mutex_);  // abandon() may read it from another thread
       root_ = target_base_ / ("mlperf-stage-" + job_tag(comms, t));
@@ -322,28 +398,28 @@ class StageStorage final : public mlph::sdk::Storage {
 
     MLPH_StageStats out{sizeof(MLPH_StageStats), nullptr, 0, 0, 0, 0.0, t.local_rank, t.local_size};
     std::optional<Error> error;
-    try {
+    attempt(error, who, [&] {
       remove_stale_copies();
       plan(t);
       if (inflate_) find_gzip_files();
-      check_space(t);
-      make_directory(root_);
-      if (!keep_) hold_alive_lock(t.rank);
-      copy_all(t, out);
-    } catch (const Error& e) {
-      error.emplace(e.code(), who + e.what());
-    } catch (const std::exception& e) {
-      error.emplace(MLPH_INTERNAL, who + e.what());
-    }
-    // Every rank learns whether any failed, so that none goes on to train on a partial dataset.
-    const int32_t failed = error ? 1 : 0;
-    std::vector<int32_t> all(static_cast<size_t>(t.size));
-    mlph::sdk::check(host_, comms.api->allgather(comms.comm, &failed, all.data(), sizeof failed),
-                     who + "comms after staging");
+      measure_free_space();
+    });
+    // Every rank has measured the target's free space before any rank copies: a rank measuring
+    // after a peer of its node had copied would count that peer's copies twice.
+    if (failed_ranks(comms, t, error, who + "comms before copying").empty())
+      attempt(error, who, [&] {
+        check_space(t);
+        if (!keep_) hold_alive_lock(t.rank);
+        copy_all(t, out);
+      });
+    // Every rank learns whether any failed, and on which node, so that none goes on to train on a
+    // partial dataset.
+    const std::vector<FailedRank> failed = failed_ranks(comms, t, error, who + "comms after staging");
     if (error) throw *error;
-    for (int32_t r = 0; r < t.size; ++r)
-      if (all[static_cast<size_t>(r)])
-        fail(MLPH_ABORTED, who + "rank " + std::to_string(r) + " failed to stage its shard (see its error)");
+    if (!failed.empty())
+      fail(MLPH_ABORTED, who + "rank " + std::to_string(failed.front().rank) +
+                             (t.nodes > 1 && !failed.front().node.empty() ? " on node " + failed.front().node : "") +
+                             " failed to stage its shard (see its error)");
     check_node_view(t, who);
 
     out.seconds = host_->now_seconds() - start;
@@ -358,6 +434,38 @@ class StageStorage final : public mlph::sdk::Storage {
   }
 
  private:
+  // Runs `step` unless an error came before; keeps the first error, naming the rank.
+  template <class Step>
+  static void attempt(std::optional<Error>& error, const std::string& who, Step&& step) {
+    if (error) return;
+    try {
+      step();
+    } catch (const Error& e) {
+      error.emplace(e.code(), who + e.what());
+    } catch (const std::exception& e) {
+      error.emplace(MLPH_INTERNAL, who + e.what());
+    }
+  }
+
+  struct FailedRank {
+    int32_t rank;
+    std::string node;
+  };
+
+  // The ranks that have an error so far, with their nodes (a collective: every rank calls it at the
+  // same points).
+  std::vector<FailedRank> failed_ranks(const MLPH_CommsHandle& comms, const MLPH_Topology& t,
+                                       const std::optional<Error>& error, const std::string& context) const {
+    Outcome mine{error ? 1 : 0, {}};
+    host_name().copy(mine.node, sizeof mine.node - 1);
+    std::vector<Outcome> all(static_cast<size_t>(t.size));
+    mlph::sdk::check(host_, comms.api->allgather(comms.comm, &mine, all.data(), sizeof mine), context);
+    std::vector<FailedRank> failed;
+    for (int32_t r = 0; r < t.size; ++r)
+      if (const Outcome& o = all[static_cast<size_t>(r)]; o.failed) failed.push_back({r, o.node});
+    return failed;
+  }
+
   // The same fresh name on every rank: rank 0 draws it and broadcasts it.
   std::string job_tag(const MLPH_CommsHandle& comms, const MLPH_Topology& t) {
     uint64_t tag = t.rank == 0 ? (static_cast<uint64_t>(::getpid()) << 32) ^
@@ -491,24 +599,33 @@ class StageStorage final : public mlph::sdk::Storage {
     run_parallel(jobs, threads_);  // an open and two small reads per file: in parallel on a parallel file system
   }
 
+  // The target's free space, before any rank copies (stage() orders it so).
+  void measure_free_space() {
+    make_directory(root_);
+    struct statvfs vfs {};
+    if (::statvfs(root_.c_str(), &vfs) != 0) fail(MLPH_UNAVAILABLE, root_.string() + ": statvfs: " + errno_text());
+    free_bytes_ = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  }
+
+  // Whether the node's ranks' files fit the free space measured; and how much this rank may write:
+  // what it needs (estimated), and of its share of the space beyond that only half (kInflateMargin),
+  // for an inflated file that outgrows its estimate (a GZIP trailer that lies low) must stop while
+  // the target, a RAM disk perhaps, still has room.
   void check_space(const MLPH_Topology& t) {
     uint64_t need = 0;
     for (const SplitPlan& p : plans_) need = checked_add(need, p.my_staged_bytes(), source_.string());
     if (max_bytes_ > 0 && need > static_cast<uint64_t>(max_bytes_))
       fail(MLPH_RESOURCE_EXHAUSTED, "staging " + source_.string() + " needs " + std::to_string(need) +
                                         " bytes, more than storage.max_bytes = " + std::to_string(max_bytes_));
-    make_directory(root_);
-    struct statvfs vfs {};
-    if (::statvfs(root_.c_str(), &vfs) != 0) fail(MLPH_UNAVAILABLE, root_.string() + ": statvfs: " + errno_text());
-    const uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
     const auto ranks = static_cast<uint64_t>(std::max(t.local_size, 1));
     const uint64_t node_need = need > std::numeric_limits<uint64_t>::max() / ranks ? std::numeric_limits<uint64_t>::max()
                                                                                    : need * ranks;
-    if (node_need > free_bytes)
+    if (node_need > free_bytes_)
       fail(MLPH_RESOURCE_EXHAUSTED, root_.string() + ": no space to stage: the node's " + std::to_string(t.local_size) +
                                         " rank(s) need about " + std::to_string(node_need) + " bytes, " +
-                                        std::to_string(free_bytes) + " are free");
-    budget_.limit = free_bytes / ranks;
+                                        std::to_string(free_bytes_) + " are free");
+    const uint64_t share = free_bytes_ / ranks;
+    budget_.limit = need + (share - need) / kInflateMargin;
     if (max_bytes_ > 0) budget_.limit = std::min(budget_.limit, static_cast<uint64_t>(max_bytes_));
   }
 
@@ -651,6 +768,9 @@ class StageStorage final : public mlph::sdk::Storage {
   fs::path target_base_, root_, source_;
   bool keep_ = false;
   bool inflate_ = false;  // gzip files are staged inflated
+  uint64_t free_bytes_ = 0;  // the target's, measured before any rank copied
+  // Of the space beyond what the files need (estimated), a rank's inflated writes may take 1/this.
+  static constexpr uint64_t kInflateMargin = 2;
   int threads_ = 2;
   long long max_bytes_ = 0;
   std::vector<SplitPlan> plans_;

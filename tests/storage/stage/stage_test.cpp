@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <barrier>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -50,8 +51,16 @@ const MLPH_CommsApi kFakeComms = {
       return nullptr;
     },
     [](MLPH_Comm* c, const void* send, void* recv, size_t bytes) -> MLPH_Error* {
-      for (int32_t r = 0; r < fake(c)->topology.size; ++r)
-        std::memcpy(static_cast<char*>(recv) + r * bytes, r == fake(c)->topology.rank ? send : &fake(c)->peer_failed, bytes);
+      // The others' outcome: `peer_failed` first, the rest (their node's name) empty.
+      for (int32_t r = 0; r < fake(c)->topology.size; ++r) {
+        char* slot = static_cast<char*>(recv) + r * bytes;
+        if (r == fake(c)->topology.rank) {
+          std::memcpy(slot, send, bytes);
+        } else {
+          std::memset(slot, 0, bytes);
+          std::memcpy(slot, &fake(c)->peer_failed, std::min(bytes, sizeof(int32_t)));
+        }
+      }
       return nullptr;
     },
     [](MLPH_Comm*) -> MLPH_Error* { return nullptr; },
@@ -103,6 +112,8 @@ class Stager {
   }
 
   void abandon() { api_->abandon(storage_); }
+  const MLPH_StorageApi* api() const { return api_; }
+  MLPH_Storage* storage() const { return storage_; }
 
   std::vector<std::string> list(const fs::path& dir) {
     std::vector<std::string> out;
@@ -295,6 +306,89 @@ TEST_F(Stage, NoSpaceIsAClearErrorBeforeCopying) {
   EXPECT_NE(error2.find("no space to stage"), std::string::npos) << error2;
 }
 
+// Issue 36, defect 8: two ranks of one node staging into a RAM disk that holds both shards with a
+// quarter to spare. Rank 1 starts only once rank 0 has copied (or a second on): had it measured the
+// free space then, it would count rank 0's copies twice and refuse. Each rank measures before any
+// copies (a collective between), so both stage. Collectives here are real: two threads meet.
+namespace {
+
+struct Meeting {
+  std::barrier<> all{2};
+  std::vector<char> slots;
+};
+struct ThreadComm {
+  MLPH_Topology topology;
+  Meeting* meeting;
+};
+ThreadComm* threaded(MLPH_Comm* c) { return reinterpret_cast<ThreadComm*>(c); }
+const MLPH_CommsApi kThreadComms = {
+    sizeof(MLPH_CommsApi), nullptr, nullptr, nullptr,
+    [](MLPH_Comm* c, MLPH_Topology* out) -> MLPH_Error* { *out = threaded(c)->topology; return nullptr; },
+    [](MLPH_Comm*, void*, size_t, MLPH_DType, MLPH_ReduceOp) -> MLPH_Error* { return nullptr; },
+    [](MLPH_Comm*, void* data, size_t bytes, int32_t) -> MLPH_Error* {  // the same tag for both, no wait (as
+      const uint64_t tag = 0x3636;                                      // MPI_Bcast's root may return at once)
+      std::memcpy(data, &tag, std::min(bytes, sizeof tag));
+      return nullptr;
+    },
+    [](MLPH_Comm* c, const void* send, void* recv, size_t bytes) -> MLPH_Error* {
+      Meeting& m = *threaded(c)->meeting;
+      const int32_t rank = threaded(c)->topology.rank;
+      m.all.arrive_and_wait();
+      if (rank == 0) m.slots.assign(2 * bytes, 0);
+      m.all.arrive_and_wait();
+      std::memcpy(m.slots.data() + static_cast<size_t>(rank) * bytes, send, bytes);
+      m.all.arrive_and_wait();
+      std::memcpy(recv, m.slots.data(), 2 * bytes);
+      m.all.arrive_and_wait();
+      return nullptr;
+    },
+    [](MLPH_Comm* c) -> MLPH_Error* { threaded(c)->meeting->all.arrive_and_wait(); return nullptr; },
+    nullptr, nullptr, nullptr,
+};
+
+uint64_t pages(const fs::path& dir) {
+  uint64_t total = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) total += (e.file_size() + 4095) / 4096 * 4096;
+  return total;
+}
+
+}  // namespace
+
+TEST_F(Stage, TheNodesFreeSpaceIsMeasuredBeforeAnyRankCopies) {
+  const fs::path ram = dir("target-node");
+  const uint64_t both = pages(data());
+  const uint64_t size = (both + both / 4 + 65536) / 4096 * 4096;
+  if (::mount("tmpfs", ram.c_str(), "tmpfs", 0, ("size=" + std::to_string(size)).c_str()) != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here";
+  Meeting meeting;
+  std::string errors[2];
+  {
+    Stager rank0({{"target", ram.string()}}), rank1({{"target", ram.string()}});
+    ThreadComm comm0{{sizeof(MLPH_Topology), nullptr, 0, 2, 0, 2, 1}, &meeting};
+    ThreadComm comm1{{sizeof(MLPH_Topology), nullptr, 1, 2, 1, 2, 1}, &meeting};
+    const auto stage = [&](Stager& s, ThreadComm& c, std::string& error) {
+      const MLPH_CommsHandle handle{sizeof(MLPH_CommsHandle), nullptr, &kThreadComms, reinterpret_cast<MLPH_Comm*>(&c)};
+      MLPH_StageStats stats{};
+      stats.struct_size = sizeof stats;
+      if (MLPH_Error* e = s.api()->stage(s.storage(), data().c_str(), &handle, &stats)) {
+        error = mlph::core::error_message(e);
+        mlph::core::error_free(e);
+      }
+    };
+    std::thread first([&] { stage(rank0, comm0, errors[0]); });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (std::chrono::steady_clock::now() < deadline && pages(ram) < both / 4)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::thread second([&] { stage(rank1, comm1, errors[1]); });
+    first.join();
+    second.join();
+  }
+  ::umount(ram.c_str());
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+}
+
 TEST_F(Stage, ATargetSharedAcrossNodesIsRefused) {
   const fs::path target = dir("target-shared");
   Stager node0({{"target", target.string()}}), node1({{"target", target.string()}});
@@ -474,6 +568,33 @@ TEST_F(StageInflate, TheSpaceCheckCountsTheInflatedSizeAndInflatingStopsAtTheLim
   EXPECT_EQ(t.code, MLPH_RESOURCE_EXHAUSTED);
   EXPECT_NE(error2.find(bomb.string() + ": inflates past the 4000000 bytes this rank may stage"), std::string::npos)
       << error2;
+}
+
+// Issue 36, defect 7: a bomb (a trailer that lies low) on a RAM disk of its own, no max_bytes: the
+// writes stop with the target still about half free (what the files need, plus half the space beyond),
+// not when it is full.
+TEST_F(StageInflate, ABombStopsWithTheTargetStillHalfFree) {
+  const fs::path source = make_source("gz-bomb");
+  write_gzip(source / "train" / "a.tfrecord", {std::string(64 << 20, '\0'), "ten bytes!"});
+  const fs::path ram = dir("gz-bomb-ram");
+  constexpr uint64_t kSize = 16 << 20;
+  if (::mount("tmpfs", ram.c_str(), "tmpfs", 0, ("size=" + std::to_string(kSize)).c_str()) != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here";
+  std::string error;
+  {
+    Stager s({{"target", ram.string()}, {"inflate", "1"}, {"threads", "1"}});
+    FakeComm comm = rank_of(0, 1);
+    error = s.stage(source, comm);
+    EXPECT_EQ(s.code, MLPH_RESOURCE_EXHAUSTED);
+  }
+  ::umount(ram.c_str());
+  const std::string said = ": inflates past the ";
+  const size_t at = error.find(said);
+  ASSERT_NE(at, std::string::npos) << error;
+  const uint64_t limit = std::stoull(error.substr(at + said.size()));
+  const uint64_t need = total_size(inflated) - inflated["a.tfrecord"].size() + 10;  // the bomb's ISIZE: 10
+  EXPECT_LE(limit, need + (kSize - need) / 2) << error;
+  EXPECT_GT(limit, need) << error;
 }
 
 TEST_F(StageInflate, InflateIsZeroOrOne) {

@@ -476,6 +476,78 @@ TEST(DeepCamHdf5, UnknownFiltersAreRefusedBeforeAnyPluginIsLookedFor) {
 }
 
 // Issue 16 #19: NaN or infinity in the data is refused naming the file, the pixel and the channel.
+// A file's bytes read by ranges, as a storage plug-in's read_range reads them.
+RangeReader ranges_of(const std::vector<std::byte>& file) {
+  return [&file](uint64_t offset, std::span<std::byte> into) {
+    if (offset > file.size() || into.size() > file.size() - offset) return false;
+    std::copy_n(file.begin() + static_cast<ptrdiff_t>(offset), into.size(), into.begin());
+    return true;
+  };
+}
+
+// The layout found while the file is decoded whole (contiguous float32 data, int32 or float64
+// labels) reads the same sample in place; the values are checked in place as a whole decode checks
+// them; a file whose size changed is not read in place; chunked data has no layout.
+TEST(DeepCamHdf5, ALayoutFoundOnceReadsTheSampleInPlace) {
+  const fs::path dir = fresh_dir("in-place");
+  std::vector<int32_t> labels(4 * 6, 0);
+  labels[5] = 1, labels[23] = 2;
+  const std::vector<std::byte> file = slurp(write_sample(dir / "data-a.h5", 4, 6, labels));
+  Sample whole{std::vector<float>(4 * 6 * 16), std::vector<int32_t>(4 * 6)};
+  std::optional<SampleLayout> layout;
+  decode_sample(file, "a", 4, 6, 16, {whole.data, whole.labels}, layout);
+  ASSERT_TRUE(layout.has_value());
+  EXPECT_EQ(layout->file_bytes, file.size());
+  EXPECT_EQ(layout->labels_type, LabelType::i32le);
+  Sample row{std::vector<float>(4 * 6 * 16, -1), std::vector<int32_t>(4 * 6, -1)};
+  std::vector<std::byte> scratch;
+  ASSERT_TRUE(read_sample_in_place(ranges_of(file), *layout, "a", 4, 6, 16, {row.data, row.labels}, scratch));
+  EXPECT_EQ(row.data, whole.data);
+  EXPECT_EQ(row.labels, labels);
+
+  std::vector<std::byte> longer = file;
+  longer.push_back(std::byte{0});
+  EXPECT_FALSE(read_sample_in_place(ranges_of(longer), *layout, "a", 4, 6, 16, {row.data, row.labels}, scratch));
+
+  std::vector<std::byte> bad = file;  // the same file, a value changed in place: refused as a whole decode refuses it
+  const float nan = std::nanf("");
+  std::memcpy(bad.data() + layout->data_offset + ((1 * 6 + 2) * 16 + 3) * 4, &nan, 4);
+  try {
+    read_sample_in_place(ranges_of(bad), *layout, "a", 4, 6, 16, {row.data, row.labels}, scratch);
+    ADD_FAILURE() << "nan read in place";
+  } catch (const DataError& e) {
+    EXPECT_EQ(std::string(e.what()), "a: climate/data holds nan at pixel (1, 2) channel 3: the data must be finite");
+  }
+  bad = file;
+  const int32_t three = 3;
+  std::memcpy(bad.data() + layout->labels_offset + 7 * 4, &three, 4);
+  try {
+    read_sample_in_place(ranges_of(bad), *layout, "a", 4, 6, 16, {row.data, row.labels}, scratch);
+    ADD_FAILURE() << "label 3 read in place";
+  } catch (const DataError& e) {
+    EXPECT_EQ(std::string(e.what()), "a: climate/labels_0 holds 3.000000 at pixel (1, 1): labels must be 0, 1 or 2");
+  }
+
+  Hdf5Writer f64((dir / "data-f.h5").string());
+  const std::vector<double> float_labels(4 * 6, 1.0);
+  f64.write("climate/data", {4, 6, 16}, std::span<const float>(whole.data));
+  f64.write("climate/labels_0", {4, 6}, std::span<const double>(float_labels));
+  f64.commit();
+  const std::vector<std::byte> f64_file = slurp(dir / "data-f.h5");
+  decode_sample(f64_file, "f", 4, 6, 16, {whole.data, whole.labels}, layout);
+  ASSERT_TRUE(layout.has_value());
+  EXPECT_EQ(layout->labels_type, LabelType::f64le);
+  ASSERT_TRUE(read_sample_in_place(ranges_of(f64_file), *layout, "f", 4, 6, 16, {row.data, row.labels}, scratch));
+  EXPECT_EQ(row.labels, std::vector<int32_t>(4 * 6, 1));
+
+  const H5Id dcpl{H5Pcreate(H5P_DATASET_CREATE), H5Pclose};
+  const hsize_t chunk[3] = {2, 6, 16};
+  ASSERT_GE(H5Pset_chunk(dcpl.id, 3, chunk), 0);
+  const fs::path chunked = write_crafted(dir / "data-chunked.h5", dcpl.id, write_ramp);
+  decode_sample(slurp(chunked), "c", 4, 6, 16, {whole.data, whole.labels}, layout);
+  EXPECT_FALSE(layout.has_value()) << "chunked data is read through HDF5";
+}
+
 TEST(DeepCamHdf5, NonFiniteDataIsRefusedNamingFilePixelAndChannel) {
   const fs::path dir = fresh_dir("nan");
   for (const float bad : {std::nanf(""), -INFINITY}) {

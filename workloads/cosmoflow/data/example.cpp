@@ -317,6 +317,11 @@ void decode_sample(std::span<const std::byte> record, int edge, const std::strin
     throw DataError(where, "feature 'x' holds " + std::to_string(x.bytes[0].size()) + " bytes, expected " +
                                std::to_string(elements * sizeof(int16_t)) + " for a " + volume_name(edge) +
                                " int16 volume");
+  take_targets(features, where, out.y);
+  decode_counts(x.bytes[0], edge, where, out.x);
+}
+
+void take_targets(const Features& features, const std::string& where, std::span<float, kTargets> out) {
   const Feature& y = require(features, "y", FeatureKind::float_list, where);
   if (y.floats.size() != kTargets)
     throw DataError(where, "feature 'y' holds " + std::to_string(y.floats.size()) + " floats, expected " +
@@ -324,9 +329,8 @@ void decode_sample(std::span<const std::byte> record, int edge, const std::strin
   for (int i = 0; i < kTargets; ++i) {
     if (!std::isfinite(y.floats[i]))
       throw DataError(where, "feature 'y' value " + std::to_string(i) + " is " + std::to_string(y.floats[i]));
-    out.y[static_cast<size_t>(i)] = y.floats[i];
+    out[static_cast<size_t>(i)] = y.floats[i];
   }
-  decode_counts(x.bytes[0], edge, where, out.x);
 }
 
 std::vector<std::byte> encode_sample(const Sample& sample, int edge) {

@@ -60,5 +60,7 @@ class ExampleBuilder {
 Sample decode_sample(std::span<const std::byte> record, int edge, const std::string& where);
 void decode_sample(std::span<const std::byte> record, int edge, const std::string& where, const SampleView& out);
 std::vector<std::byte> encode_sample(const Sample& sample, int edge);
+// The 'y' feature's 4 finite targets into `y`, checked as decode_sample checks them.
+void take_targets(const Features& features, const std::string& where, std::span<float, kTargets> y);
 
 }  // namespace mlph::cosmoflow

@@ -271,6 +271,41 @@ void read_npy_sample(std::span<const std::byte> data_npy, std::span<const std::b
   decode_counts(x.data, edge, name, out.x);
 }
 
+bool read_npy_volume_in_place(const RangeReader& read, const std::string& name, int edge, std::span<int16_t> x) {
+  constexpr size_t kPiece = size_t{1} << 20;  // checked while still in the cache
+  const std::span<std::byte> bytes = std::as_writable_bytes(x);
+  if (bytes.size() != volume_bytes(edge))
+    throw std::invalid_argument("read_npy_volume_in_place: " + std::to_string(x.size()) + " counts for a " +
+                                volume_name(edge) + " volume");
+  uint64_t data = 0;
+  try {
+    std::vector<std::byte> head(128);  // what numpy writes before a 4-dim array (its header ends on 64 bytes)
+    if (!read(0, head)) return false;
+    data = npy_data_offset(head, name);
+    if (data > head.size()) {
+      head.resize(static_cast<size_t>(data));
+      if (!read(0, head)) return false;
+    }
+    check_npy_volume(parse_npy_header(head, name), name, edge);
+  } catch (const DataError&) {
+    return false;  // the whole file's decoding says what is wrong, as it always did
+  }
+  std::byte past{};
+  if (read(data + bytes.size(), std::span(&past, 1))) return false;  // bytes the shape does not account for
+  for (size_t done = 0; done < bytes.size(); done += kPiece) {
+    const std::span<std::byte> piece = bytes.subspan(done, std::min(kPiece, bytes.size() - done));
+    if (!read(data + done, piece)) return false;
+    const std::span<int16_t> counts = x.subspan(done / sizeof(int16_t), piece.size() / sizeof(int16_t));
+    if constexpr (std::endian::native == std::endian::big)
+      for (int16_t& v : counts) v = byteswap_value(v);
+    int16_t any_sign = 0;
+    for (const int16_t v : counts) any_sign |= v;
+    if (any_sign < 0)  // the first negative count lies in this piece: named as a whole decode names it
+      check_counts(x.first((done + piece.size()) / sizeof(int16_t)), {0, 0, 0}, {edge, edge, edge}, name);
+  }
+  return true;
+}
+
 std::string npy_label_path(const std::string& data_path) {
   constexpr std::string_view suffix = "_data.npy";
   if (data_path.size() >= suffix.size() && data_path.ends_with(suffix))

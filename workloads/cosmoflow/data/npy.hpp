@@ -5,6 +5,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -51,6 +52,15 @@ Sample read_npy_sample(std::span<const std::byte> data_npy, std::span<const std:
                        const std::string& name, int edge);
 void read_npy_sample(std::span<const std::byte> data_npy, std::span<const std::byte> label_npy,
                      const std::string& name, int edge, const SampleView& out);
+
+// A _data.npy file's volume read in place: its header alone through `read`, then its counts through
+// `read` straight into `x` (one copy from the page cache into a batch's row), in pieces, each checked
+// for a negative count while it is still in the cache. True when `x` holds what read_npy_sample
+// would decode. False when the file is not what that fast path takes (a header it would refuse, a
+// size other than the header says): the caller decodes the whole file, which refuses it with the
+// message it always gave; `x` is then unspecified. A negative count throws DataError as
+// read_npy_sample does.
+bool read_npy_volume_in_place(const RangeReader& read, const std::string& name, int edge, std::span<int16_t> x);
 
 // The file name of the label file that belongs to a data file: x_data.npy -> x_label.npy.
 std::string npy_label_path(const std::string& data_path);

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -26,6 +27,10 @@ struct SampleView {
   std::span<int16_t> x;  // edge^3 x 4
   std::span<float, kTargets> y;
 };
+
+// Reads bytes of a file at an offset into `into`; false when the file ends before the range does.
+// Other failures throw. (A storage plug-in's read_range, or a span in a test.)
+using RangeReader = std::function<bool(uint64_t offset, std::span<std::byte> into)>;
 
 // Bad or unreadable data. what() is one line, "<where>: <problem>", where names the file (and the
 // record, when there are several), so a user can find the offending file from the message alone.

@@ -1,6 +1,9 @@
 #include "tfrecord.hpp"
 
+#include <array>
+#include <bit>
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 
 #include "bytes.hpp"
@@ -89,7 +92,154 @@ void write_records(const std::function<void(const ByteSink&)>& records, const Tf
   gzip.finish();
 }
 
+// ---- a record read in place ------------------------------------------------------------------
+
+constexpr std::byte kField1{0x0a}, kField2{0x12};  // fields 1 and 2, length-delimited
+
+// A varint at `pos` of `bytes`, moving pos past it; nothing when it does not end within them.
+std::optional<uint64_t> read_varint(std::span<const std::byte> bytes, size_t& pos) {
+  uint64_t value = 0;
+  for (int shift = 0; shift < 64 && pos < bytes.size(); shift += 7) {
+    const auto b = std::to_integer<uint64_t>(bytes[pos++]);
+    value |= (b & 0x7f) << shift;
+    if (!(b & 0x80)) return value;
+  }
+  return std::nullopt;
+}
+
+size_t varint_size(uint64_t v) {
+  size_t n = 1;
+  for (; v >= 0x80; v >>= 7) ++n;
+  return n;
+}
+
+void put_varint(std::vector<std::byte>& out, uint64_t v) {
+  for (; v >= 0x80; v >>= 7) out.push_back(static_cast<std::byte>((v & 0x7f) | 0x80));
+  out.push_back(static_cast<std::byte>(v));
+}
+
+// The 'x' bytes of a record whose first bytes are `head`: the five lengths that enclose them
+// (Features, its map entry, the Feature, the BytesList, the value), each with where its varint lies.
+struct XPlace {
+  std::array<std::pair<size_t, size_t>, 5> varint{};  // [begin, end) in the record
+  std::array<uint64_t, 5> length{};
+  size_t value_start() const { return varint[4].second; }
+};
+
+// The record must be one Features message whose map entries before x's lie whole in `head`, and
+// x's entry (the first that is one) must be its key and one Feature of one BytesList of one value
+// of `value_bytes` bytes, exactly nested, its value starting in `head`. Anything else: nothing (read
+// whole).
+std::optional<XPlace> find_x(std::span<const std::byte> head, uint64_t record_bytes, uint64_t value_bytes) {
+  XPlace x;
+  size_t pos = 0;
+  const auto delimited = [&](std::byte tag, size_t level) {
+    if (pos >= head.size() || head[pos] != tag) return false;
+    const size_t begin = ++pos;
+    const std::optional<uint64_t> n = read_varint(head, pos);
+    if (!n) return false;
+    x.varint[level] = {begin, pos};
+    x.length[level] = *n;
+    return true;
+  };
+  // The map entry at pos (its length read) as x's: key "x", then the exactly nested value.
+  const auto x_entry = [&](uint64_t entry_end) {
+    if (head.size() - pos < 3 || head[pos] != kField1 || head[pos + 1] != std::byte{1} || head[pos + 2] != std::byte{'x'})
+      return false;
+    pos += 3;
+    for (size_t level = 2; level < 5; ++level)
+      if (!delimited(level == 2 ? kField2 : kField1, level) || x.length[level] != entry_end - pos) return false;
+    return x.length[4] == value_bytes;
+  };
+  if (!delimited(kField1, 0) || x.length[0] != record_bytes - pos) return std::nullopt;
+  for (;;) {  // map entries up to x's, each whole in head
+    if (!delimited(kField1, 1) || x.length[1] > record_bytes - pos) return std::nullopt;
+    const size_t entry = pos;
+    if (x_entry(entry + x.length[1])) return x;
+    pos = entry;
+    if (x.length[1] > head.size() - pos) return std::nullopt;
+    pos += static_cast<size_t>(x.length[1]);
+  }
+}
+
+// The record without x's value: `head` up to it with the five enclosing lengths shortened, then
+// `tail` (the record after the value). `x_at` receives where the (now empty) value lies.
+std::vector<std::byte> without_x(std::span<const std::byte> head, std::span<const std::byte> tail, const XPlace& x,
+                                 size_t& x_at) {
+  std::array<uint64_t, 5> shorter{};
+  shorter[4] = 0;
+  for (size_t level = 4; level-- > 0;)
+    shorter[level] = x.length[level] - (varint_size(x.length[level + 1]) + x.length[level + 1]) +
+                     (varint_size(shorter[level + 1]) + shorter[level + 1]);
+  std::vector<std::byte> record;
+  size_t from = 0;
+  for (size_t level = 0; level < 5; ++level) {
+    record.insert(record.end(), head.begin() + static_cast<ptrdiff_t>(from),
+                  head.begin() + static_cast<ptrdiff_t>(x.varint[level].first));
+    put_varint(record, shorter[level]);
+    from = x.varint[level].second;
+  }
+  x_at = record.size();
+  record.insert(record.end(), tail.begin(), tail.end());
+  return record;
+}
+
 }  // namespace
+
+bool read_tfrecord_sample_in_place(const RangeReader& read, const std::string& name, int edge, const SampleView& out,
+                                   std::vector<std::byte>& scratch) {
+  constexpr size_t kHead = 4096, kPiece = size_t{1} << 20;
+  const size_t volume = volume_bytes(edge);
+  const std::span<std::byte> x_bytes = std::as_writable_bytes(out.x);
+  if (x_bytes.size() != volume)
+    throw std::invalid_argument("read_tfrecord_sample_in_place: " + std::to_string(out.x.size()) + " counts for a " +
+                                volume_name(edge) + " volume");
+  std::array<std::byte, kHeaderBytes> header{};
+  if (!read(0, header) || is_gzip(header) || load_u32(std::span(header).subspan(kLengthBytes)) !=
+                                                 masked_crc32c(std::span(header).first(kLengthBytes)))
+    return false;
+  uint64_t length = 0;
+  from_le_bytes(std::span(header).first(kLengthBytes), &length);
+  if (length < volume || length > max_record_bytes(edge) - kHeaderBytes - kCrcBytes) return false;
+  std::byte past{};
+  if (read(kHeaderBytes + length + kCrcBytes, std::span(&past, 1))) return false;  // another record, or junk
+  std::vector<std::byte> head(static_cast<size_t>(std::min<uint64_t>(length, kHead)));
+  if (!read(kHeaderBytes, head)) return false;
+  const std::optional<XPlace> x = find_x(head, length, volume);
+  if (!x) return false;
+  const size_t start = x->value_start();
+  uint32_t crc = crc32c(std::span(head).first(start));
+  int16_t any_sign = 0;
+  for (size_t done = 0; done < volume; done += kPiece) {
+    const std::span<std::byte> piece = x_bytes.subspan(done, std::min(kPiece, volume - done));
+    if (!read(kHeaderBytes + start + done, piece)) return false;
+    crc = crc32c(piece, crc);
+    const std::span<int16_t> counts = out.x.subspan(done / sizeof(int16_t), piece.size() / sizeof(int16_t));
+    if constexpr (std::endian::native == std::endian::big)
+      for (int16_t& v : counts) v = byteswap_value(v);
+    for (const int16_t v : counts) any_sign |= v;
+  }
+  scratch.resize(static_cast<size_t>(length - start - volume) + kCrcBytes);
+  if (!read(kHeaderBytes + start + volume, scratch)) return false;
+  const std::span<const std::byte> tail = std::span<const std::byte>(scratch).first(scratch.size() - kCrcBytes);
+  if (mask_crc(crc32c(tail, crc)) != load_u32(std::span<const std::byte>(scratch).last(kCrcBytes))) return false;
+  size_t x_at = 0;
+  const std::vector<std::byte> rest = without_x(head, tail, *x, x_at);
+  const std::string where = record_where(name, 0);
+  Features features;
+  try {
+    features = decode_example(rest, where);
+  } catch (const DataError&) {
+    return false;
+  }
+  const auto it = features.find("x");  // must be the value cut out, not another entry named x
+  if (it == features.end() || it->second.kind != FeatureKind::bytes_list || it->second.bytes.size() != 1 ||
+      !it->second.bytes[0].empty() || it->second.bytes[0].data() != rest.data() + x_at)
+    return false;
+  take_targets(features, where, out.y);
+  if (any_sign < 0) check_counts(out.x, {0, 0, 0}, {edge, edge, edge}, where);
+  return true;
+}
 
 size_t max_record_bytes(int edge) {
   constexpr size_t kExampleRoom = 64 << 10;
@@ -107,11 +257,11 @@ size_t max_tfrecord_file_bytes(int edge, int records) {
 }
 
 void for_each_tfrecord(std::span<const std::byte> file, const std::string& name, const RecordVisitor& visit,
-                       size_t max_bytes) {
+                       size_t max_bytes, gzip::Engine engine) {
   if (file.empty()) throw DataError(name, "empty file: no TFRecord records");
   size_t records = 0;
   if (is_gzip(file)) {
-    const std::vector<std::byte> inflated = gunzip(file, name, max_bytes);
+    const std::vector<std::byte> inflated = gunzip(file, name, max_bytes, engine);
     records = walk_records(inflated, name, visit);
   } else {
     records = walk_records(file, name, visit);
@@ -128,7 +278,7 @@ std::vector<std::vector<std::byte>> read_tfrecords(std::span<const std::byte> fi
 }
 
 std::vector<Sample> read_tfrecord_samples(std::span<const std::byte> file, const std::string& name, int edge,
-                                          int max_records) {
+                                          int max_records, gzip::Engine engine) {
   const size_t max_bytes = max_tfrecord_bytes(edge, max_records);
   if (!is_gzip(file) && file.size() > max_bytes)
     throw DataError(name, std::to_string(file.size()) + " bytes, more than the " + std::to_string(max_bytes) +
@@ -140,11 +290,12 @@ std::vector<Sample> read_tfrecord_samples(std::span<const std::byte> file, const
       [&](size_t index, std::span<const std::byte> record) {
         samples.push_back(decode_sample(record, edge, record_where(name, index)));
       },
-      max_bytes);
+      max_bytes, engine);
   return samples;
 }
 
-void read_tfrecord_sample(std::span<const std::byte> file, const std::string& name, int edge, const SampleView& out) {
+void read_tfrecord_sample(std::span<const std::byte> file, const std::string& name, int edge, const SampleView& out,
+                          gzip::Engine engine) {
   const size_t max_bytes = max_tfrecord_bytes(edge, 1);
   if (!is_gzip(file) && file.size() > max_bytes)
     throw DataError(name, std::to_string(file.size()) + " bytes, more than the " + std::to_string(max_bytes) +
@@ -155,7 +306,7 @@ void read_tfrecord_sample(std::span<const std::byte> file, const std::string& na
         if (index > 0) throw DataError(name, "holds more than one record, but data.records_per_file is 1");
         decode_sample(record, edge, record_where(name, index), out);
       },
-      max_bytes);
+      max_bytes, engine);
 }
 
 std::vector<std::byte> encode_tfrecords(std::span<const std::vector<std::byte>> records,

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "mlph/util/gzip.hpp"
 #include "sample.hpp"
 
 namespace mlph::cosmoflow {
@@ -30,7 +31,8 @@ size_t max_tfrecord_file_bytes(int edge, int records);
 // `name` (and the record) for a corrupt or truncated file, for a file holding no record at all, and
 // for a gzip stream inflating to more than max_bytes (checked as it inflates).
 void for_each_tfrecord(std::span<const std::byte> file, const std::string& name, const RecordVisitor& visit,
-                       size_t max_bytes = std::numeric_limits<size_t>::max());
+                       size_t max_bytes = std::numeric_limits<size_t>::max(),
+                       gzip::Engine engine = gzip::Engine::libdeflate);
 
 // Copies of all records; for_each_tfrecord avoids the copies.
 std::vector<std::vector<std::byte>> read_tfrecords(std::span<const std::byte> file, const std::string& name);
@@ -38,9 +40,23 @@ std::vector<std::vector<std::byte>> read_tfrecords(std::span<const std::byte> fi
 // Every record decoded as a CosmoFlow sample of the given edge (see decode_sample); a file that
 // holds (or inflates to) more than max_records records' worth of bytes is refused.
 std::vector<Sample> read_tfrecord_samples(std::span<const std::byte> file, const std::string& name, int edge,
-                                          int max_records);
+                                          int max_records, gzip::Engine engine = gzip::Engine::libdeflate);
 // The one record of a file that holds exactly one, decoded into `out`.
-void read_tfrecord_sample(std::span<const std::byte> file, const std::string& name, int edge, const SampleView& out);
+void read_tfrecord_sample(std::span<const std::byte> file, const std::string& name, int edge, const SampleView& out,
+                          gzip::Engine engine = gzip::Engine::libdeflate);
+
+// The one record of a plain (not GZIP) TFRecord file read in place: its framing and the Example's
+// head through `read`, the 'x' bytes straight into out.x (one copy from the page cache into a
+// batch's row; in pieces, each folded into the record's CRC and checked for a negative count while
+// still in the cache), the rest after them; the CRCs checked over the bytes where they landed and the
+// Example parsed without its 'x' bytes (its enclosing lengths shortened by as many), then checked as
+// read_tfrecord_sample checks it. True when `out` holds what read_tfrecord_sample would decode.
+// False, `out` unspecified, for any file this path does not take (GZIP, several records, a CRC that
+// does not match, an Example laid out otherwise or malformed): the caller decodes the whole file,
+// which refuses it with the message it always gave. Bad targets and negative counts throw DataError
+// as read_tfrecord_sample does.
+bool read_tfrecord_sample_in_place(const RangeReader& read, const std::string& name, int edge, const SampleView& out,
+                                   std::vector<std::byte>& scratch);
 
 struct TfRecordWriteOptions {
   bool gzip = false;

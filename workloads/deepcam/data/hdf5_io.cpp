@@ -3,6 +3,7 @@
 #include <hdf5.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -131,6 +132,19 @@ class Image {
     return {std::move(id), H5Tget_class(type.get()), H5Tget_size(type.get())};
   }
 
+  // The dataset's offset in the file when its `bytes` lie there contiguously in `file_type` (checked
+  // by check_storage already to be inside the file, unfiltered where chunked).
+  std::optional<uint64_t> contiguous(const Dataset& d, hid_t file_type, uint64_t bytes) const {
+    const Id dcpl(H5Dget_create_plist(d.id->get()), H5Pclose);
+    const Id type(H5Dget_type(d.id->get()), H5Tclose);
+    if (!dcpl.ok() || !type.ok() || H5Pget_layout(dcpl.get()) != H5D_CONTIGUOUS || H5Tequal(type.get(), file_type) <= 0 ||
+        H5Dget_storage_size(d.id->get()) != bytes)
+      return std::nullopt;
+    const haddr_t offset = H5Dget_offset(d.id->get());
+    if (offset == HADDR_UNDEF || offset > image_.size || bytes > image_.size - offset) return std::nullopt;
+    return offset;
+  }
+
   template <class T>
   std::vector<T> read(const Dataset& d, hid_t memory_type, size_t count, const std::string& path) const {
     std::vector<T> out(count);
@@ -231,10 +245,16 @@ std::string type_name(H5T_class_t type_class, size_t size) {
 }
 
 // NaN or infinity would reach the loss as NaN, naming nothing: refused here, where the file is known.
+// Whether every value is finite: its exponent bits not all set, tested as integers (a loop the
+// compiler vectorizes, unlike std::isfinite's), with no early exit.
+bool all_finite(std::span<const float> data) {
+  uint32_t infinite = 0;
+  for (const float v : data) infinite |= (std::bit_cast<uint32_t>(v) & 0x7f800000u) == 0x7f800000u;
+  return infinite == 0;
+}
+
 void check_finite(std::span<const float> data, const std::string& name, int width, int channels) {
-  bool finite = true;
-  for (const float v : data) finite &= std::isfinite(v);  // no early exit: the loop vectorizes
-  if (finite) return;
+  if (all_finite(data)) return;
   const size_t at = static_cast<size_t>(std::find_if(data.begin(), data.end(), [](float v) { return !std::isfinite(v); }) -
                                         data.begin());
   const auto c = static_cast<size_t>(channels), w = static_cast<size_t>(width);
@@ -264,6 +284,110 @@ Sample decode_sample(std::span<const std::byte> file, const std::string& name, i
 
 void decode_sample(std::span<const std::byte> file, const std::string& name, int height, int width, int channels,
                    const SampleView& out) {
+  std::optional<SampleLayout> ignored;
+  decode_sample(file, name, height, width, channels, out, ignored);
+}
+
+size_t SampleLayout::label_bytes() const {
+  switch (labels_type) {
+    case LabelType::i8:
+    case LabelType::u8: return 1;
+    case LabelType::i16le: return 2;
+    case LabelType::i32le:
+    case LabelType::f32le: return 4;
+    default: return 8;
+  }
+}
+
+namespace {
+
+// The label types read in place, as HDF5 names them.
+std::optional<LabelType> label_type_of(const Image& image, const Image::Dataset& labels, uint64_t pixels,
+                                       uint64_t& offset) {
+  const std::pair<hid_t, LabelType> known[] = {{H5T_STD_I8LE, LabelType::i8},     {H5T_STD_U8LE, LabelType::u8},
+                                               {H5T_STD_I16LE, LabelType::i16le}, {H5T_STD_I32LE, LabelType::i32le},
+                                               {H5T_STD_I64LE, LabelType::i64le}, {H5T_IEEE_F32LE, LabelType::f32le},
+                                               {H5T_IEEE_F64LE, LabelType::f64le}};
+  for (const auto& [type, label] : known) {
+    SampleLayout probe;
+    probe.labels_type = label;
+    if (const auto at = image.contiguous(labels, type, pixels * probe.label_bytes())) {
+      offset = *at;
+      return label;
+    }
+  }
+  return std::nullopt;
+}
+
+// Labels of type T (little-endian) into `labels`, each 0, 1 or 2; any other value is refused as
+// check_labels refuses it (the values widened to double, as a whole decode reads them).
+template <class T>
+void take_labels(std::span<const std::byte> bytes, const std::string& name, int width, std::span<int32_t> labels) {
+  bool valid = true;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    T v;
+    std::memcpy(&v, bytes.data() + i * sizeof(T), sizeof(T));
+    if constexpr (std::endian::native == std::endian::big && sizeof(T) > 1) {
+      auto* b = reinterpret_cast<unsigned char*>(&v);
+      std::reverse(b, b + sizeof(T));
+    }
+    valid &= v == T(0) || v == T(1) || v == T(2);
+    labels[i] = static_cast<int32_t>(v == T(1) ? 1 : v == T(2) ? 2 : 0);
+  }
+  if (valid) return;
+  std::vector<double> values(labels.size());
+  for (size_t i = 0; i < labels.size(); ++i) {
+    T v;
+    std::memcpy(&v, bytes.data() + i * sizeof(T), sizeof(T));
+    if constexpr (std::endian::native == std::endian::big && sizeof(T) > 1) {
+      auto* b = reinterpret_cast<unsigned char*>(&v);
+      std::reverse(b, b + sizeof(T));
+    }
+    values[i] = static_cast<double>(v);
+  }
+  check_labels(values, name, width, labels);
+}
+
+}  // namespace
+
+bool read_sample_in_place(const RangeReader& read, const SampleLayout& layout, const std::string& name, int height,
+                          int width, int channels, const SampleView& out, std::vector<std::byte>& scratch) {
+  const auto pixels = static_cast<size_t>(height) * static_cast<size_t>(width);
+  if (out.data.size() != pixels * static_cast<size_t>(channels) || out.labels.size() != pixels)
+    throw std::invalid_argument("read_sample_in_place: the row does not hold a " + std::to_string(height) + "x" +
+                                std::to_string(width) + "x" + std::to_string(channels) + " sample");
+  std::byte edge{};
+  if (!read(layout.file_bytes - 1, std::span(&edge, 1)) || read(layout.file_bytes, std::span(&edge, 1))) return false;
+  constexpr size_t kPiece = 1 << 18;  // values checked while still in the cache (1 MiB)
+  for (size_t done = 0; done < out.data.size(); done += kPiece) {
+    const std::span<float> piece = out.data.subspan(done, std::min(kPiece, out.data.size() - done));
+    if (!read(layout.data_offset + done * sizeof(float), std::as_writable_bytes(piece))) return false;
+    if constexpr (std::endian::native == std::endian::big)
+      for (float& v : piece) {
+        auto* b = reinterpret_cast<unsigned char*>(&v);
+        std::reverse(b, b + 4);
+      }
+    if (!all_finite(piece)) check_finite(out.data.first(done + piece.size()), name, width, channels);  // names the first
+  }
+  scratch.resize(pixels * layout.label_bytes());
+  if (!read(layout.labels_offset, scratch)) return false;
+  switch (layout.labels_type) {
+    case LabelType::i8: take_labels<int8_t>(scratch, name, width, out.labels); break;
+    case LabelType::u8: take_labels<uint8_t>(scratch, name, width, out.labels); break;
+    case LabelType::i16le: take_labels<int16_t>(scratch, name, width, out.labels); break;
+    case LabelType::i32le: take_labels<int32_t>(scratch, name, width, out.labels); break;
+    case LabelType::i64le: take_labels<int64_t>(scratch, name, width, out.labels); break;
+    case LabelType::f32le: take_labels<float>(scratch, name, width, out.labels); break;
+    case LabelType::f64le: take_labels<double>(scratch, name, width, out.labels); break;
+  }
+  return true;
+}
+
+void decode_sample(std::span<const std::byte> file, const std::string& name, int height, int width, int channels,
+                   const SampleView& out, std::optional<SampleLayout>& layout) {
+  layout.reset();
+  SampleLayout found{file.size(), 0, 0, LabelType::i32le};
+  bool contiguous = true;
   const Session session;
   const Image image(file, name);
   const auto h = static_cast<hsize_t>(height), w = static_cast<hsize_t>(width), c = static_cast<hsize_t>(channels);
@@ -277,6 +401,9 @@ void decode_sample(std::span<const std::byte> file, const std::string& name, int
       throw DataError(name, "climate/data is " + type_name(data.type_class, data.type_size) + ", expected float32");
     image.read_into(data, H5T_NATIVE_FLOAT, out.data.data(), "climate/data");
     check_finite(out.data, name, width, channels);
+    const auto at = image.contiguous(data, H5T_IEEE_F32LE, h * w * c * 4);
+    contiguous = at.has_value();
+    found.data_offset = at.value_or(0);
   }
   const Image::Dataset labels = image.dataset("climate/labels_0", {h, w});
   if (labels.type_class != H5T_INTEGER && labels.type_class != H5T_FLOAT)
@@ -284,6 +411,11 @@ void decode_sample(std::span<const std::byte> file, const std::string& name, int
                               ", expected integer or float class indices");
   // Read as double: exact for every integer label, and a fractional float label is caught.
   check_labels(image.read<double>(labels, H5T_NATIVE_DOUBLE, h * w, "climate/labels_0"), name, width, out.labels);
+  if (!contiguous) return;
+  if (const auto type = label_type_of(image, labels, h * w, found.labels_offset)) {
+    found.labels_type = *type;
+    layout = found;
+  }
 }
 
 Stats decode_stats(std::span<const std::byte> file, const std::string& name, int channels) {

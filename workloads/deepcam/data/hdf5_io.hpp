@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -32,6 +34,30 @@ Sample decode_sample(std::span<const std::byte> file, const std::string& name, i
 // The same into `out` (H x W x C values and H x W labels).
 void decode_sample(std::span<const std::byte> file, const std::string& name, int height, int width, int channels,
                    const SampleView& out);
+
+// Where a sample file keeps its two arrays, when both lie in it contiguously, unfiltered and in a
+// byte order read as is: climate/data float32 little-endian, climate/labels_0 one of the label types
+// below. Found while decode_sample reads the file whole (every check made), so that later reads of
+// the same file take the bytes at these offsets straight into a batch's row (one copy), their values
+// checked as decode_sample checks them (read_sample_in_place).
+enum class LabelType { i8, u8, i16le, i32le, i64le, f32le, f64le };
+struct SampleLayout {
+  uint64_t file_bytes = 0, data_offset = 0, labels_offset = 0;
+  LabelType labels_type = LabelType::i32le;
+  size_t label_bytes() const;  // one label's
+};
+// decode_sample, with the layout when the file has one (else `layout` is left empty).
+void decode_sample(std::span<const std::byte> file, const std::string& name, int height, int width, int channels,
+                   const SampleView& out, std::optional<SampleLayout>& layout);
+
+// Reads bytes of a file at an offset into `into`; false when the file ends before the range does.
+using RangeReader = std::function<bool(uint64_t offset, std::span<std::byte> into)>;
+// A sample of a file whose layout was found: the data through `read` straight into out.data (in
+// pieces, each checked while still in the cache), the labels into `scratch` and converted into
+// out.labels; data not finite and labels not 0, 1 or 2 are refused as decode_sample refuses them. False when the file's size is no longer the layout's (the
+// caller decodes it whole again).
+bool read_sample_in_place(const RangeReader& read, const SampleLayout& layout, const std::string& name, int height,
+                          int width, int channels, const SampleView& out, std::vector<std::byte>& scratch);
 
 // Decodes stats.h5: climate/minval and climate/maxval of `channels` values (float32 or float64).
 // Throws DataError when a channel has max <= min or a value is not finite.

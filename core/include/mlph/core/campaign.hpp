@@ -14,6 +14,10 @@
 
 namespace mlph::core {
 
+// The most runs a campaign makes: a submission needs 10 (time to solution) or some hundreds of
+// model instances (throughput); a job array of them stays inside Slurm's default MaxArraySize (1001).
+inline constexpr int kMaxRuns = 1000;
+
 struct CampaignOptions {
   int runs = 0;  // 0: the count the workload's rules require (MLPH_BenchmarkInfo.submission_runs)
   bool weak = false;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "mlph/backend.h"
+#include "mlph/storage.h"
 #include "mlph/core/config.hpp"
 #include "mlph/sdk/spatial.hpp"
 #include "mlph/workload.h"
@@ -56,14 +58,50 @@ PartOffsets part_offsets(const MLPH_Graph& graph, const std::vector<int32_t>& sp
 struct ReadAhead {
   uint32_t readers = 1, batches = 1;
 };
-// data.readers: `configured` readers, or 0: half the CPUs this process may run on (its affinity, as
-// Slurm or mpirun bind it), 1 to kMaxReaders; batches ahead: enough to give every reader a sample.
+// data.readers: `configured` readers, or 0: half of `cpus` (the CPUs this rank may use, rank_cpus),
+// 1 to kMaxReaders; batches ahead: enough to give every reader a sample.
 constexpr uint32_t kMaxReaders = 8;
-ReadAhead read_ahead(int64_t configured, uint32_t batch);
-// The same from a run's configuration (its data.readers).
-ReadAhead read_ahead(const Config& config, uint32_t batch);
+ReadAhead read_ahead(int64_t configured, uint32_t batch, unsigned cpus);
+// The same from a run's configuration (its data.readers), for a rank that shares its node with
+// `comms_local_size` ranks as the comms counts them (0 or 1: as the launcher's environment says).
+ReadAhead read_ahead(const Config& config, uint32_t batch, int32_t comms_local_size);
 
-// One split of the dataset opened once per reader.
+// Batches ahead that hide a reader's time per sample at the rate the step consumes: a sample must be
+// started `sample_read_s` before its batch is taken and the step takes a batch every `step_s`, so
+// ceil(sample_read_s / step_s) batches are in flight (Little's law); never fewer than `ahead`
+// gives every reader, at most kMaxBatchesAhead (each is a batch of pinned memory).
+constexpr uint32_t kMaxBatchesAhead = 16;
+uint32_t batches_for_rate(const ReadAhead& ahead, double step_s, double sample_read_s);
+
+// The CPUs a rank may use: its affinity (`affinity` CPUs, as Slurm or mpirun bind it), shared with
+// the other ranks of the node when that is every CPU of the machine (`machine`): under mpirun
+// without binding, every rank sees them all, and each taking half of them would oversubscribe the node.
+unsigned rank_cpus(unsigned affinity, unsigned machine, uint32_t local_ranks);
+// The ranks on this node: the comms' count when it says more than 1, else the launcher's
+// (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, SLURM_NTASKS_PER_NODE, SLURM_TASKS_PER_NODE's first
+// count), else 1.
+uint32_t local_ranks(int32_t comms_local_size);
+
+// The storage a split's readers open it through: every `list` of a directory after the first replays
+// the first's answer, so that the readers share one listing (one index-to-file map) even when a file
+// is added, removed or renamed while they open. Everything else goes to `inner`.
+class SharedListing {
+ public:
+  explicit SharedListing(const MLPH_StorageHandle& inner);
+  SharedListing(const SharedListing&) = delete;
+  SharedListing& operator=(const SharedListing&) = delete;
+  const MLPH_StorageHandle* handle() const { return &handle_; }
+
+ private:
+  struct Forward;
+  MLPH_StorageHandle inner_, handle_{};
+  MLPH_StorageApi api_{};
+  std::mutex mutex_;
+  std::map<std::pair<std::string, std::string>, std::vector<std::string>> listed_;  // (dir, suffix): paths
+};
+
+// One split of the dataset opened once per reader, all through one SharedListing; readers that still
+// count different sizes are refused, naming the split.
 class Datasets {
  public:
   Datasets(const MLPH_WorkloadApi* api, MLPH_Workload* workload, MLPH_Split split, const MLPH_StorageHandle* storage,
@@ -72,6 +110,7 @@ class Datasets {
   std::span<MLPH_Dataset* const> readers() const { return raw_; }
 
  private:
+  std::unique_ptr<SharedListing> listing_;  // outlives the datasets opened through it
   std::vector<std::unique_ptr<MLPH_Dataset, void (*)(MLPH_Dataset*)>> owned_;
   std::vector<MLPH_Dataset*> raw_;
   uint64_t size_ = 0;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <source_location>
 #include <string>
@@ -37,6 +38,9 @@ class MlLogger {
            std::source_location where = std::source_location::current());
 
   const std::filesystem::path& path() const { return path_; }
+  // run_stop is the log's last line: once it is written (by the run, or by the signal watcher's last
+  // words) every later line is refused, not written; this counts them.
+  size_t refused_lines() const;
 
   // A line to be written later by code that cannot format (the crash handler, with write(2) to
   // fd()): its text cut where the time and the text of metadata `text_key` (after `metadata`) go.
@@ -56,6 +60,9 @@ class MlLogger {
   std::filesystem::path path_;
   std::optional<AtomicFile> file_;
   bool echo_;
+  mutable std::mutex mutex_;  // the run's thread and the signal watcher's both write
+  bool ended_ = false;        // run_stop written
+  size_t refused_ = 0;
 };
 
 // The source file as logged: relative to the project root, so it is stable across checkouts.

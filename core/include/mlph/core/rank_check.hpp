@@ -28,14 +28,20 @@ using RunFacts = std::vector<std::pair<std::string, std::string>>;  // key, valu
 // hash, and where a resumed run goes on from.
 RunFacts run_facts(const Session& session, const CheckpointReader* resume);
 
+// Where a resumed run goes on from, and from which checkpoint: its position, and its identity (seed,
+// config hash, graph fingerprint, and a digest of its tensors' names and CRCs), for two runs'
+// checkpoints of the same epoch differ only there.
+std::string resume_point(const Manifest& manifest);
+
 // The facts as bytes and back (length-prefixed, so a value may hold any byte). decode_facts throws
 // RankMismatch for bytes that are not an encoding.
 std::string encode_facts(const RunFacts& facts);
 RunFacts decode_facts(const std::string& bytes);
 
 // "" when every rank's facts equal rank 0's; else one line naming the first rank that differs and
-// its first key that does, with both values.
-std::string first_difference(const std::vector<RunFacts>& per_rank);
+// its first key that does, with both values; with `nodes` (each rank's host name) spanning more than one
+// node, each rank named with its node.
+std::string first_difference(const std::vector<RunFacts>& per_rank, const std::vector<std::string>& nodes = {});
 
 // Compares `facts` across the ranks of `session` through its comms plug-in; throws RankMismatch on
 // every rank when they differ (the same line on each).

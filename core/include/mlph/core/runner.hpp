@@ -33,6 +33,9 @@ struct RunOptions {
   // optimizer state are the backends' common form): training continues, not bitwise.
   bool switch_backend = false;
   uint32_t checkpoint_every = 1, checkpoint_keep = 2;
+  // --status-file: rank 0 writes there the status the run exits with, for a job script whose
+  // launcher reports its own (mpirun, sent SIGTERM, exits 1 whatever its ranks did).
+  std::filesystem::path status_file;
 };
 
 // Returns the process exit code: 0 when the run reached its target (or data generation finished),

@@ -469,6 +469,122 @@ TEST_F(CudaKernelLaunchers, MaxPoolIsTheBodiesBits) {
   }
 }
 
+// Issue 33: the depthwise conv (4 channels at once where C % 4 == 0, else 1) and the fused batch-norm +
+// ReLU and add + ReLU, against their bodies run here in the launchers' order.
+TEST_F(CudaKernelLaunchers, DepthwiseAndFusedKernelsAreTheBodiesBits) {
+  for (const int64_t channels : {int64_t{12}, int64_t{13}}) {
+    DepthwiseShape s;
+    s.batch = 2, s.channels = channels, s.bias = true;
+    s.in[1] = 37, s.in[2] = 29, s.kernel[1] = s.kernel[2] = 3;
+    s.stride[1] = s.stride[2] = 2, s.dilation[1] = s.dilation[2] = 2, s.pad[1] = s.pad[2] = 2;
+    s.out[1] = (37 + 4 - 4 - 1) / 2 + 1, s.out[2] = (29 + 4 - 4 - 1) / 2 + 1;
+    const int64_t c = channels, in = s.in_positions() * c, out = s.out_positions() * c, w_size = s.taps() * c;
+    const std::vector<float> x = random_floats(static_cast<size_t>(in), 60), w = random_floats(static_cast<size_t>(w_size), 61);
+    const std::vector<float> b = random_floats(static_cast<size_t>(c), 62), dy = random_floats(static_cast<size_t>(out), 63);
+    const std::vector<float> dx0 = random_floats(static_cast<size_t>(in), 64), dw0 = random_floats(static_cast<size_t>(w_size), 65);
+    const Device<float> dx_(x), dw_(w), db_(b), ddy(dy), dout(static_cast<size_t>(out)), ddx(dx0), ddw(dw0), ddb(b);
+    const Workspace ws(depthwise_workspace_bytes(s));
+    ok(depthwise_forward(kStream, s, dx_.get(), dw_.get(), db_.get(), dout.get()));
+    ok(depthwise_backward_data(kStream, s, dw_.get(), ddy.get(), ddx.get()));
+    ok(depthwise_backward_weights(kStream, s, dx_.get(), ddy.get(), ddw.get(), ddb.get(), ws.get(), ws.bytes));
+    std::vector<float> y(static_cast<size_t>(out)), dx = dx0, dw = dw0, db = b;
+    each_row_channel(s.out_positions(), c, [&](int64_t p, int64_t ch) {
+      depthwise_forward_at<1>(p, ch, s, x.data(), w.data(), b.data(), y.data());
+    });
+    each_row_channel(s.in_positions(), c, [&](int64_t p, int64_t ch) {
+      depthwise_backward_data_at<1>(p, ch, s, w.data(), dy.data(), dx.data());
+    });
+    const std::vector<double> sums =  // the launcher's: 3x3, all taps per channel at once
+        test::channel_sums(Depthwise3x3WeightTerm{s, x.data(), dy.data()}, 1, s.out_positions(), c);
+    test::each(w_size, [&](int64_t j) { depthwise_weight_add_at(j, sums.data(), dw.data()); });
+    const std::vector<double> bias_sums = test::channel_sums(SumTerm{dy.data(), c}, 1, s.out_positions(), c);
+    test::each(c, [&](int64_t ch) { bias_backward_at(ch, bias_sums.data(), db.data()); });
+    expect_same_bits(dout.read(), y, "depthwise forward");
+    expect_same_bits(ddx.read(), dx, "depthwise dx");
+    expect_same_bits(ddw.read(), dw, "depthwise dw");
+    expect_same_bits(ddb.read(), db, "depthwise db");
+
+    const int64_t rows = 4099;  // fused: [rows, C]
+    const std::vector<float> a = random_floats(static_cast<size_t>(rows * c), 66), a2 = random_floats(a.size(), 67);
+    const std::vector<float> g = random_floats(a.size(), 68), scale_shift = random_floats(static_cast<size_t>(2 * c), 69);
+    const Device<float> da(a), da2(a2), dg(g), dss(scale_shift), dy1(a.size()), dy2(a.size()), dsum1(a), dsum2(a2);
+    ok(batch_norm_relu_apply(kStream, rows, c, da.get(), dss.get(), dy1.get()));
+    ok(add_relu_forward(kStream, rows, c, da.get(), da2.get(), dy2.get()));
+    std::vector<float> y1(a.size()), y2(a.size()), s1 = a, s2 = a2;
+    test::each_row_channel(rows, c, [&](int64_t r, int64_t ch) {
+      batch_norm_relu_apply_at<1>(r, ch, c, a.data(), scale_shift.data(), y1.data());
+      add_relu_forward_at<1>(r, ch, c, a.data(), a2.data(), y2.data());
+    });
+    ok(add_relu_backward(kStream, rows, c, dy2.get(), dg.get(), dsum1.get(), dsum2.get()));
+    test::each_row_channel(rows, c, [&](int64_t r, int64_t ch) {
+      add_relu_backward_at<1>(r, ch, c, y2.data(), g.data(), s1.data(), s2.data());
+    });
+    expect_same_bits(dy1.read(), y1, "batch norm + relu");
+    expect_same_bits(dy2.read(), y2, "add + relu");
+    expect_same_bits(dsum1.read(), s1, "add + relu da");
+    expect_same_bits(dsum2.read(), s2, "add + relu db");
+  }
+}
+
+std::vector<uint16_t> bits_of(const std::vector<Bf16>& v) {
+  std::vector<uint16_t> out;
+  for (const Bf16& h : v) out.push_back(h.bits);
+  return out;
+}
+std::vector<Bf16> random_bf16(size_t n, uint32_t seed) {
+  std::vector<Bf16> out;
+  for (float f : random_floats(n, seed)) out.push_back(Bf16{float_to_bfloat16(f)});
+  return out;
+}
+
+// The same kernels on bf16 storage (8 channels, 16 bytes, at once where C % 8 == 0), against their bodies.
+TEST_F(CudaKernelLaunchers, Bf16StorageKernelsAreTheBodiesBits) {
+  for (const int64_t c : {int64_t{16}, int64_t{13}}) {
+    DepthwiseShape s;
+    s.batch = 2, s.channels = c, s.bias = true;
+    s.in[1] = 21, s.in[2] = 17, s.kernel[1] = s.kernel[2] = 3, s.stride[1] = s.stride[2] = 2, s.pad[1] = s.pad[2] = 1;
+    s.out[1] = (21 + 2 - 2 - 1) / 2 + 1, s.out[2] = (17 + 2 - 2 - 1) / 2 + 1;
+    const auto in = static_cast<size_t>(s.in_positions() * c), out = static_cast<size_t>(s.out_positions() * c);
+    const std::vector<Bf16> x = random_bf16(in, 70), dy = random_bf16(out, 71), dx0 = random_bf16(in, 72);
+    const std::vector<float> w = random_floats(static_cast<size_t>(s.taps() * c), 73), b = random_floats(static_cast<size_t>(c), 74);
+    const Device<Bf16> dx_(x), ddy(dy), dout(out), ddx(dx0);
+    const Device<float> dw_(w), db_(b);
+    ok(depthwise_forward(kStream, s, dx_.get(), dw_.get(), db_.get(), dout.get()));
+    ok(depthwise_backward_data(kStream, s, dw_.get(), ddy.get(), ddx.get()));
+    std::vector<Bf16> y(out), dx = dx0;
+    each_row_channel(s.out_positions(), c, [&](int64_t p, int64_t ch) {
+      depthwise_forward_at<1>(p, ch, s, x.data(), w.data(), b.data(), y.data());
+    });
+    each_row_channel(s.in_positions(), c, [&](int64_t p, int64_t ch) {
+      depthwise_backward_data_at<1>(p, ch, s, w.data(), dy.data(), dx.data());
+    });
+    expect_same_bits(bits_of(dout.read()), bits_of(y), "bf16 depthwise forward");
+    expect_same_bits(bits_of(ddx.read()), bits_of(dx), "bf16 depthwise dx");
+
+    const int64_t rows = 2053;
+    const size_t n = static_cast<size_t>(rows * c);
+    const std::vector<Bf16> a = random_bf16(n, 75), a2 = random_bf16(n, 76), g = random_bf16(n, 77);
+    const std::vector<float> scale_shift = random_floats(static_cast<size_t>(2 * c), 78);
+    const Device<Bf16> da(a), da2(a2), dg(g), dy1(n), dy2(n), dsum1(a), dsum2(a2);
+    const Device<float> dss(scale_shift);
+    ok(batch_norm_relu_apply(kStream, rows, c, da.get(), dss.get(), dy1.get()));
+    ok(add_relu_forward(kStream, rows, c, da.get(), da2.get(), dy2.get()));
+    ok(add_relu_backward(kStream, rows, c, dy2.get(), dg.get(), dsum1.get(), dsum2.get()));
+    std::vector<Bf16> y1(n), y2(n), s1 = a, s2 = a2;
+    test::each_row_channel(rows, c, [&](int64_t r, int64_t ch) {
+      batch_norm_relu_apply_at<1>(r, ch, c, a.data(), scale_shift.data(), y1.data());
+      add_relu_forward_at<1>(r, ch, c, a.data(), a2.data(), y2.data());
+    });
+    test::each_row_channel(rows, c, [&](int64_t r, int64_t ch) {
+      add_relu_backward_at<1>(r, ch, c, y2.data(), g.data(), s1.data(), s2.data());
+    });
+    expect_same_bits(bits_of(dy1.read()), bits_of(y1), "bf16 batch norm + relu");
+    expect_same_bits(bits_of(dy2.read()), bits_of(y2), "bf16 add + relu");
+    expect_same_bits(bits_of(dsum1.read()), bits_of(s1), "bf16 add + relu da");
+    expect_same_bits(bits_of(dsum2.read()), bits_of(s2), "bf16 add + relu db");
+  }
+}
+
 TEST_F(CudaKernelLaunchers, LossesAndIouMatchTheBodies) {
   const int64_t n = 1'000'003;
   const std::vector<float> p = random_floats(n, 50), t = random_floats(n, 51);

@@ -7,6 +7,7 @@
 
 #include "mlph/sdk/backend.hpp"
 #include "mlph/sdk/graph.hpp"
+#include "profile_report.hpp"
 #include "settings.hpp"
 #include "step_plan.hpp"
 
@@ -43,19 +44,29 @@ TEST(CudaSettings, DefaultsAreFp32NondeterministicGraphsOnAndAGibOfWorkspace) {
   EXPECT_TRUE(s.graphs);
   EXPECT_EQ(s.workspace_bytes, size_t{1} << 30);
   EXPECT_EQ(s.loss_scale, 65536.0f);
+  EXPECT_EQ(s.profile_dir, "");  // backend.profile off
+  EXPECT_TRUE(s.own_batch_norm);  // issue 33: batch norm and depthwise convs on our kernels
+  EXPECT_TRUE(s.own_depthwise);
   EXPECT_EQ(s.pointwise, plan::Pointwise::gemm);
 }
 
 TEST(CudaSettings, EveryOptionIsRead) {
   const Settings s = read_settings(options(
       {{"device", "3"}, {"precision", "bf16"}, {"deterministic", "1"}, {"workspace_mb", "256"}, {"graphs", "0"},
-       {"loss_scale", "1024"}, {"pointwise", "cudnn"}}));
+       {"loss_scale", "1024"}, {"profile", "/tmp/profile"}, {"batch_norm", "cudnn"}, {"depthwise", "cudnn"},
+       {"pointwise", "cudnn"}}));
   EXPECT_EQ(s.device, 3);
   EXPECT_EQ(s.compute.precision, sdk::Precision::bf16);
   EXPECT_TRUE(s.compute.deterministic);
   EXPECT_EQ(s.workspace_bytes, size_t{256} << 20);
   EXPECT_FALSE(s.graphs);
   EXPECT_EQ(s.loss_scale, 1024.0f);
+  EXPECT_EQ(s.profile_dir, "/tmp/profile");
+  EXPECT_FALSE(s.own_batch_norm);
+  EXPECT_FALSE(s.own_depthwise);
+  EXPECT_TRUE(read_settings(options({{"batch_norm", "own"}, {"depthwise", "own"}})).own_batch_norm);
+  EXPECT_FALSE(read_settings(options({{"depthwise", "cudnn"}})).own_depthwise);
+  EXPECT_TRUE(read_settings(options({{"depthwise", "cudnn"}})).own_batch_norm);
   EXPECT_EQ(s.pointwise, plan::Pointwise::cudnn);
   EXPECT_EQ(read_settings(options({{"pointwise", "gemm"}})).pointwise, plan::Pointwise::gemm);
   for (const char* p : {"fp32", "tf32", "bf16", "fp16"})
@@ -74,6 +85,10 @@ TEST(CudaSettings, BadOrUnknownOptionsFailInOneLineNamingThem) {
   EXPECT_EQ(error_of([] { read_settings(options({{"loss_scale", "1000"}})); }),
             "cuda backend: option 'loss_scale' is 1000; expected a power of two from 1 to 2^24");
   EXPECT_NE(error_of([] { read_settings(options({{"loss_scale", "0"}})); }).find("'loss_scale'"), std::string::npos);
+  EXPECT_EQ(error_of([] { read_settings(options({{"batch_norm", "cuDNN"}})); }),
+            "cuda backend: option 'batch_norm' is 'cuDNN'; expected own or cudnn");
+  EXPECT_EQ(error_of([] { read_settings(options({{"depthwise", "1"}})); }),
+            "cuda backend: option 'depthwise' is '1'; expected own or cudnn");
   EXPECT_EQ(error_of([] { read_settings(options({{"pointwise", "cublas"}})); }),
             "cuda backend: option 'pointwise' is 'cublas'; expected gemm or cudnn");
 }
@@ -211,6 +226,62 @@ TEST(CudaGraphPolicy, OffMeansEagerAndAFailedCaptureTurnsGraphsOffWithItsReason)
   EXPECT_FALSE(p.enabled());
   EXPECT_EQ(p.next(true), GraphPolicy::Action::eager);
   EXPECT_EQ(p.why_disabled(), "cudaStreamEndCapture: operation not permitted when stream is capturing");
+}
+
+// ---- backend.profile's reports (profile_report.hpp) ---------------------------------------------------
+
+TEST(CudaProfileReport, FindJsonHasEveryRowWithTheRulesVerdictAndTheChoice) {
+  const std::vector<FindRow> rows = {
+      {"conv1", "forward", 1, true, 0.5f, 1024, "tensor", true, true, true},
+      {"conv1", "forward", 6, true, 0.25f, size_t{1} << 31, "tensor", false, false, false},
+      {"conv1", "backward_data", 7, false, 0, 0, "fma", true, false, false}};
+  EXPECT_EQ(find_json(rows),
+            "{\"rows\": [\n"
+            " {\"node\": \"conv1\", \"pass\": \"forward\", \"algo\": 1, \"status\": \"success\", \"ms\": 0.5, "
+            "\"workspace\": 1024, \"math\": \"tensor\", \"deterministic\": true, \"allowed\": true, \"chosen\": true},\n"
+            " {\"node\": \"conv1\", \"pass\": \"forward\", \"algo\": 6, \"status\": \"success\", \"ms\": 0.25, "
+            "\"workspace\": 2147483648, \"math\": \"tensor\", \"deterministic\": false, \"allowed\": false, "
+            "\"chosen\": false},\n"
+            " {\"node\": \"conv1\", \"pass\": \"backward_data\", \"algo\": 7, \"status\": \"failed\", \"ms\": null, "
+            "\"workspace\": 0, \"math\": \"fma\", \"deterministic\": true, \"allowed\": false, \"chosen\": false}]}\n");
+}
+
+TEST(CudaProfileReport, ACallsShareIsOfTheTensorPeakWithFlopsElseOfTheCopyCeilingWithBytes) {
+  const Ceilings ceilings{3000.0, 1000.0};  // GB/s, TFLOP/s
+  CallTime conv{"conv1", "conv", "forward", "cudnnConvolutionForward", 1, 2.0, 0, 1e12};
+  EXPECT_DOUBLE_EQ(achieved_share(conv, ceilings), 1e12 / 2e-3 / 1e15);  // 0.5
+  CallTime copy{"x", "batch_norm", "forward", "convert", 1, 1.0, 1.5e9, 0};
+  EXPECT_DOUBLE_EQ(achieved_share(copy, ceilings), 1.5e9 / 1e-3 / 3e12);  // 0.5
+  CallTime both = conv;  // a conv's node row with its bytes too: FLOPs decide
+  both.bytes = 6e9;
+  EXPECT_DOUBLE_EQ(achieved_share(both, ceilings), 0.5);
+  EXPECT_LT(achieved_share({"x", "relu", "forward", "node", 1, 1.0, 0, 0}, ceilings), 0);  // nothing known
+  EXPECT_LT(achieved_share(conv, Ceilings{}), 0);                                          // no ceiling measured
+  EXPECT_LT(achieved_share({"x", "conv", "forward", "c", 1, 0.0, 0, 1e12}, ceilings), 0);  // not timed
+}
+
+TEST(CudaProfileReport, NodesJsonHasTheStepsAndEveryCallWithItsShare) {
+  const std::string json = nodes_json({{"conv1", "conv", "forward", "cudnnConvolutionForward", 2, 2.0, 0, 1e12},
+                                       {"conv1", "conv", "forward", "node", 2, 2.5, 0, 0}},
+                                      Ceilings{3000.0, 1000.0}, {10.0, 4.0}, {3.0});
+  EXPECT_EQ(json,
+            "{\"ceilings\": {\"copy_gb_s\": 3000.0, \"tensor_tflop_s\": 1000.0}, \"eager_steps_ms\": [10.0, 4.0], "
+            "\"graph_steps_ms\": [3.0],\n \"eager_step_ms\": 4.0, \"graph_step_ms\": 3.0,\n \"calls\": [\n"
+            " {\"node\": \"conv1\", \"kind\": \"conv\", \"pass\": \"forward\", \"call\": \"cudnnConvolutionForward\", "
+            "\"step\": 2, \"ms\": 2.0, \"bytes\": null, \"flops\": 1000000000000.0, \"share\": 0.5},\n"
+            " {\"node\": \"conv1\", \"kind\": \"conv\", \"pass\": \"forward\", \"call\": \"node\", \"step\": 2, "
+            "\"ms\": 2.5, \"bytes\": null, \"flops\": null, \"share\": null}]}\n");
+  EXPECT_NE(nodes_json({}, {}, {}, {}).find("\"eager_step_ms\": null, \"graph_step_ms\": null"), std::string::npos);
+  // A name from the graph is quoted whatever it holds.
+  EXPECT_NE(nodes_json({{"a\"b\n", "conv", "forward", "node", 1, 1.0, 0, 0}}, {}, {}, {}).find("\"a\\\"b\\n\""),
+            std::string::npos);
+}
+
+TEST(CudaProfileReport, TheTensorPeakIsKnownByTheDevicesName) {
+  EXPECT_EQ(tensor_peak_tflop_s("NVIDIA H100 80GB HBM3"), 989.4);
+  EXPECT_EQ(tensor_peak_tflop_s("NVIDIA H100 PCIe"), 756.0);
+  EXPECT_EQ(tensor_peak_tflop_s("NVIDIA H200"), 989.4);
+  EXPECT_EQ(tensor_peak_tflop_s("Some GPU"), 0.0);
 }
 
 }  // namespace

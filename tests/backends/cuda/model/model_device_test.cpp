@@ -2,11 +2,15 @@
 // reference backend: training steps (losses, parameters, gradients), evaluation, a checkpoint's state
 // written into a fresh model, and a CUDA-graph step against the same step run eagerly, bit for bit;
 // the initial weights and the dropout masks are the reference's, bit for bit.
+// backend.profile computes the same bits as without it and writes find.json and nodes.json.
 // Without a GPU every case skips, saying why (tools/gpu's check runs them where there is one).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <random>
 
@@ -48,7 +52,8 @@ int64_t count(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// A small network over the ops the workloads use: conv (bias) -> batch_norm -> relu -> max_pool ->
+// A small network over the ops the workloads use: conv (bias) -> batch_norm -> relu -> depthwise conv (+ the
+// relu's output) -> relu -> max_pool ->
 // conv_transpose -> leaky_relu -> reshape -> dense (bias) -> dropout -> dense -> mse; adam with decay.
 struct Net {
   mlph::sdk::GraphBuilder g;
@@ -74,9 +79,15 @@ struct Net {
             param("mean", {4}, 5, 0, 0.0f), param("var", {4}, 6, 0, 1.0f)},
            {bn});
     const int32_t r = value("r", {2, 8, 8, 4});
-    g.node("relu", "r", {bn}, {r});
+    g.node("relu", "r", {bn}, {r});  // fused into the batch norm by default (backend.batch_norm=own)
+    const int32_t dw = value("dw", {2, 8, 8, 4});  // depthwise, dilated: our kernel by default (backend.depthwise=own)
+    g.node("conv", "dw", {r, param("wdw", {3, 3, 1, 4}, 11)}, {dw},
+           {{"padding", {2, 2}}, {"dilation", {2, 2}}, {"groups", 4.0}});
+    const int32_t sum = value("sum", {2, 8, 8, 4}), sum_relu = value("sum_relu", {2, 8, 8, 4});
+    g.node("add", "sum", {dw, r}, {sum});  // a residual add, its relu fused into it
+    g.node("relu", "sum_relu", {sum}, {sum_relu});
     const int32_t p = value("p", {2, 4, 4, 4});
-    g.node("max_pool", "p", {r}, {p}, {{"kernel", {2, 2}}, {"stride", {2, 2}}});
+    g.node("max_pool", "p", {sum_relu}, {p}, {{"kernel", {2, 2}}, {"stride", {2, 2}}});
     const int32_t t = value("t", {2, 8, 8, 2});
     g.node("conv_transpose", "t", {p, param("wt", {3, 3, 2, 4}, 7)}, {t},
            {{"stride", {2, 2}}, {"padding", {1, 1}}, {"output_padding", {1, 1}}});
@@ -199,10 +210,9 @@ class CudaModelDevice : public ::testing::Test {
   }
 };
 
-// fp32 with TF32 off: cuDNN's and cuBLASLt's sums in another order than the reference's, so within 1e-4.
-TEST_F(CudaModelDevice, TrainingStepsMatchTheReferenceBackendInFp32) {
+void training_steps_match_the_reference(std::vector<MLPH_KeyValue> options) {
   Net net;
-  Model cuda("cuda", {{"deterministic", "1"}}, net.graph()), reference("reference", {}, net.graph());
+  Model cuda("cuda", std::move(options), net.graph()), reference("reference", {}, net.graph());
   for (uint64_t step = 0; step < 4; ++step) {
     std::vector<Floats> in = batch(static_cast<uint32_t>(step));
     std::vector<Floats> same = in;
@@ -218,6 +228,15 @@ TEST_F(CudaModelDevice, TrainingStepsMatchTheReferenceBackendInFp32) {
   }
   std::vector<Floats> in = batch(99), same = in;
   expect_near(cuda.eval(in, {2, 3}), reference.eval(same, {2, 3}), 1e-4, "eval");
+}
+
+// fp32 with TF32 off: cuDNN's and cuBLASLt's sums in another order than the reference's, so within 1e-4;
+// batch norm and the depthwise conv on our kernels (the default) and on cuDNN.
+TEST_F(CudaModelDevice, TrainingStepsMatchTheReferenceBackendInFp32) {
+  for (const char* engine : {"own", "cudnn"}) {
+    SCOPED_TRACE(std::string("backend.batch_norm and backend.depthwise ") + engine);
+    training_steps_match_the_reference({{"deterministic", "1"}, {"batch_norm", engine}, {"depthwise", engine}});
+  }
 }
 
 TEST_F(CudaModelDevice, ACapturedStepIsTheEagerStepBitForBit) {
@@ -237,6 +256,28 @@ TEST_F(CudaModelDevice, ACapturedStepIsTheEagerStepBitForBit) {
     EXPECT_EQ(graphs.train(a, micro, update), eager.train(b, micro, update)) << "micro-batch " << micro;
   }
   for (size_t p = 0; p < net.graph().n_params; ++p) expect_same_bits(graphs.read(p), eager.read(p), "parameter " + std::to_string(p));
+}
+
+// backend.profile: the same bits as without it (it only adds events and waits), and its files written.
+TEST_F(CudaModelDevice, AProfiledModelTrainsBitForBitAsWithoutAndWritesItsReports) {
+  Net net;
+  const std::string dir = ::testing::TempDir() + "mlph-cuda-profile";
+  std::filesystem::remove_all(dir);
+  Model profiled("cuda", {{"deterministic", "1"}, {"profile", dir.c_str()}}, net.graph());
+  Model plain("cuda", {{"deterministic", "1"}}, net.graph());
+  for (uint64_t step = 0; step < 6; ++step) {  // 2 eager and timed, a capture, replays (one for ncu)
+    std::vector<Floats> a = batch(static_cast<uint32_t>(step)), b = a;
+    const double with = profiled.train(a, step, true, true), without = plain.train(b, step, true, true);
+    EXPECT_EQ(std::bit_cast<uint64_t>(with), std::bit_cast<uint64_t>(without)) << "step " << step;
+  }
+  for (size_t p = 0; p < net.graph().n_params; ++p)
+    expect_same_bits(profiled.read(p), plain.read(p), "parameter " + std::to_string(p));
+  for (const char* file : {"/find.json", "/nodes.json"}) {
+    std::ifstream in(dir + file);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find(file[1] == 'f' ? "\"chosen\": true" : "\"call\": \"cudnnConvolutionForward\""), std::string::npos)
+        << dir << file << ": " << text.substr(0, 400);
+  }
 }
 
 TEST_F(CudaModelDevice, AModelGivenAnothersStateMidWindowTrainsBitForBitAlike) {

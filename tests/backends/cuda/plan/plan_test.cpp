@@ -686,16 +686,35 @@ TEST(CudaPlanLowering, EachOpGoesToItsEngine) {
   };
   h = bn(h, "bn", 1);
   h = bn(h, "syncbn", 2);
+  h = net.op("conv", "depthwise", {h, net.param("wdw", {3, 3, 1, 4})}, {2, 4, 4, 4},
+             {{"padding", {2, 2}}, {"dilation", {2, 2}}, {"groups", 4.0}});
+  h = net.op("conv", "pointwise", {h, net.param("wpw", {1, 1, 4, 4})}, {2, 4, 4, 4});
   h = net.op("max_pool", "pool", {h}, {2, 2, 2, 4}, {{"kernel", {2, 2}}});
   h = net.op("conv_transpose", "up", {h, net.param("wt", {2, 2, 4, 4})}, {2, 4, 4, 4}, {{"stride", {2, 2}}});
   h = net.op("reshape", "flat", {h}, {2, 64});
   h = net.op("dense", "dense", {h, net.param("wd", {64, 2}), net.param("bd", {2})}, {2, 2});
   const Program p = net.lower(h);
-  const std::vector<NodeLowering> l = lower_nodes(p);
+  const std::vector<NodeLowering> own = lower_nodes(p);  // by default batch norm and depthwise on our kernels
+  EXPECT_EQ(own[index_of(p, "bn")].engine, Engine::kernel);
+  EXPECT_EQ(own[index_of(p, "depthwise")].engine, Engine::depthwise);
+  EXPECT_FALSE(own[index_of(p, "depthwise")].conv);  // no cuDNN descriptors, no weight copy
+  EXPECT_EQ(own[index_of(p, "pointwise")].engine, Engine::cublaslt_dense);  // and 1x1 convs on cuBLASLt
+  // The options are independent: each moves its own ops only.
+  const std::vector<NodeLowering> pointwise_on_cudnn = lower_nodes(p, {.pointwise = Pointwise::cudnn});
+  EXPECT_EQ(pointwise_on_cudnn[index_of(p, "pointwise")].engine, Engine::cudnn_conv);
+  EXPECT_EQ(pointwise_on_cudnn[index_of(p, "depthwise")].engine, Engine::depthwise);
+  EXPECT_EQ(pointwise_on_cudnn[index_of(p, "bn")].engine, Engine::kernel);
+  const std::vector<NodeLowering> own_on_cudnn = lower_nodes(p, {.own = {false, false}});
+  EXPECT_EQ(own_on_cudnn[index_of(p, "pointwise")].engine, Engine::cublaslt_dense);
+  EXPECT_EQ(own_on_cudnn[index_of(p, "depthwise")].engine, Engine::cudnn_conv);
+  const std::vector<NodeLowering> l =
+      lower_nodes(p, {.pointwise = Pointwise::cudnn, .own = {false, false}});  // backend.*=cudnn
   auto engine = [&](const std::string& name) { return l[index_of(p, name)].engine; };
   EXPECT_EQ(engine("conv"), Engine::cudnn_conv);
   EXPECT_EQ(engine("bn"), Engine::cudnn_batch_norm);
-  EXPECT_EQ(engine("syncbn"), Engine::kernel);
+  EXPECT_EQ(engine("syncbn"), Engine::kernel);  // SyncBatchNorm has no cuDNN path
+  EXPECT_EQ(engine("depthwise"), Engine::cudnn_conv);
+  EXPECT_EQ(engine("pointwise"), Engine::cudnn_conv);
   EXPECT_EQ(engine("pool"), Engine::kernel);
   EXPECT_EQ(engine("up"), Engine::cudnn_conv_transpose);
   EXPECT_EQ(engine("flat"), Engine::alias);
@@ -946,6 +965,50 @@ void expect_no_overlap(const MemoryPlan& m, const Schedule& s) {
 const Region& region_at(const MemoryPlan& m, const Location& at) { return m.regions[static_cast<size_t>(at.region)]; }
 
 // x -> conv -> relu -> reshape -> dense -> mse: each region's life, step by step.
+// Issue 33 item 5: a batch norm on our kernels (or an add) whose output only the next relu reads writes
+// that relu's output in one pass and runs its backward from the relu's output gradient; the relu does
+// nothing.
+TEST(CudaPlanMemory, BatchNormOrAddFollowedByItsOnlyReaderReluIsFused) {
+  Net net;
+  const int32_t x = net.input("x", {2, 4, 4, 3});
+  const auto bn = [&](int32_t in, const std::string& name) {
+    return net.op("batch_norm", name,
+                  {in, net.param(name + ".g", {3}), net.param(name + ".b", {3}), net.param(name + ".m", {3}, 0),
+                   net.param(name + ".v", {3}, 0)},
+                  {2, 4, 4, 3});
+  };
+  int32_t h = net.op("conv", "c", {x, net.param("w", {1, 1, 3, 3})}, {2, 4, 4, 3});
+  h = net.op("relu", "r1", {bn(h, "bn1")}, {2, 4, 4, 3});
+  const int32_t b2 = bn(h, "bn2");  // read by its relu and by the add: not fused
+  h = net.op("add", "add", {net.op("relu", "r2", {b2}, {2, 4, 4, 3}), b2}, {2, 4, 4, 3});
+  h = net.op("relu", "r3", {h}, {2, 4, 4, 3});  // add -> relu, its only reader: fused too
+  const Program p = net.lower(h);
+  const DevicePlan plan = make_plan(p, {});
+  const size_t bn1 = index_of(p, "bn1"), r1 = index_of(p, "r1");
+  EXPECT_EQ(plan.nodes[bn1].fused_relu, static_cast<int64_t>(r1));
+  EXPECT_EQ(plan.nodes[r1].engine, Engine::fused);
+  EXPECT_EQ(plan.nodes[index_of(p, "bn2")].fused_relu, -1);
+  EXPECT_EQ(plan.nodes[index_of(p, "r2")].engine, Engine::kernel);
+  const MemoryPlan& m = plan.memory;
+  EXPECT_EQ(region_at(m, m.nodes[bn1].statistics).bytes, align_up(4 * 3 * sizeof(float), kAlignment));  // + scale, shift
+  EXPECT_EQ(region_at(m, m.nodes[index_of(p, "bn2")].statistics).bytes, align_up(2 * 3 * sizeof(float), kAlignment));
+  const Region& relu_y = region_at(m, m.values[static_cast<size_t>(value_named(p, "r1"))]);
+  EXPECT_LE(relu_y.first, plan.schedule.forward[bn1]);  // written by the batch norm's step
+  const Region& relu_dy = region_at(m, m.value_gradients[static_cast<size_t>(value_named(p, "r1"))]);
+  EXPECT_GE(relu_dy.last, plan.schedule.backward[bn1]);  // read by the batch norm's backward
+  const size_t add = index_of(p, "add"), r3 = index_of(p, "r3");
+  EXPECT_EQ(plan.nodes[add].fused_relu, static_cast<int64_t>(r3));
+  EXPECT_EQ(plan.nodes[r3].engine, Engine::fused);
+  const Region& r3_y = region_at(m, m.values[static_cast<size_t>(value_named(p, "r3"))]);
+  EXPECT_LE(r3_y.first, plan.schedule.forward[add]);
+  EXPECT_GE(r3_y.last, plan.schedule.backward[add]);  // the mask of add's backward
+  EXPECT_GE(region_at(m, m.value_gradients[static_cast<size_t>(value_named(p, "r3"))]).last, plan.schedule.backward[add]);
+  expect_no_overlap(m, plan.schedule);
+  Options cudnn;  // cuDNN's batch norm: nothing fused
+  cudnn.own.batch_norm = false;
+  EXPECT_EQ(make_plan(p, cudnn).nodes[r1].engine, Engine::kernel);
+}
+
 TEST(CudaPlanMemory, LivesFollowForwardReadsAndWhatBackwardKeeps) {
   Net net;
   const int32_t x = net.input("x", {2, 4, 4, 2});
@@ -1046,7 +1109,7 @@ TEST(CudaPlanMemory, WorkspacesLiveOnlyAtTheirStep) {
   const Program p = net.lower(h);
   const std::vector<NodeLowering> l = lower_nodes(p);
   const Schedule s = plan_schedule(p, l);
-  const PrecisionPlan precision = plan_precision(p, Precision::fp32, lower_nodes(p));
+  const PrecisionPlan precision = plan_precision(p, Precision::fp32, l);
   Workspaces w;
   w.forward = {size_t{1} << 20, size_t{1} << 20, 0};
   w.backward = {size_t{3} << 20, size_t{2} << 20, 0};
@@ -1241,6 +1304,52 @@ TEST(CudaPlanFigures, CosmoFlow128AtBatch1And4) {
 #endif
 
 #ifdef MLPH_HAVE_DEEPCAM
+// Issue 33: by default no node of DeepCAM runs on cuDNN's batch norm or cuDNN's depthwise conv; the
+// depthwise convs read the fp32 masters as the graph keeps them, in fp32 under bf16 too, and write
+// their weight gradient straight into the gradient buffer. backend.*=cudnn brings cuDNN back.
+TEST(CudaPlanLowering, DeepCamRunsNoBatchNormAndNoDepthwiseConvOnCudnnByDefault) {
+  sdk::GraphBuilder g;
+  deepcam::build_model(g, deepcam::DataSettings{}, deepcam::Normalization::identity(16), deepcam::OptimizerSettings{}, 1, 7);
+  const Program p = sdk::host::lower_graph(*g.graph(), implemented());
+  const DevicePlan plan = make_plan(p, {Precision::bf16});
+  size_t batch_norms = 0, depthwise = 0;
+  for (size_t k = 0; k < p.nodes.size(); ++k) {
+    const Node& n = p.nodes[k];
+    EXPECT_NE(plan.nodes[k].engine, Engine::cudnn_batch_norm) << n.name;
+    batch_norms += n.kind == OpKind::batch_norm;
+    if (!is_depthwise(n)) continue;
+    ++depthwise;
+    EXPECT_EQ(plan.nodes[k].engine, Engine::depthwise) << n.name;
+    EXPECT_EQ(plan.precision.nodes[k].reads[1], DType::f32) << n.name;
+    EXPECT_EQ(plan.precision.nodes[k].reads[0], DType::f32) << n.name;
+    EXPECT_FALSE(plan.memory.weights[static_cast<size_t>(n.inputs[1])]) << n.name;
+    EXPECT_FALSE(plan.memory.nodes[k].weight_gradient) << n.name;
+  }
+  EXPECT_GT(batch_norms, 50u);
+  EXPECT_GT(depthwise, 50u);
+  size_t into_batch_norm = 0, into_add = 0;
+  for (size_t k = 0; k < p.nodes.size(); ++k) {
+    if (plan.nodes[k].fused_relu < 0) continue;
+    EXPECT_EQ(plan.nodes[static_cast<size_t>(plan.nodes[k].fused_relu)].engine, Engine::fused);
+    (p.nodes[k].kind == OpKind::add ? into_add : into_batch_norm) += 1;
+  }
+  EXPECT_GT(into_batch_norm, 40u);
+  EXPECT_GT(into_add, 10u);  // the Xception blocks that end with a relu
+  std::printf("DeepCAM: %zu batch norms, %zu depthwise convs on our kernels; relus fused into %zu batch norms, %zu adds\n",
+              batch_norms, depthwise, into_batch_norm, into_add);
+  Options cudnn{Precision::bf16};
+  cudnn.own = {false, false};
+  const DevicePlan library = make_plan(p, cudnn);
+  for (size_t k = 0; k < p.nodes.size(); ++k) {
+    if (p.nodes[k].kind == OpKind::batch_norm) {
+      EXPECT_EQ(library.nodes[k].engine, Engine::cudnn_batch_norm);
+    }
+    if (is_depthwise(p.nodes[k])) {
+      EXPECT_EQ(library.nodes[k].engine, Engine::cudnn_conv);
+    }
+  }
+}
+
 TEST(CudaPlanFigures, DeepCam768x1152AtBatch8) {
   sdk::GraphBuilder g;
   deepcam::build_model(g, deepcam::DataSettings{}, deepcam::Normalization::identity(16), deepcam::OptimizerSettings{}, 8, 7);
@@ -1273,31 +1382,44 @@ TEST(CudaPlanFigures, Conv1AndLastDeconvArePaddedAndParametersKeepTheModelsShape
 }
 
 // By default every 1x1 stride-1 conv of DeepCAM is a cuBLASLt gemm (backend.pointwise=cudnn: none), and
-// cuDNN's search runs once per distinct conv shape and pass, not once per conv.
+// cuDNN's search runs once per distinct conv shape and pass, not once per conv. By default the depthwise
+// convs run on our kernel (backend.depthwise=own) and the few convs left on cuDNN hardly repeat; with
+// backend.depthwise=cudnn the middle blocks' depthwise convs (16 repeats) are cuDNN's, and most searches
+// are repeats.
 TEST(CudaPlanFigures, DeepCamsPointwiseConvsAreGemmsAndItsConvShapesRepeat) {
   sdk::GraphBuilder g;
   deepcam::build_model(g, deepcam::DataSettings{}, deepcam::Normalization::identity(16), deepcam::OptimizerSettings{}, 8, 7);
   const Program p = sdk::host::lower_graph(*g.graph(), implemented());
   const DevicePlan plan = make_plan(p, {Precision::bf16});
   const std::vector<NodeLowering> cudnn = lower_nodes(p, {Pointwise::cudnn});
-  size_t pointwise = 0, convs = 0, searches = 0;
-  std::set<ConvKey> keys;
+  size_t pointwise = 0;
   for (size_t k = 0; k < p.nodes.size(); ++k) {
-    if (is_pointwise(p.nodes[k])) {
-      ++pointwise;
-      EXPECT_EQ(plan.nodes[k].engine, Engine::cublaslt_dense) << p.nodes[k].name;
-      EXPECT_EQ(cudnn[k].engine, Engine::cudnn_conv) << p.nodes[k].name;
-    }
-    if (!plan.nodes[k].conv) continue;
-    ++convs;
-    const NodePrecision& n = plan.precision.nodes[k];
-    for (int pass = 0; pass < 3; ++pass, ++searches) keys.insert(conv_key(*plan.nodes[k].conv, n.data, n.math, pass));
+    if (!is_pointwise(p.nodes[k])) continue;
+    ++pointwise;
+    EXPECT_EQ(plan.nodes[k].engine, Engine::cublaslt_dense) << p.nodes[k].name;
+    EXPECT_EQ(cudnn[k].engine, Engine::cudnn_conv) << p.nodes[k].name;
   }
   EXPECT_GE(pointwise, 30u);  // the separable convs' pointwise halves and the skips
-  EXPECT_LT(keys.size() * 2, searches);  // at least half the searches are repeats
-  std::printf("DeepCAM 768x1152 batch 8: %zu pointwise convs on cuBLASLt; %zu convs left on cuDNN, %zu searches "
-              "for %zu distinct shapes and passes\n",
-              pointwise, convs, searches, keys.size());
+  // (convs on cuDNN, searches, distinct keys) of a plan, one search per pass of each conv without the cache.
+  const auto searches_of = [&](const DevicePlan& each, const char* depthwise) {
+    size_t convs = 0, searches = 0;
+    std::set<ConvKey> keys;
+    for (size_t k = 0; k < p.nodes.size(); ++k) {
+      if (!each.nodes[k].conv) continue;
+      ++convs;
+      const NodePrecision& n = each.precision.nodes[k];
+      for (int pass = 0; pass < 3; ++pass, ++searches) keys.insert(conv_key(*each.nodes[k].conv, n.data, n.math, pass));
+    }
+    std::printf("DeepCAM 768x1152 batch 8, backend.depthwise=%s: %zu pointwise convs on cuBLASLt; %zu convs left on "
+                "cuDNN, %zu searches for %zu distinct shapes and passes\n",
+                depthwise, pointwise, convs, searches, keys.size());
+    return std::pair(searches, keys.size());
+  };
+  searches_of(plan, "own");
+  Options depthwise_on_cudnn{Precision::bf16};
+  depthwise_on_cudnn.own.depthwise = false;
+  const auto [searches, distinct] = searches_of(make_plan(p, depthwise_on_cudnn), "cudnn");
+  EXPECT_LT(distinct * 2, searches);  // at least half the searches are repeats
 }
 #endif
 

@@ -164,6 +164,48 @@ TEST(CosmoFlowDataNpy, NegativeCountsAreRefusedNamingFileAndVoxel) {
                     {"t/n_data.npy: voxel (1, 0, 1) channel 3 holds -1: particle counts cannot be negative"});
 }
 
+// A file's bytes read by ranges, as a storage plug-in's read_range reads them; counts the reads.
+struct Ranges {
+  const std::vector<std::byte>& file;
+  int reads = 0;
+  RangeReader reader() {
+    return [this](uint64_t offset, std::span<std::byte> into) {
+      ++reads;
+      if (offset > file.size() || into.size() > file.size() - offset) return false;
+      std::copy_n(file.begin() + static_cast<ptrdiff_t>(offset), into.size(), into.begin());
+      return true;
+    };
+  }
+};
+
+// In place, a good volume lands in the row as the whole decode gives it (in several pieces: 64^3x4
+// is 2 MiB); a file the fast path does not take (short, long, a header it would refuse) returns
+// false for the whole decode to name; a negative count is named as the whole decode names it, also
+// in a later piece than the first.
+TEST(CosmoFlowDataNpy, InPlaceReadsWhatTheWholeDecodeReads) {
+  const Sample s = pattern_sample(64, 3);
+  const auto good = data_npy(s, {64, 64, 64, 4});
+  std::vector<int16_t> x(volume_elements(64), 7);
+  Ranges ranges{good};
+  ASSERT_TRUE(read_npy_volume_in_place(ranges.reader(), "t/a_data.npy", 64, x));
+  EXPECT_EQ(x, s.x);
+  EXPECT_EQ(ranges.reads, 4);  // header, the probe past the end, 2 pieces of 1 MiB
+
+  const std::vector<std::byte> shorter(good.begin(), good.end() - 2);
+  std::vector<std::byte> longer = good;
+  longer.push_back(std::byte{0});
+  for (const auto& bad : {shorter, longer, patched(good, "False", "True "), std::vector<std::byte>(good.begin(), good.begin() + 20)}) {
+    Ranges r{bad};
+    EXPECT_FALSE(read_npy_volume_in_place(r.reader(), "t/a_data.npy", 64, x));
+  }
+  Sample negative = s;
+  negative.x[volume_elements(64) - 1] = -3;  // the last voxel's channel 3: in the second piece
+  const auto with_negative = data_npy(negative, {64, 64, 64, 4});
+  Ranges r{with_negative};
+  expect_data_error([&] { read_npy_volume_in_place(r.reader(), "t/a_data.npy", 64, x); },
+                    {"t/a_data.npy: voxel (63, 63, 63) channel 3 holds -3: particle counts cannot be negative"});
+}
+
 TEST(CosmoFlowDataNpy, AnAbsurdHeaderLengthIsRefused) {
   std::vector<std::byte> file;
   for (const char c : std::string("\x93NUMPY\x02\x00\x00\x00\x10\x00", 12)) file.push_back(static_cast<std::byte>(c));

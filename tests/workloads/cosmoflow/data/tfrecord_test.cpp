@@ -5,9 +5,12 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <cstring>
 
 #include "data/example.hpp"
+#include "data/bytes.hpp"
 #include "data/file_io.hpp"
 #include "data/gzip.hpp"
 #include "test_util.hpp"
@@ -229,6 +232,61 @@ TEST(CosmoFlowDataTfRecord, NegativeCountsAreRefusedNamingFileRecordAndVoxel) {
   const auto file = encode_tfrecords(std::vector{encode_sample(pattern_sample(4, 1), 4), encode_sample(bad, 4)});
   expect_data_error([&] { read_tfrecord_samples(file, "train/n.tfrecord", 4, 2); },
                     {"train/n.tfrecord: record 1: voxel (2, 3, 1) channel 0 holds -1: particle counts cannot be negative"});
+}
+
+using Records = std::vector<std::vector<std::byte>>;
+
+RangeReader ranges_of(const std::vector<std::byte>& file) {
+  return [&file](uint64_t offset, std::span<std::byte> into) {
+    if (offset > file.size() || into.size() > file.size() - offset) return false;
+    std::copy_n(file.begin() + static_cast<ptrdiff_t>(offset), into.size(), into.begin());
+    return true;
+  };
+}
+
+// A plain one-record file read in place: the sample the whole decode gives, in pieces (64^3x4 is
+// 2 MiB, x before y as TensorFlow's sorted map writes them, and y before x); what this path does not
+// take is left to the whole decode (false): a corrupt CRC, GZIP, two records, an Example laid out
+// otherwise, a second 'x' entry; bad targets and negative counts are named as the whole decode names
+// them.
+TEST(CosmoFlowDataTfRecord, APlainRecordIsReadInPlaceAsTheWholeDecodeReadsIt) {
+  const Sample s = pattern_sample(64, 5);
+  const auto x_bytes = to_le_bytes(std::span<const int16_t>(s.x));
+  const auto y_first = ExampleBuilder().floats("y", s.y).bytes("x", x_bytes).finish();
+  std::vector<int16_t> x(volume_elements(64));
+  std::array<float, kTargets> y{};
+  std::vector<std::byte> scratch;
+  const auto in_place = [&](const std::vector<std::byte>& file) {
+    return read_tfrecord_sample_in_place(ranges_of(file), "t/a.tfrecord", 64, {x, y}, scratch);
+  };
+  for (const auto& record : {encode_sample(s, 64), y_first}) {
+    std::fill(x.begin(), x.end(), int16_t{7});
+    ASSERT_TRUE(in_place(encode_tfrecords(Records{record})));
+    EXPECT_EQ(x, s.x);
+    EXPECT_EQ(y, s.y);
+  }
+  const auto good = encode_tfrecords(Records{encode_sample(s, 64)});
+  std::vector<std::byte> corrupt = good;
+  corrupt[corrupt.size() / 2] ^= std::byte{1};
+  const auto two_x = encode_tfrecords(Records{ExampleBuilder().bytes("x", x_bytes).floats("y", s.y).bytes("x", x_bytes).finish()});
+  for (const auto& other : {corrupt, encode_tfrecords(Records{encode_sample(s, 64)}, {true}),
+                            encode_tfrecords(Records{encode_sample(s, 64), encode_sample(s, 64)}), two_x,
+                            std::vector<std::byte>(good.begin(), good.end() - 1)})
+    EXPECT_FALSE(in_place(other));
+
+  const std::array<float, kTargets> nan_y{0, NAN, 0, 0};
+  const auto bad_y = encode_tfrecords(Records{ExampleBuilder().bytes("x", x_bytes).floats("y", nan_y).finish()});
+  expect_data_error([&] { in_place(bad_y); }, {"t/a.tfrecord: record 0: feature 'y' value 1 is nan"});
+  Sample negative = s;
+  negative.x[volume_elements(64) - 4] = -2;  // the last voxel's channel 0: in the second piece
+  expect_data_error([&] { in_place(encode_tfrecords(Records{encode_sample(negative, 64)})); },
+                    {"t/a.tfrecord: record 0: voxel (63, 63, 63) channel 0 holds -2: particle counts cannot be negative"});
+
+  const Sample small = pattern_sample(4, 1);  // a whole record within the first bytes read
+  std::vector<int16_t> small_x(volume_elements(4));
+  const auto small_file = encode_tfrecords(Records{encode_sample(small, 4)});
+  ASSERT_TRUE(read_tfrecord_sample_in_place(ranges_of(small_file), "s", 4, {small_x, y}, scratch));
+  EXPECT_EQ(small_x, small.x);
 }
 
 }  // namespace

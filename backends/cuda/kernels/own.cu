@@ -1,0 +1,153 @@
+// The launchers of issue 33's kernels (launch.hpp): depthwise convolution, fused batch-norm + ReLU
+// and add + ReLU. Channels-last bodies over [positions, C] on the 2-D grid of grid.cuh, 4 channels
+// (16 bytes; 8 for bf16 storage) per thread where C is a multiple of that and every buffer 16-byte
+// aligned, else one.
+#include "channel_sums.cuh"
+#include "grid.cuh"
+#include "launch.hpp"
+
+namespace mlph::cuda {
+namespace {
+
+// 16-byte vectors of T: 4 floats or 8 bf16.
+template <class T>
+constexpr int kLanes = 16 / static_cast<int>(sizeof(T));
+
+template <class T>
+cudaError_t bn_relu_apply(cudaStream_t stream, int64_t rows, int64_t channels, const T* x, const float* scale_shift, T* y) {
+  constexpr int V = kLanes<T>;
+  if (aligned_16(channels, V, x, scale_shift, y))
+    return each_row_vector<batch_norm_relu_apply_at<V, T>, V>(stream, rows, channels, channels, x, scale_shift, y);
+  return each_row_vector<batch_norm_relu_apply_at<1, T>, 1>(stream, rows, channels, channels, x, scale_shift, y);
+}
+
+template <class T>
+cudaError_t add_relu_fwd(cudaStream_t stream, int64_t rows, int64_t channels, const T* a, const T* b, T* y) {
+  constexpr int V = kLanes<T>;
+  if (aligned_16(channels, V, a, b, y))
+    return each_row_vector<add_relu_forward_at<V, T>, V>(stream, rows, channels, channels, a, b, y);
+  return each_row_vector<add_relu_forward_at<1, T>, 1>(stream, rows, channels, channels, a, b, y);
+}
+
+template <class T>
+cudaError_t add_relu_bwd(cudaStream_t stream, int64_t rows, int64_t channels, const T* y, const T* dy, T* da, T* db) {
+  constexpr int V = kLanes<T>;
+  if (aligned_16(channels, V, y, dy, da, db))  // a null pointer is aligned
+    return each_row_vector<add_relu_backward_at<V, T>, V>(stream, rows, channels, channels, y, dy, da, db);
+  return each_row_vector<add_relu_backward_at<1, T>, 1>(stream, rows, channels, channels, y, dy, da, db);
+}
+
+template <class T>
+cudaError_t depthwise_fwd(cudaStream_t stream, const DepthwiseShape& s, const T* x, const float* w, const float* b, T* y) {
+  constexpr int V = kLanes<T>;
+  if (s.bias && !b) return cudaErrorInvalidValue;
+  if (aligned_16(s.channels, V, x, w, b, y))
+    return each_row_vector<depthwise_forward_at<V, T>, V>(stream, s.out_positions(), s.channels, s, x, w, b, y);
+  return each_row_vector<depthwise_forward_at<1, T>, 1>(stream, s.out_positions(), s.channels, s, x, w, b, y);
+}
+
+template <class T>
+cudaError_t depthwise_bwd_data(cudaStream_t stream, const DepthwiseShape& s, const float* w, const T* dy, T* dx) {
+  constexpr int V = kLanes<T>;
+  if (aligned_16(s.channels, V, w, dy, dx))
+    return each_row_vector<depthwise_backward_data_at<V, T>, V>(stream, s.in_positions(), s.channels, s, w, dy, dx);
+  return each_row_vector<depthwise_backward_data_at<1, T>, 1>(stream, s.in_positions(), s.channels, s, w, dy, dx);
+}
+
+}  // namespace
+
+// ---- fused ----
+
+cudaError_t batch_norm_relu_apply(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
+                                  const float* scale_shift, float* y) {
+  return bn_relu_apply(stream, rows, channels, x, scale_shift, y);
+}
+cudaError_t batch_norm_relu_apply(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
+                                  const float* scale_shift, Bf16* y) {
+  return bn_relu_apply(stream, rows, channels, x, scale_shift, y);
+}
+
+cudaError_t batch_norm_relu_backward_sums(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
+                                          const float* dy, const float* saved, const float* scale_shift, double* sums,
+                                          void* workspace, size_t workspace_bytes) {
+  return channel_sums(stream, BatchNormReluBackwardTerm{x, dy, saved, scale_shift, channels}, 1, rows, channels, sums,
+                      workspace, workspace_bytes, sums + 2 * channels, static_cast<double>(rows));
+}
+
+cudaError_t batch_norm_relu_backward_data(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
+                                          const float* dy, const float* gamma, const float* saved,
+                                          const float* scale_shift, const double* sums, float* coefficients,
+                                          float* dx) {
+  if (const cudaError_t e = each<batch_norm_backward_coefficients_at>(stream, channels, channels, sums, gamma, saved,
+                                                                      coefficients);
+      e != cudaSuccess)
+    return e;
+  return each_row_channel<batch_norm_relu_backward_data_at>(stream, rows, channels, channels, x, dy, saved, scale_shift,
+                                                            static_cast<const float*>(coefficients), dx);
+}
+
+cudaError_t add_relu_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* a, const float* b,
+                             float* y) {
+  return add_relu_fwd(stream, rows, channels, a, b, y);
+}
+cudaError_t add_relu_forward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* a, const Bf16* b, Bf16* y) {
+  return add_relu_fwd(stream, rows, channels, a, b, y);
+}
+
+cudaError_t add_relu_backward(cudaStream_t stream, int64_t rows, int64_t channels, const float* y, const float* dy,
+                              float* da, float* db) {
+  return add_relu_bwd(stream, rows, channels, y, dy, da, db);
+}
+cudaError_t add_relu_backward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* y, const Bf16* dy,
+                              Bf16* da, Bf16* db) {
+  return add_relu_bwd(stream, rows, channels, y, dy, da, db);
+}
+
+// ---- depthwise ----
+
+cudaError_t depthwise_forward(cudaStream_t stream, const DepthwiseShape& s, const float* x, const float* w,
+                              const float* b, float* y) {
+  return depthwise_fwd(stream, s, x, w, b, y);
+}
+cudaError_t depthwise_forward(cudaStream_t stream, const DepthwiseShape& s, const Bf16* x, const float* w,
+                              const float* b, Bf16* y) {
+  return depthwise_fwd(stream, s, x, w, b, y);
+}
+
+cudaError_t depthwise_backward_data(cudaStream_t stream, const DepthwiseShape& s, const float* w, const float* dy,
+                                    float* dx) {
+  return depthwise_bwd_data(stream, s, w, dy, dx);
+}
+cudaError_t depthwise_backward_data(cudaStream_t stream, const DepthwiseShape& s, const float* w, const Bf16* dy,
+                                    Bf16* dx) {
+  return depthwise_bwd_data(stream, s, w, dy, dx);
+}
+
+cudaError_t depthwise_backward_weights(cudaStream_t stream, const DepthwiseShape& s, const float* x, const float* dy,
+                                       float* dw, float* db, void* workspace, size_t workspace_bytes) {
+  if (!workspace || workspace_bytes < depthwise_workspace_bytes(s)) return cudaErrorInvalidValue;
+  const int64_t rows = s.out_positions(), weights = s.taps() * s.channels;
+  if (dw && is_depthwise_3x3(s)) {
+    const ChannelScratch scratch = channel_scratch(workspace, workspace_bytes, 1, rows, s.channels, 9);
+    if (const cudaError_t e = channel_sums(stream, Depthwise3x3WeightTerm{s, x, dy}, 1, rows, s.channels, scratch.sums,
+                                           workspace, workspace_bytes);
+        e != cudaSuccess)
+      return e;
+    if (const cudaError_t e = each<depthwise_weight_add_at>(stream, weights, static_cast<const double*>(scratch.sums), dw);
+        e != cudaSuccess)
+      return e;
+  } else if (dw) {
+    const ChannelScratch scratch = channel_scratch(workspace, workspace_bytes, 1, rows, weights);
+    if (const cudaError_t e = channel_sums(stream, DepthwiseWeightTerm{s, x, dy}, 1, rows, weights, scratch.sums,
+                                           workspace, workspace_bytes);
+        e != cudaSuccess)
+      return e;
+    if (const cudaError_t e = each<depthwise_weight_add_at>(stream, weights, static_cast<const double*>(scratch.sums), dw);
+        e != cudaSuccess)
+      return e;
+  }
+  if (!db) return cudaSuccess;
+  return bias_backward(stream, rows, s.channels, dy, db, workspace, workspace_bytes);
+}
+
+}  // namespace mlph::cuda

@@ -1,0 +1,434 @@
+// The cuda backend's kernels of issue 33 (depthwise convolution, fused batch-norm + ReLU and
+// add + ReLU) run on the CPU index by index as their launchers run them (device_order.hpp), against
+// the reference backend (compiled, like this test, with -ffp-contract=off): the same bits where the
+// body performs the reference's float operations in its order; sums in double within kSumTolerance.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "device_order.hpp"
+#include "kernels/batch_norm.hpp"
+#include "kernels/channel.hpp"
+#include "kernels/depthwise.hpp"
+#include "kernels/eltwise.hpp"
+#include "kernels/fused.hpp"
+#include "ops.hpp"
+
+namespace mlph::cuda {
+namespace {
+
+namespace ref = mlph::reference;
+using test::each;
+
+constexpr double kSumTolerance = 1e-6;
+
+ref::ThreadPool& pool() {
+  static ref::ThreadPool threads(2);
+  return threads;
+}
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float low = -2.0f, float high = 2.0f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(low, high);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+// Zeros of both signs, infinities, NaN, tiny and huge numbers among random ones.
+std::vector<float> special_floats(size_t n, uint32_t seed) {
+  std::vector<float> v = random_floats(n, seed, -4.0f, 4.0f);
+  const float specials[] = {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                            1e-40f, -1e-40f, 3e38f, -3e38f, 1.0f, -1.0f};
+  for (size_t i = 0; i < std::size(specials) && i * 7 < n; ++i) v[i * 7] = specials[i];
+  return v;
+}
+
+void expect_same_bits(const std::vector<float>& actual, const std::vector<float>& expected, const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (size_t i = 0; i < actual.size(); ++i)
+    ASSERT_EQ(std::bit_cast<uint32_t>(actual[i]), std::bit_cast<uint32_t>(expected[i]))
+        << what << " at " << i << ": " << actual[i] << " vs the reference's " << expected[i];
+}
+
+void expect_near(const std::vector<float>& actual, const std::vector<double>& expected, double scale,
+                 const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (size_t i = 0; i < actual.size(); ++i)
+    ASSERT_LE(std::fabs(actual[i] - expected[i]), scale * (1.0 + std::fabs(expected[i])))
+        << what << " at " << i << ": " << actual[i] << " vs " << expected[i];
+}
+
+// ---- depthwise convolution ----------------------------------------------------------------------
+
+// A depthwise conv as the graph lowers it: 2-D (or 3-D) right-aligned, padding = dilation (DeepCAM's
+// 'same' separable convs), odd sizes.
+sdk::host::Window depthwise_window(int64_t batch, std::vector<int64_t> in, int64_t channels, int64_t kernel,
+                                   int64_t stride, int64_t dilation, int64_t pad) {
+  sdk::host::Window g;
+  g.batch = batch;
+  g.in_channels = g.out_channels = g.groups = channels;
+  const size_t first = 3 - in.size();
+  for (size_t e = first; e < 3; ++e) {
+    g.in[e] = in[e - first];
+    g.kernel[e] = kernel, g.stride[e] = stride, g.dilation[e] = dilation;
+    g.pad_before[e] = g.pad_after[e] = pad;
+    g.out[e] = g.expected_out(static_cast<int>(e));
+  }
+  return g;
+}
+
+struct DepthwiseCase {
+  const char* what;
+  sdk::host::Window g;
+  bool bias;
+};
+
+std::vector<DepthwiseCase> depthwise_cases() {
+  return {
+      {"3x3 s1 d1, C 13", depthwise_window(2, {7, 9}, 13, 3, 1, 1, 1), false},
+      {"3x3 s2 d1, C 12, bias", depthwise_window(2, {9, 7}, 12, 3, 2, 1, 1), true},
+      {"3x3 s1 d2, C 20", depthwise_window(1, {11, 5}, 20, 3, 1, 2, 2), false},
+      {"3x3 s2 d2, C 5", depthwise_window(3, {8, 9}, 5, 3, 2, 2, 2), true},
+      {"3x3x3 s2 d1, C 6 (3-D)", depthwise_window(1, {5, 6, 7}, 6, 3, 2, 1, 1), false},
+  };
+}
+
+// Each channel vector of a body over [positions, C / V].
+template <int V, class Body>
+void each_channel_vector(int64_t positions, int64_t channels, Body&& body) {
+  test::each_row_channel(positions, channels / V, [&](int64_t p, int64_t v) { body(p, v * V); });
+}
+
+template <int V>
+void depthwise_forward_matches(const DepthwiseCase& t) {
+  const sdk::host::Window& g = t.g;
+  const DepthwiseShape s = depthwise_shape(g, t.bias);
+  const int64_t c = g.in_channels;
+  const std::vector<float> x = special_floats(static_cast<size_t>(s.in_positions() * c), 1);
+  const std::vector<float> w = random_floats(static_cast<size_t>(s.taps() * c), 2);
+  const std::vector<float> b = random_floats(static_cast<size_t>(c), 3);
+  std::vector<float> y(static_cast<size_t>(s.out_positions() * c), -7.0f), expected(y.size(), 5.0f);
+  each_channel_vector<V>(s.out_positions(), c, [&](int64_t p, int64_t ch) {
+    depthwise_forward_at<V>(p, ch, s, x.data(), w.data(), b.data(), y.data());
+  });
+  ref::Scratch scratch;
+  ref::conv_forward(pool(), scratch, g, x.data(), w.data(), t.bias ? b.data() : nullptr, expected.data());
+  expect_same_bits(y, expected, std::string("depthwise forward, ") + t.what + ", V " + std::to_string(V));
+}
+
+template <int V>
+void depthwise_backward_data_matches(const DepthwiseCase& t) {
+  const sdk::host::Window& g = t.g;
+  const DepthwiseShape s = depthwise_shape(g, t.bias);
+  const int64_t c = g.in_channels;
+  const std::vector<float> w = special_floats(static_cast<size_t>(s.taps() * c), 4);
+  const std::vector<float> dy = random_floats(static_cast<size_t>(s.out_positions() * c), 5);
+  std::vector<float> dx = random_floats(static_cast<size_t>(s.in_positions() * c), 6), expected = dx;  // accumulates
+  each_channel_vector<V>(s.in_positions(), c, [&](int64_t p, int64_t ch) {
+    depthwise_backward_data_at<V>(p, ch, s, w.data(), dy.data(), dx.data());
+  });
+  ref::Scratch scratch;
+  ref::conv_backward_data(pool(), scratch, g, w.data(), dy.data(), expected.data());
+  expect_same_bits(dx, expected, std::string("depthwise dx, ") + t.what + ", V " + std::to_string(V));
+}
+
+TEST(CudaOwnKernels, DepthwiseForwardIsTheReferenceBits) {
+  for (const DepthwiseCase& t : depthwise_cases()) {
+    depthwise_forward_matches<1>(t);
+    if (t.g.in_channels % 4 == 0) depthwise_forward_matches<4>(t);
+  }
+}
+
+TEST(CudaOwnKernels, DepthwiseDataGradientGatherIsTheReferenceBits) {
+  for (const DepthwiseCase& t : depthwise_cases()) {
+    depthwise_backward_data_matches<1>(t);
+    if (t.g.in_channels % 4 == 0) depthwise_backward_data_matches<4>(t);
+  }
+}
+
+// The weight gradient's sums [tap][C] as depthwise_backward_weights makes them: a 2-D 3x3 kernel's 9 taps
+// per channel at once, other kernels one tap per "channel" of taps x C.
+std::vector<double> depthwise_weight_sums(const DepthwiseShape& s, const float* x, const float* dy) {
+  if (is_depthwise_3x3(s)) return test::channel_sums(Depthwise3x3WeightTerm{s, x, dy}, 1, s.out_positions(), s.channels);
+  return test::channel_sums(DepthwiseWeightTerm{s, x, dy}, 1, s.out_positions(), s.taps() * s.channels);
+}
+
+// dw and db: the launcher's channel sums in double (device_order.hpp's order) against the definition
+// summed in double (kSumTolerance) and against the reference, whose float sums over rows are only
+// within 1e-4 of the magnitude of the terms.
+TEST(CudaOwnKernels, DepthwiseWeightGradientIsTheChannelSumOfItsTerms) {
+  for (const DepthwiseCase& t : depthwise_cases()) {
+    const sdk::host::Window& g = t.g;
+    const DepthwiseShape s = depthwise_shape(g, t.bias);
+    const int64_t c = g.in_channels, taps = s.taps(), rows = s.out_positions();
+    const std::vector<float> x = random_floats(static_cast<size_t>(s.in_positions() * c), 7);
+    const std::vector<float> dy = random_floats(static_cast<size_t>(rows * c), 8);
+    std::vector<float> dw = random_floats(static_cast<size_t>(taps * c), 9), expected_dw = dw;
+    const std::vector<double> sums = depthwise_weight_sums(s, x.data(), dy.data());
+    each(taps * c, [&](int64_t j) { depthwise_weight_add_at(j, sums.data(), dw.data()); });
+    // The definition: over every output position and tap, the input it reads (0 in the padding), one tap
+    // at a time (the 3x3 term's indexing checked against this one's).
+    std::vector<double> definition(dw.size());
+    for (size_t j = 0; j < dw.size(); ++j) definition[j] = expected_dw[j];
+    std::vector<double> exact(dw.size(), 0.0);
+    ref::Scratch scratch;
+    ref::conv_backward_weights(pool(), scratch, g, x.data(), dy.data(), expected_dw.data(), nullptr);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < taps * c; ++j) {
+        double term[1];
+        DepthwiseWeightTerm{s, x.data(), dy.data()}(r, j, term);
+        exact[static_cast<size_t>(j)] += term[0];
+      }
+    for (size_t j = 0; j < dw.size(); ++j) definition[j] = static_cast<float>(definition[j] + static_cast<float>(exact[j]));
+    expect_near(dw, definition, kSumTolerance, std::string("depthwise dw, ") + t.what);
+    std::vector<double> reference(expected_dw.begin(), expected_dw.end());
+    expect_near(dw, reference, 1e-4 * std::sqrt(static_cast<double>(rows)), std::string("depthwise dw vs the reference, ") + t.what);
+  }
+}
+
+
+// ---- fused batch-norm apply + ReLU, add + ReLU -----------------------------------------------------
+
+// [rows, C] with C not a multiple of 8 (and one that is a multiple of 4 for the 16-byte bodies).
+constexpr int64_t kRows = 301;
+
+// Each (r, c) of a V-channel body over [rows, C].
+template <int V, class Body>
+void each_row_vector(int64_t rows, int64_t channels, Body&& body) {
+  test::each_row_channel(rows, channels / V, [&](int64_t r, int64_t v) { body(r, v * V); });
+}
+
+// The training forward's per-channel statistics as the launchers compute them (batch_norm.hpp).
+struct Statistics {
+  std::vector<float> saved, scale_shift;
+};
+Statistics training_statistics(const std::vector<float>& x, int64_t rows, int64_t channels,
+                               const std::vector<float>& gamma, const std::vector<float>& beta) {
+  std::vector<double> stats(static_cast<size_t>(2 * channels + 1));
+  const std::vector<double> sums = test::channel_sums(SumTerm{x.data(), channels}, 1, rows, channels);
+  std::copy(sums.begin(), sums.end(), stats.begin());
+  stats[static_cast<size_t>(channels)] = static_cast<double>(rows);
+  each(channels, [&](int64_t c) { batch_norm_mean_at(c, channels, stats.data()); });
+  const std::vector<double> deviations =
+      test::channel_sums(BatchNormDeviationTerm{x.data(), stats.data(), channels}, 1, rows, channels);
+  std::copy(deviations.begin(), deviations.end(), stats.begin() + channels + 1);
+  Statistics s{std::vector<float>(static_cast<size_t>(2 * channels)), std::vector<float>(static_cast<size_t>(2 * channels))};
+  std::vector<float> rm(static_cast<size_t>(channels), 0.0f), rv(static_cast<size_t>(channels), 1.0f);
+  each(channels, [&](int64_t c) {
+    batch_norm_finalize_at(c, channels, 1e-5, 0.1, stats.data(), gamma.data(), beta.data(), rm.data(), rv.data(),
+                           s.saved.data(), s.scale_shift.data());
+  });
+  return s;
+}
+
+// Evaluation (running statistics) is the reference's bits; the fused pass equals batch norm then ReLU.
+template <int V>
+void batch_norm_relu_forward_matches(int64_t channels) {
+  const std::vector<float> x = special_floats(static_cast<size_t>(kRows * channels), 11);
+  const std::vector<float> gamma = random_floats(static_cast<size_t>(channels), 12);
+  const std::vector<float> beta = random_floats(static_cast<size_t>(channels), 13);
+  const std::vector<float> rm = random_floats(static_cast<size_t>(channels), 14);
+  const std::vector<float> rv = random_floats(static_cast<size_t>(channels), 15, 0.5f, 2.0f);
+  std::vector<float> scale_shift(static_cast<size_t>(2 * channels)), y(x.size(), -3.0f), normalized(x.size()),
+      expected(x.size());
+  each(channels, [&](int64_t c) {
+    batch_norm_eval_coefficients_at(c, channels, 1e-5, gamma.data(), beta.data(), rm.data(), rv.data(), scale_shift.data());
+  });
+  each_row_vector<V>(kRows, channels, [&](int64_t r, int64_t c) {
+    batch_norm_relu_apply_at<V>(r, c, channels, x.data(), scale_shift.data(), y.data());
+  });
+  ref::batch_norm_eval_forward(pool(), {kRows, channels}, {1e-5, 0.1, 1}, x.data(), gamma.data(), beta.data(), rm.data(),
+                               rv.data(), normalized.data());
+  ref::relu_forward(pool(), kRows * channels, normalized.data(), expected.data());
+  expect_same_bits(y, expected, "batch norm + relu (evaluation), C " + std::to_string(channels) + ", V " + std::to_string(V));
+}
+
+TEST(CudaOwnKernels, BatchNormReluForwardIsBatchNormThenReluBits) {
+  batch_norm_relu_forward_matches<1>(13);
+  batch_norm_relu_forward_matches<1>(20);
+  batch_norm_relu_forward_matches<4>(20);
+}
+
+// Backward with the mask recomputed from x: the reference's relu backward (into a zeroed gradient) then
+// its batch-norm backward, on the same statistics; sums reordered, so within kSumTolerance.
+TEST(CudaOwnKernels, BatchNormReluBackwardIsReluThenBatchNormBackward) {
+  for (const int64_t channels : {13, 20}) {
+    const std::vector<float> x = random_floats(static_cast<size_t>(kRows * channels), 21);
+    const std::vector<float> dy = random_floats(x.size(), 22);
+    const std::vector<float> gamma = random_floats(static_cast<size_t>(channels), 23);
+    const std::vector<float> beta = random_floats(static_cast<size_t>(channels), 24);
+    const Statistics st = training_statistics(x, kRows, channels, gamma, beta);
+    // Ours, fused: sums, parameters, data.
+    const std::vector<double> sums = [&] {
+      std::vector<double> s = test::channel_sums(
+          BatchNormReluBackwardTerm{x.data(), dy.data(), st.saved.data(), st.scale_shift.data(), channels}, 1, kRows,
+          channels);
+      s.push_back(static_cast<double>(kRows));
+      return s;
+    }();
+    std::vector<float> dgamma(static_cast<size_t>(channels), 0.5f), dbeta(dgamma), dx = random_floats(x.size(), 25);
+    std::vector<float> coefficients(static_cast<size_t>(3 * channels));
+    std::vector<float> expected_dgamma = dgamma, expected_dbeta = dbeta, expected_dx = dx;
+    each(channels, [&](int64_t c) { batch_norm_backward_params_at(c, channels, sums.data(), dgamma.data(), dbeta.data()); });
+    each(channels, [&](int64_t c) {
+      batch_norm_backward_coefficients_at(c, channels, sums.data(), gamma.data(), st.saved.data(), coefficients.data());
+    });
+    test::each_row_channel(kRows, channels, [&](int64_t r, int64_t c) {
+      batch_norm_relu_backward_data_at(r, c, channels, x.data(), dy.data(), st.saved.data(), st.scale_shift.data(),
+                                       coefficients.data(), dx.data());
+    });
+    // The reference's two ops on the same statistics: ReLU's input is the forward's normalized x.
+    std::vector<float> normalized(x.size()), d_normalized(x.size(), 0.0f);
+    test::each_row_channel(kRows, channels, [&](int64_t r, int64_t c) {
+      batch_norm_apply_at(r, c, channels, x.data(), st.scale_shift.data(), normalized.data());
+    });
+    ref::relu_backward(pool(), kRows * channels, normalized.data(), dy.data(), d_normalized.data());
+    ref::batch_norm_backward(pool(), {kRows, channels}, x.data(), gamma.data(), st.saved.data(), d_normalized.data(),
+                             expected_dx.data(), expected_dgamma.data(), expected_dbeta.data());
+    const std::string what = "batch norm + relu backward, C " + std::to_string(channels);
+    expect_near(dx, std::vector<double>(expected_dx.begin(), expected_dx.end()), kSumTolerance, what + " dx");
+    expect_near(dgamma, std::vector<double>(expected_dgamma.begin(), expected_dgamma.end()), kSumTolerance, what + " dgamma");
+    expect_near(dbeta, std::vector<double>(expected_dbeta.begin(), expected_dbeta.end()), kSumTolerance, what + " dbeta");
+  }
+}
+
+template <int V>
+void add_relu_matches(int64_t channels) {
+  const std::vector<float> a = special_floats(static_cast<size_t>(kRows * channels), 31);
+  const std::vector<float> b = special_floats(a.size(), 32);
+  const std::vector<float> dy = special_floats(a.size(), 33);
+  std::vector<float> y(a.size(), -1.0f), sum(a.size()), expected(a.size());
+  each_row_vector<V>(kRows, channels, [&](int64_t r, int64_t c) { add_relu_forward_at<V>(r, c, channels, a.data(), b.data(), y.data()); });
+  ref::add_forward(pool(), kRows * channels, a.data(), b.data(), sum.data());
+  ref::relu_forward(pool(), kRows * channels, sum.data(), expected.data());
+  const std::string what = "add + relu, C " + std::to_string(channels) + ", V " + std::to_string(V);
+  expect_same_bits(y, expected, what);
+  // Backward from y: da, db accumulate; a null gradient is skipped.
+  std::vector<float> da = random_floats(a.size(), 34), db = random_floats(a.size(), 35), d_sum(a.size(), 0.0f);
+  std::vector<float> expected_da = da, expected_db = db, untouched = db;
+  each_row_vector<V>(kRows, channels, [&](int64_t r, int64_t c) {
+    add_relu_backward_at<V>(r, c, channels, y.data(), dy.data(), da.data(), db.data());
+  });
+  ref::relu_backward(pool(), kRows * channels, sum.data(), dy.data(), d_sum.data());
+  ref::copy_backward(pool(), kRows * channels, d_sum.data(), expected_da.data());
+  ref::copy_backward(pool(), kRows * channels, d_sum.data(), expected_db.data());
+  expect_same_bits(da, expected_da, what + " da");
+  expect_same_bits(db, expected_db, what + " db");
+  each_row_vector<V>(kRows, channels, [&](int64_t r, int64_t c) {
+    add_relu_backward_at<V>(r, c, channels, y.data(), dy.data(), da.data(), static_cast<float*>(nullptr));
+  });
+  ref::copy_backward(pool(), kRows * channels, d_sum.data(), expected_da.data());
+  expect_same_bits(da, expected_da, what + " da, db not needed");
+}
+
+TEST(CudaOwnKernels, AddReluForwardAndBackwardAreAddThenReluBits) {
+  add_relu_matches<1>(13);
+  add_relu_matches<1>(20);
+  add_relu_matches<4>(20);
+}
+
+// ---- bf16 storage (issue 33 item 4, kernel side): fp32 arithmetic, each result rounded once --------
+// Held to the reference run on the bf16-rounded inputs, its float results rounded once to bf16.
+
+std::vector<Bf16> to_bf16(const std::vector<float>& v) {
+  std::vector<Bf16> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = Bf16{float_to_bfloat16(v[i])};
+  return out;
+}
+std::vector<float> to_floats(const std::vector<Bf16>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = to_float(v[i]);
+  return out;
+}
+void expect_same_bits(const std::vector<Bf16>& actual, const std::vector<float>& reference, const std::string& what) {
+  ASSERT_EQ(actual.size(), reference.size()) << what;
+  for (size_t i = 0; i < actual.size(); ++i)
+    ASSERT_EQ(actual[i].bits, float_to_bfloat16(reference[i]))
+        << what << " at " << i << ": " << to_float(actual[i]) << " vs the reference's " << reference[i] << " rounded";
+}
+
+template <int V>
+void depthwise_bf16_matches(const DepthwiseCase& t) {
+  const sdk::host::Window& g = t.g;
+  const DepthwiseShape s = depthwise_shape(g, t.bias);
+  const int64_t c = g.in_channels;
+  const std::vector<Bf16> x = to_bf16(special_floats(static_cast<size_t>(s.in_positions() * c), 41));
+  const std::vector<float> w = random_floats(static_cast<size_t>(s.taps() * c), 42), b = random_floats(static_cast<size_t>(c), 43);
+  const std::vector<Bf16> dy = to_bf16(random_floats(static_cast<size_t>(s.out_positions() * c), 44));
+  std::vector<Bf16> y(static_cast<size_t>(s.out_positions() * c)), dx = to_bf16(random_floats(x.size(), 45));
+  std::vector<float> expected_y(y.size()), expected_dx = to_floats(dx);
+  each_channel_vector<V>(s.out_positions(), c, [&](int64_t p, int64_t ch) {
+    depthwise_forward_at<V>(p, ch, s, x.data(), w.data(), b.data(), y.data());
+  });
+  each_channel_vector<V>(s.in_positions(), c, [&](int64_t p, int64_t ch) {
+    depthwise_backward_data_at<V>(p, ch, s, w.data(), dy.data(), dx.data());
+  });
+  ref::Scratch scratch;
+  const std::vector<float> xf = to_floats(x), dyf = to_floats(dy);
+  ref::conv_forward(pool(), scratch, g, xf.data(), w.data(), t.bias ? b.data() : nullptr, expected_y.data());
+  ref::conv_backward_data(pool(), scratch, g, w.data(), dyf.data(), expected_dx.data());
+  const std::string what = std::string("bf16 depthwise, ") + t.what + ", V " + std::to_string(V);
+  expect_same_bits(y, expected_y, what + " forward");
+  expect_same_bits(dx, expected_dx, what + " dx");
+}
+
+TEST(CudaOwnKernels, DepthwiseInBf16IsTheReferenceOnRoundedInputsRoundedOnce) {
+  for (const DepthwiseCase& t : depthwise_cases()) {
+    depthwise_bf16_matches<1>(t);
+    if (t.g.in_channels % 8 == 0) depthwise_bf16_matches<8>(t);
+  }
+  const DepthwiseCase wide{"3x3 s2 d2, C 24", depthwise_window(2, {9, 7}, 24, 3, 2, 2, 2), true};
+  depthwise_bf16_matches<1>(wide);
+  depthwise_bf16_matches<8>(wide);
+}
+
+template <int V>
+void fused_bf16_matches(int64_t channels) {
+  const size_t n = static_cast<size_t>(kRows * channels);
+  const std::vector<Bf16> x = to_bf16(special_floats(n, 51)), a2 = to_bf16(special_floats(n, 52));
+  const std::vector<Bf16> dy = to_bf16(special_floats(n, 53));
+  const std::vector<float> scale_shift = random_floats(static_cast<size_t>(2 * channels), 54);
+  const std::vector<float> xf = to_floats(x), a2f = to_floats(a2), dyf = to_floats(dy);
+  std::vector<Bf16> y(n), sum_y(n), da = to_bf16(random_floats(n, 55)), db = to_bf16(random_floats(n, 56));
+  std::vector<float> expected_y(n), sum(n), expected_sum_y(n), d_sum(n, 0.0f), expected_da = to_floats(da),
+      expected_db = to_floats(db);
+  each_row_vector<V>(kRows, channels, [&](int64_t r, int64_t c) {
+    batch_norm_relu_apply_at<V>(r, c, channels, x.data(), scale_shift.data(), y.data());
+    add_relu_forward_at<V>(r, c, channels, x.data(), a2.data(), sum_y.data());
+  });
+  each_row_vector<V>(kRows, channels, [&](int64_t r, int64_t c) {
+    add_relu_backward_at<V>(r, c, channels, sum_y.data(), dy.data(), da.data(), db.data());
+  });
+  test::each_row_channel(kRows, channels, [&](int64_t r, int64_t c) {  // batch norm's apply: the reference's expression
+    const size_t i = static_cast<size_t>(r * channels + c);
+    expected_y[i] = xf[i] * scale_shift[static_cast<size_t>(c)] + scale_shift[static_cast<size_t>(channels + c)];
+  });
+  ref::relu_forward(pool(), kRows * channels, expected_y.data(), expected_y.data());
+  ref::add_forward(pool(), kRows * channels, xf.data(), a2f.data(), sum.data());
+  ref::relu_forward(pool(), kRows * channels, sum.data(), expected_sum_y.data());
+  // The ReLU's mask from the stored (rounded) output, as a bf16 model's relu backward would read it.
+  const std::vector<float> sum_yf = to_floats(sum_y);
+  ref::relu_backward(pool(), kRows * channels, sum_yf.data(), dyf.data(), d_sum.data());
+  ref::copy_backward(pool(), kRows * channels, d_sum.data(), expected_da.data());
+  ref::copy_backward(pool(), kRows * channels, d_sum.data(), expected_db.data());
+  const std::string what = "bf16, C " + std::to_string(channels) + ", V " + std::to_string(V);
+  expect_same_bits(y, expected_y, what + " batch norm + relu");
+  expect_same_bits(sum_y, expected_sum_y, what + " add + relu");
+  expect_same_bits(da, expected_da, what + " add + relu da");
+  expect_same_bits(db, expected_db, what + " add + relu db");
+}
+
+TEST(CudaOwnKernels, FusedKernelsInBf16AreTheReferenceOnRoundedInputsRoundedOnce) {
+  fused_bf16_matches<1>(13);
+  fused_bf16_matches<1>(24);
+  fused_bf16_matches<8>(24);
+}
+
+}  // namespace
+}  // namespace mlph::cuda
