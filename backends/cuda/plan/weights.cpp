@@ -16,7 +16,11 @@ std::vector<ParamMap> param_maps(const Program& p, const std::vector<NodeLowerin
       if (found == param_of.end()) continue;
       const size_t i = found->second;
       ParamMap map;
-      if (slot == 1 && lowering[k].conv) map = {lowering[k].conv->filter.rows, lowering[k].conv->filter.cols};
+      if (slot == 1 && lowering[k].conv) {
+        // Padded channels (pad_channels) live in the half copy only: the masters keep the graph's Ci.
+        const ConvPlan& c = *lowering[k].conv;
+        map = {c.channels ? c.filter.rows / kTensorCoreChannels * c.channels : c.filter.rows, c.filter.cols};
+      }
       if (reader[i] >= 0 && (map.rows != maps[i].rows || map.cols != maps[i].cols))
         fail_node(node, "it reads parameter '" + p.value(node.inputs[slot]).name + "' in another layout than node '" +
                             p.nodes[static_cast<size_t>(reader[i])].name + "' does; the cuda backend keeps one");

@@ -1374,9 +1374,22 @@ TEST(CudaPlanFigures, Conv1AndLastDeconvArePaddedAndParametersKeepTheModelsShape
                                              : g == &cosmoflow_graph     ? std::set<std::string>{"conv1"}
                                                                          : std::set<std::string>{"decoder.last_deconv"};
       EXPECT_EQ(padded, expected) << name_of(precision);
-      for (size_t i = 0; i < p.params.size(); ++i)
-        EXPECT_EQ(plan.memory.params.params[i].count, static_cast<size_t>(p.value(p.params[i].value).numel()))
-            << p.value(p.params[i].value).name;
+      for (size_t i = 0; i < p.params.size(); ++i) {
+        const std::string name = p.value(p.params[i].value).name;
+        const int64_t count = p.value(p.params[i].value).numel();
+        EXPECT_EQ(plan.memory.params.params[i].count, static_cast<size_t>(count)) << name;
+        // The masters' layout (cuDNN's filter, unpadded: only the half copy has the zero rows) is a
+        // permutation of the model's elements.
+        const ParamMap& map = plan.params[i];
+        if (map.identity()) continue;
+        EXPECT_EQ(map.rows * map.cols, count) << name << " " << name_of(precision);
+        std::vector<bool> hit(static_cast<size_t>(count), false);
+        for (int64_t e = 0; e < count; ++e) {
+          const int64_t at = map.device(e);
+          ASSERT_TRUE(at >= 0 && at < count && !hit[static_cast<size_t>(at)]) << name << " element " << e;
+          hit[static_cast<size_t>(at)] = true;
+        }
+      }
     }
   }
 }
