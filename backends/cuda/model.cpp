@@ -313,8 +313,8 @@ void CudaModel::update() {
   refresh_weights();
 }
 
-// The device's copies of conv weights (cuDNN's layout) and, in half precisions, of dense weights, made
-// from the fp32 masters: all of them, or those of `value` alone.
+// The device's half copies of conv and dense weights (bf16, fp16), cast from the fp32 masters, which
+// are in the layout their reader reads already (plan/weights.hpp): all of them, or those of `value` alone.
 void CudaModel::refresh_weights(int32_t value) {
   std::vector<bool> done(program_.values.size(), false);
   for (size_t k = 0; k < program_.nodes.size(); ++k) {
@@ -327,8 +327,10 @@ void CudaModel::refresh_weights(int32_t value) {
     const plan::DType type = plan_.precision.nodes[k].reads[1];
     const FloatType to = type == plan::DType::bf16 ? FloatType::bf16 : type == plan::DType::f16 ? FloatType::f16 : FloatType::f32;
     const float* master = at<float>(plan_.memory.values[w]);
-    if (const auto& conv = plan_.nodes[k].conv)
-      check(transpose(stream(), conv->filter.rows, conv->filter.cols, master, to, at(copy)), "transpose", k);
+    if (const auto& conv = plan_.nodes[k].conv; conv && conv->channels)  // padded: zero rows past its channels
+      check(channels_copy(stream(), numel(n.inputs[1]) / conv->channels, conv->channels, plan::kTensorCoreChannels,
+                          FloatType::f32, master, to, at(copy), false),
+            "channels_copy", k);
     else
       check(convert(stream(), numel(n.inputs[1]), FloatType::f32, master, to, at(copy)), "convert", k);
   }
@@ -436,8 +438,13 @@ void CudaModel::copy_out(const sdk::ParamTensor& tensor, float* dst, int64_t cou
     for (int64_t i = 0; i < count; ++i) dst[i] = i % 2 == 0 ? scale.scale : static_cast<float>(scale.good_steps);
     return;
   }
-  check(cudaMemcpy(dst, address_of(tensor), static_cast<size_t>(count) * sizeof(float), cudaMemcpyDeviceToHost),
+  // The device's layout (plan/weights.hpp) into the model's.
+  const plan::ParamMap& map = plan_.params[tensor.param];
+  std::vector<float> device(map.identity() ? 0 : static_cast<size_t>(count));
+  check(cudaMemcpy(map.identity() ? dst : device.data(), address_of(tensor), static_cast<size_t>(count) * sizeof(float),
+                   cudaMemcpyDeviceToHost),
         "cudaMemcpy", "parameter '" + program_.value(program_.params[tensor.param].value).name + "'");
+  if (!map.identity()) plan::to_model(map, device.data(), dst, count);
   if (tensor.kind == sdk::ParamTensor::Kind::gradient && gradients_scaled_)
     for (int64_t i = 0; i < count; ++i) dst[i] /= scale.scale;
 }
@@ -474,6 +481,12 @@ void CudaModel::copy_in(const sdk::ParamTensor& tensor, const float* src, int64_
     for (float& v : scaled) v *= scale.scale;
     src = scaled.data();
     gradients_scaled_ = true;
+  }
+  std::vector<float> device;  // the model's layout into the device's (plan/weights.hpp)
+  if (const plan::ParamMap& map = plan_.params[tensor.param]; !map.identity()) {
+    device.resize(static_cast<size_t>(count));
+    plan::to_device(map, src, device.data(), count);
+    src = device.data();
   }
   check(cudaMemcpyAsync(address_of(tensor), src, static_cast<size_t>(count) * sizeof(float), cudaMemcpyHostToDevice, stream()),
         "cudaMemcpyAsync", about);

@@ -91,7 +91,7 @@ void CudaModel::check_memory(size_t arena, const char* when) const {
 
 void CudaModel::plan_device() {
   const plan::Options options{settings_.compute.precision, settings_.compute.deterministic, settings_.workspace_bytes,
-                              plan::kBucketBytes, {settings_.own_batch_norm, settings_.own_depthwise}};
+                              plan::kBucketBytes, settings_.pointwise, {settings_.own_batch_norm, settings_.own_depthwise}};
   plan_ = plan::make_plan(program_, options);
   check_memory(plan_.memory.arena_bytes, "its arena, before workspaces");
   const size_t free = runtime::memory_info(where_).free - plan_.memory.arena_bytes;
@@ -131,9 +131,10 @@ void CudaModel::plan_device() {
             std::max(pass == forward_pass ? library_forward : library_backward, bytes);
       }
     }
-    if (r.dense) {
+    if (r.dense) {  // a chunked dw's partials come first in the backward workspace
+      const size_t partials = plan::align_up(plan_.nodes[k].dense->partial_bytes(), plan::kAlignment);
       library_forward = r.gemms[0].workspace();
-      library_backward = std::max(r.gemms[1].workspace(), r.gemms[2].workspace());
+      library_backward = std::max(r.gemms[1].workspace(), partials + r.gemms[2].workspace());
     }
     workspaces.forward[k] = std::max(library_forward, r.forward_own);
     workspaces.backward[k] = std::max(library_backward, r.backward_own);
@@ -170,6 +171,13 @@ void CudaModel::make_conv(size_t k) {
   for (size_t p = 0; p < 3; ++p) {
     if (!runs[p]) continue;
     const auto pass = static_cast<ConvPass>(p);
+    // Compile once per shape: a conv whose descriptors equal an earlier one's takes its choice.
+    const plan::ConvKey key = plan::conv_key(c, precision.data, precision.math, static_cast<int>(p));
+    if (const auto known = chosen_.find(key); known != chosen_.end()) {
+      d.pass[p].set_math(where_, known->second.math, about);
+      r.conv_algo[p] = known->second.algo;
+      continue;
+    }
     runtime::ConvCandidates found = runtime::find_algorithms(where_, cudnn_->get(), d, pass, rule.deterministic, about);
     // The workspace each needs, asked with its math type (the heuristic's lists need not carry it).
     for (size_t i = 0; i < found.candidates.size(); ++i) {
@@ -192,6 +200,7 @@ void CudaModel::make_conv(size_t k) {
                              mib(rule.workspace_cap) + ")");
     d.pass[p].set_math(where_, found.math[static_cast<size_t>(chosen)], about);
     r.conv_algo[p] = found.candidates[static_cast<size_t>(chosen)].algo;
+    chosen_.emplace(key, ChosenAlgorithm{r.conv_algo[p], found.math[static_cast<size_t>(chosen)]});
   }
 }
 
@@ -370,8 +379,16 @@ void CudaModel::upload_parameters() {
     check(cudaMemsetAsync(arena_.at(m.regions[static_cast<size_t>(region)].offset), 0,
                           m.regions[static_cast<size_t>(region)].bytes, stream()),
           "cudaMemsetAsync", "the parameters");
-  for (sdk::host::Param& p : program_.params) {
-    check(cudaMemcpyAsync(at(m.values[static_cast<size_t>(p.value)]), p.init.data(), p.init.size() * sizeof(float),
+  std::vector<std::vector<float>> device(program_.params.size());  // in the device's layout (plan/weights.hpp)
+  for (size_t i = 0; i < program_.params.size(); ++i) {
+    const sdk::host::Param& p = program_.params[i];
+    const float* init = p.init.data();
+    if (const plan::ParamMap& map = plan_.params[i]; !map.identity()) {
+      device[i].resize(p.init.size());
+      plan::to_device(map, init, device[i].data(), static_cast<int64_t>(p.init.size()));
+      init = device[i].data();
+    }
+    check(cudaMemcpyAsync(at(m.values[static_cast<size_t>(p.value)]), init, p.init.size() * sizeof(float),
                           cudaMemcpyHostToDevice, stream()),
           "cudaMemcpyAsync", "parameter '" + program_.value(p.value).name + "'");
   }

@@ -80,7 +80,7 @@ struct NodeRuntime {
   std::array<int, 3> conv_algo{-1, -1, -1};  // per runtime::ConvPass; -1: not run
   std::optional<runtime::TensorDescriptor> bn_x, bn_params;  // cuDNN batch norm (group_size 1)
   bool dense = false;
-  std::array<runtime::Matmul, 3> gemms;  // forward, backward data, backward weights
+  std::array<runtime::Matmul, 3> gemms;  // forward, backward data, backward weights (dense, pointwise conv)
   size_t forward_own = 0, backward_own = 0;  // our kernels' workspace at each step
   // SyncBatchNorm (group_size > 1): the group's communicator, and its device calls when it has them.
   const MLPH_CommsHandle* group = nullptr;
@@ -126,6 +126,8 @@ class CudaModel final : public sdk::ModelProtocol {
   void backward(size_t k);
   void conv_forward(size_t k);
   void conv_backward(size_t k);
+  void dense_forward(size_t k);   // a dense node or a pointwise conv, on cuBLASLt
+  void dense_backward(size_t k);
   void batch_norm_forward(size_t k, bool training);
   void batch_norm_backward(size_t k);
   void group_sum(size_t k, double* sums, int64_t count);  // SyncBatchNorm's allreduce, in place
@@ -176,6 +178,11 @@ class CudaModel final : public sdk::ModelProtocol {
   sdk::host::Program program_;
   plan::DevicePlan plan_;
   std::vector<NodeRuntime> nodes_;
+  struct ChosenAlgorithm {
+    int algo = -1;
+    cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  };
+  std::map<plan::ConvKey, ChosenAlgorithm> chosen_;  // compile: cuDNN's search, once per conv shape and pass
 
   // comms: the run's (borrowed), how gradients travel, batch-norm groups split from it
   const MLPH_CommsHandle* comms_;

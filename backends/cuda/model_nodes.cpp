@@ -56,11 +56,18 @@ void CudaModel::forward(size_t k, bool training) {
   const plan::NodePrecision& precision = plan_.precision.nodes[k];
   const NodeRuntime& r = nodes_[k];
   const cudaStream_t s = stream();
-  for (size_t i = 0; i < n.inputs.size(); ++i)  // the half copies this node is the first to read
-    if (m.makes_cast[i])
-      check(convert(s, numel(n.inputs[i]), FloatType::f32, at(plan_.memory.values[static_cast<size_t>(n.inputs[i])]),
-                    float_type(precision.reads[i]), at(m.reads[i])),
+  const auto& conv = plan_.nodes[k].conv;
+  for (size_t i = 0; i < n.inputs.size(); ++i) {  // the half copies this node is the first to read
+    if (!m.makes_cast[i]) continue;
+    const void* value = at(plan_.memory.values[static_cast<size_t>(n.inputs[i])]);
+    if (i == 0 && conv && conv->channels && !conv->transpose)  // padded channels (plan::pad_channels)
+      check(channels_copy(s, numel(n.inputs[0]) / conv->channels, conv->channels, plan::kTensorCoreChannels,
+                          FloatType::f32, value, float_type(precision.reads[0]), at(m.reads[0]), false),
+            "channels_copy", k);
+    else
+      check(convert(s, numel(n.inputs[i]), FloatType::f32, value, float_type(precision.reads[i]), at(m.reads[i])),
             "convert", k);
+  }
   auto in = [&](size_t i) { return at<float>(m.reads[i]); };
   float* y = at<float>(m.output);
   const int64_t count = numel(n.output), rows = n.rows.rows, channels = n.rows.channels;
@@ -79,6 +86,8 @@ void CudaModel::forward(size_t k, bool training) {
       if (plan_.nodes[k].engine == plan::Engine::depthwise)  // our kernel: bias included, no cast, no copy
         check(depthwise_forward(s, depthwise_shape(n.window, n.has_bias()), in(0), in(1), n.has_bias() ? in(2) : nullptr, y),
               "depthwise_forward", k);
+      else if (r.dense)  // a pointwise conv on cuBLASLt (plan::is_pointwise)
+        dense_forward(k);
       else
         conv_forward(k);
       break;
@@ -100,8 +109,7 @@ void CudaModel::forward(size_t k, bool training) {
     case OpKind::reshape:  // an alias of its input (the plan gives both one region)
       break;
     case OpKind::dense:
-      r.gemms[0].run(where_, cublaslt_->get(), at(m.reads[1]), at(m.reads[0]), y, false, ws, s, node_about(k));
-      mark("cublasLtMatmul");
+      dense_forward(k);
       break;
     case OpKind::dropout:
       if (training && n.attr != 0.0)
@@ -219,9 +227,14 @@ void CudaModel::conv_forward(size_t k) {
       written = y;
     }
   }
-  if (written != y) check(convert(s, numel(program_.nodes[k].output), type, written, FloatType::f32, y), "convert", k);
+  if (written != y && c.channels)  // conv_transpose's padded channels: cropped as they are cast up
+    check(channels_copy(s, numel(program_.nodes[k].output) / c.channels, plan::kTensorCoreChannels, c.channels, type,
+                        written, FloatType::f32, y, false),
+          "channels_copy", k);
+  else if (written != y)
+    check(convert(s, numel(program_.nodes[k].output), type, written, FloatType::f32, y), "convert", k);
   if (c.bias) {
-    const int64_t channels = c.transpose ? c.in.dims[1] : c.out.dims[1];
+    const int64_t channels = program_.value(program_.nodes[k].output).shape.back();  // the graph's, never padded
     check(bias_forward(s, numel(program_.nodes[k].output) / channels, channels, at<float>(m.reads[2]), y), "bias_forward", k);
   }
 }
@@ -335,23 +348,15 @@ void CudaModel::backward(size_t k) {
         if (grad(1) || grad(2))
           check(depthwise_backward_weights(s, shape, in(0), dy, grad(1), grad(2), ws, ws_bytes), "depthwise_backward_weights",
                 k);
+      } else if (r.dense) {
+        dense_backward(k);
       } else {
         conv_backward(k);
       }
       break;
-    case OpKind::dense: {
-      const void* dy_operand = dy;
-      if (m.output_gradient_cast) {
-        check(convert(s, count, FloatType::f32, dy, float_type(plan_.precision.nodes[k].data), at(m.output_gradient_cast)),
-              "convert", k);
-        dy_operand = at(m.output_gradient_cast);
-      }
-      if (dx) r.gemms[1].run(where_, cublaslt_->get(), at(m.reads[1]), dy_operand, dx, true, ws, s, node_about(k));
-      if (grad(1)) r.gemms[2].run(where_, cublaslt_->get(), dy_operand, at(m.reads[0]), grad(1), true, ws, s, node_about(k));
-      mark("cublasLtMatmul (dx, dw)");
-      if (grad(2)) check(bias_backward(s, n.dense.batch, n.dense.out, dy, grad(2), ws, ws_bytes), "bias_backward", k);
+    case OpKind::dense:
+      dense_backward(k);
       break;
-    }
     case OpKind::max_pool:
       if (dx) check(max_pool_backward(s, pool_shape(n.window), in(0), dy, dx), "max_pool_backward", k);
       break;
@@ -420,6 +425,53 @@ void CudaModel::backward(size_t k) {
   }
 }
 
+// cuBLASLt: a dense node, or a pointwise conv (plan::DensePlan); y written in fp32 (D), the bias by the epilogue.
+void CudaModel::dense_forward(size_t k) {
+  const plan::NodeMemory& m = plan_.memory.nodes[k];
+  nodes_[k].gemms[0].run(where_, cublaslt_->get(), at(m.reads[1]), at(m.reads[0]), at<float>(m.output), false,
+                   at(m.forward_workspace), stream(), node_about(k));
+  mark("cublasLtMatmul");
+}
+
+// dx and dw added into their fp32 gradients; a chunked dw (deterministic) written into the workspace's
+// partials first and summed in chunk order; the bias gradient our channel sum of dy.
+void CudaModel::dense_backward(size_t k) {
+  const plan::DensePlan& dense = *plan_.nodes[k].dense;
+  const plan::NodeMemory& m = plan_.memory.nodes[k];
+  const cudaStream_t s = stream();
+  const std::string about = node_about(k);
+  auto grad = [&](size_t i) { return i < m.gradients.size() ? at<float>(m.gradients[i]) : nullptr; };
+  const float* dy = at<float>(m.output_gradient);
+  auto* ws = static_cast<char*>(at(m.backward_workspace));
+  const size_t ws_bytes = m.backward_workspace ? plan_.memory.regions[static_cast<size_t>(m.backward_workspace.region)].bytes : 0;
+  const void* dy_operand = dy;
+  if (m.output_gradient_cast) {
+    check(convert(s, numel(program_.nodes[k].output), FloatType::f32, dy, float_type(plan_.precision.nodes[k].data),
+                  at(m.output_gradient_cast)),
+          "convert", k);
+    dy_operand = at(m.output_gradient_cast);
+  }
+  float *dx = grad(0), *dw = grad(1);
+  if (dx) nodes_[k].gemms[1].run(where_, cublaslt_->get(), at(m.reads[1]), dy_operand, dx, true, ws, s, about);
+  // A chunked dw (deterministic) goes into the workspace's partials first, the gemm's workspace after them.
+  const size_t partials = plan::align_up(dense.partial_bytes(), plan::kAlignment);
+  auto* partial = reinterpret_cast<float*>(ws);
+  if (dw && partials == 0)
+    nodes_[k].gemms[2].run(where_, cublaslt_->get(), dy_operand, at(m.reads[0]), dw, true, ws, s, about);
+  else if (dw)
+    nodes_[k].gemms[2].run(where_, cublaslt_->get(), dy_operand, at(m.reads[0]), partial, false, ws + partials, s, about);
+  // backend.profile: one row for the gemms (FLOPs counted twice when both ran), the chunks' sum its own.
+  if (dx || dw) mark(dx && dw ? "cublasLtMatmul (dx, dw)" : "cublasLtMatmul");
+  if (dw && partials != 0) {
+    const plan::Gemm& g = dense.backward_weights;
+    check(chunk_sum_add(s, g.batch, g.m * g.n, partial, dw), "chunk_sum_add", k);
+  }
+  if (float* db = grad(2)) {
+    const plan::Gemm& g = dense.forward;  // m = out, n = rows
+    check(bias_backward(s, g.n, g.m, dy, db, ws, ws_bytes), "bias_backward", k);
+  }
+}
+
 void CudaModel::conv_backward(size_t k) {
   const sdk::host::Node& n = program_.nodes[k];
   const plan::ConvPlan& c = *plan_.nodes[k].conv;
@@ -441,6 +493,11 @@ void CudaModel::conv_backward(size_t k) {
           "cudaMemsetAsync", k);
     check(box_copy(s, padding_box(c, true), FloatType::f32, dy, type, at(m.padded_gradient), false), "box_copy", k);
     dy_operand = at(m.padded_gradient);
+  } else if (m.output_gradient_cast && c.channels) {  // conv_transpose's padded channels: zeros past them
+    check(channels_copy(s, numel(n.output) / c.channels, c.channels, plan::kTensorCoreChannels, FloatType::f32, dy, type,
+                        at(m.output_gradient_cast), false),
+          "channels_copy", k);
+    dy_operand = at(m.output_gradient_cast);
   } else if (m.output_gradient_cast) {
     check(convert(s, numel(n.output), FloatType::f32, dy, type, at(m.output_gradient_cast)), "convert", k);
     dy_operand = at(m.output_gradient_cast);
@@ -471,21 +528,28 @@ void CudaModel::conv_backward(size_t k) {
   }
   if (dx && dx_written != dx && !(!c.transpose && c.explicit_padding))
     check(convert_add(s, static_cast<int64_t>(dx_count), type, dx_written, dx), "convert_add", k);
-  // dw in cuDNN's layout and the node's type, then transposed and added into the gradient buffer.
+  // dw in cuDNN's layout, the masters' (plan/weights.hpp): fp32 added into the gradient buffer in place;
+  // half types written into the node's scratch, then cast and added.
   if (float* dw = at<float>(m.gradients[1])) {
     const auto pass = static_cast<size_t>(runtime::ConvPass::backward_filter);
     const void* x = c.transpose ? dy_operand : (c.explicit_padding ? at(m.padded) : at(m.reads[0]));
     const void* conv_dy = c.transpose ? at(m.reads[0]) : dy_operand;
+    void* dw_written = m.weight_gradient ? at(m.weight_gradient) : static_cast<void*>(dw);
     runtime::check(where_,
                    cudnnConvolutionBackwardFilter(cudnn_->get(), &kOne, d.x.get(), x, d.y.get(), conv_dy, d.pass[pass].get(),
                                                   static_cast<cudnnConvolutionBwdFilterAlgo_t>(r.conv_algo[pass]), ws,
-                                                  ws_bytes, &kZero, d.w.get(), at(m.weight_gradient)),
+                                                  ws_bytes, m.weight_gradient ? &kZero : &kOne, d.w.get(), dw_written),
                    "cudnnConvolutionBackwardFilter", about);
     mark("cudnnConvolutionBackwardFilter");
-    check(transpose_add(s, c.filter.rows, c.filter.cols, type, at(m.weight_gradient), dw), "transpose_add", k);
+    if (m.weight_gradient && c.channels)  // padded: each filter row's first channels, the rest are zero rows
+      check(channels_copy(s, c.filter.rows * c.filter.cols / plan::kTensorCoreChannels, plan::kTensorCoreChannels,
+                          c.channels, type, dw_written, FloatType::f32, dw, true),
+            "channels_copy", k);
+    else if (m.weight_gradient)
+      check(convert_add(s, c.filter.rows * c.filter.cols, type, dw_written, dw), "convert_add", k);
   }
   if (float* db = m.gradients.size() > 2 ? at<float>(m.gradients[2]) : nullptr) {
-    const int64_t channels = c.transpose ? c.in.dims[1] : c.out.dims[1];
+    const int64_t channels = program_.value(program_.nodes[k].output).shape.back();  // the graph's, never padded
     check(bias_backward(s, numel(n.output) / channels, channels, dy, db, ws, ws_bytes), "bias_backward", k);
   }
 }

@@ -24,8 +24,9 @@ bool read_own_or_cudnn(const sdk::Options& options, const std::string& key) {
 }  // namespace
 
 Settings read_settings(const sdk::Options& options) {
-  options.allow_only(sdk::with_compute_options(
-      {"device", "workspace_mb", "graphs", "loss_scale", "profile", "batch_norm", "depthwise"}), kWho);
+  options.allow_only(sdk::with_compute_options({"device", "workspace_mb", "graphs", "loss_scale", "profile",
+                                                "batch_norm", "depthwise", "pointwise"}),
+                     kWho);
   Settings s;
   s.compute = sdk::read_compute_settings(
       options, {sdk::Precision::fp32, sdk::Precision::tf32, sdk::Precision::bf16, sdk::Precision::fp16}, kWho);
@@ -40,6 +41,13 @@ Settings read_settings(const sdk::Options& options) {
       sdk::fail(MLPH_INVALID_ARGUMENT, std::string(kWho) + ": option 'loss_scale' is " + std::to_string(scale) +
                                            "; expected a power of two from 1 to 2^24");
     s.loss_scale = static_cast<float>(scale);
+  }
+  if (options.has("pointwise")) {
+    const std::string value = options.get("pointwise");
+    if (value != "gemm" && value != "cudnn")
+      sdk::fail(MLPH_INVALID_ARGUMENT,
+                std::string(kWho) + ": option 'pointwise' is '" + value + "'; expected gemm or cudnn");
+    s.pointwise = value == "gemm" ? plan::Pointwise::gemm : plan::Pointwise::cudnn;
   }
   if (options.has("profile")) s.profile_dir = options.get("profile");
   return s;

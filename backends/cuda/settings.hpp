@@ -13,6 +13,7 @@
 //   batch_norm    own (default): every batch norm on our kernels; cudnn: cuDNN's persistent spatial
 //                 batch norm where the group is one rank (SyncBatchNorm stays on ours)
 //   depthwise     own (default): depthwise convs on our kernel; cudnn: cuDNN's grouped convolution
+//   pointwise     gemm (default): 1x1 stride-1 convs as cuBLASLt matmuls; cudnn: on cuDNN's convolutions
 #pragma once
 
 #include <cstddef>
@@ -22,6 +23,7 @@
 #include "mlph/comms.h"
 #include "mlph/sdk/compute.hpp"
 #include "mlph/sdk/options.hpp"
+#include "plan/lowering.hpp"
 
 namespace mlph::cuda {
 
@@ -36,6 +38,7 @@ struct Settings {
   std::string profile_dir;  // empty: no profile
   bool own_batch_norm = true;  // batch_norm=own
   bool own_depthwise = true;   // depthwise=own
+  plan::Pointwise pointwise = plan::Pointwise::gemm;
 };
 
 // Every option checked, an unknown one refused, each in one line naming it.

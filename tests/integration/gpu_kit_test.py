@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The GPU kit (tools/gpu/kit) without a GPU: its limits' parsing, the profile step's summaries (decisions,
-ncu's table, layer kinds) as pure functions, and with BUILD_DIR the profile step rehearsed on the reference
-backend at small sizes, cut by its budget.
+ncu's table, layer kinds) as pure functions, the cuda options' values that bench and conformance run, and
+with BUILD_DIR the profile step rehearsed on the reference backend at small sizes, cut by its budget.
 
   gpu_kit_test.py [BUILD_DIR]      (unittest's arguments after it)
 """
@@ -9,6 +9,7 @@ import argparse
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -16,8 +17,8 @@ import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tools", "gpu"))
-from kit import cli  # noqa: E402
-from kit.steps import profile  # noqa: E402
+from kit import cli, options, runner  # noqa: E402
+from kit.steps import bench, conformance, profile  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 and os.path.isdir(sys.argv[1]) else None
 
@@ -165,6 +166,92 @@ class LayerKinds(unittest.TestCase):
                                      dict(kind="batch_norm", train_s=1e-3)])
         self.assertEqual(list(kinds), ["batch_norm", "conv"])
         self.assertAlmostEqual(kinds["batch_norm"], 4.0)
+
+
+class RecordingKit(runner.Kit):
+    """The kit's runner without its folders: commands recorded, mlperf-bench's JSON written with `train_s`
+    per --set it was given (a variant's own rate), nothing printed."""
+    def __init__(self, rehearse=None, train_s=None):
+        self.args = argparse.Namespace(rehearse=rehearse)
+        self.backend = rehearse or "cuda"
+        self.bundle, self.logs = "/bundle", tempfile.mkdtemp(prefix="mlph-kit-logs-")
+        self.sizes = dict(options=[("deepcam", 8, ["data.height=768"], 2, 5)])
+        self.train_s = train_s or {}
+        self.commands = []
+
+    def run(self, cmd, log, timeout, env=None, cwd=None, quiet=False):
+        self.commands.append(cmd)
+        train_s = next((t for s, t in self.train_s.items() if s in cmd), 1.0)
+        os.makedirs(os.path.join(self.logs, os.path.dirname(log)), exist_ok=True)  # as Kit.run makes it
+        with open(cmd[cmd.index("--json") + 1], "w") as f:
+            json.dump(dict(model=dict(train_s=train_s)), f)
+        return 0, ""
+
+    def say(self, text):
+        pass
+
+
+def sets_of(cmd):
+    return [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--set"]
+
+
+class OptionValues(unittest.TestCase):
+    """Every value of every cuda implementation choice runs in one GPU call: bench times each non-default
+    value alone, conformance runs each precision again with them."""
+    def test_the_choices_are_the_backends_own_and_the_default_comes_first(self):
+        with open(os.path.join(ROOT, "backends", "cuda", "settings.cpp")) as f:
+            settings = f.read()
+        with open(os.path.join(ROOT, "backends", "cuda", "README.md")) as f:
+            readme = f.read()
+        found = {name: {"own", "cudnn"} for name in re.findall(r'read_own_or_cudnn\(options, "(\w+)"\)', settings)}
+        for name, a, b in re.findall(r"option '(\w+)' is '\" \+ value \+ \"'; expected (\w+) or (\w+)", settings):
+            found[name] = {a, b}
+        self.assertEqual(found, {name: set(values) for name, values in options.CHOICES})
+        for name, values in options.CHOICES:
+            default = re.search(rf"^\| `{name}` \| `(\w+)` \|", readme, re.M)
+            self.assertEqual(default.group(1) if default else None, values[0], name)
+
+    def test_bench_runs_each_value_off_its_default_alone(self):
+        variants = options.bench_variants()
+        self.assertEqual(sorted(s for _, settings in variants for s in settings),
+                         sorted(f"backend.{n}={v}" for n, values in options.CHOICES for v in values[1:]))
+        self.assertTrue(all(len(settings) == 1 for _, settings in variants))
+
+    def test_conformance_runs_every_value_in_every_precision(self):
+        runs = conformance.runs(["fp32", "bf16", "fp16"])
+        for precision in ("fp32", "bf16", "fp16"):
+            mine = [r["settings"] for r in runs if r["precision"] == precision]
+            if precision == "fp16":  # every fp16 run starts from its loss scale
+                self.assertTrue(all("backend.loss_scale=1024" in s for s in mine))
+            for name, values in options.CHOICES:
+                for value in values:
+                    runs_with = [s for s in mine if (f"backend.{name}={value}" in s if value != values[0] else
+                                                     not any(x.startswith(f"backend.{name}=") for x in s))]
+                    self.assertTrue(runs_with, f"{precision} {name}={value}")
+        self.assertEqual(len({r["tag"] for r in runs}), len(runs))  # a log each
+        self.assertEqual([r["name"] for r in conformance.runs(["fp32"])],
+                         ["fp32", "fp32 batch_norm=cudnn depthwise=cudnn pointwise=cudnn"])
+
+    def test_a_choice_of_three_values_takes_two_conformance_runs(self):
+        runs = options.conformance_variants([("a", ("x", "y", "z")), ("b", ("p", "q"))])
+        self.assertEqual(runs, [("a=y b=q", ["backend.a=y", "backend.b=q"]), ("a=z", ["backend.a=z"])])
+
+    def test_each_variant_is_timed_beside_the_defaults_and_a_rehearsal_drops_the_options(self):
+        kit = RecordingKit(train_s={"backend.depthwise=cudnn": 4.0})
+        rows = bench.option_runs(kit, dict(parts=[]), runner.time.monotonic() + 600,
+                                 {("deepcam", 8): dict(model=dict(train_s=2.0))}, None)
+        self.assertEqual([r["option"] for r in rows], [label for label, _ in options.bench_variants()])
+        for cmd, (_, settings) in zip(kit.commands, options.bench_variants()):
+            self.assertEqual(sets_of(cmd), ["train.batch_size=8", "backend.precision=bf16"] + settings + ["data.height=768"])
+        depthwise = rows[[r["option"] for r in rows].index("depthwise=cudnn")]
+        self.assertEqual((depthwise["samples_per_s"], depthwise["default_samples_per_s"]), (2.0, 4.0))
+        self.assertEqual(depthwise["vs_default"], 0.5)
+        self.assertEqual(bench.option_line(depthwise),
+                         "deepcam b8 backend.depthwise=cudnn: 2.0 samples/s (0.50x the defaults' 4.0)")
+        rehearsal = RecordingKit(rehearse="reference")
+        bench.option_runs(rehearsal, dict(parts=[]), runner.time.monotonic() + 600, {}, None)
+        self.assertEqual([sets_of(c) for c in rehearsal.commands],
+                         [["train.batch_size=8", "data.height=768"]] * len(options.bench_variants()))
 
 
 def fake_bundle(folder):

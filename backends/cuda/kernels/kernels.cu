@@ -211,12 +211,13 @@ cudaError_t convert_add(cudaStream_t stream, int64_t n, FloatType from, const vo
 cudaError_t bias_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* b, float* y) {
   return each_row_channel<bias_forward_at>(stream, rows, channels, channels, b, y);
 }
-cudaError_t transpose(cudaStream_t stream, int64_t rows, int64_t cols, const float* w, FloatType to, void* device) {
-  return each<transpose_at>(stream, rows * cols, rows, cols, w, to, device);
+cudaError_t chunk_sum_add(cudaStream_t stream, int64_t chunks, int64_t count, const float* partials, float* dw) {
+  return each<chunk_sum_add_at>(stream, count, chunks, count, partials, dw);
 }
-cudaError_t transpose_add(cudaStream_t stream, int64_t rows, int64_t cols, FloatType from, const void* device_dw,
-                          float* dw) {
-  return each<transpose_add_at>(stream, rows * cols, rows, cols, from, device_dw, dw);
+cudaError_t channels_copy(cudaStream_t stream, int64_t rows, int64_t src_width, int64_t dst_width, FloatType from,
+                          const void* x, FloatType to, void* y, bool accumulate) {
+  if (accumulate && to != FloatType::f32) return cudaErrorInvalidValue;
+  return each<channels_copy_at>(stream, rows * dst_width, src_width, dst_width, from, x, to, y, accumulate);
 }
 cudaError_t box_copy(cudaStream_t stream, const Box& box, FloatType from, const void* x, FloatType to, void* y,
                      bool accumulate) {

@@ -272,12 +272,13 @@ inline size_t multi_tensor_workspace_bytes(int64_t chunks, int32_t tensors) {
 // db += the sum of dy over rows; workspace: channel_sums_workspace_bytes(1, rows, channels).
 [[nodiscard]] cudaError_t bias_backward(cudaStream_t stream, int64_t rows, int64_t channels, const float* dy, float* db,
                                         void* workspace, size_t workspace_bytes);
-// The device's copy of conv weights: w [rows, cols] fp32 (the graph's) -> device [cols, rows] in `to`.
-[[nodiscard]] cudaError_t transpose(cudaStream_t stream, int64_t rows, int64_t cols, const float* w, FloatType to,
-                                    void* device);
-// dw [rows, cols] += device_dw [cols, rows] (cuDNN's filter gradient, in `from`).
-[[nodiscard]] cudaError_t transpose_add(cudaStream_t stream, int64_t rows, int64_t cols, FloatType from,
-                                        const void* device_dw, float* dw);
+// dw[count] += partials[0] + partials[1] + ... (chunks of `count` floats), summed in chunk order.
+[[nodiscard]] cudaError_t chunk_sum_add(cudaStream_t stream, int64_t chunks, int64_t count, const float* partials,
+                                        float* dw);
+// y [rows, dst_width] (=, or += in fp32 when `accumulate`) x [rows, src_width], converted, channels
+// padded with zeros or cropped (channels_copy_at).
+[[nodiscard]] cudaError_t channels_copy(cudaStream_t stream, int64_t rows, int64_t src_width, int64_t dst_width,
+                                        FloatType from, const void* x, FloatType to, void* y, bool accumulate);
 // The box's positions of x copied into y (accumulate: added, y fp32), converted; see Box.
 [[nodiscard]] cudaError_t box_copy(cudaStream_t stream, const Box& box, FloatType from, const void* x, FloatType to,
                                    void* y, bool accumulate);

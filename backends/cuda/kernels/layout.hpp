@@ -55,19 +55,12 @@ MLPH_KERNEL void bias_forward_at(int64_t r, int64_t c, int64_t channels, const f
 // db[c] += the sum over rows of dy (sums [C] from the reduction, in double).
 MLPH_KERNEL void bias_backward_at(int64_t c, const double* sums, float* db) { db[c] += static_cast<float>(sums[c]); }
 
-// ---- conv weights: the graph's [rows, cols] (rows = taps x Ci/groups, cols = Co) and cuDNN's
-// CUDNN_TENSOR_NHWC filter [Co, taps, Ci/groups], its transpose [cols, rows] (plan::FilterDesc) ----
-
-// Element i of the device copy, in `to`, from the fp32 masters.
-MLPH_KERNEL void transpose_at(int64_t i, int64_t rows, int64_t cols, const float* w, FloatType to, void* device) {
-  const int64_t c = i / rows, r = i - c * rows;
-  store_float(to, device, i, w[r * cols + c]);
-}
-// Element i (graph layout) of the weights' gradient += cuDNN's dw (device layout, in `from`).
-MLPH_KERNEL void transpose_add_at(int64_t i, int64_t rows, int64_t cols, FloatType from, const void* device_dw,
-                                  float* dw) {
-  const int64_t r = i / cols, c = i - r * cols;
-  dw[i] += load_float(from, device_dw, c * rows + r);
+// Element i of dw += the sum of `chunks` partial products `count` floats apart (a deterministic
+// chunked weight gradient, plan::DensePlan), added in chunk order: the same bits on every run.
+MLPH_KERNEL void chunk_sum_add_at(int64_t i, int64_t chunks, int64_t count, const float* partials, float* dw) {
+  float sum = partials[i];
+  for (int64_t c = 1; c < chunks; ++c) sum += partials[c * count + i];
+  dw[i] += sum;
 }
 
 // ---- explicit padding: a box of positions copied between two channels-last tensors ----
@@ -99,6 +92,22 @@ MLPH_KERNEL void box_copy_at(int64_t i, const Box& b, FloatType from, const void
     static_cast<float*>(y)[t * b.channels + c] += v;
   else
     store_float(to, y, t * b.channels + c, v);
+}
+
+// ---- padded channels: rows of `src_width` channels copied into rows of `dst_width` ----
+
+// Element i of y [rows, dst_width] from x [rows, src_width], converted: padding (dst_width wider)
+// writes zeros past x's channels, cropping (narrower) drops x's last ones; with `accumulate`, y (fp32)
+// += instead. Tensor cores want channels in multiples of 8 (plan::ConvPlan::channels): CosmoFlow's
+// 4 input channels and DeepCAM's 3 output classes are padded to 8 where they are cast anyway.
+MLPH_KERNEL void channels_copy_at(int64_t i, int64_t src_width, int64_t dst_width, FloatType from, const void* x,
+                                  FloatType to, void* y, bool accumulate) {
+  const int64_t r = i / dst_width, c = i - r * dst_width;
+  const float v = c < src_width ? load_float(from, x, r * src_width + c) : 0.0f;
+  if (accumulate)
+    static_cast<float*>(y)[i] += v;
+  else
+    store_float(to, y, i, v);
 }
 
 // ---- labels: the first bad one of any step, kept until the host reads it ----

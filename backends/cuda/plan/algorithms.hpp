@@ -6,7 +6,9 @@
 // heuristic order), copies each result into a Candidate, and choose() picks:
 //   - only results with status CUDNN_STATUS_SUCCESS and a workspace within the cap;
 //   - fp32 (math fma): no tensor cores (a result with mathType other than CUDNN_FMA_MATH would use
-//     TF32); never CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION (it rounds fp32 data to fp16);
+//     TF32); fp32 and tf32 never CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION (it rounds fp32 data to fp16);
+//     bf16 and fp16 (math tensor_op) take every math type cuDNN reports: their data is half already,
+//     so no candidate is dropped for its math type;
 //   - deterministic: only results whose `determinism` is CUDNN_DETERMINISTIC (the backend API's
 //     numerical note CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC excluded), chosen by the heuristic
 //     order (cudnnGet*_v7), not by timing, with a fixed cap: the same algorithms on every run,
@@ -16,11 +18,15 @@
 // (no split-K, whose partial sums could be reduced in varying order); the first result is taken.
 // Batch norm (cuDNN CUDNN_BATCHNORM_SPATIAL) and our kernels (no atomics in reductions) are
 // deterministic as they are.
+//
+// Compile once per shape: the search runs once per ConvKey (conv_key), and every conv with that key
+// takes its result (DeepCAM's middle blocks repeat one shape 16 times).
 #pragma once
 
+#include <compare>
 #include <vector>
 
-#include "types.hpp"
+#include "lowering.hpp"
 
 namespace mlph::cuda::plan {
 
@@ -57,5 +63,16 @@ bool allowed(const AlgorithmRule& rule, const Candidate& candidate);
 
 // The index of the candidate to use, or -1 when none is allowed (the runtime then fails naming the node).
 int choose(const AlgorithmRule& rule, const std::vector<Candidate>& candidates);
+
+// What cuDNN's search for one pass of one conv depends on: every field its descriptors are made of
+// (the tensors' dims and strides, the input side padded or not, the filter, padding, stride, dilation,
+// groups), the data type, the math and the pass; not the node's name, its bias (our kernel) or whether
+// it is a conv_transpose (whose passes are its adjoint conv's: the same search). Within one compile
+// the rule is the same for every node.
+struct ConvKey {
+  std::vector<int64_t> fields;
+  auto operator<=>(const ConvKey&) const = default;
+};
+ConvKey conv_key(const ConvPlan& conv, DType data, MathMode math, int pass);
 
 }  // namespace mlph::cuda::plan

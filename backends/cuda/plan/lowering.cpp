@@ -117,19 +117,68 @@ ConvPlan plan_conv(const Program& p, const Node& node) {
   return c;
 }
 
+bool pads_channels(const ConvPlan& c, bool half, bool input_needs_gradient) {
+  const int64_t channels = c.in.dims[1];
+  return half && c.groups == 1 && !c.explicit_padding && channels < kTensorCoreChannels &&
+         (c.transpose || !input_needs_gradient);
+}
+
+void pad_channels(ConvPlan& c) {
+  c.channels = c.in.dims[1];
+  std::vector<int64_t> shape{c.in.dims[0]};
+  for (int d = 0; d < c.spatial; ++d) shape.push_back(c.in.dims[static_cast<size_t>(2 + d)]);
+  shape.push_back(kTensorCoreChannels);
+  c.in = channels_last(shape);
+  c.filter.dims[1] = kTensorCoreChannels;
+  c.filter.rows = c.filter.rows / c.channels * kTensorCoreChannels;
+}
+
 BatchNormPlan plan_batch_norm(const Program& p, const Node& node) {
   const int64_t c = node.rows.channels, n = p.value(node.inputs[0]).shape[0];
   return {channels_last({n, node.rows.rows / n, 1, c}), c, node.batch_norm.eps, node.batch_norm.momentum};
 }
 
-DensePlan plan_dense(const Node& node) {
-  const int64_t batch = node.dense.batch, in = node.dense.in, out = node.dense.out;
+DensePlan plan_matmul(int64_t batch, int64_t in, int64_t out, bool bias, int64_t weight_chunks) {
   DensePlan d;
-  d.bias = node.has_bias();
+  d.bias = bias;
+  d.weight_chunks = weight_chunks;
   d.forward = {false, false, out, batch, in, out, in, out};
   d.backward_data = {true, false, in, batch, out, out, out, in};
-  d.backward_weights = {false, true, out, in, batch, out, in, out};
+  const int64_t rows = batch / weight_chunks;  // a divisor (weight_chunks())
+  d.backward_weights = {false, true, out, in, rows, out, in, out, weight_chunks, out * rows, in * rows, out * in};
   return d;
+}
+
+size_t DensePlan::partial_bytes() const {
+  return weight_chunks > 1 ? static_cast<size_t>(weight_chunks * backward_weights.m * backward_weights.n) * sizeof(float) : 0;
+}
+
+int64_t weight_chunks(int64_t rows, int64_t in, int64_t out, bool deterministic, size_t workspace_cap) {
+  if (!deterministic) return 1;
+  const int64_t tiles = ((in + 127) / 128) * ((out + 127) / 128);
+  const auto partial = static_cast<size_t>(in * out) * sizeof(float);
+  const auto fit = static_cast<int64_t>(workspace_cap / 4 / partial);
+  const int64_t most = std::min({(kChunkTiles + tiles - 1) / tiles, rows / kChunkRows, kMaxChunks, fit});
+  for (int64_t chunks = most; chunks > 1; --chunks)
+    if (rows % chunks == 0) return chunks;
+  return 1;
+}
+
+DensePlan plan_dense(const Node& node) {
+  return plan_matmul(node.dense.batch, node.dense.in, node.dense.out, node.has_bias());
+}
+
+bool is_pointwise(const Node& node) {
+  if (node.kind != OpKind::conv || node.window.groups != 1) return false;
+  const sdk::host::Window& w = node.window;
+  for (size_t e = 0; e < 3; ++e)
+    if (w.kernel[e] != 1 || w.stride[e] != 1 || w.pad_before[e] != 0 || w.pad_after[e] != 0) return false;
+  return true;
+}
+
+DensePlan plan_pointwise(const Node& node) {
+  const sdk::host::Window& w = node.window;
+  return plan_matmul(w.out_positions(), w.in_channels, w.out_channels, node.has_bias());
 }
 
 bool is_depthwise(const Node& node) {
@@ -137,7 +186,7 @@ bool is_depthwise(const Node& node) {
   return node.kind == OpKind::conv && w.groups > 1 && w.groups == w.in_channels && w.groups == w.out_channels;
 }
 
-std::vector<NodeLowering> lower_nodes(const Program& p, const OwnKernels& own) {
+std::vector<NodeLowering> lower_nodes(const Program& p, const LoweringOptions& options) {
   std::vector<NodeLowering> lowered;
   for (const Node& node : p.nodes) {
     NodeLowering l;
@@ -145,12 +194,19 @@ std::vector<NodeLowering> lower_nodes(const Program& p, const OwnKernels& own) {
       case OpKind::conv:
       case OpKind::conv_transpose:
         check_weights_are_parameters(p, node);
-        if (own.depthwise && is_depthwise(node)) {  // the graph's [K..., 1, C] weights as they are
+        if (options.own.depthwise && is_depthwise(node)) {  // the graph's [K..., 1, C] weights as they are
           l.engine = Engine::depthwise;
+          break;
+        }
+        if (options.pointwise == Pointwise::gemm && is_pointwise(node)) {
+          l.engine = Engine::cublaslt_dense;
+          l.dense = plan_pointwise(node);
           break;
         }
         l.engine = node.kind == OpKind::conv ? Engine::cudnn_conv : Engine::cudnn_conv_transpose;
         l.conv = plan_conv(p, node);
+        if (pads_channels(*l.conv, options.half, p.needs_gradient[static_cast<size_t>(node.inputs[0])]))
+          pad_channels(*l.conv);
         break;
       case OpKind::dense:
         check_weights_are_parameters(p, node);
@@ -158,7 +214,7 @@ std::vector<NodeLowering> lower_nodes(const Program& p, const OwnKernels& own) {
         l.dense = plan_dense(node);
         break;
       case OpKind::batch_norm:
-        if (own.batch_norm || node.batch_norm.group_size > 1) break;  // our kernels
+        if (options.own.batch_norm || node.batch_norm.group_size > 1) break;  // our kernels
         l.engine = Engine::cudnn_batch_norm;
         l.batch_norm = plan_batch_norm(p, node);
         check_32_bit(node, "its input", l.batch_norm->x);
@@ -171,6 +227,11 @@ std::vector<NodeLowering> lower_nodes(const Program& p, const OwnKernels& own) {
         fail_node(node, "spatial parallelism is not implemented by the cuda backend yet");
       default:
         break;
+    }
+    if (l.dense) {  // dw in fixed-order chunks when deterministic
+      const Gemm& dw = l.dense->forward;  // m = out, n = batch, k = in
+      const int64_t chunks = weight_chunks(dw.n, dw.k, dw.m, options.deterministic, options.workspace_cap);
+      if (chunks > 1) l.dense = plan_matmul(dw.n, dw.k, dw.m, l.dense->bias, chunks);
     }
     lowered.push_back(std::move(l));
   }

@@ -14,6 +14,10 @@
 //                   and 1/sqrt(var+eps), and updates the running variance with the unbiased one,
 //                   exponentialAverageFactor being our momentum: exactly docs/ops.md.
 //   dense           cuBLASLt, on the graph's [in, out] weights as they are (see DensePlan)
+//   conv 1x1        a pointwise conv (1x1 kernel, stride 1, no padding, one group) is a dense layer in
+//                   NHWC: y[N·S, Co] = x[N·S, Ci] w[Ci, Co], the graph's weights [1.., Ci, Co] already
+//                   the matrix cuBLASLt reads (no transpose, no copy in fp32). `pointwise` = cudnn
+//                   keeps it on cuDNN (for comparison on a GPU).
 //   reshape         an alias of its input: no copy, no kernel
 //   max_pool        our kernel: docs/ops.md gives the gradient to the first maximum of a window in
 //                   row-major order; cuDNN documents no rule for ties
@@ -94,7 +98,26 @@ struct ConvPlan {
   TensorDesc padded;                 // explicit_padding: the conv's input side, padded
   std::array<int64_t, 3> offset{};   // explicit_padding: where the unpadded tensor starts in it
   std::array<int64_t, 3> copied{};   // explicit_padding: positions of the unpadded tensor that fit in it
+  // Padded channels (pad_channels): the input side's channels as the graph has them; 0 when
+  // `in` and the filter's Ci are the graph's. Otherwise both have kTensorCoreChannels.
+  int64_t channels = 0;
 };
+
+// Tensor cores (bf16, fp16) want channels in multiples of 8; a conv with fewer on its input side
+// runs at a fraction of their speed (CosmoFlow's conv1, 4 channels: 8 TFLOP/s on an H200). Such a
+// cuDNN conv is padded to 8 channels where it is cast anyway, invisibly outside the backend (the
+// fp32 masters, gradients, checkpoints keep the graph's shapes):
+//   conv (CosmoFlow conv1, 4 -> 8): x cast into an 8-channel half buffer, zeros in 4-7; the weights'
+//     half copy [Co, taps, 8] with zero rows (cast from the unpadded masters after each update, so
+//     they stay zero); dw written [Co, taps, 8] and its first channels added into the gradient.
+//     Only when x needs no gradient (a padded dx would need cropping: no graph of ours has one).
+//   conv_transpose (DeepCAM last_deconv, 3 classes -> 8): the adjoint conv's input side is the node's
+//     output: backward-data writes 8 half channels, cropped to 3 as they are cast up (the loss reads
+//     3); dy is cast into 8 with zeros for its backward.
+// One group, no explicit padding, half precisions only (fp32 and tf32 gain nothing from it).
+inline constexpr int64_t kTensorCoreChannels = 8;
+bool pads_channels(const ConvPlan& conv, bool half, bool input_needs_gradient);
+void pad_channels(ConvPlan& conv);
 
 // cuDNN spatial batch norm (CUDNN_BATCHNORM_SPATIAL): x and y as `x`, any [N, S..., C] seen as the
 // 4-D [N, C, P, 1] (P = the spatial positions; the statistics are over N, H and W alike); scale,
@@ -107,10 +130,12 @@ struct BatchNormPlan {
 };
 
 // One cuBLASLt matmul in its column-major terms: D[m, n] = op(A)[m, k] * op(B)[k, n], leading
-// dimensions lda, ldb, ldd (row counts of the stored, untransposed matrices).
+// dimensions lda, ldb, ldd (row counts of the stored, untransposed matrices). `batch` > 1: that many
+// products, the i-th reading A, B and writing D `stride_*` elements further on (strided batch).
 struct Gemm {
   bool transpose_a = false, transpose_b = false;
   int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldd = 0;
+  int64_t batch = 1, stride_a = 0, stride_b = 0, stride_d = 0;
 };
 
 // dense y[N, out] = x[N, in] w[in, out] (+ b) with row-major buffers, in cuBLASLt's column-major
@@ -119,9 +144,36 @@ struct Gemm {
 //   backward_data:    A = w (transposed), B = dy, D = dx
 //   backward_weights: A = dy, B = x (transposed), D = dw, written in fp32 into the gradient buffer
 // The bias gradient is our per-channel sum of dy (deterministic; no cuBLASLt BGRAD epilogue).
+//
+// dw sums over the batch's rows (a pointwise conv's: N·S, up to 1.8 M in DeepCAM) onto a small
+// [in, out]: one gemm has few output tiles to spread over the GPU. Not deterministic: cuBLASLt's
+// split-K (its heuristic's choice). Deterministic (no split-K, whose partial sums meet in varying
+// order): `weight_chunks` > 1 equal slices of the rows, one strided-batch gemm writing each slice's
+// product into its own [in, out] partial (the backward workspace, `partial_bytes()`), then our
+// kernel adds them in chunk order into the gradient (chunk_sum_add): the same bits on every run.
 struct DensePlan {
   Gemm forward, backward_data, backward_weights;
   bool bias = false;
+  int64_t weight_chunks = 1;
+  size_t partial_bytes() const;  // the partials' fp32 bytes (0 with one chunk)
+};
+
+// How many equal slices of `rows` a deterministic dw takes (see DensePlan): enough products to fill
+// about two waves of a large GPU's multiprocessors (kChunkTiles 128x128 output tiles in all), each of
+// at least kChunkRows rows, at most kMaxChunks, the partials within a quarter of `workspace_cap`, and
+// a divisor of `rows` (equal slices: one strided-batch call). 1 without `deterministic`.
+inline constexpr int64_t kChunkTiles = 264, kChunkRows = 2048, kMaxChunks = 64;
+int64_t weight_chunks(int64_t rows, int64_t in, int64_t out, bool deterministic, size_t workspace_cap);
+
+// `pointwise`: how 1x1 stride-1 convs run (backend.pointwise); `deterministic`: dw's chunks; `own`:
+// batch norm and depthwise convs on our kernels or cuDNN's (backend.batch_norm, backend.depthwise).
+enum class Pointwise { gemm, cudnn };
+struct LoweringOptions {
+  Pointwise pointwise = Pointwise::gemm;
+  bool deterministic = false;
+  size_t workspace_cap = size_t{1} << 30;
+  bool half = false;  // bf16, fp16: tensor cores (pads_channels)
+  OwnKernels own{};
 };
 
 // A node as the device runs it.
@@ -129,7 +181,7 @@ struct NodeLowering {
   Engine engine = Engine::kernel;
   std::optional<ConvPlan> conv;        // cudnn_conv, cudnn_conv_transpose
   std::optional<BatchNormPlan> batch_norm;  // cudnn_batch_norm
-  std::optional<DensePlan> dense;      // cublaslt_dense
+  std::optional<DensePlan> dense;      // cublaslt_dense (a dense node, or a pointwise conv)
   // batch_norm on our kernels, or add, whose output only the next node, a relu, reads: that relu's
   // index; the relu is Engine::fused. One pass writes the relu's output (fused.hpp); backward reads
   // the relu's output gradient and its mask: batch norm recomputes it from x and the forward's scale
@@ -137,13 +189,22 @@ struct NodeLowering {
   int64_t fused_relu = -1;
 };
 
-// Per node of `program`, in order, with `own`'s choices. Throws (fail_node) for what the device cannot run: spatial ops,
-// weights of conv/dense that are not parameters, tensors past cuDNN's 32-bit sizes.
-std::vector<NodeLowering> lower_nodes(const Program& program, const OwnKernels& own = {});
+// Per node of `program`, in order, with `options`' choices (options.own: batch norm and depthwise on our
+// kernels or cuDNN's; options.pointwise: 1x1 convs on cuBLASLt or cuDNN). Throws (fail_node) for what
+// the device cannot run: spatial ops, weights of conv/dense that are not parameters, tensors past
+// cuDNN's 32-bit sizes.
+std::vector<NodeLowering> lower_nodes(const Program& program, const LoweringOptions& options = {});
+
+// A conv that is a matrix product over channels-last rows: 1x1(x1) kernel, stride 1, no padding, one group.
+bool is_pointwise(const Node& node);
 
 // The parameters of each node's lowering, from its Node (exposed for tests).
 ConvPlan plan_conv(const Program& program, const Node& node);
 BatchNormPlan plan_batch_norm(const Program& program, const Node& node);
 DensePlan plan_dense(const Node& node);
+// A pointwise conv as dense: rows = N x spatial positions, in = Ci, out = Co.
+DensePlan plan_pointwise(const Node& node);
+// The gemms of y[batch, out] = x[batch, in] w[in, out] (plan_dense's and plan_pointwise's).
+DensePlan plan_matmul(int64_t batch, int64_t in, int64_t out, bool bias, int64_t weight_chunks = 1);
 
 }  // namespace mlph::cuda::plan

@@ -131,9 +131,24 @@ class Planner {
     const DType type = precision_.nodes[k].reads[slot];
     if (type == stored(v)) return value_at(v);
     const int32_t r = root(v);
+    if (padded_side(k, slot))  // a cast of its own, into kTensorCoreChannels channels
+      return keyed(casts_, {r, kPaddedCast + static_cast<int>(type)}, RegionKind::cast,
+                   p_.value(r).name + " as " + name_of(type) + ", channels padded", padded_count(k, v) * bytes_of(type));
     return keyed(casts_, {r, static_cast<int>(type)}, RegionKind::cast, p_.value(r).name + " as " + name_of(type),
                  numel(r) * bytes_of(type));
   }
+  // Padded channels (ConvPlan::channels): is input `slot` (-1: the output) of node k the padded side, and
+  // how many elements has `v` there.
+  bool padded_side(size_t k, int slot) const {
+    const auto& conv = lowering_[k].conv;
+    if (!conv || conv->channels == 0) return false;
+    return slot == 1 || slot == (conv->transpose ? -1 : 0);
+  }
+  size_t padded_count(size_t k, int32_t v) const {
+    return numel(v) / static_cast<size_t>(lowering_[k].conv->channels) * static_cast<size_t>(kTensorCoreChannels);
+  }
+  size_t count_on_side(size_t k, int slot, int32_t v) const { return padded_side(k, slot) ? padded_count(k, v) : numel(v); }
+  static constexpr int kPaddedCast = 100;  // a padded cast's key: apart from the plain casts of the same value
   const Node& fused_relu_node(size_t k) const { return p_.nodes[static_cast<size_t>(lowering_[k].fused_relu)]; }
   // A region of node `k` alone (at its steps).
   Location scratch(RegionKind kind, size_t k, const std::string& what, size_t bytes) {
@@ -149,16 +164,17 @@ class Planner {
     for (const std::string& slot : p_.optimizer.state)
       out_.optimizer_slots.push_back(persistent(RegionKind::optimizer_slot, "optimizer " + slot, trainable));
     if (precision_.loss_scaling) persistent(RegionKind::loss_scale, "loss scale", 2 * sizeof(float));
-    // The device's weight copies: conv weights always (cuDNN's filter layout), dense ones in half types.
+    // The device's weight copies, in half types only: the masters are in the layout their reader
+    // reads (weights.hpp), so fp32 and tf32 read them as they are.
     out_.weights.resize(p_.values.size());
     const bool half = compute_dtype(precision_.precision) != DType::f32;
     for (size_t k = 0; k < p_.nodes.size(); ++k) {
       const Node& node = p_.nodes[k];
-      if (!lowering_[k].conv && !(lowering_[k].dense && half)) continue;
+      if (!(lowering_[k].conv || lowering_[k].dense) || !half) continue;
       const auto w = static_cast<size_t>(node.inputs[1]);
       if (out_.weights[w]) continue;
       out_.weights[w] = {persistent(RegionKind::weights, p_.values[w].name + " (device)",
-                                    numel(node.inputs[1]) * bytes_of(precision_.nodes[k].data)), 0};
+                                    count_on_side(k, 1, node.inputs[1]) * bytes_of(precision_.nodes[k].data)), 0};
     }
   }
 
@@ -186,7 +202,7 @@ class Planner {
     const DType writes = precision_.nodes[k].writes;
     if (writes != stored(node.output) && !crops_output) {
       m.output_scratch = scratch(RegionKind::output_scratch, k, std::string("output as ") + name_of(writes),
-                                 numel(node.output) * bytes_of(writes));
+                                 count_on_side(k, -1, node.output) * bytes_of(writes));
       touch(m.output_scratch, s);
     }
     if (node.kind == OpKind::batch_norm) {  // mean, inverse std (and scale, shift for a fused relu's mask)
@@ -224,7 +240,7 @@ class Planner {
     const DType data = precision_.nodes[k].data;
     if (lowering_[k].engine != Engine::kernel && data != stored(node.output) && !(explicit_padding && conv->transpose)) {
       m.output_gradient_cast = scratch(RegionKind::gradient_cast, k, std::string("d output as ") + name_of(data),
-                                       numel(node.output) * bytes_of(data));
+                                       count_on_side(k, -1, node.output) * bytes_of(data));
       touch(m.output_gradient_cast, s);
     }
     if (explicit_padding) {  // conv: d(padded x), cropped into dx; conv_transpose: dy padded
@@ -241,9 +257,9 @@ class Planner {
       touch(m.gradients[i], s);
       m.accumulate[i] = param_slot(v) || !written_.insert(root(v)).second;
       if (is_weight_slot(node, i)) {
-        if (conv)
+        if (conv && precision_.nodes[k].data != DType::f32)  // cuDNN writes dw in the half type: cast and added after
           m.weight_gradient = scratch(RegionKind::weight_gradient, k, "weight gradient",
-                                      numel(v) * bytes_of(precision_.nodes[k].reads[i]));
+                                      count_on_side(k, 1, v) * bytes_of(precision_.nodes[k].reads[i]));
         touch(m.weight_gradient, s);
         continue;
       }

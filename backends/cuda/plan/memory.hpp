@@ -12,7 +12,7 @@
 //     offsets (one allreduce, in buckets; read_gradient); each optimizer slot with the same offsets
 //     (so the update is one pass over one index range); the non-trainable parameters (running
 //     statistics, normalization constants) likewise in a block of their own; the device copy of
-//     each conv/dense weight (compute type, cuDNN's filter layout: precision.hpp); fp16's loss
+//     each conv/dense weight in half types (the compute type, the masters' layout: weights.hpp); fp16's loss
 //     scale; the loss and eval outputs (read after the step).
 //   values: each node's output from its forward to its last reader, a backward that saves it
 //     included (batch_norm, conv, dense, channel_affine and max_pool keep their input; relu, tanh and
@@ -23,7 +23,7 @@
 //   gradients: a value's gradient from the backward of its last consumer (which writes it; later
 //     ones add) to the backward of its producer (which reads it).
 //   per node, at its steps only: batch_norm's saved mean and inverse std (forward to backward),
-//     explicit padding (lowering.hpp), conv's weight gradient in the device layout (transposed and
+//     explicit padding (lowering.hpp), conv's weight gradient as cuDNN writes it in half types (cast and
 //     added into the gradient buffer in the same step), the output written in another type before
 //     it is cast up, the output's gradient cast down, input gradients written in another type before
 //     they are cast and added, and the workspaces given by the caller (sizes known once algorithms

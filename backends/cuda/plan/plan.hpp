@@ -6,6 +6,7 @@
 //   memory.hpp      the step schedule and the arena: every region's offset
 //   buckets.hpp     the gradient buckets reduced during backward
 //   algorithms.hpp  how algorithms are chosen on the GPU (determinism, workspace cap)
+//   weights.hpp     each parameter's device layout (conv weights in cuDNN's filter layout)
 #pragma once
 
 #include "algorithms.hpp"
@@ -13,6 +14,7 @@
 #include "lowering.hpp"
 #include "memory.hpp"
 #include "precision.hpp"
+#include "weights.hpp"
 
 namespace mlph::cuda::plan {
 
@@ -21,6 +23,7 @@ struct Options {
   bool deterministic = false;
   size_t workspace_cap = kDefaultWorkspaceCap;
   size_t bucket_bytes = kBucketBytes;
+  Pointwise pointwise = Pointwise::gemm;  // backend.pointwise: 1x1 stride-1 convs on cuBLASLt or cuDNN
   OwnKernels own{};  // backend.batch_norm, backend.depthwise
 };
 
@@ -31,6 +34,7 @@ struct DevicePlan {
   MemoryPlan memory;
   std::vector<Bucket> buckets;
   AlgorithmRule algorithms;
+  std::vector<ParamMap> params;  // per Program::params entry: its device layout
 };
 
 // Everything for `program`. `workspaces`: the bytes the chosen algorithms need (empty before they

@@ -5,24 +5,19 @@
 namespace mlph::cuda::plan {
 namespace {
 
-// The ops that compute in compute_dtype(precision) (the catalogue's reduced_precision ops), with the
-// type their library writes in: cuDNN writes y and dx in x's type, cuBLASLt writes D in fp32.
-struct ComputeOp {
-  OpKind op;
-  bool writes_half;
-};
-constexpr ComputeOp kComputeOps[] = {
-    {OpKind::conv, true},
-    {OpKind::conv_transpose, true},
-    {OpKind::dense, false},
-};
+// The ops that compute in compute_dtype(precision) (the catalogue's reduced_precision ops).
+constexpr OpKind kComputeOps[] = {OpKind::conv, OpKind::conv_transpose, OpKind::dense};
 constexpr size_t kBiasSlot = 2;  // conv, conv_transpose, dense: a bias is fp32 in every precision
 
-const ComputeOp* compute_op(OpKind op) {
-  for (const ComputeOp& entry : kComputeOps)
-    if (entry.op == op) return &entry;
-  return nullptr;
+bool compute_op(OpKind op) {
+  for (OpKind entry : kComputeOps)
+    if (entry == op) return true;
+  return false;
 }
+
+// The type a library writes in: cuDNN writes y and dx in x's type, cuBLASLt (dense, pointwise
+// convs) writes D in fp32.
+bool writes_half(Engine engine) { return engine == Engine::cudnn_conv || engine == Engine::cudnn_conv_transpose; }
 
 }  // namespace
 
@@ -38,10 +33,10 @@ PrecisionPlan plan_precision(const Program& p, Precision precision, const std::v
     const Node& node = p.nodes[k];
     NodePrecision n;
     n.math = math_of(precision);
-    const ComputeOp* op = lowering[k].engine == Engine::depthwise ? nullptr : compute_op(node.kind);
+    const bool op = compute_op(node.kind) && lowering[k].engine != Engine::depthwise;  // depthwise: fp32 kernel
     if (op) {
       n.data = compute;
-      n.writes = op->writes_half ? compute : DType::f32;
+      n.writes = writes_half(lowering[k].engine) ? compute : DType::f32;
     }
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       const DType stored = plan.values[static_cast<size_t>(node.inputs[i])];

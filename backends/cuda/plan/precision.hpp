@@ -9,7 +9,7 @@
 //                         and added into its fp32 gradient; dy cast down before backward
 //   dense                 cuBLASLt with A and B in compute_dtype(precision) and C/D in fp32: y, dx and
 //                         dw are written in fp32 directly, only x (a cast copy), the weights and dy are
-//                         half
+//                         half; so are pointwise convs lowered to cuBLASLt (lowering.hpp)
 // Biases are fp32 in every precision (added by our kernels or cuBLASLt's epilogue). In fp32 and tf32
 // nothing is cast: fp32 multiplies with FMA only (TF32 off), tf32 with TF32 tensor cores.
 // Keeping activations in half between the convolutions (templated kernels) is the next speed step:
@@ -43,7 +43,8 @@ struct PrecisionPlan {
   bool loss_scaling = false;  // fp16: the loss's gradient starts at LossScaler::scale()
 };
 
-// Ops on our kernels (a depthwise conv too) compute and store in fp32 whatever the precision.
+// `lowering`: lower_nodes(program), per node (which library writes its output). Ops on our kernels
+// (a depthwise conv too) compute and store in fp32 whatever the precision.
 PrecisionPlan plan_precision(const Program& program, Precision precision, const std::vector<NodeLowering>& lowering);
 
 // Is input `slot` of `node` a conv/dense weight (read from the device's weight copy)?

@@ -68,6 +68,17 @@ Matmul::Matmul(const Context& where, cublasLtHandle_t handle, const Setup& s, co
     layout(&a_, operands, g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k, g.lda);
     layout(&b_, operands, g.transpose_b ? g.n : g.k, g.transpose_b ? g.k : g.n, g.ldb);
     layout(&d_, CUDA_R_32F, g.m, g.n, g.ldd);
+    if (g.batch > 1) {  // a strided batch: each matrix `stride` elements after the one before
+      const auto count = static_cast<int32_t>(g.batch);
+      auto batched = [&](cublasLtMatrixLayout_t l, int64_t stride) {
+        check(where, cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count),
+              "cublasLtMatrixLayoutSetAttribute", about);
+        check(where,
+              cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
+              "cublasLtMatrixLayoutSetAttribute", about);
+      };
+      batched(a_, g.stride_a), batched(b_, g.stride_b), batched(d_, g.stride_d);
+    }
 
     cublasLtMatmulPreference_t preference = nullptr;
     check(where, cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate", about);

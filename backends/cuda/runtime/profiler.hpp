@@ -1,5 +1,6 @@
 // backend.profile=DIR (settings.hpp): what the cuda model's steps cost, node by node and call by call.
-//   At compile: every cudnnFind row (found()), written as DIR/find.json (write_find()).
+//   At compile: every cudnnFind row (found()), written as DIR/find.json (write_find()); a conv whose
+//   shape and pass were searched before takes that choice without a search, so it has no rows.
 //   The first `eager_steps` training steps (GraphPolicy's eager warm-up): a CUDA event before each node's
 //   pass (begin) and after each library call or kernel in it (mark: the model's checks call it), so that
 //   each call's time is the stream's time between the event before it and the one after it; written as

@@ -156,6 +156,13 @@ class Kit:
         sets = PRECISION_SETS[precision] + (DETERMINISTIC_SET if deterministic else [])
         return [arg for s in sets for arg in ("--set", s)]
 
+    def option_sets(self, settings):
+        """--set arguments of backend options (kit/options.py; none in a rehearsal: another backend refuses
+        them, so a rehearsal runs each variant's code with the backend's defaults)."""
+        if self.args.rehearse:
+            return []
+        return [arg for s in settings for arg in ("--set", s)]
+
     def program(self, name):
         return os.path.join(self.bundle, "bin", name)
 

@@ -816,19 +816,27 @@ TEST_F(CudaKernelLaunchers, LayoutAndTypeLaunchersAreTheBodiesBits) {
   std::vector<float> db_host(channels, 0.5f);
   each(channels, [&](int64_t c) { bias_backward_at(c, sums.data(), db_host.data()); });
   expect_same_bits(db.read(), db_host, "bias backward");
-  // Conv weights into cuDNN's layout (bf16) and their gradient back.
-  const int64_t wr = 3 * 3 * 3 * 64, wc = 128;
-  const std::vector<float> w = random_floats(wr * wc, 84);
-  const Device<float> w_dev(w), dw(std::vector<float>(w.size(), 0.25f));
-  const Device<uint16_t> device_w(w.size());
-  std::vector<uint16_t> device_host(w.size());
-  std::vector<float> dw_host(w.size(), 0.25f);
-  ok(transpose(kStream, wr, wc, w_dev.get(), FloatType::bf16, device_w.get()));
-  each(wr * wc, [&](int64_t i) { transpose_at(i, wr, wc, w.data(), FloatType::bf16, device_host.data()); });
-  expect_same_bits(device_w.read(), device_host, "weights into cuDNN's layout");
-  ok(transpose_add(kStream, wr, wc, FloatType::bf16, device_w.get(), dw.get()));
-  each(wr * wc, [&](int64_t i) { transpose_add_at(i, wr, wc, FloatType::bf16, device_host.data(), dw_host.data()); });
-  expect_same_bits(dw.read(), dw_host, "their gradient back");
+  // Padded channels: 4 -> 8 (bf16, zeros), then cropped back to 3 and added into fp32.
+  const int64_t channel_rows = 70001;
+  const std::vector<float> x4 = random_floats(channel_rows * 4, 86);
+  const Device<float> x4_dev(x4), added(std::vector<float>(channel_rows * 3, 0.75f));
+  const Device<uint16_t> x8_dev(channel_rows * 8);
+  std::vector<uint16_t> x8(channel_rows * 8);
+  std::vector<float> added_host(channel_rows * 3, 0.75f);
+  ok(channels_copy(kStream, channel_rows, 4, 8, FloatType::f32, x4_dev.get(), FloatType::bf16, x8_dev.get(), false));
+  each(channel_rows * 8, [&](int64_t i) { channels_copy_at(i, 4, 8, FloatType::f32, x4.data(), FloatType::bf16, x8.data(), false); });
+  expect_same_bits(x8_dev.read(), x8, "channels padded");
+  ok(channels_copy(kStream, channel_rows, 8, 3, FloatType::bf16, x8_dev.get(), FloatType::f32, added.get(), true));
+  each(channel_rows * 3, [&](int64_t i) { channels_copy_at(i, 8, 3, FloatType::bf16, x8.data(), FloatType::f32, added_host.data(), true); });
+  expect_same_bits(added.read(), added_host, "channels cropped and added");
+  // A chunked weight gradient's partials (7 chunks of 728 x 728) added in chunk order.
+  const int64_t chunks = 7, partial = 728 * 728;
+  const std::vector<float> partials = random_floats(chunks * partial, 85);
+  const Device<float> partials_dev(partials), summed(std::vector<float>(partial, 0.5f));
+  std::vector<float> summed_host(partial, 0.5f);
+  ok(chunk_sum_add(kStream, chunks, partial, partials_dev.get(), summed.get()));
+  each(partial, [&](int64_t i) { chunk_sum_add_at(i, chunks, partial, partials.data(), summed_host.data()); });
+  expect_same_bits(summed.read(), summed_host, "chunked partials in order");
   // A 3-D box into a padded buffer and back out, adding.
   Box pad;
   pad.batch = 2, pad.channels = 5;

@@ -919,24 +919,59 @@ TEST(CudaKernelBodies, ConvertsRoundToNearestEvenAndCastAndAddAddsTheRoundedValu
   expect_same_bits(copy, x, "f32 copy");
 }
 
-TEST(CudaKernelBodies, ConvWeightsTransposeToCudnnsFilterLayoutAndTheirGradientBack) {
-  // w [taps * Ci, Co] = [3 * 2, 4] (the graph's), the device's [Co, taps, Ci]: element (o, t, i) is w[t * 2 + i][o].
-  const int64_t rows = 6, cols = 4;
-  const std::vector<float> w = random_floats(rows * cols, 32);
-  std::vector<float> device(w.size());
-  each(rows * cols, [&](int64_t i) { transpose_at(i, rows, cols, w.data(), FloatType::f32, device.data()); });
-  for (int64_t o = 0; o < cols; ++o)
-    for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(device[static_cast<size_t>(o * rows + r)], w[static_cast<size_t>(r * cols + o)]);
-  std::vector<uint16_t> half(w.size());
-  each(rows * cols, [&](int64_t i) { transpose_at(i, rows, cols, w.data(), FloatType::bf16, half.data()); });
-  EXPECT_EQ(half[1], float_to_bfloat16(w[static_cast<size_t>(1 * cols + 0)]));  // (o 0, r 1)
-  // The gradient goes back through the same map, added: dw = 1 + device.
-  std::vector<float> dw(w.size(), 1.0f);
-  each(rows * cols, [&](int64_t i) { transpose_add_at(i, rows, cols, FloatType::f32, device.data(), dw.data()); });
-  for (size_t i = 0; i < w.size(); ++i) ASSERT_EQ(dw[i], 1.0f + w[i]) << i;
-  std::vector<float> from_half(w.size(), 0.0f);
-  each(rows * cols, [&](int64_t i) { transpose_add_at(i, rows, cols, FloatType::bf16, half.data(), from_half.data()); });
-  for (size_t i = 0; i < w.size(); ++i) ASSERT_EQ(from_half[i], bfloat16_to_float(float_to_bfloat16(w[i]))) << i;
+// A deterministic pointwise-conv dw (plan::DensePlan's chunks): 3 partial products of 35 rows each,
+// as cuBLASLt's strided batch writes them (fp32 [in, out] each), added to dw in chunk order: the
+// fp32 sum in that order bit for bit, and within float rounding of the whole dw = x^T dy.
+TEST(CudaKernelBodies, ChunkedWeightGradientPartialsAddInChunkOrder) {
+  const int64_t rows = 105, in = 5, out = 3, chunks = 3, per = rows / chunks, count = in * out;
+  const std::vector<float> x = random_floats(rows * in, 41), dy = random_floats(rows * out, 42);
+  std::vector<float> partials(static_cast<size_t>(chunks * count));
+  std::vector<double> exact(static_cast<size_t>(count), 0.0);
+  for (int64_t c = 0; c < chunks; ++c)
+    for (int64_t i = 0; i < in; ++i)
+      for (int64_t o = 0; o < out; ++o) {
+        double sum = 0;
+        for (int64_t r = c * per; r < (c + 1) * per; ++r)
+          sum += static_cast<double>(x[static_cast<size_t>(r * in + i)]) * dy[static_cast<size_t>(r * out + o)];
+        partials[static_cast<size_t>(c * count + i * out + o)] = static_cast<float>(sum);
+        exact[static_cast<size_t>(i * out + o)] += sum;
+      }
+  const std::vector<float> start = random_floats(count, 43);
+  std::vector<float> dw = start;
+  each(count, [&](int64_t i) { chunk_sum_add_at(i, chunks, count, partials.data(), dw.data()); });
+  for (int64_t i = 0; i < count; ++i) {
+    const auto at = static_cast<size_t>(i);
+    float in_order = partials[at];
+    for (int64_t c = 1; c < chunks; ++c) in_order += partials[static_cast<size_t>(c * count + i)];
+    ASSERT_EQ(dw[at], start[at] + in_order) << i;
+    EXPECT_NEAR(dw[at], start[at] + exact[at], 1e-5 * (1 + std::fabs(exact[at]))) << i;
+  }
+}
+
+// Padded channels (plan::ConvPlan::channels): CosmoFlow's 4 input channels cast into 8 with zeros
+// past them, DeepCAM's 8-wide half output cropped to its 3 classes and cast up, a padded half weight
+// gradient cropped and added into the fp32 one; 7 rows (odd), widths not multiples of 8 either way.
+TEST(CudaKernelBodies, ChannelsPadWithZerosCropAndAddAcrossTypes) {
+  const int64_t rows = 7;
+  const std::vector<float> x4 = random_floats(rows * 4, 51);
+  std::vector<uint16_t> x8(rows * 8, 0xffff);
+  each(rows * 8, [&](int64_t i) { channels_copy_at(i, 4, 8, FloatType::f32, x4.data(), FloatType::bf16, x8.data(), false); });
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < 8; ++c)
+      ASSERT_EQ(x8[static_cast<size_t>(r * 8 + c)], c < 4 ? float_to_bfloat16(x4[static_cast<size_t>(r * 4 + c)]) : 0) << r << " " << c;
+  std::vector<float> y3(rows * 3, -1.0f);
+  each(rows * 3, [&](int64_t i) { channels_copy_at(i, 8, 3, FloatType::bf16, x8.data(), FloatType::f32, y3.data(), false); });
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < 3; ++c)
+      ASSERT_EQ(y3[static_cast<size_t>(r * 3 + c)], bfloat16_to_float(float_to_bfloat16(x4[static_cast<size_t>(r * 4 + c)])));
+  std::vector<float> sum(rows * 3, 0.5f);
+  each(rows * 3, [&](int64_t i) { channels_copy_at(i, 8, 3, FloatType::bf16, x8.data(), FloatType::f32, sum.data(), true); });
+  for (size_t i = 0; i < sum.size(); ++i) ASSERT_EQ(sum[i], 0.5f + y3[i]) << i;
+  std::vector<float> padded(rows * 5, -1.0f);  // fp32 to fp32, 3 -> 5
+  each(rows * 5, [&](int64_t i) { channels_copy_at(i, 3, 5, FloatType::f32, y3.data(), FloatType::f32, padded.data(), false); });
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < 5; ++c)
+      ASSERT_EQ(padded[static_cast<size_t>(r * 5 + c)], c < 3 ? y3[static_cast<size_t>(r * 3 + c)] : 0.0f);
 }
 
 TEST(CudaKernelBodies, BoxCopiesPadAnInputAndCropItsGradientBack) {

@@ -47,12 +47,14 @@ TEST(CudaSettings, DefaultsAreFp32NondeterministicGraphsOnAndAGibOfWorkspace) {
   EXPECT_EQ(s.profile_dir, "");  // backend.profile off
   EXPECT_TRUE(s.own_batch_norm);  // issue 33: batch norm and depthwise convs on our kernels
   EXPECT_TRUE(s.own_depthwise);
+  EXPECT_EQ(s.pointwise, plan::Pointwise::gemm);
 }
 
 TEST(CudaSettings, EveryOptionIsRead) {
   const Settings s = read_settings(options(
       {{"device", "3"}, {"precision", "bf16"}, {"deterministic", "1"}, {"workspace_mb", "256"}, {"graphs", "0"},
-       {"loss_scale", "1024"}, {"profile", "/tmp/profile"}, {"batch_norm", "cudnn"}, {"depthwise", "cudnn"}}));
+       {"loss_scale", "1024"}, {"profile", "/tmp/profile"}, {"batch_norm", "cudnn"}, {"depthwise", "cudnn"},
+       {"pointwise", "cudnn"}}));
   EXPECT_EQ(s.device, 3);
   EXPECT_EQ(s.compute.precision, sdk::Precision::bf16);
   EXPECT_TRUE(s.compute.deterministic);
@@ -65,6 +67,8 @@ TEST(CudaSettings, EveryOptionIsRead) {
   EXPECT_TRUE(read_settings(options({{"batch_norm", "own"}, {"depthwise", "own"}})).own_batch_norm);
   EXPECT_FALSE(read_settings(options({{"depthwise", "cudnn"}})).own_depthwise);
   EXPECT_TRUE(read_settings(options({{"depthwise", "cudnn"}})).own_batch_norm);
+  EXPECT_EQ(s.pointwise, plan::Pointwise::cudnn);
+  EXPECT_EQ(read_settings(options({{"pointwise", "gemm"}})).pointwise, plan::Pointwise::gemm);
   for (const char* p : {"fp32", "tf32", "bf16", "fp16"})
     EXPECT_EQ(sdk::precision_name(read_settings(options({{"precision", p}})).compute.precision), std::string(p));
   EXPECT_TRUE(read_settings(options({{"graphs", "true"}})).graphs);
@@ -85,6 +89,8 @@ TEST(CudaSettings, BadOrUnknownOptionsFailInOneLineNamingThem) {
             "cuda backend: option 'batch_norm' is 'cuDNN'; expected own or cudnn");
   EXPECT_EQ(error_of([] { read_settings(options({{"depthwise", "1"}})); }),
             "cuda backend: option 'depthwise' is '1'; expected own or cudnn");
+  EXPECT_EQ(error_of([] { read_settings(options({{"pointwise", "cublas"}})); }),
+            "cuda backend: option 'pointwise' is 'cublas'; expected gemm or cudnn");
 }
 
 // ---- the device of a rank --------------------------------------------------------------------------

@@ -320,6 +320,59 @@ TEST_F(CudaModelDevice, ReducedPrecisionsTrainWithinTheirTolerance) {
   }
 }
 
+// Pointwise convs (backend.pointwise=gemm, the default: cuBLASLt on channels-last rows) against the
+// reference and against cuDNN's: 8192 rows, so a deterministic dw takes 4 chunks summed in order, and
+// two deterministic runs agree bit for bit. Channels 5 -> 6 (a bias) -> 3, not multiples of 8.
+struct PointwiseNet {
+  mlph::sdk::GraphBuilder g;
+  PointwiseNet() {
+    auto param = [&](const char* name, std::vector<int64_t> shape, uint32_t seed) {
+      const int32_t v = g.value(name, MLPH_DTYPE_F32, shape);
+      g.parameter(v, random_floats(static_cast<size_t>(count(shape)), seed, -0.5f, 0.5f), 0.0, 1.0, MLPH_PARAM_TRAINABLE);
+      return v;
+    };
+    auto value = [&](const char* name, std::vector<int64_t> shape) { return g.value(name, MLPH_DTYPE_F32, shape); };
+    const int32_t x = value("x", {2, 64, 64, 5}), a = value("a", {2, 64, 64, 6}), r = value("r", {2, 64, 64, 6});
+    const int32_t b = value("b", {2, 64, 64, 3}), target = value("target", {2, 64, 64, 3});
+    g.node("conv", "a", {x, param("wa", {1, 1, 5, 6}, 21), param("ba", {6}, 22)}, {a});
+    g.node("relu", "r", {a}, {r});
+    g.node("conv", "b", {r, param("wb", {1, 1, 6, 3}, 23)}, {b});
+    const int32_t loss = g.value("loss", MLPH_DTYPE_F32, {});
+    g.node("mse", "loss", {b, target}, {loss});
+    g.loss(loss);
+    g.inputs({x, target});
+    g.optimizer("sgd_keras", {{"momentum", 0.9}});
+  }
+  static std::vector<Floats> batch(uint32_t seed) {
+    return {random_floats(2 * 64 * 64 * 5, seed), random_floats(2 * 64 * 64 * 3, seed + 100)};
+  }
+};
+
+TEST_F(CudaModelDevice, PointwiseConvsAsGemmsTrainAsTheReferenceAndAsCudnn) {
+  PointwiseNet net;
+  const MLPH_Graph& graph = *net.g.graph();
+  Model reference("reference", {}, graph);
+  Model gemm("cuda", {{"deterministic", "1"}}, graph), again("cuda", {{"deterministic", "1"}}, graph);
+  Model cudnn("cuda", {{"deterministic", "1"}, {"pointwise", "cudnn"}}, graph), split_k("cuda", {}, graph);
+  for (uint64_t step = 0; step < 3; ++step) {
+    const std::vector<Floats> in = PointwiseNet::batch(static_cast<uint32_t>(step));
+    std::vector<Floats> r = in, a = in, b = in, c = in, d = in;
+    const double expected = reference.train(r, step);
+    const double deterministic = gemm.train(a, step);
+    EXPECT_NEAR(deterministic, expected, 1e-4 * (1 + std::fabs(expected))) << "step " << step;
+    EXPECT_EQ(std::bit_cast<uint64_t>(again.train(b, step)), std::bit_cast<uint64_t>(deterministic)) << "step " << step;
+    EXPECT_NEAR(cudnn.train(c, step), expected, 1e-4 * (1 + std::fabs(expected))) << "step " << step;
+    EXPECT_NEAR(split_k.train(d, step), expected, 1e-4 * (1 + std::fabs(expected))) << "step " << step;
+  }
+  for (size_t p = 0; p < graph.n_params; ++p) {
+    expect_near(gemm.read(p), reference.read(p), 1e-4, "parameter " + std::to_string(p));
+    expect_near(gemm.read(p, nullptr, true), reference.read(p, nullptr, true), 1e-3, "gradient " + std::to_string(p));
+    expect_same_bits(again.read(p), gemm.read(p), "parameter " + std::to_string(p) + " (deterministic twice)");
+    expect_near(cudnn.read(p), reference.read(p), 1e-4, "parameter " + std::to_string(p) + " (cudnn)");
+    expect_near(split_k.read(p), reference.read(p), 1e-4, "parameter " + std::to_string(p) + " (split-K)");
+  }
+}
+
 // The initial weights as the graph gives them, and the dropout masks (mlph_uniform on the device) the
 // reference backend's, for the same graph seed and step: a parameter fed straight through dropout to
 // the loss has a zero gradient exactly where its element was dropped, so the gradients' zeros are the

@@ -407,21 +407,133 @@ TEST(CudaPlanConv, FilterIsCudnnNhwcWithGroupsAndTheTransposeOfTheGraphsLayout) 
   EXPECT_FALSE(c.bias);
 }
 
+// ---- the parameters' device layout -----------------------------------------------------------------
+
+// Conv weights on cuDNN live as its NHWC filter (the emulation above reads that), in the masters, the
+// gradient buffer and the optimizer slots alike; every other parameter as the model has it. The model's
+// layout comes back whole (read_parameter, read_state, checkpoints).
+TEST(CudaPlanWeights, ConvMastersAreCudnnsFilterAndTheModelsLayoutComesBack) {
+  Net net;
+  const int32_t x = net.input("x", {2, 5, 4, 3, 6});
+  int32_t h = net.op("conv", "c3", {x, net.param("w3", {3, 3, 3, 3, 4}), net.param("b3", {4})}, {2, 5, 4, 3, 4},
+                     {{"padding", {1, 1, 1}}, {"groups", 2.0}});
+  h = net.op("conv", "pw", {h, net.param("wp", {1, 1, 1, 4, 5})}, {2, 5, 4, 3, 5});
+  h = net.op("conv_transpose", "up", {h, net.param("wt", {2, 2, 2, 3, 5})}, {2, 10, 8, 6, 3}, {{"stride", {2, 2, 2}}});
+  const Program p = net.lower(h);
+  const DevicePlan plan = make_plan(p, {});
+  ASSERT_EQ(plan.params.size(), 4u);
+  for (size_t i = 0; i < p.params.size(); ++i) {
+    const std::string name = p.value(p.params[i].value).name;
+    const std::vector<float>& w = p.params[i].init;
+    const auto n = static_cast<int64_t>(w.size());
+    std::vector<float> device(w.size()), back(w.size());
+    to_device(plan.params[i], w.data(), device.data(), n);
+    to_model(plan.params[i], device.data(), back.data(), n);
+    EXPECT_EQ(back, w) << name;
+    if (name == "w3" || name == "wt") {
+      const Node& reader = node_named(p, name == "w3" ? "c3" : "up");
+      EXPECT_EQ(device, device_filter(plan.nodes[index_of(p, reader.name)].conv->filter, w)) << name;
+      EXPECT_NE(device, w) << name;
+    } else {
+      EXPECT_TRUE(plan.params[i].identity()) << name;  // the bias, the pointwise conv's (cuBLASLt) weights
+    }
+  }
+  EXPECT_FALSE(make_plan(p, {Precision::fp32, false, kDefaultWorkspaceCap, kBucketBytes, Pointwise::cudnn}).params[2].identity());  // wp on cuDNN
+}
+
+TEST(CudaPlanWeights, AWeightReadInTwoLayoutsFailsNamingBothNodes) {
+  Net net;
+  const int32_t x = net.input("x", {1, 4, 4, 2});
+  const int32_t w = net.param("w", {1, 1, 2, 2});
+  const int32_t a = net.op("conv", "gemm", {x, w}, {1, 4, 4, 2});
+  const int32_t b = net.op("conv", "strided", {a, w}, {1, 2, 2, 2}, {{"stride", {2, 2}}});
+  const Program p = net.lower(b);
+  EXPECT_EQ(error_of([&] { make_plan(p, {}); }),
+            "cuda backend: node 'strided' (conv): it reads parameter 'w' in another layout than node 'gemm' does; "
+            "the cuda backend keeps one");
+  EXPECT_EQ(error_of([&] { make_plan(p, {Precision::fp32, false, kDefaultWorkspaceCap, kBucketBytes, Pointwise::cudnn}); }), "");
+}
+
+// ---- padded channels ------------------------------------------------------------------------------
+
+// [rows, width] rows widened to `padded` with zeros.
+std::vector<float> pad_rows(const std::vector<float>& v, int64_t width, int64_t padded) {
+  std::vector<float> out(v.size() / static_cast<size_t>(width) * static_cast<size_t>(padded), 0.0f);
+  for (size_t r = 0; r < v.size() / static_cast<size_t>(width); ++r)
+    for (int64_t c = 0; c < width; ++c) out[r * static_cast<size_t>(padded) + static_cast<size_t>(c)] = v[r * static_cast<size_t>(width) + static_cast<size_t>(c)];
+  return out;
+}
+
+// A conv with 4 input channels padded to 8 (x with zeros in 4-7, zero weight rows) is the graph's conv,
+// and a conv_transpose with 3 output channels padded to 8 gives the graph's output in its first 3.
+TEST(CudaPlanPadding, PaddedDescriptorsComputeTheGraphsConvAndConvTranspose) {
+  {
+    const ConvCase t{{2, 5, 4, 3, 4}, 6, 3, 1, 1, 1, {1, 1, 1}, {1, 1, 1}, {}, false};  // CosmoFlow conv1's shape
+    Net net;
+    const Shape out = conv_output(t);
+    const int32_t y = net.op("conv", "conv1", {net.input("x", t.x), net.param("w", {3, 3, 3, 4, 6})}, out, {{"padding", {1, 1, 1}}});
+    const Program p = net.lower(y);
+    ConvPlan c = plan_conv(p, node_named(p, "conv1"));
+    const ConvPlan plain = c;
+    ASSERT_TRUE(pads_channels(c, true, false));
+    EXPECT_FALSE(pads_channels(c, false, false));  // fp32, tf32: no tensor cores to feed
+    EXPECT_FALSE(pads_channels(c, true, true));    // a padded dx would need cropping
+    pad_channels(c);
+    EXPECT_EQ(c.channels, 4);
+    EXPECT_EQ(c.in.dims[1], 8);
+    EXPECT_EQ(c.in.strides[0], 5 * 4 * 3 * 8);
+    EXPECT_EQ(c.filter.dims[1], 8);
+    EXPECT_EQ(c.filter.rows, 27 * 8);
+    const std::vector<float> x = random_floats(static_cast<size_t>(count(t.x)), 61);
+    const std::vector<float>& w = p.params[0].init;
+    // The weights' half copy: the masters (cuDNN's layout, Ci innermost) with each row of Ci padded.
+    expect_near(CudnnEmulation(c).forward(pad_rows(x, 4, 8), pad_rows(device_filter(plain.filter, w), 4, 8)),
+                graph_conv(t, out, x, w), "padded conv");
+  }
+  {
+    const ConvCase t{{2, 3, 4, 16}, 3, 3, 2, 1, 1, {1, 1}, {1, 1}, {1, 1}, false};  // DeepCAM last_deconv's shape
+    Net net;
+    const Shape out = conv_transpose_output(t);
+    const int32_t y = net.op("conv_transpose", "up", {net.input("x", t.x), net.param("w", {3, 3, 3, 16})}, out,
+                             {{"stride", {2, 2}}, {"padding", {1, 1}}, {"output_padding", {1, 1}}});
+    const Program p = net.lower(y);
+    ConvPlan c = plan_conv(p, node_named(p, "up"));
+    const ConvPlan plain = c;
+    ASSERT_TRUE(pads_channels(c, true, true));
+    pad_channels(c);
+    EXPECT_EQ(c.channels, 3);
+    EXPECT_EQ(c.in.dims[1], 8);  // the adjoint's input: the node's output
+    const std::vector<float> x = random_floats(static_cast<size_t>(count(t.x)), 62);
+    const std::vector<float>& w = p.params[0].init;
+    const std::vector<float> y8 = CudnnEmulation(c).backward_data(x, pad_rows(device_filter(plain.filter, w), 3, 8));
+    std::vector<float> y3;
+    for (size_t r = 0; r < y8.size() / 8; ++r) y3.insert(y3.end(), y8.begin() + static_cast<long>(r * 8), y8.begin() + static_cast<long>(r * 8 + 3));
+    expect_near(y3, graph_conv_transpose(t, out, x, w), "padded conv_transpose, cropped");
+    for (size_t r = 0; r < y8.size() / 8; ++r) EXPECT_EQ(y8[r * 8 + 5], 0.0f);  // zero rows write zeros
+  }
+}
+
 // ---- dense -------------------------------------------------------------------------------------------
 
 // cuBLASLt's column-major D = op(A) op(B), leading dimensions as stored.
+// cuBLASLt's matmul as documented (column-major, strided batch), each product rounded to fp32 once.
 std::vector<float> gemm(const Gemm& g, const std::vector<float>& a, const std::vector<float>& b) {
-  std::vector<float> d(static_cast<size_t>(g.ldd * g.n), 0.0f);
-  for (int64_t i = 0; i < g.m; ++i)
-    for (int64_t j = 0; j < g.n; ++j) {
-      double sum = 0;
-      for (int64_t k = 0; k < g.k; ++k) {
-        const float av = g.transpose_a ? a[static_cast<size_t>(i * g.lda + k)] : a[static_cast<size_t>(k * g.lda + i)];
-        const float bv = g.transpose_b ? b[static_cast<size_t>(k * g.ldb + j)] : b[static_cast<size_t>(j * g.ldb + k)];
-        sum += av * bv;
+  std::vector<float> d(static_cast<size_t>(g.ldd * g.n + (g.batch - 1) * g.stride_d), 0.0f);
+  for (int64_t batch = 0; batch < g.batch; ++batch) {
+    const float* pa = a.data() + batch * g.stride_a;
+    const float* pb = b.data() + batch * g.stride_b;
+    float* pd = d.data() + batch * g.stride_d;
+    for (int64_t i = 0; i < g.m; ++i)
+      for (int64_t j = 0; j < g.n; ++j) {
+        double sum = 0;
+        for (int64_t k = 0; k < g.k; ++k) {
+          const float av = g.transpose_a ? pa[i * g.lda + k] : pa[k * g.lda + i];
+          const float bv = g.transpose_b ? pb[k * g.ldb + j] : pb[j * g.ldb + k];
+          sum += av * bv;
+        }
+        pd[j * g.ldd + i] = static_cast<float>(sum);
       }
-      d[static_cast<size_t>(j * g.ldd + i)] = static_cast<float>(sum);
-    }
+  }
   return d;
 }
 
@@ -446,6 +558,120 @@ TEST(CudaPlanDense, GemmsComputeForwardAndBothGradientsOnRowMajorBuffers) {
   expect_near(gemm(d.backward_weights, dy, x), dw, "backward weights");
 }
 
+// ---- pointwise convs as gemms ----------------------------------------------------------------------
+
+// A 1x1 stride-1 conv (2-D and 3-D, with a bias, channels not a multiple of 8) lowered to cuBLASLt:
+// its forward is the graph's conv, its data and weight gradients the conv's adjoints, and a
+// deterministic dw in 3 chunks (a strided batch and the partials summed in chunk order) is the same dw.
+TEST(CudaPlanPointwise, GemmsComputeThe1x1ConvAndItsGradientsOnChannelsLastRows) {
+  for (const Shape& xshape : {Shape{2, 3, 5, 7}, Shape{1, 3, 2, 4, 5}}) {
+    const int64_t ci = xshape.back(), co = 6, rows = count(xshape) / ci;
+    Net net;
+    const size_t spatial = xshape.size() - 2;
+    Shape wshape(spatial, 1);
+    wshape.push_back(ci), wshape.push_back(co);
+    Shape yshape = xshape;
+    yshape.back() = co;
+    const int32_t y = net.op("conv", "pw", {net.input("x", xshape), net.param("w", wshape), net.param("b", {co})}, yshape);
+    const Program p = net.lower(y);
+    const NodeLowering l = lower_nodes(p)[index_of(p, "pw")];
+    ASSERT_EQ(l.engine, Engine::cublaslt_dense);
+    ASSERT_TRUE(l.dense && !l.conv);
+    const DensePlan& d = *l.dense;
+    EXPECT_TRUE(d.bias);
+    EXPECT_EQ(d.weight_chunks, 1);
+    const std::vector<float> x = random_floats(static_cast<size_t>(count(xshape)), 11);
+    const std::vector<float>& w = p.params[0].init;
+    const std::vector<float> dy = random_floats(static_cast<size_t>(rows * co), 12);
+    const ConvCase t{xshape, co, 1, 1, 1, 1, std::vector<int64_t>(spatial, 0), std::vector<int64_t>(spatial, 0), {}, false};
+    expect_near(gemm(d.forward, w, x), graph_conv(t, yshape, x, w), "forward");
+    std::vector<float> dx(x.size(), 0.0f), dw(w.size(), 0.0f);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < ci; ++i)
+        for (int64_t o = 0; o < co; ++o) {
+          dx[static_cast<size_t>(r * ci + i)] += dy[static_cast<size_t>(r * co + o)] * w[static_cast<size_t>(i * co + o)];
+          dw[static_cast<size_t>(i * co + o)] += x[static_cast<size_t>(r * ci + i)] * dy[static_cast<size_t>(r * co + o)];
+        }
+    expect_near(gemm(d.backward_data, w, dy), dx, "backward data");
+    expect_near(gemm(d.backward_weights, dy, x), dw, "backward weights");
+
+    ASSERT_EQ(rows % 3, 0);
+    const DensePlan chunked = plan_matmul(rows, ci, co, true, 3);
+    EXPECT_EQ(chunked.backward_weights.batch, 3);
+    EXPECT_EQ(chunked.partial_bytes(), static_cast<size_t>(3 * ci * co) * sizeof(float));
+    const std::vector<float> partials = gemm(chunked.backward_weights, dy, x);
+    std::vector<float> summed(w.size(), 0.0f);
+    for (size_t i = 0; i < summed.size(); ++i)
+      for (int64_t c = 0; c < 3; ++c) summed[i] += partials[static_cast<size_t>(c) * summed.size() + i];
+    expect_near(summed, dw, "chunked backward weights");
+  }
+}
+
+TEST(CudaPlanPointwise, OnlyUnpaddedUngroupedStrideOne1x1ConvsAreGemmsAndTheOptionKeepsThemOnCudnn) {
+  Net net;
+  const int32_t x = net.input("x", {2, 6, 6, 4});
+  int32_t h = net.op("conv", "pw", {x, net.param("w0", {1, 1, 4, 4})}, {2, 6, 6, 4});
+  h = net.op("conv", "strided", {h, net.param("w1", {1, 1, 4, 4})}, {2, 3, 3, 4}, {{"stride", {2, 2}}});
+  h = net.op("conv", "grouped", {h, net.param("w2", {1, 1, 2, 4})}, {2, 3, 3, 4}, {{"groups", 2.0}});
+  h = net.op("conv", "padded", {h, net.param("w3", {1, 1, 4, 4})}, {2, 5, 5, 4}, {{"padding", {1, 1}}});
+  h = net.op("conv", "k3", {h, net.param("w4", {3, 3, 4, 4})}, {2, 5, 5, 4}, {{"padding", {1, 1}}});
+  h = net.op("conv_transpose", "up", {h, net.param("w5", {1, 1, 4, 4})}, {2, 5, 5, 4});
+  const Program p = net.lower(h);
+  const std::vector<NodeLowering> gemm = lower_nodes(p), cudnn = lower_nodes(p, {Pointwise::cudnn});
+  for (const char* name : {"pw", "strided", "grouped", "padded", "k3", "up"}) {
+    const bool pointwise = std::string(name) == "pw";
+    EXPECT_EQ(is_pointwise(node_named(p, name)), pointwise) << name;
+    EXPECT_EQ(gemm[index_of(p, name)].engine == Engine::cublaslt_dense, pointwise) << name;
+    EXPECT_NE(cudnn[index_of(p, name)].engine, Engine::cublaslt_dense) << name;
+  }
+  // In bf16 cuBLASLt writes the pointwise conv's y and dx in fp32 (no scratch, no cast up); on cuDNN, half.
+  EXPECT_EQ(plan_precision(p, Precision::bf16, gemm).nodes[index_of(p, "pw")].writes, DType::f32);
+  EXPECT_EQ(plan_precision(p, Precision::bf16, cudnn).nodes[index_of(p, "pw")].writes, DType::bf16);
+  // Its weights are the matrix: in fp32 no device copy, no weight-gradient scratch (cuBLASLt adds dw in place).
+  const DevicePlan plan = make_plan(p, {});
+  const NodeMemory& m = plan.memory.nodes[index_of(p, "pw")];
+  EXPECT_FALSE(plan.memory.weights[static_cast<size_t>(value_named(p, "w0"))]);
+  EXPECT_FALSE(m.weight_gradient);
+  EXPECT_EQ(plan.memory.regions[static_cast<size_t>(m.reads[1].region)].kind, RegionKind::masters);
+  EXPECT_EQ(plan.memory.regions[static_cast<size_t>(m.gradients[1].region)].kind, RegionKind::gradients);
+  Options on_cudnn;  // bf16 on cuDNN: a half copy, and dw written in half then cast and added
+  on_cudnn.pointwise = Pointwise::cudnn;
+  on_cudnn.precision = Precision::bf16;
+  EXPECT_TRUE(make_plan(p, on_cudnn).memory.nodes[index_of(p, "pw")].weight_gradient);
+  EXPECT_TRUE(make_plan(p, on_cudnn).memory.weights[static_cast<size_t>(value_named(p, "w0"))]);
+}
+
+// A deterministic dw fills the GPU with equal slices of the rows; without determinism cuBLASLt's split-K decides.
+TEST(CudaPlanPointwise, DeterministicWeightGradientsTakeEqualChunksThatFillTheGpu) {
+  const size_t cap = size_t{1} << 30;
+  EXPECT_EQ(weight_chunks(1769472, 256, 48, false, cap), 1);     // split-K's business
+  EXPECT_EQ(weight_chunks(1769472, 256, 48, true, cap), 64);      // 2 tiles: as many chunks as allowed
+  EXPECT_EQ(weight_chunks(27648, 728, 728, true, cap), 8);        // 36 tiles: 264/36 -> 8
+  EXPECT_EQ(weight_chunks(27648, 2048, 2048, true, cap), 2);      // 256 tiles: two products reach 264
+  EXPECT_EQ(weight_chunks(27648, 4096, 4096, true, cap), 1);      // 1024 tiles fill it alone
+  EXPECT_EQ(weight_chunks(4096, 64, 64, true, cap), 2);           // at least kChunkRows rows each
+  EXPECT_EQ(weight_chunks(2047, 64, 64, true, cap), 1);
+  EXPECT_EQ(weight_chunks(3 * 7 * 2048, 64, 64, true, cap), 21);  // a divisor of the rows: 21, not 64
+  EXPECT_EQ(weight_chunks(1 << 20, 1024, 1024, true, size_t{16} << 20), 1);  // 4 MiB partials, a quarter of 16 MiB
+  EXPECT_EQ(weight_chunks(1 << 20, 128, 128, true, size_t{1} << 20), 4);   // 64 KiB each, 256 KiB in all
+  for (int64_t rows : {4096L, 27648L, 1769472L, 3L * 7 * 2048}) {
+    const int64_t chunks = weight_chunks(rows, 100, 30, true, cap);
+    EXPECT_EQ(rows % chunks, 0) << rows;
+    EXPECT_GE(rows / chunks, kChunkRows) << rows;
+  }
+  // In the plan: deterministic runs chunk a long dw, others do not.
+  Net net;
+  const int32_t x = net.input("x", {2, 64, 64, 8});
+  const Program p = net.lower(net.op("conv", "pw", {x, net.param("w", {1, 1, 8, 4})}, {2, 64, 64, 4}));
+  Options deterministic;
+  deterministic.deterministic = true;
+  EXPECT_EQ(make_plan(p, {}).nodes[0].dense->weight_chunks, 1);
+  const DensePlan& d = *make_plan(p, deterministic).nodes[0].dense;
+  EXPECT_EQ(d.weight_chunks, 4);  // 8192 rows: slices of kChunkRows
+  EXPECT_EQ(d.backward_weights.k * d.weight_chunks, 2 * 64 * 64);
+  EXPECT_EQ(d.backward_weights.stride_b, 8 * d.backward_weights.k);
+}
+
 // ---- lowering ------------------------------------------------------------------------------------
 
 TEST(CudaPlanLowering, EachOpGoesToItsEngine) {
@@ -462,6 +688,7 @@ TEST(CudaPlanLowering, EachOpGoesToItsEngine) {
   h = bn(h, "syncbn", 2);
   h = net.op("conv", "depthwise", {h, net.param("wdw", {3, 3, 1, 4})}, {2, 4, 4, 4},
              {{"padding", {2, 2}}, {"dilation", {2, 2}}, {"groups", 4.0}});
+  h = net.op("conv", "pointwise", {h, net.param("wpw", {1, 1, 4, 4})}, {2, 4, 4, 4});
   h = net.op("max_pool", "pool", {h}, {2, 2, 2, 4}, {{"kernel", {2, 2}}});
   h = net.op("conv_transpose", "up", {h, net.param("wt", {2, 2, 4, 4})}, {2, 4, 4, 4}, {{"stride", {2, 2}}});
   h = net.op("reshape", "flat", {h}, {2, 64});
@@ -471,12 +698,23 @@ TEST(CudaPlanLowering, EachOpGoesToItsEngine) {
   EXPECT_EQ(own[index_of(p, "bn")].engine, Engine::kernel);
   EXPECT_EQ(own[index_of(p, "depthwise")].engine, Engine::depthwise);
   EXPECT_FALSE(own[index_of(p, "depthwise")].conv);  // no cuDNN descriptors, no weight copy
-  const std::vector<NodeLowering> l = lower_nodes(p, OwnKernels{false, false});  // backend.*=cudnn
+  EXPECT_EQ(own[index_of(p, "pointwise")].engine, Engine::cublaslt_dense);  // and 1x1 convs on cuBLASLt
+  // The options are independent: each moves its own ops only.
+  const std::vector<NodeLowering> pointwise_on_cudnn = lower_nodes(p, {.pointwise = Pointwise::cudnn});
+  EXPECT_EQ(pointwise_on_cudnn[index_of(p, "pointwise")].engine, Engine::cudnn_conv);
+  EXPECT_EQ(pointwise_on_cudnn[index_of(p, "depthwise")].engine, Engine::depthwise);
+  EXPECT_EQ(pointwise_on_cudnn[index_of(p, "bn")].engine, Engine::kernel);
+  const std::vector<NodeLowering> own_on_cudnn = lower_nodes(p, {.own = {false, false}});
+  EXPECT_EQ(own_on_cudnn[index_of(p, "pointwise")].engine, Engine::cublaslt_dense);
+  EXPECT_EQ(own_on_cudnn[index_of(p, "depthwise")].engine, Engine::cudnn_conv);
+  const std::vector<NodeLowering> l =
+      lower_nodes(p, {.pointwise = Pointwise::cudnn, .own = {false, false}});  // backend.*=cudnn
   auto engine = [&](const std::string& name) { return l[index_of(p, name)].engine; };
   EXPECT_EQ(engine("conv"), Engine::cudnn_conv);
   EXPECT_EQ(engine("bn"), Engine::cudnn_batch_norm);
   EXPECT_EQ(engine("syncbn"), Engine::kernel);  // SyncBatchNorm has no cuDNN path
   EXPECT_EQ(engine("depthwise"), Engine::cudnn_conv);
+  EXPECT_EQ(engine("pointwise"), Engine::cudnn_conv);
   EXPECT_EQ(engine("pool"), Engine::kernel);
   EXPECT_EQ(engine("up"), Engine::cudnn_conv_transpose);
   EXPECT_EQ(engine("flat"), Engine::alias);
@@ -652,10 +890,12 @@ TEST(CudaPlanAlgorithms, DeterminismMathAndWorkspaceCapDecideTheChoice) {
   };
   EXPECT_EQ(choose(algorithm_rule(Precision::fp32, false), found), 0);  // no tensor cores: TF32 off
   EXPECT_EQ(choose(algorithm_rule(Precision::tf32, false), found), 1);
-  EXPECT_EQ(choose(algorithm_rule(Precision::bf16, false), found), 1);
+  EXPECT_EQ(choose(algorithm_rule(Precision::bf16, false), found), 4);  // half data: no candidate dropped for its math
+  EXPECT_EQ(choose(algorithm_rule(Precision::fp16, false), {found[1], found[4]}), 1);
+  EXPECT_EQ(choose(algorithm_rule(Precision::tf32, false), {found[1], found[4]}), 0);  // would round fp32 to fp16
   EXPECT_EQ(choose(algorithm_rule(Precision::bf16, true), found), 0);  // first listed, deterministic
   EXPECT_EQ(choose(algorithm_rule(Precision::bf16, true), {found.begin() + 1, found.end()}), 2);  // algo 3
-  EXPECT_EQ(choose(algorithm_rule(Precision::bf16, false, size_t{4} << 30), found), 2);
+  EXPECT_EQ(choose(algorithm_rule(Precision::tf32, false, size_t{4} << 30), found), 2);
   EXPECT_EQ(choose(algorithm_rule(Precision::tf32, false, 32), {found[1], found[3]}), 1);  // 64 bytes > 32
   EXPECT_EQ(choose(algorithm_rule(Precision::fp32, true), {found[1], found[4], found[5]}), -1);
   const AlgorithmRule timed = algorithm_rule(Precision::fp16, false, size_t{1} << 30, size_t{1} << 29);
@@ -666,6 +906,39 @@ TEST(CudaPlanAlgorithms, DeterminismMathAndWorkspaceCapDecideTheChoice) {
   EXPECT_EQ(fixed.workspace_cap, size_t{1} << 30);  // the same choice whatever else runs
   EXPECT_EQ(fixed.selection, Selection::first_listed);
   EXPECT_FALSE(fixed.cublaslt_split_k);
+}
+
+// Compile once per shape: the key holds every descriptor field and nothing else.
+struct KeyCase {
+  int64_t edge = 8, stride = 1, dilation = 1, pad = 1;
+  bool bias = false, transpose = false;
+};
+ConvKey key_of(const KeyCase& t, DType data = DType::f32, MathMode math = MathMode::fma, int pass = 0) {
+  Net net;
+  const int32_t x = net.input("x", {2, t.edge, t.edge, 4});
+  std::vector<int32_t> inputs{x, net.param("w", {3, 3, 4, 4})};
+  if (t.bias) inputs.push_back(net.param("b", {4}));
+  const std::vector<sdk::AttrInit> attrs = {{"stride", {double(t.stride), double(t.stride)}},
+                                            {"dilation", {double(t.dilation), double(t.dilation)}},
+                                            {"padding", {double(t.pad), double(t.pad)}}};
+  const int64_t out = t.transpose ? (t.edge - 1) * t.stride - 2 * t.pad + t.dilation * 2 + 1
+                                  : (t.edge + 2 * t.pad - t.dilation * 2 - 1) / t.stride + 1;
+  const Program p = net.lower(net.op(t.transpose ? "conv_transpose" : "conv", "c", inputs, {2, out, out, 4}, attrs));
+  return conv_key(*lower_nodes(p)[index_of(p, "c")].conv, data, math, pass);
+}
+
+TEST(CudaPlanAlgorithms, ConvKeysDifferInEveryDescriptorFieldAndOnlyThere) {
+  const ConvKey base = key_of({});
+  EXPECT_EQ(base, key_of({.bias = true}));  // a bias is our kernel's, not the search's business
+  // Stride 4 with padding 1: dilation 1 and 2 give the same output size, only the dilation differs.
+  EXPECT_NE(key_of({.stride = 4, .dilation = 1}), key_of({.stride = 4, .dilation = 2}));
+  EXPECT_NE(base, key_of({.stride = 2}));
+  EXPECT_NE(base, key_of({.edge = 10}));
+  // A conv_transpose 4 -> 7 is the backward data of the conv 7 -> 4: the same descriptors, the same search.
+  EXPECT_EQ(key_of({.edge = 7, .stride = 2}, DType::f32, MathMode::fma, 1), key_of({.edge = 4, .stride = 2, .transpose = true}, DType::f32, MathMode::fma, 1));
+  EXPECT_NE(base, key_of({}, DType::bf16, MathMode::fma));
+  EXPECT_NE(key_of({}, DType::bf16, MathMode::tensor_op), key_of({}, DType::bf16, MathMode::fma));
+  EXPECT_NE(base, key_of({}, DType::f32, MathMode::fma, 2));
 }
 
 // ---- memory ----------------------------------------------------------------------------------------------
@@ -767,9 +1040,9 @@ TEST(CudaPlanMemory, LivesFollowForwardReadsAndWhatBackwardKeeps) {
   EXPECT_EQ(life("c", true), std::pair(7, 8));
   EXPECT_FALSE(m.value_gradients[static_cast<size_t>(x)]);  // data gets none
   const NodeMemory& conv = m.nodes[index_of(p, "c")];
-  EXPECT_EQ(region_at(m, conv.weight_gradient).first, 8);
-  EXPECT_EQ(region_at(m, conv.weight_gradient).last, 8);
-  EXPECT_EQ(region_at(m, conv.reads[1]).kind, RegionKind::weights);  // cuDNN's layout, even in fp32
+  EXPECT_FALSE(conv.weight_gradient);  // fp32: cuDNN adds dw into the gradient buffer, in the masters' layout
+  EXPECT_EQ(region_at(m, conv.reads[1]).kind, RegionKind::masters);  // the masters are cuDNN's filter (weights.hpp)
+  EXPECT_EQ(region_at(m, conv.gradients[1]).kind, RegionKind::gradients);
   const NodeMemory& dense = m.nodes[index_of(p, "d")];
   EXPECT_EQ(region_at(m, dense.reads[1]).kind, RegionKind::masters);  // fp32 dense reads the master
   EXPECT_EQ(region_at(m, dense.gradients[1]).kind, RegionKind::gradients);
@@ -887,7 +1160,8 @@ TEST(CudaPlanMemory, CastsAndScratchOfMixedPrecisionLiveWhereTheyAreRead) {
   const NodeMemory& conv1 = m.nodes[c1];
   const Region& cast = region_at(m, conv1.reads[0]);
   EXPECT_EQ(cast.kind, RegionKind::cast);
-  EXPECT_EQ(cast.name, "log1p as bfloat16");
+  EXPECT_EQ(cast.name, "log1p as bfloat16, channels padded");  // 4 channels cast into 8 (pad_channels)
+  EXPECT_EQ(cast.bytes, align_up(2 * 16 * 16 * 16 * 8 * 2, kAlignment));
   EXPECT_EQ(conv1.makes_cast, (std::vector<bool>{true, false, false}));
   EXPECT_EQ(cast.first, s.forward[c1]);
   EXPECT_EQ(cast.last, s.backward[c1]);  // conv keeps what it read
@@ -905,7 +1179,8 @@ TEST(CudaPlanMemory, CastsAndScratchOfMixedPrecisionLiveWhereTheyAreRead) {
   const Region& dx = region_at(m, m.nodes[c2].gradient_scratch[0]);  // conv2's dx in bf16, then cast and added
   EXPECT_EQ(dx.kind, RegionKind::gradient_scratch);
   EXPECT_EQ(dx.first, s.backward[c2]);
-  EXPECT_EQ(region_at(m, conv1.reads[1]).bytes, align_up(3 * 3 * 3 * 4 * 4 * 2, kAlignment));  // bf16 weights
+  EXPECT_EQ(region_at(m, conv1.reads[1]).bytes, align_up(3 * 3 * 3 * 8 * 4 * 2, kAlignment));  // bf16 weights, padded
+  EXPECT_EQ(region_at(m, conv1.weight_gradient).bytes, align_up(3 * 3 * 3 * 8 * 4 * 2, kAlignment));
   const NodeMemory& dense1 = m.nodes[d1];
   EXPECT_EQ(region_at(m, dense1.reads[1]).kind, RegionKind::weights);
   EXPECT_FALSE(dense1.weight_gradient);      // cuBLASLt writes fp32 dw itself,
@@ -931,7 +1206,7 @@ TEST(CudaPlanMemory, CastsAndScratchOfMixedPrecisionLiveWhereTheyAreRead) {
       EXPECT_EQ(scratch, 0u) << name_of(precision);
     } else {  // the inputs of conv1, conv2, dense1, dense2 and output
       const std::string half = name_of(compute_dtype(precision));
-      EXPECT_EQ(casts, (std::set<std::string>{"log1p as " + half, "conv1.pool as " + half, "conv2.pool as " + half,
+      EXPECT_EQ(casts, (std::set<std::string>{"log1p as " + half + ", channels padded", "conv1.pool as " + half, "conv2.pool as " + half,
                                               "dense1.dropout as " + half, "dense2.dropout as " + half}))
           << name_of(precision);
     }
@@ -1080,6 +1355,84 @@ TEST(CudaPlanFigures, DeepCam768x1152AtBatch8) {
   deepcam::build_model(g, deepcam::DataSettings{}, deepcam::Normalization::identity(16), deepcam::OptimizerSettings{}, 8, 7);
   const Program p = sdk::host::lower_graph(*g.graph(), implemented());
   for (Precision precision : {Precision::fp32, Precision::bf16}) report("DeepCAM 768x1152 batch 8", p, precision);
+}
+
+// The real graphs in bf16: CosmoFlow's conv1 and DeepCAM's last_deconv padded to 8 channels, nothing else;
+// no padding in fp32; the parameters keep the model's shapes (masters, gradients, checkpoints).
+TEST(CudaPlanFigures, Conv1AndLastDeconvArePaddedAndParametersKeepTheModelsShapes) {
+  sdk::GraphBuilder deepcam_graph, cosmoflow_graph;
+  deepcam::build_model(deepcam_graph, deepcam::DataSettings{}, deepcam::Normalization::identity(16), deepcam::OptimizerSettings{}, 8, 7);
+  cosmoflow::build_model(cosmoflow_graph, cosmoflow::ModelSettings{}, 0.9, 4, 7);
+  for (auto* g : {&cosmoflow_graph, &deepcam_graph}) {
+    const Program p = sdk::host::lower_graph(*g->graph(), implemented());
+    for (Precision precision : {Precision::fp32, Precision::bf16}) {
+      const DevicePlan plan = make_plan(p, {precision});
+      std::set<std::string> padded;
+      for (size_t k = 0; k < p.nodes.size(); ++k)
+        if (plan.nodes[k].conv && plan.nodes[k].conv->channels) padded.insert(p.nodes[k].name);
+      const std::set<std::string> expected = precision == Precision::fp32 ? std::set<std::string>{}
+                                             : g == &cosmoflow_graph     ? std::set<std::string>{"conv1"}
+                                                                         : std::set<std::string>{"decoder.last_deconv"};
+      EXPECT_EQ(padded, expected) << name_of(precision);
+      for (size_t i = 0; i < p.params.size(); ++i) {
+        const std::string name = p.value(p.params[i].value).name;
+        const int64_t count = p.value(p.params[i].value).numel();
+        EXPECT_EQ(plan.memory.params.params[i].count, static_cast<size_t>(count)) << name;
+        // The masters' layout (cuDNN's filter, unpadded: only the half copy has the zero rows) is a
+        // permutation of the model's elements.
+        const ParamMap& map = plan.params[i];
+        if (map.identity()) continue;
+        EXPECT_EQ(map.rows * map.cols, count) << name << " " << name_of(precision);
+        std::vector<bool> hit(static_cast<size_t>(count), false);
+        for (int64_t e = 0; e < count; ++e) {
+          const int64_t at = map.device(e);
+          ASSERT_TRUE(at >= 0 && at < count && !hit[static_cast<size_t>(at)]) << name << " element " << e;
+          hit[static_cast<size_t>(at)] = true;
+        }
+      }
+    }
+  }
+}
+
+// By default every 1x1 stride-1 conv of DeepCAM is a cuBLASLt gemm (backend.pointwise=cudnn: none), and
+// cuDNN's search runs once per distinct conv shape and pass, not once per conv. By default the depthwise
+// convs run on our kernel (backend.depthwise=own) and the few convs left on cuDNN hardly repeat; with
+// backend.depthwise=cudnn the middle blocks' depthwise convs (16 repeats) are cuDNN's, and most searches
+// are repeats.
+TEST(CudaPlanFigures, DeepCamsPointwiseConvsAreGemmsAndItsConvShapesRepeat) {
+  sdk::GraphBuilder g;
+  deepcam::build_model(g, deepcam::DataSettings{}, deepcam::Normalization::identity(16), deepcam::OptimizerSettings{}, 8, 7);
+  const Program p = sdk::host::lower_graph(*g.graph(), implemented());
+  const DevicePlan plan = make_plan(p, {Precision::bf16});
+  const std::vector<NodeLowering> cudnn = lower_nodes(p, {Pointwise::cudnn});
+  size_t pointwise = 0;
+  for (size_t k = 0; k < p.nodes.size(); ++k) {
+    if (!is_pointwise(p.nodes[k])) continue;
+    ++pointwise;
+    EXPECT_EQ(plan.nodes[k].engine, Engine::cublaslt_dense) << p.nodes[k].name;
+    EXPECT_EQ(cudnn[k].engine, Engine::cudnn_conv) << p.nodes[k].name;
+  }
+  EXPECT_GE(pointwise, 30u);  // the separable convs' pointwise halves and the skips
+  // (convs on cuDNN, searches, distinct keys) of a plan, one search per pass of each conv without the cache.
+  const auto searches_of = [&](const DevicePlan& each, const char* depthwise) {
+    size_t convs = 0, searches = 0;
+    std::set<ConvKey> keys;
+    for (size_t k = 0; k < p.nodes.size(); ++k) {
+      if (!each.nodes[k].conv) continue;
+      ++convs;
+      const NodePrecision& n = each.precision.nodes[k];
+      for (int pass = 0; pass < 3; ++pass, ++searches) keys.insert(conv_key(*each.nodes[k].conv, n.data, n.math, pass));
+    }
+    std::printf("DeepCAM 768x1152 batch 8, backend.depthwise=%s: %zu pointwise convs on cuBLASLt; %zu convs left on "
+                "cuDNN, %zu searches for %zu distinct shapes and passes\n",
+                depthwise, pointwise, convs, searches, keys.size());
+    return std::pair(searches, keys.size());
+  };
+  searches_of(plan, "own");
+  Options depthwise_on_cudnn{Precision::bf16};
+  depthwise_on_cudnn.own.depthwise = false;
+  const auto [searches, distinct] = searches_of(make_plan(p, depthwise_on_cudnn), "cudnn");
+  EXPECT_LT(distinct * 2, searches);  // at least half the searches are repeats
 }
 #endif
 

@@ -1,8 +1,11 @@
-"""Step 7 bench: mlperf-bench on cuda (CosmoFlow 128^3 b1, b4; DeepCAM 768x1152 b8, bf16) beside the same
-models in the machine's PyTorch (eager AMP bf16 and fp16, torch.compile), channels-last; last of the
-default steps, so that torch.compile takes the time left."""
+"""Step 7 bench: mlperf-bench on cuda (CosmoFlow 128^3 b1, b4; DeepCAM 768x1152 b8, bf16), then each of the
+backend's implementation choices off its default alone (kit/options.py: backend.batch_norm, depthwise,
+pointwise = cudnn) on the cases whose graphs have those ops (DeepCAM), beside the same models in the
+machine's PyTorch (eager AMP bf16 and fp16, torch.compile), channels-last; last of the default steps, so
+that torch.compile takes the time left."""
 import os
 
+from .. import options
 from ..common import ROOT, read_json, tail_hint
 
 
@@ -33,26 +36,77 @@ def run(kit, record, deadline):
         if kit.remaining(deadline) < 20:
             kit.part(record, name, "SKIP", "out of time")
             continue
-        out = os.path.join(kit.logs, "bench", f"{kit.backend}-{workload}-b{batch}.json")
-        cmd = [kit.program("mlperf-bench"), "--workload", workload, "--backend", kit.backend, "--set",
-               f"train.batch_size={batch}", "--steps", str(steps), "--warmup", str(warmup), "--json", out] + \
-            kit.backend_sets("bf16")
-        for s in sets:
-            cmd += ["--set", s]
-        rc, text = kit.run(cmd, f"bench/{kit.backend}-{workload}-b{batch}.txt",
-                            min(90, kit.remaining(deadline) - 10))
-        result = read_json(out) if rc == 0 else None
+        rc, text, result = mlperf_bench(kit, workload, batch, sets, warmup, steps, f"{kit.backend}-{workload}-b{batch}",
+                                        [], min(90, kit.remaining(deadline) - 10))
         if result:
             ours[(workload, batch)] = result
             rate = batch / result["model"]["train_s"]
             kit.part(record, name, "PASS", f"{rate:.1f} samples/s", samples_per_s=rate)
         else:
             kit.part(record, name, "FAIL", ("timed out" if rc is None else f"exit {rc}") + tail_hint(text))
+    kit.bench["options"] = option_runs(kit, record, deadline, ours, missing)
     torch_runs = pytorch_peers(kit, record, deadline)
     kit.bench["rows"] = bench_rows(ours, torch_runs, peak)
     for row in kit.bench["rows"]:
         kit.say(bench_line(row))
+    for row in kit.bench["options"]:
+        kit.say(option_line(row))
     return kit.verdict(record, f"{len(kit.bench['rows'])} cases measured")
+
+
+def mlperf_bench(kit, workload, batch, sets, warmup, steps, tag, option_settings, limit):
+    """One mlperf-bench run in bf16 under `limit` seconds (logs/bench/TAG.txt, .json): (exit status or None,
+    its output, its JSON or None)."""
+    out = os.path.join(kit.logs, "bench", f"{tag}.json")
+    cmd = [kit.program("mlperf-bench"), "--workload", workload, "--backend", kit.backend, "--set",
+           f"train.batch_size={batch}", "--steps", str(steps), "--warmup", str(warmup), "--json", out] + \
+        kit.backend_sets("bf16") + kit.option_sets(option_settings)
+    for s in sets:
+        cmd += ["--set", s]
+    rc, text = kit.run(cmd, f"bench/{tag}.txt", limit)
+    return rc, text, read_json(out) if rc == 0 else None
+
+
+def option_runs(kit, record, deadline, ours, missing):
+    """Each non-default option value alone (options.bench_variants()) on sizes' `options` cases, fewer steps
+    than the defaults' runs (the choices differ by 2x or more where they matter): one row each, with the
+    defaults' rate of the same case where it was measured."""
+    rows = []
+    for workload, batch, sets, warmup, steps in kit.sizes["options"]:
+        for label, settings in options.bench_variants():
+            name = f"{kit.backend} {workload} b{batch} {label}"
+            if missing:
+                kit.part(record, name, "SKIP", missing)
+                continue
+            if kit.remaining(deadline) < 30:
+                kit.part(record, name, "SKIP", "out of time")
+                continue
+            rc, text, result = mlperf_bench(kit, workload, batch, sets, warmup, steps,
+                                            f"{kit.backend}-{workload}-b{batch}-{label.replace('=', '-')}", settings,
+                                            min(90, kit.remaining(deadline) - 20))
+            if not result:
+                kit.part(record, name, "FAIL", ("timed out" if rc is None else f"exit {rc}") + tail_hint(text))
+                continue
+            default = ours.get((workload, batch))
+            row = option_row(workload, batch, label, settings, batch / result["model"]["train_s"],
+                             batch / default["model"]["train_s"] if default else None)
+            rows.append(row)
+            kit.part(record, name, "PASS", f"{row['samples_per_s']:.1f} samples/s", samples_per_s=row["samples_per_s"])
+    return rows
+
+
+def option_row(workload, batch, label, settings, rate, default_rate):
+    """A variant's row: its rate, and the defaults' rate and its ratio to it where they were measured."""
+    row = dict(workload=workload, batch=batch, option=label, settings=settings, samples_per_s=rate,
+               default_samples_per_s=default_rate)
+    if default_rate:
+        row["vs_default"] = rate / default_rate
+    return row
+
+
+def option_line(row):
+    ratio = f" ({row['vs_default']:.2f}x the defaults' {row['default_samples_per_s']:.1f})" if "vs_default" in row else ""
+    return f"{row['workload']} b{row['batch']} backend.{row['option']}: {row['samples_per_s']:.1f} samples/s{ratio}"
 
 
 def pytorch_peers(kit, record, deadline):

@@ -1,0 +1,26 @@
+"""The cuda backend's implementation choices (backends/cuda/README.md, Options; backends/cuda/settings.cpp),
+each with its values, the default first. So that one GPU call compares them: the bench step times each
+other value alone beside the defaults (bench_variants), and the conformance step runs each precision
+again with every option off its default (conformance_variants)."""
+
+CHOICES = [
+    ("batch_norm", ("own", "cudnn")),  # our NHWC kernels, or cuDNN's persistent spatial batch norm
+    ("depthwise", ("own", "cudnn")),   # our NHWC depthwise kernel, or cuDNN's grouped convolution
+    ("pointwise", ("gemm", "cudnn")),  # 1x1 stride-1 convs as cuBLASLt gemms, or cuDNN's convolutions
+]
+
+
+def bench_variants(choices=CHOICES):
+    """(label, settings) of each value other than its option's default, alone (the others at theirs):
+    ('batch_norm=cudnn', ['backend.batch_norm=cudnn']), ..."""
+    return [(f"{name}={value}", [f"backend.{name}={value}"]) for name, values in choices for value in values[1:]]
+
+
+def conformance_variants(choices=CHOICES):
+    """(label, settings) of as few runs as take every non-default value: the i-th run sets each option
+    that has an i-th value to it ('batch_norm=cudnn depthwise=cudnn pointwise=cudnn' with two values each)."""
+    runs = []
+    for i in range(1, max((len(values) for _, values in choices), default=1)):
+        picked = [(name, values[i]) for name, values in choices if i < len(values)]
+        runs.append((" ".join(f"{n}={v}" for n, v in picked), [f"backend.{n}={v}" for n, v in picked]))
+    return runs
