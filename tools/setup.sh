@@ -73,7 +73,7 @@ case "$mode" in
     as_root=""; [ "$(id -u)" -ne 0 ] && as_root="sudo"
     eval "$($as_root tools/slurm/local-cluster.sh start)"
     trap "$as_root tools/slurm/local-cluster.sh stop" EXIT
-    ctest --test-dir "$build" --output-on-failure -L '^slurm_test$'
+    ctest --test-dir "$build" --output-on-failure -L '^slurm$'
     ;;
   cluster)
     echo "== the cluster tests, across two nodes of namespaces (tools/cluster/two-nodes.sh, as root)"
@@ -81,7 +81,7 @@ case "$mode" in
     trap "$as_root tools/cluster/two-nodes.sh stop" EXIT
     $as_root tools/cluster/two-nodes.sh start
     $as_root tools/cluster/two-nodes.sh slurm start
-    ctest --test-dir "$build" --output-on-failure -L '^cluster_test$'
+    ctest --test-dir "$build" --output-on-failure -L '^cluster$'
     ;;
   *) echo "usage: tools/setup.sh [run|test|slurm|cluster]" >&2; exit 2 ;;
 esac

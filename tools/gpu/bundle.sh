@@ -8,7 +8,7 @@
 #   lib/                  every library they need that glibc and the device do not provide
 #   lib/cxx/              this machine's libstdc++ and libgcc_s (check.sh uses them where the device's
 #                         glibc is new enough for them, else the device's own)
-#   tests/                the test programs of tests/backends/cuda and tests/comms/nccl that ctest
+#   tests/                the test programs of the gpu tier (tests/CMakeLists.txt, ctest -L gpu) that ctest
 #                         runs directly (those it runs under mpirun need a second GPU and a launcher)
 #   configs/, tools/mllog-check, third_party/mlperf-logging   the mini configs and the official
 #                         checker (../shared does not travel), reduced to what an HPC log needs

@@ -7,8 +7,7 @@
 
 Targets come from CMake's file API (the codemodel reply of BUILD_DIR/.cmake/api/v1, which bundle.sh
 asks for before configuring): the programs (mlph-cuda-probe too) and plug-ins below where the tree
-defines them, and every executable defined under tests/backends/cuda and tests/comms/nccl (whatever GPU
-tests those folders hold today). A test program is carried when ctest runs it directly; one that ctest runs only under
+defines them, and every test program of the tier `gpu` (ctest -L gpu: the tests that need a GPU). A test program is carried when ctest runs it directly; one that ctest runs only under
 mpirun (two ranks) cannot run on the one-GPU machine, which has no MPI launcher.
 """
 import glob
@@ -22,7 +21,7 @@ OPTIONAL_PROGRAMS = ["mlph-cuda-probe"]  # where the tree builds the cuda backen
 # Plug-ins: required ones must exist in any tree; the others travel when this tree builds them.
 REQUIRED_PLUGINS = ["mlph-backend-reference", "mlph-workload-cosmoflow", "mlph-comms-local", "mlph-storage-posix"]
 OPTIONAL_PLUGINS = ["mlph-backend-cuda", "mlph-comms-nccl", "mlph-workload-deepcam"]
-GPU_TEST_DIRS = ["tests/backends/cuda", "tests/comms/nccl"]
+GPU_TIER = "gpu"
 
 
 def codemodel(build):
@@ -46,17 +45,23 @@ def codemodel(build):
     return targets
 
 
-def gpu_tests(targets):
-    return sorted(name for name, t in targets.items() if t["type"] == "EXECUTABLE" and
-                  any(t["dir"] == d or t["dir"].startswith(d + "/") for d in GPU_TEST_DIRS))
+def gpu_tests(targets, build):
+    """The test programs of the gpu tier, as tests/CMakeLists.txt's mlph_add_test recorded them at
+    configure time (BUILD_DIR/tests/tiers.tsv: NAME<TAB>TIER)."""
+    tiers = os.path.join(build, "tests", "tiers.tsv")
+    if not os.path.isfile(tiers):
+        return []  # a tree configured without its tests
+    with open(tiers) as f:
+        rows = [line.rstrip("\n").split("\t") for line in f if line.strip()]
+    return sorted(name for name, tier in rows if tier == GPU_TIER and name in targets)
 
 
-def wanted_targets(targets):
+def wanted_targets(targets, build):
     missing = [name for name in PROGRAMS + REQUIRED_PLUGINS if name not in targets]
     if missing:
         sys.exit("targets.py: this build tree defines no " + ", ".join(missing))
     return PROGRAMS + [p for p in OPTIONAL_PROGRAMS if p in targets] + REQUIRED_PLUGINS + \
-        [p for p in OPTIONAL_PLUGINS if p in targets] + gpu_tests(targets)
+        [p for p in OPTIONAL_PLUGINS if p in targets] + gpu_tests(targets, build)
 
 
 def ctest_commands(build):
@@ -68,7 +73,7 @@ def ctest_commands(build):
 def carried_tests(build, targets):
     commands = ctest_commands(build)
     lines = []
-    for name in gpu_tests(targets):
+    for name in gpu_tests(targets, build):
         paths = [os.path.join(build, a) for a in targets[name]["artifacts"]]
         exe = os.path.realpath(paths[0]) if paths else ""
         direct = [test for test, cmd in commands if cmd and os.path.realpath(cmd[0]) == exe]
@@ -89,7 +94,7 @@ def main():
         sys.exit(__doc__.split("\n\n")[1])
     build, what = sys.argv[1], sys.argv[2]
     targets = codemodel(build)
-    print("\n".join(wanted_targets(targets) if what == "targets" else carried_tests(build, targets)))
+    print("\n".join(wanted_targets(targets, build) if what == "targets" else carried_tests(build, targets)))
 
 
 if __name__ == "__main__":

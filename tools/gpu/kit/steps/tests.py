@@ -1,4 +1,4 @@
-"""Step 1 tests: the bundle's GPU test programs (tests/backends/cuda, tests/comms/nccl), run directly."""
+"""Step 1 tests: the bundle's GPU test programs (the gpu tier: ctest -L gpu), run directly."""
 import os
 
 from ..common import ROOT, read_json, tail_hint
