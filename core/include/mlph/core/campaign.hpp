@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <string>
 
-#include "mlph/core/runner.hpp"
+#include "mlph/core/run_options.hpp"
 
 namespace mlph::core {
 
