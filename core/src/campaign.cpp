@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <csignal>
-#include <random>
 #include <set>
 #include <sstream>
 
@@ -35,10 +34,9 @@ std::string configured(const RunOptions& run, const std::string& key) {
 std::vector<uint64_t> campaign_seeds(const RunOptions& run, int n) {
   std::vector<uint64_t> seeds;
   std::set<uint64_t> used;
-  std::random_device device;
   for (int i = 0; i < n; ++i) {
     uint64_t seed = run.seed ? *run.seed + static_cast<uint64_t>(i) : 0;
-    while (seed == 0 || used.count(seed)) seed = (static_cast<uint64_t>(device()) << 16 ^ device()) % 2147483647ULL + 1;
+    while (seed == 0 || used.count(seed)) seed = fresh_seed();
     used.insert(seed);
     seeds.push_back(seed);
   }

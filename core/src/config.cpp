@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <utility>
 
 #include "mlph/core/text_input.hpp"
@@ -167,6 +168,11 @@ long long as_int(const std::string& key, const std::string& text) {
   } catch (const sdk::Error& e) {
     throw ConfigError(e.what());
   }
+}
+
+uint64_t fresh_seed() {
+  std::random_device device;
+  return (static_cast<uint64_t>(device()) << 16 ^ device()) % 2147483647ULL + 1;
 }
 
 bool as_bool(const std::string& key, const std::string& text) {

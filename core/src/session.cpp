@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <random>
 
 #include "mlph/core/benchmark.hpp"
 #include "mlph/core/host.hpp"
@@ -30,12 +29,6 @@ Owned<T> create(const Api* api, KeyValues options, const std::string& what) {
   check(api->create(host_api(), options.data(), options.size(), &raw), what);
   return Owned<T>(raw, api->destroy);
 }
-
-uint64_t fresh_seed() {
-  std::random_device device;
-  return (static_cast<uint64_t>(device()) << 16 ^ device()) % 2147483647ULL + 1;  // positive, fits int32 too
-}
-
 
 }  // namespace
 
@@ -126,7 +119,6 @@ void Session::create_workload(const std::string& workload) {
   // The data-parallel width (global batch = local batch x it): the sample groups, since the ranks of a
   // spatially split sample share its samples.
   workload_config.add("run.world_size", std::to_string(sample_groups()));
-  workload_config.add("run.seed_value", std::to_string(seed_));
   workload_ = create<MLPH_Workload>(workload_api(), std::move(workload_config), workload);
   info_.struct_size = sizeof info_;
   check(workload_api()->describe(workload_.get(), &info_), workload);
