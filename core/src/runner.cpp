@@ -205,7 +205,7 @@ void Run::initialize(MlLogger& log) {
   {
     const Activity doing("compiling the model");
     model_ = session_->compile(*graph_);
-    inputs_ = std::make_unique<InputBuffers>(*graph_, backend(), session_->backend(), reading().batches);
+    inputs_ = std::make_unique<InputBuffers>(*graph_, &session_->backend_plugin(), session_->backend(), reading().batches);
   }
   resume_training(log);
   checkpoints_.check_readable(model_.get(), *graph_);

@@ -195,12 +195,7 @@ MLPH_Backend* Session::backend() {
   return backend_.get();
 }
 
-// The members ABI 1.6 appended to the backend's table (all at once): there when the plug-in is that new
-// and its table that large; each may still be NULL.
-bool Session::backend_is_1_6() const {
-  return backend_lib_.descriptor->abi_minor >= 6 &&
-         backend_api()->struct_size >= MLPH_STRUCT_SIZE(MLPH_BackendApi, read_loss);
-}
+bool Session::backend_is_1_6() const { return core::backend_is_1_6(backend_lib_); }
 
 BackendDevice Session::backend_device() {
   BackendDevice device;
