@@ -176,8 +176,7 @@ uint64_t fresh_seed() {
 }
 
 bool as_bool(const std::string& key, const std::string& text) {
-  if (text == "true" || text == "True" || text == "yes" || text == "1") return true;
-  if (text == "false" || text == "False" || text == "no" || text == "0") return false;
+  if (const std::optional<bool> value = sdk::bool_value(text)) return *value;
   throw ConfigError(fmt::format("'{}': '{}' is not true or false", key, escaped(text, 120)));
 }
 
