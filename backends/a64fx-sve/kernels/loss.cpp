@@ -60,12 +60,8 @@ void softmax_cross_entropy_backward(Threads t, RowsByChannels s, const float* lo
   const double scale = static_cast<double>(dloss) / static_cast<double>(s.rows);
   parallel_chunks(t, s.rows, 1024, [&](int64_t begin, int64_t end, int64_t) {
     for (int64_t r = begin; r < end; ++r) {
-      const float* z = logits + r * s.channels;
-      const double lse = log_sum_exp(z, s.channels), weight = scale * class_weights[labels[r]];
-      for (int64_t c = 0; c < s.channels; ++c) {
-        const double p = std::exp(static_cast<double>(z[c]) - lse) - (c == labels[r] ? 1.0 : 0.0);
-        dlogits[r * s.channels + c] += static_cast<float>(weight * p);
-      }
+      sdk::host::add_softmax_cross_entropy_gradient(logits + r * s.channels, labels[r], s.channels,
+                                                    scale * class_weights[labels[r]], dlogits + r * s.channels);
     }
   });
 }

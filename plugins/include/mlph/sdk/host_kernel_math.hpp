@@ -2,7 +2,7 @@
 // same way, so that their numbers agree with the reference's to the bit where the loops do (the
 // reference and a64fx-sve share it): batch normalization's per-channel finalisation (the statistics
 // turned into one scale and shift per channel, the saved values for backward, the running
-// statistics), a row's log-sum-exp for the softmax cross-entropy, and the per-sample IoU.
+// statistics), a row's log-sum-exp and gradient for the softmax cross-entropy, and the per-sample IoU.
 #pragma once
 
 #include <algorithm>
@@ -59,6 +59,17 @@ inline double log_sum_exp(const float* z, int64_t classes) {
   double sum = 0;
   for (int64_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(z[c]) - top);
   return top + std::log(sum);
+}
+
+// Softmax cross-entropy's gradient for one row, added to `dlogits`: weight * (softmax(z) - onehot(label)),
+// in double.
+inline void add_softmax_cross_entropy_gradient(const float* z, int32_t label, int64_t classes, double weight,
+                                               float* dlogits) {
+  const double lse = log_sum_exp(z, classes);
+  for (int64_t c = 0; c < classes; ++c) {
+    const double p = std::exp(static_cast<double>(z[c]) - lse) - (c == label ? 1.0 : 0.0);
+    dlogits[c] += static_cast<float>(weight * p);
+  }
 }
 
 // One sample's mean IoU over `classes` (DeepCAM's metric): its `pixels` rows of logits (the
