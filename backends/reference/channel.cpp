@@ -8,6 +8,7 @@
 #include <functional>
 #include <vector>
 
+#include "mlph/sdk/host_kernel_math.hpp"
 #include "ops.hpp"
 
 namespace mlph::reference {
@@ -205,28 +206,16 @@ void batch_norm_train_forward(ThreadPool& pool, RowsByChannels s, BatchNormAttrs
     return std::array<double, 1>{d * d};
   });
   if (group) (*group)(var);
-  std::vector<float> scale(static_cast<size_t>(s.channels)), shift(scale.size());
-  for (size_t c = 0; c < scale.size(); ++c) {
-    const double biased = var[c] / m, inverse_std = 1.0 / std::sqrt(biased + a.eps);
-    saved[c] = static_cast<float>(mean[c]);
-    saved[scale.size() + c] = static_cast<float>(inverse_std);
-    scale[c] = static_cast<float>(gamma[c] * inverse_std);
-    shift[c] = static_cast<float>(beta[c] - mean[c] * gamma[c] * inverse_std);
-    running_mean[c] = static_cast<float>((1 - a.momentum) * running_mean[c] + a.momentum * mean[c]);
-    running_var[c] = static_cast<float>((1 - a.momentum) * running_var[c] + a.momentum * var[c] / (m - 1));
-  }
-  normalize(pool, s, x, scale, shift, y);
+  const sdk::host::ChannelScaleShift f =
+      sdk::host::finish_batch_norm_train(mean, var, m, a, gamma, beta, running_mean, running_var, saved);
+  normalize(pool, s, x, f.scale, f.shift, y);
 }
 
 void batch_norm_eval_forward(ThreadPool& pool, RowsByChannels s, BatchNormAttrs a, const float* x, const float* gamma,
                              const float* beta, const float* running_mean, const float* running_var, float* y) {
-  std::vector<float> scale(static_cast<size_t>(s.channels)), shift(scale.size());
-  for (size_t c = 0; c < scale.size(); ++c) {
-    const double inverse_std = 1.0 / std::sqrt(static_cast<double>(running_var[c]) + a.eps);
-    scale[c] = static_cast<float>(gamma[c] * inverse_std);
-    shift[c] = static_cast<float>(beta[c] - running_mean[c] * gamma[c] * inverse_std);
-  }
-  normalize(pool, s, x, scale, shift, y);
+  const sdk::host::ChannelScaleShift f =
+      sdk::host::batch_norm_eval_scale_shift(s.channels, a, gamma, beta, running_mean, running_var);
+  normalize(pool, s, x, f.scale, f.shift, y);
 }
 
 // With xhat = (x - mean) * inverse_std: dbeta = sum dy, dgamma = sum dy * xhat,

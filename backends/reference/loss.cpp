@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "mlph/sdk/host_kernel_math.hpp"
 #include "ops.hpp"
 
 namespace mlph::reference {
@@ -33,17 +34,7 @@ double abs_error_sum(ThreadPool&, int64_t n, const float* prediction, const floa
   return sum;
 }
 
-namespace {
-
-// logsumexp of one row, shifted by its maximum (a NaN or Inf logit reaches the loss).
-double log_sum_exp(const float* z, int64_t classes) {
-  const float top = *std::max_element(z, z + classes);
-  double sum = 0;
-  for (int64_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(z[c]) - top);
-  return top + std::log(sum);
-}
-
-}  // namespace
+using sdk::host::log_sum_exp;
 
 // Per-thread partial sums in double, added in thread order.
 double softmax_cross_entropy_forward(ThreadPool& pool, RowsByChannels s, const float* logits, const int32_t* labels,
@@ -68,12 +59,8 @@ void softmax_cross_entropy_backward(ThreadPool& pool, RowsByChannels s, const fl
   const double scale = static_cast<double>(dloss) / static_cast<double>(s.rows);
   pool.parallel_for(s.rows, 1024, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      const float* z = logits + r * s.channels;
-      const double lse = log_sum_exp(z, s.channels), weight = scale * class_weights[labels[r]];
-      for (int64_t c = 0; c < s.channels; ++c) {
-        const double p = std::exp(static_cast<double>(z[c]) - lse) - (c == labels[r] ? 1.0 : 0.0);
-        dlogits[r * s.channels + c] += static_cast<float>(weight * p);
-      }
+      sdk::host::add_softmax_cross_entropy_gradient(logits + r * s.channels, labels[r], s.channels,
+                                                    scale * class_weights[labels[r]], dlogits + r * s.channels);
     }
   });
 }
@@ -83,25 +70,8 @@ void iou_forward(ThreadPool& pool, RowsByChannels s, int64_t batch, const float*
                  float* iou) {
   const int64_t pixels = s.rows / batch, classes = s.channels;
   pool.parallel_for(batch, [&](int64_t begin, int64_t end) {
-    std::vector<int64_t> tp(static_cast<size_t>(classes)), predicted(tp.size()), actual(tp.size());
-    for (int64_t n = begin; n < end; ++n) {
-      std::fill(tp.begin(), tp.end(), 0), std::fill(predicted.begin(), predicted.end(), 0);
-      std::fill(actual.begin(), actual.end(), 0);
-      for (int64_t r = n * pixels; r < (n + 1) * pixels; ++r) {
-        const float* z = logits + r * classes;
-        const auto pred = static_cast<size_t>(std::max_element(z, z + classes) - z);  // the first maximum
-        const auto label = static_cast<size_t>(labels[r]);
-        ++predicted[pred], ++actual[label];
-        if (pred == label) ++tp[pred];
-      }
-      float sum = 0.0f;
-      for (size_t c = 0; c < tp.size(); ++c) {
-        const int64_t joined = predicted[c] + actual[c] - tp[c];  // tp + fp + fn
-        sum += joined == 0 ? 1.0f / static_cast<float>(classes)
-                           : static_cast<float>(tp[c]) / (static_cast<float>(joined) * static_cast<float>(classes));
-      }
-      iou[n] = sum;
-    }
+    for (int64_t n = begin; n < end; ++n)
+      iou[n] = sdk::host::sample_iou(logits + n * pixels * classes, labels + n * pixels, pixels, classes);
   });
 }
 

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <csignal>
-#include <random>
 #include <set>
 #include <sstream>
 
@@ -35,10 +34,9 @@ std::string configured(const RunOptions& run, const std::string& key) {
 std::vector<uint64_t> campaign_seeds(const RunOptions& run, int n) {
   std::vector<uint64_t> seeds;
   std::set<uint64_t> used;
-  std::random_device device;
   for (int i = 0; i < n; ++i) {
     uint64_t seed = run.seed ? *run.seed + static_cast<uint64_t>(i) : 0;
-    while (seed == 0 || used.count(seed)) seed = (static_cast<uint64_t>(device()) << 16 ^ device()) % 2147483647ULL + 1;
+    while (seed == 0 || used.count(seed)) seed = fresh_seed();
     used.insert(seed);
     seeds.push_back(seed);
   }
@@ -94,8 +92,8 @@ std::vector<int> run_all(const RunOptions& each, const CampaignOptions& c, const
 }
 
 // The campaign as a Slurm job array: task i is run i (seed i, result_<i>.txt), started by the
-// launcher (srun with PMIx by default) inside the task's allocation, which sbatch's own options size
-// (-N, --ntasks-per-node, ...). Each task then writes the system description from its log, so that
+// launcher (kSrunLaunch, as tools/slurm/mlperf.sbatch launches, unless --launcher) inside the task's
+// allocation, which sbatch's own options size (-N, --ntasks-per-node, ...). Each task then writes the system description from its log, so that
 // the tree is whole whichever task ends first. Paths stay as given: the script runs from `cwd`. Every
 // value goes through ShellScript, which quotes it (a comment's too) and refuses control characters.
 void write_slurm_array(const fs::path& file, const RunOptions& each, const CampaignOptions& c, const ResultsTree& tree,
@@ -104,6 +102,7 @@ void write_slurm_array(const fs::path& file, const RunOptions& each, const Campa
   using W = ShellScript;
   const std::string log_mark = "\x01";  // the log name: task i's, filled in by bash
   std::vector<W::Word> command;
+  if (c.launcher.empty()) command.push_back(W::own(kSrunLaunch));  // bash text: MLPERF_SRUN_ARGS expands
   const std::vector<std::string> words = run_command(each, c, 0, tree.results, log_mark);
   for (size_t k = 0; k < words.size(); ++k) {
     const bool seed = k > 0 && words[k - 1] == "--seed";
@@ -194,10 +193,8 @@ int run_campaign(const RunOptions& run, const CampaignOptions& c) {
                          run_command(each, c, run.seed.value_or(0), "<results dir>", "result_0.txt"), runs,
                          run.config_file);
     if (c.slurm) {
-      CampaignOptions slurm = c;
-      if (slurm.launcher.empty()) slurm.launcher = "srun --mpi=pmix --kill-on-bad-exit=1";
       const fs::path file = slurm_array_path(fs::absolute(run.output_dir), system, benchmark.name);
-      write_slurm_array(file, each, slurm, tree, benchmark.name, campaign_seeds(run, runs), org, system);
+      write_slurm_array(file, each, c, tree, benchmark.name, campaign_seeds(run, runs), org, system);
       std::fprintf(stderr, "wrote %s: %d runs as a Slurm job array; submit them with\n  sbatch [options for one run] %s\n"
                    "each writes %s/result_<i>.txt; then mlperf-score score %s\n",
                    file.c_str(), runs, file.c_str(), tree.results.c_str(), tree.org_dir.c_str());

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <utility>
 
 #include "mlph/core/text_input.hpp"
@@ -169,9 +170,13 @@ long long as_int(const std::string& key, const std::string& text) {
   }
 }
 
+uint64_t fresh_seed() {
+  std::random_device device;
+  return (static_cast<uint64_t>(device()) << 16 ^ device()) % 2147483647ULL + 1;
+}
+
 bool as_bool(const std::string& key, const std::string& text) {
-  if (text == "true" || text == "True" || text == "yes" || text == "1") return true;
-  if (text == "false" || text == "False" || text == "no" || text == "0") return false;
+  if (const std::optional<bool> value = sdk::bool_value(text)) return *value;
   throw ConfigError(fmt::format("'{}': '{}' is not true or false", key, escaped(text, 120)));
 }
 

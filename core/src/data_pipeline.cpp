@@ -195,7 +195,7 @@ Datasets::Datasets(const MLPH_WorkloadApi* api, MLPH_Workload* workload, MLPH_Sp
   }
 }
 
-InputBuffers::InputBuffers(const MLPH_Graph& graph, const MLPH_BackendApi* api, MLPH_Backend* backend, uint32_t ahead)
+InputBuffers::InputBuffers(const MLPH_Graph& graph, const LoadedPlugin* plugin, MLPH_Backend* backend, uint32_t ahead)
     : memory_(std::make_unique<Block[]>(size_t{ahead} + 2)), batches_(size_t{ahead} + 2) {
   std::vector<size_t> offsets;
   size_t bytes = 0;
@@ -205,8 +205,8 @@ InputBuffers::InputBuffers(const MLPH_Graph& graph, const MLPH_BackendApi* api, 
     bytes += aligned(static_cast<size_t>(sdk::numel(v)) * mlph_dtype_size(v.dtype));
   }
   bytes = std::max(bytes, kAlignment);
-  pinned_ = api && backend && api->struct_size >= MLPH_STRUCT_SIZE(MLPH_BackendApi, free_input) && api->alloc_input &&
-            api->free_input;
+  const MLPH_BackendApi* api = plugin && backend && backend_is_1_6(*plugin) ? plugin->api<MLPH_BackendApi>() : nullptr;
+  pinned_ = api && api->alloc_input && api->free_input;
   for (size_t k = 0; k < batches_.size(); ++k) {
     Block& block = memory_[k];
     if (pinned_) {

@@ -16,6 +16,7 @@
 #include <set>
 #include <string_view>
 
+#include "mlph/backend.h"
 #include "mlph/core/fnv1a.hpp"
 
 namespace mlph::core {
@@ -300,6 +301,11 @@ std::vector<ScanEntry> PluginLoader::scan() const {
     }
   }
   return entries;
+}
+
+bool backend_is_1_6(const LoadedPlugin& backend) {
+  return backend.descriptor->abi_minor >= 6 &&
+         backend.api<MLPH_BackendApi>()->struct_size >= MLPH_STRUCT_SIZE(MLPH_BackendApi, read_loss);
 }
 
 }  // namespace mlph::core

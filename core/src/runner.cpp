@@ -2,7 +2,8 @@
 // rules time them. Its helpers: signals.cpp (interrupts), crash.cpp (last words on a crash or a
 // stuck read; the runner publishes its phases as activities), data_pipeline.cpp (order, shards,
 // reading ahead), run_report.cpp (where the time went), progress.cpp (the terminal), checkpoint.cpp
-// (saving and resuming), export.cpp (the trained weights for PyTorch).
+// (saving and resuming) and checkpoint_lifecycle.cpp (when: reserved, restored, saved), export.cpp
+// (the trained weights for PyTorch).
 #include "mlph/core/runner.hpp"
 
 #include <fmt/format.h>
@@ -17,11 +18,10 @@
 #include <numeric>
 
 #include "mlph/core/atomic_file.hpp"
-#include "mlph/core/checkpoint.hpp"
+#include "mlph/core/checkpoint_lifecycle.hpp"
 #include "mlph/core/config.hpp"
 #include "mlph/core/crash.hpp"
 #include "mlph/core/data_pipeline.hpp"
-#include "mlph/core/export.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/core/mllog.hpp"
 #include "mlph/core/plugin_loader.hpp"
@@ -67,20 +67,13 @@ class Run {
   };
   int generate_data();
   int timed_run();
-  void find_resume_auto();
   void leave_status(int status) const;
-  void open_resume();
-  void check_checkpoints_and_export();
-  void reserve_checkpoint_dir();
-  void reserve_export();
   void initialize(MlLogger& log);
   void resume_training(MlLogger& log);
-  void save_checkpoint_if_due(MlLogger& log, Progress& progress, uint32_t epochs_done);
-  std::filesystem::path save(MlLogger& log, Progress& progress, const RunnerState& state, const RankCopies& copies = {});
+  RunnerState runner_state(uint32_t epochs_done, uint64_t steps_done = 0) const;
   int stop_requested();
   bool log_ended_on_any_rank();
   [[noreturn]] void stop(MlLogger& log, Progress& progress, uint32_t epoch, StepOf at);
-  void export_trained_weights();
   bool train_and_evaluate(MlLogger& log);
   void check_eval_outputs() const;
   std::optional<StepOf> train_epoch(uint32_t epoch, uint64_t first_step, Progress& progress);
@@ -106,11 +99,9 @@ class Run {
 
   RunOptions options_;  // a copy: a resumed run takes the checkpoint's seed
   SignalWatcher& signals_;
-  std::unique_ptr<CheckpointReader> resume_;  // --resume: opened and checked before anything starts
-  CheckpointOptions checkpoints_;
-  std::optional<sdk::detail::Fd> checkpoint_lock_;  // held on checkpoints_.dir for the whole run (rank 0)
-  decltype(MLPH_WorkloadApi::reference_layout) export_layout_ = nullptr;  // --export-weights
-  std::optional<AtomicFile> export_file_;  // --export-weights, reserved before the log begins (rank 0)
+  TimeBreakdown time_;
+  std::atomic<bool> run_stopped_{false};  // run_stop written (here or by the signal watcher)
+  CheckpointLifecycle checkpoints_{options_, time_.checkpoint_s, run_stopped_};
   std::unique_ptr<Session> session_;
   // Declared after the session: destroyed before the plug-ins that made them.
   Owned<MLPH_Model> model_{nullptr, nullptr};
@@ -120,8 +111,6 @@ class Run {
   uint64_t train_size_ = 0, eval_size_ = 0, micro_batches_ = 0;
   uint32_t batch_ = 0, first_epoch_ = 0;  // first_epoch_, first_step_: where a resumed run goes on
   uint64_t first_step_ = 0;
-  std::filesystem::path newest_saved_;  // in checkpoints_.dir: written by this run, or the one it goes on from
-  std::string resume_note_;             // what --resume auto found
   std::vector<double> metrics_;           // the quality metric after each epoch
   double last_loss_ = 0;                  // the training loss last read (averaged over the ranks)
   // Staged data is dealt out among the ranks of a node (see storage.h: MLPH_StageStats), else among all;
@@ -130,8 +119,6 @@ class Run {
   PartOffsets part_;
   uint64_t train_total_ = 0, eval_total_ = 0;  // over all ranks: the node-local sizes summed when staged
   std::optional<MLPH_StageStats> staged_;
-  TimeBreakdown time_;
-  std::atomic<bool> run_stopped_{false};  // run_stop written (here or by the signal watcher)
 };
 
 int Run::generate_data() {
@@ -218,75 +205,12 @@ void Run::initialize(MlLogger& log) {
   {
     const Activity doing("compiling the model");
     model_ = session_->compile(*graph_);
-    inputs_ = std::make_unique<InputBuffers>(*graph_, backend(), session_->backend(), reading().batches);
+    inputs_ = std::make_unique<InputBuffers>(*graph_, &session_->backend_plugin(), session_->backend(), reading().batches);
   }
-  if (resume_) resume_training(log);
-  if (!checkpoints_.dir.empty()) check_state_readable(*session_, model_.get(), *graph_);
+  resume_training(log);
+  checkpoints_.check_readable(model_.get(), *graph_);
   check(comms()->barrier(session_->comm()), "comms");
   log.end("init_stop");
-}
-
-// --resume: the checkpoint was checked before the log began (check_checkpoints_and_export); here its
-// tensors go into the model and the runner takes up its counters. The log says the run is resumed: its
-// time to train covers only the epochs after the checkpoint, so it is no timed MLPerf result.
-void Run::resume_training(MlLogger& log) {
-  {
-    const Activity doing("restoring the checkpoint " + resume_->dir().string());
-    restore_checkpoint(*resume_, *session_, model_.get(), *graph_);
-  }
-  const RunnerState& state = resume_->manifest().state;
-  first_epoch_ = state.epochs_done;
-  first_step_ = state.steps_done;
-  micro_batches_ = state.micro_batches;
-  metrics_ = state.metrics;
-  const std::string where = state.steps_done == 0 ? fmt::format("after epoch {}", state.epochs_done)
-                                                  : fmt::format("at step {} of epoch {}", state.steps_done + 1,
-                                                                state.epochs_done + 1);
-  const std::string& saved_backend = resume_->manifest().identity.backend;
-  const std::string switched = saved_backend == session_->backend_name()
-                                   ? ""
-                                   : fmt::format(" on backend {} (backend {} saved it: not bitwise)",
-                                                 session_->backend_name(), saved_backend);
-  const std::string note = fmt::format("resumed {} from {}{}: not a timed MLPerf result (its time to train covers only "
-                                       "the training after the checkpoint)",
-                                       where, resume_->dir().string(), switched);
-  log.event("mlph_resumed_from",
-            json_raw(fmt::format("{{\"checkpoint\": {}, \"backend\": {}, \"epochs_done\": {}, \"steps_done\": {}, "
-                                 "\"micro_batches\": {}, \"metrics\": {}, \"note\": {}}}",
-                                 json(resume_->dir().string()).text, json(saved_backend).text, state.epochs_done,
-                                 state.steps_done, state.micro_batches, json_list(state.metrics, false).text,
-                                 json(note).text)));
-  if (session_->topology().rank == 0) std::fprintf(stderr, "note: %s\n", note.c_str());
-}
-
-// Rank 0 writes: after the gradient averaging and the per-epoch averaging of the running statistics
-// every rank holds the same weights and optimizer state. Other ranks go on to the next epoch.
-void Run::save_checkpoint_if_due(MlLogger& log, Progress& progress, uint32_t epochs_done) {
-  if (checkpoints_.dir.empty() || epochs_done % checkpoints_.every != 0 || session_->topology().rank != 0) return;
-  const uint64_t updates = micro_batches_ / session_->gradient_accumulation();
-  save(log, progress, RunnerState{epochs_done, micro_batches_, updates, metrics_});
-}
-
-// Rank 0's part of saving `state` (inside an epoch every rank gathers its statistics first: stop).
-// A checkpoint of that state already there (the one the run goes on from) is not written again.
-std::filesystem::path Run::save(MlLogger& log, Progress& progress, const RunnerState& state,
-                                const RankCopies& copies) {
-  if (newest_saved_.filename() == checkpoint_name(state.epochs_done, state.steps_done)) return newest_saved_;
-  Stopwatch watch(time_.checkpoint_s);
-  const Activity doing(fmt::format("saving the checkpoint {}", checkpoint_name(state.epochs_done, state.steps_done)));
-  const uint32_t window = session_->gradient_accumulation();
-  const SavedCheckpoint saved =
-      save_checkpoint(checkpoints_, *session_, model_.get(), *graph_, state, micro_batches_ % window != 0, copies);
-  newest_saved_ = saved.path;
-  if (!run_stopped_)  // the watcher's last words may have ended the log (signals.hpp)
-    log.event("mlph_checkpoint",
-              json_raw(fmt::format("{{\"path\": {}, \"epochs_done\": {}, \"steps_done\": {}, \"bytes\": {}, "
-                                   "\"seconds\": {}}}",
-                                   json(saved.path.string()).text, state.epochs_done, state.steps_done, saved.bytes,
-                                   json(saved.seconds).text)));
-  progress.message(fmt::format("checkpoint {} ({:.1f} MiB in {:.2f} s)", saved.path.string(),
-                               static_cast<double>(saved.bytes) / 1048576.0, saved.seconds));
-  return saved.path;
 }
 
 // Whether the signal watcher's last words ended the log on some rank: every rank votes, so that all
@@ -318,33 +242,37 @@ void Run::stop(MlLogger& log, Progress& progress, uint32_t epoch, StepOf at) {
   const std::string where = at.steps == 0
                                 ? fmt::format("stopped after epoch {} (the log had ended: SIGTERM or SIGINT outside a step)", epoch)
                                 : fmt::format("stopped before training step {} of {} in epoch {}", step + 1, at.steps, epoch + 1);
-  if (checkpoints_.dir.empty())
+  if (!checkpoints_.saving())
     throw RunStopped(fmt::format("{}: {}; no checkpoint (no --checkpoint-dir)", stop_reason(signal), where), false);
-  const RunnerState state{epoch, micro_batches_, micro_batches_ / session_->gradient_accumulation(), metrics_, step};
-  // Inside an epoch each rank's running statistics are its own until the epoch's end averages them.
-  const RankCopies copies = step > 0 ? gather_rank_copies(*session_, model_.get(), *graph_) : RankCopies{};
-  std::string failed;
-  if (session_->topology().rank == 0) {
-    try {
-      save(log, progress, state, copies);
-    } catch (const std::exception& e) {
-      failed = e.what();
-    }
-  }
-  int32_t ok = failed.empty() ? 1 : 0;  // rank 0's verdict (the others hold 1)
-  if (session_->topology().size > 1)
-    check(comms()->allreduce(session_->comm(), &ok, 1, MLPH_DTYPE_I32, MLPH_REDUCE_SUM), "comms");
-  const bool done = ok == session_->topology().size;
-  if (!done)
-    throw RunStopped(fmt::format("{}: {}; the checkpoint could not be saved{}", stop_reason(signal), where,
-                                 failed.empty() ? " (on rank 0)" : ": " + failed),
+  if (const std::optional<std::string> failed =
+          checkpoints_.save_on_stop(log, progress, model_.get(), *graph_, runner_state(epoch, step)))
+    throw RunStopped(fmt::format("{}: {}; the checkpoint could not be saved{}", stop_reason(signal), where, *failed),
                      false);
   signals_.set_exit_status(kExitStoppedWithCheckpoint);
   const std::string name = checkpoint_name(epoch, step);
   throw RunStopped(fmt::format("{}: {}; checkpoint {} saved: the run goes on from it with --resume auto --checkpoint-dir "
                                "{} (a requeued job does so by itself)",
-                               stop_reason(signal), where, (checkpoints_.dir / name).string(), checkpoints_.dir.string()),
+                               stop_reason(signal), where, (checkpoints_.dir() / name).string(),
+                               checkpoints_.dir().string()),
                    true);
+}
+
+// --resume: the checkpoint goes into the model (checkpoint_lifecycle.hpp) and the run takes up its
+// counters where it stopped.
+void Run::resume_training(MlLogger& log) {
+  const std::optional<RunnerState> state = checkpoints_.restore(log, model_.get(), *graph_);
+  if (!state) return;
+  first_epoch_ = state->epochs_done;
+  first_step_ = state->steps_done;
+  micro_batches_ = state->micro_batches;
+  metrics_ = state->metrics;
+}
+
+// Where the run stands after `epochs_done` epochs and `steps_done` steps of the next: what a
+// checkpoint saves.
+RunnerState Run::runner_state(uint32_t epochs_done, uint64_t steps_done) const {
+  return RunnerState{epochs_done, micro_batches_, micro_batches_ / session_->gradient_accumulation(), metrics_,
+                     steps_done};
 }
 
 void Run::open_datasets() {
@@ -585,7 +513,7 @@ bool Run::train_and_evaluate(MlLogger& log) {
     if (!std::isfinite(metric))
       throw RunFailure(fmt::format("training diverged: {} is {} after epoch {}", session_->info().metric_key, metric, epoch + 1));
     metrics_.push_back(metric);
-    save_checkpoint_if_due(log, progress, epoch + 1);
+    checkpoints_.save_if_due(log, progress, model_.get(), *graph_, runner_state(epoch + 1));
     // The watcher's last words ended the log during this epoch's evaluation (SIGTERM outside a step):
     // the log says aborted, so the run ends stopped here, saving where it stands, whatever the metric.
     if (log_ended_on_any_rank()) stop(log, progress, epoch + 1, StepOf{0, 0, stop_signal()});
@@ -612,7 +540,7 @@ int Run::timed_run() {
   // A signal that finds this rank blocked (see SignalWatcher) ends the log from the watcher. The run
   // may take the grace to reach a step boundary when it saves a checkpoint there, and under srun,
   // which kills only after KillWait: it then ends in order, saying where it stopped.
-  const double grace = checkpoints_.dir.empty() && !session_->slurm()
+  const double grace = !checkpoints_.saving() && !session_->slurm()
                            ? 0
                            : as_number("run.stop_grace_s", session_->config().get("run.stop_grace_s"));
   signals_.set_stop_grace(grace, !session_->slurm());
@@ -635,7 +563,8 @@ int Run::timed_run() {
   } forget{signals_};  // before `log` goes
   bool converged = false, stopped = false, checkpointed = false;
   std::string failure;
-  if (rank0 && !resume_note_.empty()) std::fprintf(stderr, "note: %s\n", resume_note_.c_str());
+  if (rank0 && !checkpoints_.resume_note().empty())
+    std::fprintf(stderr, "note: %s\n", checkpoints_.resume_note().c_str());
   // hpc 1.0.0/2.0.0 time the staging (inside run_start, as the reference); from 3.0.0 it may precede it.
   const bool timed_staging = session_->config().get("run.staging") == "timed";
   double started = 0;
@@ -657,7 +586,7 @@ int Run::timed_run() {
   end_log(log, converged, failure);
   if (failure.empty() && !options_.export_weights.empty() && rank0) {  // after run_stop: not timed
     try {
-      export_trained_weights();
+      checkpoints_.export_weights(model_.get(), *graph_, micro_batches_);
     } catch (const std::exception& e) {
       failure = fmt::format("--export-weights {}: {}", options_.export_weights.string(), e.what());
     }
@@ -697,145 +626,14 @@ void Run::leave_status(int status) const {
   }
 }
 
-void Run::export_trained_weights() {
-  std::vector<ParameterValues> params;
-  for (size_t i = 0; i < graph_->n_params; ++i) {
-    const MLPH_Value& v = graph_->values[graph_->params[i].value];
-    MLPH_Tensor view{};
-    params.push_back({v.name ? v.name : "", {v.shape, v.shape + v.ndim}, read_parameter(backend(), model_.get(), *graph_, i, view)});
-  }
-  const size_t arrays = export_weights(export_layout_, params, micro_batches_, std::move(*export_file_));
-  std::fprintf(stderr, "exported %zu arrays in the reference's names to %s\n", arrays, options_.export_weights.c_str());
-}
-
-// --resume: the checkpoint is read and checked (sizes, CRCs) before anything else; the run takes its
-// seed (the initial weights it replaces came from it, and the data order and dropout follow it).
-void Run::open_resume() {
-  resume_ = std::make_unique<CheckpointReader>(options_.resume_from);
-  const uint64_t seed = resume_->manifest().identity.seed;
-  if (options_.seed && *options_.seed != seed)
-    throw CheckpointError(fmt::format("checkpoint {}: seed {} there, --seed {} given", resume_->dir().string(), seed,
-                                      *options_.seed));
-  options_.seed = seed;
-}
-
-// What --checkpoint-dir, --resume and --export-weights need, checked before the log begins: one line
-// and exit status 2 when something is missing or does not match.
-void Run::check_checkpoints_and_export() {
-  checkpoints_ = {options_.checkpoint_dir, std::max<uint32_t>(options_.checkpoint_every, 1), options_.checkpoint_keep};
-  if (!checkpoints_.dir.empty() || resume_) {
-    if (const std::string missing = missing_state_support(*session_); !missing.empty()) throw CheckpointError(missing);
-    if (session_->topology().size > 1 && session_->gradient_accumulation() > 1)
-      throw CheckpointError(fmt::format("checkpoints with gradient accumulation ({} micro-batches) on {} ranks: each rank's "
-                                        "pending sum would have to be saved, which is not done; use one rank or no "
-                                        "accumulation",
-                                        session_->gradient_accumulation(), session_->topology().size));
-    // No test yet shows a run with split samples resumed exactly (each rank's part of the sample,
-    // the sample groups' data order): refused rather than risk a wrong resume.
-    if (session_->sample_ranks() > 1)
-      throw CheckpointError(fmt::format("checkpoints with parallel.spatial = {} (samples split over ranks) are not "
-                                        "supported yet; set parallel.spatial to 1 or run without --checkpoint-dir "
-                                        "and --resume",
-                                        sdk::spatial::grid_text(session_->spatial_grid())));
-  }
-  if (!checkpoints_.dir.empty() && session_->topology().rank == 0) reserve_checkpoint_dir();
-  if (!checkpoints_.dir.empty()) {
-    const std::vector<std::filesystem::path> existing = list_checkpoints(checkpoints_.dir);
-    std::error_code absent;  // a new directory is nobody's parent
-    const bool continuing = resume_ && std::filesystem::equivalent(resume_->dir().parent_path(), checkpoints_.dir, absent);
-    if (!existing.empty() && !continuing)
-      throw CheckpointError(fmt::format("{} already holds checkpoints (newest: {}): go on from them with --resume {}, "
-                                        "or choose another directory",
-                                        checkpoints_.dir.string(), existing.back().filename().string(),
-                                        checkpoints_.dir.string()));
-    // Going on from an older checkpoint would rewrite the newer ones, `latest`'s among them.
-    const std::filesystem::path latest = latest_checkpoint(checkpoints_.dir);
-    if (continuing && !latest.empty() && latest.filename() > resume_->dir().filename())
-      throw CheckpointError(fmt::format("{} holds a newer checkpoint ({}) than {}, which going on would overwrite: "
-                                        "resume from the newest, or save into another directory",
-                                        checkpoints_.dir.string(), latest.filename().string(), resume_->dir().string()));
-    if (continuing) newest_saved_ = resume_->dir();
-  }
-  if (!options_.export_weights.empty()) {
-    export_layout_ = reference_layout_of(session_->workload_plugin());
-    if (!export_layout_)
-      throw CheckpointError(fmt::format("--export-weights: workload {} does not say how the reference names its "
-                                        "parameters (ABI 1.4 reference_layout)",
-                                        session_->workload_plugin().descriptor->name));
-    if (session_->topology().rank == 0) reserve_export();
-  }
-  if (resume_) {
-    check_same_run(*resume_, run_identity(*session_, nullptr), options_.switch_backend);
-    check(workload()->build_graph(session_->workload(), session_->info().local_batch_size, session_->seed(), &graph_),
-          "building the model");
-    check_same_run(*resume_, run_identity(*session_, graph_), options_.switch_backend);
-    check_restorable(*resume_, *graph_);
-  }
-}
-
-// --checkpoint-dir, made and locked before the log begins: a path that cannot be a directory fails
-// now, not after the first epoch, and a second run saving into it is refused for as long as this one
-// runs (an flock, which the kernel drops however the run ends).
-void Run::reserve_checkpoint_dir() {
-  const std::filesystem::path& dir = checkpoints_.dir;
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec || !std::filesystem::is_directory(dir))
-    throw CheckpointError(fmt::format("--checkpoint-dir {}: cannot be made a directory: {}", dir.string(),
-                                      ec ? ec.message() : "something else is there"));
-  const std::filesystem::path lock = dir / ".lock";
-  std::optional<sdk::detail::Fd> held = [&] {
-    try {
-      return sdk::lock_file(lock.string(), true, 0644);  // readable as the checkpoints are: a group shares it
-    } catch (const sdk::Error& e) {
-      throw CheckpointError(fmt::format("--checkpoint-dir {}: {}", dir.string(), e.what()));
-    }
-  }();
-  if (!held)
-    throw CheckpointError(fmt::format("--checkpoint-dir {}: another run is saving checkpoints there (it holds {}); let it "
-                                      "end, or choose another directory",
-                                      dir.string(), lock.string()));
-  checkpoint_lock_.emplace(std::move(*held));
-}
-
-// --export-weights: its file is made (hidden, beside it) before the log begins, so a path that cannot
-// be written fails now rather than after the training; and it is never the run's own log.
-void Run::reserve_export() {
-  const std::filesystem::path& file = options_.export_weights;
-  std::error_code a, b;
-  const std::filesystem::path log = std::filesystem::weakly_canonical(options_.output_dir / options_.log_name, a);
-  if (!a && std::filesystem::weakly_canonical(file, b) == log && !b)
-    throw CheckpointError(fmt::format("--export-weights {}: is the run's MLPerf log", file.string()));
-  if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path(), a);
-  export_file_.emplace(file);
-}
-
-// --resume auto: the newest checkpoint in --checkpoint-dir if it holds one (a requeued job's), else a
-// fresh start. Without `latest` (a run killed between a checkpoint's rename and latest's) the newest
-// whole checkpoint there is the one.
-void Run::find_resume_auto() {
-  const std::filesystem::path& dir = options_.checkpoint_dir;
-  if (dir.empty()) throw CheckpointError("--resume auto: needs --checkpoint-dir, where it looks for a checkpoint");
-  const std::vector<std::filesystem::path> whole = list_checkpoints(dir);
-  if (whole.empty() && latest_checkpoint(dir).empty()) {
-    resume_note_ = fmt::format("--resume auto: no checkpoint in {} yet: starting afresh", dir.string());
-    return;
-  }
-  options_.resume_from = dir;  // its `latest` (CheckpointReader: a damaged one is refused, named)
-  resume_note_ = fmt::format("--resume auto: going on from the newest checkpoint in {}", dir.string());
-  if (latest_checkpoint(dir).empty())
-    resume_note_ += fmt::format(" ({}: no 'latest' names one)", whole.back().filename().string());
-}
-
 int Run::execute() {
   try {
     const Activity doing("setting up the run");
-    if (options_.resume_auto) find_resume_auto();
-    if (!options_.resume_from.empty()) open_resume();
+    checkpoints_.open_resume();
     session_ = std::make_unique<Session>(options_);
     if (options_.generate_data_dir.empty()) {
-      check_ranks_agree(*session_, run_facts(*session_, resume_.get()));
-      check_checkpoints_and_export();
+      check_ranks_agree(*session_, run_facts(*session_, checkpoints_.resume()));
+      graph_ = checkpoints_.prepare(*session_);
     }
   } catch (const RankMismatch& e) {  // every rank found it: one of them says so
     if (session_->topology().rank == 0) std::fprintf(stderr, "mlperf-run: error: %s\n", e.what());

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <random>
 
 #include "mlph/core/benchmark.hpp"
 #include "mlph/core/host.hpp"
@@ -31,36 +30,42 @@ Owned<T> create(const Api* api, KeyValues options, const std::string& what) {
   return Owned<T>(raw, api->destroy);
 }
 
-uint64_t fresh_seed() {
-  std::random_device device;
-  return (static_cast<uint64_t>(device()) << 16 ^ device()) % 2147483647ULL + 1;  // positive, fits int32 too
-}
-
-
 }  // namespace
 
-Session::Session(const RunOptions& options_) {
-  const std::string workload = workload_name(options_);
-
-  PluginLoader loader(default_search_path(options_.plugin_dirs));
+// The steps in the order they depend on each other: the workload names the keys the configuration
+// may hold; the configuration names the other plug-ins; the comms give the ranks that share the seed.
+Session::Session(const RunOptions& options) {
+  const std::string workload = workload_name(options);
+  PluginLoader loader(default_search_path(options.plugin_dirs));
   workload_lib_ = loader.load(MLPH_KIND_WORKLOAD, workload);
+  load_configuration(options);
+  load_plugins(loader);
+  open_comms();
+  open_storage();
+  agree_on_seed();
+  create_workload(workload);
+  read_workload_info();
+}
 
+// The layered configuration (the core's keys and the workload's): the config file, then --set, then
+// the command line's shorthands; checked for the division's rules.
+void Session::load_configuration(const RunOptions& options) {
   schema_ = core_schema();
   size_t n = 0;
   const MLPH_ParamSpec* specs = workload_api()->params(&n);
   schema_.insert(schema_.end(), specs, specs + n);
 
-  std::vector<std::string> sets = options_.sets;
+  std::vector<std::string> sets = options.sets;
   const auto shorthand = [&](const char* key, const std::string& value) {
     if (!value.empty()) sets.push_back(fmt::format("{}={}", key, value));
   };
-  shorthand("plugins.backend", options_.backend);
-  shorthand("plugins.comms", options_.comms);
-  shorthand("plugins.storage", options_.storage);
-  shorthand("data.dir", options_.data_dir);
-  shorthand("mlperf.division", options_.division);
-  if (options_.seed) shorthand("run.seed", std::to_string(*options_.seed));
-  config_ = Config::load(schema_, options_.config_file, sets);
+  shorthand("plugins.backend", options.backend);
+  shorthand("plugins.comms", options.comms);
+  shorthand("plugins.storage", options.storage);
+  shorthand("data.dir", options.data_dir);
+  shorthand("mlperf.division", options.division);
+  if (options.seed) shorthand("run.seed", std::to_string(*options.seed));
+  config_ = Config::load(schema_, options.config_file, sets);
 
   const std::string division = config_.get("mlperf.division");
   if (division != "closed" && division != "open")
@@ -71,11 +76,17 @@ Session::Session(const RunOptions& options_) {
   if (staging != "timed" && staging != "untimed")
     throw ConfigError(fmt::format("{}: 'run.staging' = {}: must be timed or untimed", config_.entry("run.staging").origin,
                                   escaped(staging, 120)));
+}
 
+void Session::load_plugins(PluginLoader& loader) {
   backend_lib_ = loader.load(MLPH_KIND_BACKEND, config_.get("plugins.backend"));
   comms_lib_ = loader.load(MLPH_KIND_COMMS, config_.get("plugins.comms"));
   storage_lib_ = loader.load(MLPH_KIND_STORAGE, config_.get("plugins.storage"));
+}
 
+// The comms object and the ranks as it sees them, checked against srun's placement, and the spatial
+// grid those ranks are split by.
+void Session::open_comms() {
   comm_ = create<MLPH_Comm>(comms_api(), passthrough_options(config_, "comms."), "comms");
   check(comms_api()->topology(comm_.get(), &topology_), "comms");
   slurm_ = slurm_task();
@@ -84,22 +95,30 @@ Session::Session(const RunOptions& options_) {
   if (!placement.empty() && topology_.rank == 0) std::fprintf(stderr, "note: %s\n", placement.c_str());
   read_spatial_grid();
   comms_handle_ = {sizeof(MLPH_CommsHandle), nullptr, comms_api(), comm_.get()};
+}
+
+// The storage object, watched: each file read is noted for the last words (crash.hpp).
+void Session::open_storage() {
   storage_ = create<MLPH_Storage>(storage_lib_.api<MLPH_StorageApi>(), passthrough_options(config_, "storage."),
                                   "storage");
   watched_storage_ = std::make_unique<WatchedStorage>(
       MLPH_StorageHandle{sizeof(MLPH_StorageHandle), nullptr, storage_lib_.api<MLPH_StorageApi>(), storage_.get()});
+}
 
-  // Every rank must use the same seed: rank 0 draws it and broadcasts it.
+// Every rank must use the same seed: rank 0 draws it (run.seed = 0) and broadcasts it.
+void Session::agree_on_seed() {
   seed_ = static_cast<uint64_t>(as_int("run.seed", config_.get("run.seed")));  // >= 0: validated
   if (seed_ == 0) seed_ = fresh_seed();
   check(comms_api()->broadcast(comm_.get(), &seed_, sizeof seed_, 0), "comms: broadcasting the seed");
+}
 
+// The workload object, given every configuration key, and its description of the benchmark.
+void Session::create_workload(const std::string& workload) {
   KeyValues workload_config;
   for (const auto& [key, value] : config_.values()) workload_config.add(key, value.text);
   // The data-parallel width (global batch = local batch x it): the sample groups, since the ranks of a
   // spatially split sample share its samples.
   workload_config.add("run.world_size", std::to_string(sample_groups()));
-  workload_config.add("run.seed_value", std::to_string(seed_));
   workload_ = create<MLPH_Workload>(workload_api(), std::move(workload_config), workload);
   info_.struct_size = sizeof info_;
   check(workload_api()->describe(workload_.get(), &info_), workload);
@@ -109,6 +128,11 @@ Session::Session(const RunOptions& options_) {
     throw PluginError(MLPH_INTERNAL, fmt::format("workload {}: its benchmark_info names the benchmark '{}', its "
                                                  "describe '{}'", workload, facts.name,
                                                  info_.benchmark ? info_.benchmark : ""));
+}
+
+// What the workload's description asks of the run (gradient accumulation, per-sample eval outputs,
+// spatial dims), as far as its ABI version vouches for the fields, and of the backend.
+void Session::read_workload_info() {
   if (info_.struct_size >= MLPH_STRUCT_SIZE(MLPH_WorkloadInfo, gradient_accumulation))
     gradient_accumulation_ = std::max<uint32_t>(info_.gradient_accumulation, 1);
   // eval_per_sample lies in 1.2's trailing padding: only a 1.3 workload's struct_size vouches for it.
@@ -171,12 +195,7 @@ MLPH_Backend* Session::backend() {
   return backend_.get();
 }
 
-// The members ABI 1.6 appended to the backend's table (all at once): there when the plug-in is that new
-// and its table that large; each may still be NULL.
-bool Session::backend_is_1_6() const {
-  return backend_lib_.descriptor->abi_minor >= 6 &&
-         backend_api()->struct_size >= MLPH_STRUCT_SIZE(MLPH_BackendApi, read_loss);
-}
+bool Session::backend_is_1_6() const { return core::backend_is_1_6(backend_lib_); }
 
 BackendDevice Session::backend_device() {
   BackendDevice device;

@@ -5,7 +5,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 
+#include "mlph/core/config.hpp"
+#include "mlph/sdk/compute.hpp"
 #include "mlph/sdk/hparams.hpp"
 #include "mlph/sdk/numbers.hpp"
 #include "mlph/sdk/options.hpp"
@@ -112,6 +115,32 @@ std::string borrowed_batch(const char* logged, int64_t ranks) {
 }  // namespace
 
 // A borrowed global batch of 1e300 went through an undefined cast to -9223372036854775808.
+// Issue 40: one list of boolean spellings (sdk::bool_value) for the configuration's booleans and for
+// plug-in options (Options::get_bool): a value the configuration accepts (a workload's data.cache:
+// yes) means the same to the plug-in, which read only "true" and "True" before.
+TEST(SdkOptions, BooleansHaveOneListOfSpellings) {
+  for (const char* on : {"1", "true", "True", "yes"}) {
+    EXPECT_EQ(sdk::bool_value(on), std::optional<bool>(true)) << on;
+    EXPECT_TRUE(core::as_bool("k", on)) << on;
+    EXPECT_TRUE(options({{"cache", on}}).get_bool("cache", false, "cosmoflow")) << on;
+  }
+  for (const char* off : {"0", "false", "False", "no"}) {
+    EXPECT_EQ(sdk::bool_value(off), std::optional<bool>(false)) << off;
+    EXPECT_FALSE(core::as_bool("k", off)) << off;
+    EXPECT_FALSE(options({{"cache", off}}).get_bool("cache", true, "cosmoflow")) << off;
+  }
+  for (const char* neither : {"", "TRUE", "on", "2", " true", "maybe"}) {
+    EXPECT_EQ(sdk::bool_value(neither), std::nullopt) << neither;
+    EXPECT_THROW(core::as_bool("k", neither), core::ConfigError) << neither;
+  }
+  EXPECT_TRUE(options({}).get_bool("cache", true, "cosmoflow"));
+  EXPECT_FALSE(options({}).get_bool("cache", false, "cosmoflow"));
+  EXPECT_EQ(error_of([] { options({{"deterministic", "maybe"}}).get_bool("deterministic", false, "reference backend"); }),
+            "reference backend: option 'deterministic' is 'maybe'; expected 0, 1, false or true");
+  // The shared compute option reads through it.
+  EXPECT_TRUE(sdk::read_compute_settings(options({{"deterministic", "yes"}}), {sdk::Precision::fp32}, "b").deterministic);
+}
+
 TEST(SdkHparams, PerRankBatchIsAnIntegerOrRefused) {
   EXPECT_EQ(borrowed_batch("2048", 512), "4");
   EXPECT_EQ(borrowed_batch("1e300", 1), "global_batch_size = 1e300: must be a positive integer");

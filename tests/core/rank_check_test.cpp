@@ -80,6 +80,8 @@ TEST(RankCheck, TheResumePointNamesTheCheckpointNotOnlyItsPosition) {
     const std::string said = first_difference({facts("0.001", resume_point(a)), facts("0.001", resume_point(*m))});
     EXPECT_NE(said.find("rank 1 does not run what rank 0 runs: resumed from is"), std::string::npos) << said;
   }
+}
+
 // Issue 39: across nodes, the line names each rank's node too (a node with another plug-in file or
 // configuration); on one node it says only the rank, as before.
 TEST(RankCheck, RanksOnSeveralNodesAreNamedWithTheirNode) {

@@ -58,7 +58,47 @@ std::vector<std::string> launched(const fs::path& dir, const std::vector<std::st
   return words;
 }
 
+// The words srun was given before the program `program` when `script` ran (with `env` before it):
+// the launch options, the part both job scripts must agree on.
+std::vector<std::string> srun_options(const fs::path& dir, const std::string& env, const std::string& script,
+                                      const std::string& program) {
+  const fs::path bin = recording_srun(dir), record = dir / "args.txt";
+  fs::remove(record);
+  const CliResult r = run_command("cd " + dir.string() + " && env PATH=" + bin.string() + ":$PATH FAKE_ARGS=" +
+                                  record.string() + " " + env + " bash " + script);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::vector<std::string> words;
+  std::istringstream in(slurp(record));
+  for (std::string w; std::getline(in, w) && w != program;) words.push_back(w);
+  return words;
+}
+
 }  // namespace
+
+// Issue 40: the campaign's job array (mlperf-run --runs N --slurm) launches each run as mlperf.sbatch
+// launches its run: the same srun options, the task's CPUs bound to cores unless MLPERF_SRUN_ARGS says
+// otherwise (the binding is every backend's default thread count). Both come from one line
+// (core::kSrunLaunch; the script's own copy is pinned here).
+TEST(JobScript, TheCampaignsJobArrayLaunchesAsMlperfSbatchDoes) {
+  const fs::path dir = fresh_dir("job-script-campaign");
+  const CliResult wrote = run_cli("--workload cosmoflow --division open --comms mpi --runs 2 --slurm --org acme --system "
+                                  "box1 --seed 5 --output " + (dir / "out").string());
+  ASSERT_EQ(wrote.exit_code, 0) << wrote.output;
+  const std::string array = (dir / "out" / "slurm" / "box1-cosmoflow.sbatch").string();
+  for (const std::string& binding : {std::string(), std::string("MLPERF_SRUN_ARGS=--cpu-bind=none")}) {
+    const std::vector<std::string> sbatch = srun_options(dir, binding + " MLPERF_RUN=/bin/true", kScript, "/bin/true");
+    const std::vector<std::string> campaign = srun_options(dir, binding + " SLURM_ARRAY_TASK_ID=1", array, kRun);
+    const std::vector<std::string> expected = {"--mpi=pmix", "--kill-on-bad-exit=1",
+                                               binding.empty() ? "--cpu-bind=cores" : "--cpu-bind=none"};
+    EXPECT_EQ(sbatch, expected) << binding;
+    EXPECT_EQ(campaign, expected) << binding;
+  }
+  // A launcher given with --launcher is the campaign's own choice: taken as written.
+  ASSERT_EQ(run_cli("--workload cosmoflow --division open --runs 2 --slurm --org acme --system box2 --launcher "
+                    "\"srun --cpu-bind=sockets\" --output " + (dir / "out").string()).exit_code, 0);
+  EXPECT_EQ(srun_options(dir, "SLURM_ARRAY_TASK_ID=0", (dir / "out" / "slurm" / "box2-cosmoflow.sbatch").string(), kRun),
+            std::vector<std::string>{"--cpu-bind=sockets"});
+}
 
 // Property test of the script's argument scan: random arrangements of the options it looks for, in
 // each spelling mlperf-run takes (--opt V, --opt=V, -o V, -oV), among others. The run gets --resume

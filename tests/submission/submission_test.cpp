@@ -413,7 +413,7 @@ TEST(EndToEnd, SlurmWritesTheCampaignAsOneJobArray) {
   std::ifstream in(script);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   for (const std::string& line : std::vector<std::string>{"#SBATCH --array=0-2\n", "seeds=(41 42 43)\n",
-                                 "srun '--mpi=pmix' '--kill-on-bad-exit=1' " + run_bin + " --workload cosmoflow --comms mpi "
+                                 "srun --mpi=pmix --kill-on-bad-exit=1 ${MLPERF_SRUN_ARGS:---cpu-bind=cores} " + run_bin + " --workload cosmoflow --comms mpi "
                                  "--data /data/cosmo --division open --set 'mlperf.org=acme' --set 'mlperf.platform=box1' "
                                  "--seed \"${seeds[$i]}\" --output ",
                                  "--log-name \"result_$i.txt\"\n", " --describe-system "})

@@ -55,7 +55,7 @@ struct LayerResult {
 // labels in [0, 3). The eval outputs are host tensors.
 class StepBuffers {
  public:
-  StepBuffers(Session& session, const MLPH_Graph& g) : inputs_(g, session.backend_api(), session.backend()) {
+  StepBuffers(Session& session, const MLPH_Graph& g) : inputs_(g, &session.backend_plugin(), session.backend()) {
     for (size_t k = 0; k < inputs_.count(); ++k) {
       Batch& batch = inputs_.next();
       for (size_t i = 0; i < batch.tensors.size(); ++i) fill(batch.tensors[i], i + 1);
@@ -213,7 +213,7 @@ FileTiming time_from_files(Session& session, const MLPH_Graph& graph, int steps,
     order.insert(order.end(), whole.begin(), whole.end());
   }
   order.resize(needed);
-  InputBuffers buffers(graph, session.backend_api(), session.backend(), ahead.batches);
+  InputBuffers buffers(graph, &session.backend_plugin(), session.backend(), ahead.batches);
   const double timeout = as_number("data.read_timeout_s", session.config().get("data.read_timeout_s"));
   t.pinned = buffers.pinned();
   const std::vector<std::span<std::byte>> slots = touch_batches(buffers, t.pinned_bytes);
@@ -239,7 +239,7 @@ FileTiming time_from_files(Session& session, const MLPH_Graph& graph, int steps,
   // The steps read as deep ahead as the rate they consume asks (a reader's time per sample over
   // the step's time, measured just before), in batch memory of that depth.
   t.batches_ahead = batches_for_rate(ahead, step_s, t.read_s * ahead.readers / batch);
-  InputBuffers deep(graph, session.backend_api(), session.backend(), t.batches_ahead);
+  InputBuffers deep(graph, &session.backend_plugin(), session.backend(), t.batches_ahead);
   Owned<MLPH_Model> model = session.compile(graph);
   Prefetcher reader(workload, dataset.readers(), deep, std::move(order), batch, ReadPlan{"training", 0, timeout});
   Stepper stepper(session, model.get());

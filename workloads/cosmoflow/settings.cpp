@@ -32,7 +32,7 @@ Settings parse_settings(const sdk::Options& c) {
   s.data.train_samples = c.get_int<uint64_t>("data.train_samples", 0);
   s.data.valid_samples = c.get_int<uint64_t>("data.valid_samples", 0);
   s.data.records_per_file = c.get_int<int>("data.records_per_file", 1);
-  s.data.cache = c.get("data.cache") == "true" || c.get("data.cache") == "True";
+  s.data.cache = c.get_bool("data.cache", false, "cosmoflow");
   s.data.inflate = c.get("data.inflate", "libdeflate");
   s.model.edge = s.data.edge;
   s.synthetic_train = c.get_int<uint64_t>("data.synthetic.train", 256);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels.hpp"
+#include "mlph/sdk/host_kernel_math.hpp"
 #include "reduce.hpp"
 #include "sve.hpp"
 
@@ -35,15 +36,7 @@ double abs_error_sum(Threads t, int64_t n, const float* prediction, const float*
   });
 }
 
-namespace {
-// logsumexp of one row, shifted by its maximum (a NaN or Inf logit reaches the loss).
-double log_sum_exp(const float* z, int64_t classes) {
-  const float top = *std::max_element(z, z + classes);
-  double sum = 0;
-  for (int64_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(z[c]) - top);
-  return top + std::log(sum);
-}
-}  // namespace
+using sdk::host::log_sum_exp;
 
 double softmax_cross_entropy_forward(Threads t, RowsByChannels s, const float* logits, const int32_t* labels,
                                      const float* class_weights) {
@@ -67,12 +60,8 @@ void softmax_cross_entropy_backward(Threads t, RowsByChannels s, const float* lo
   const double scale = static_cast<double>(dloss) / static_cast<double>(s.rows);
   parallel_chunks(t, s.rows, 1024, [&](int64_t begin, int64_t end, int64_t) {
     for (int64_t r = begin; r < end; ++r) {
-      const float* z = logits + r * s.channels;
-      const double lse = log_sum_exp(z, s.channels), weight = scale * class_weights[labels[r]];
-      for (int64_t c = 0; c < s.channels; ++c) {
-        const double p = std::exp(static_cast<double>(z[c]) - lse) - (c == labels[r] ? 1.0 : 0.0);
-        dlogits[r * s.channels + c] += static_cast<float>(weight * p);
-      }
+      sdk::host::add_softmax_cross_entropy_gradient(logits + r * s.channels, labels[r], s.channels,
+                                                    scale * class_weights[labels[r]], dlogits + r * s.channels);
     }
   });
 }
@@ -80,21 +69,7 @@ void softmax_cross_entropy_backward(Threads t, RowsByChannels s, const float* lo
 void iou_forward(Threads t, RowsByChannels s, int64_t batch, const float* logits, const int32_t* labels, float* iou) {
   const int64_t pixels = s.rows / batch, classes = s.channels;
   parallel_items(t, batch, [&](int64_t n) {
-    std::vector<int64_t> tp(static_cast<size_t>(classes)), predicted(tp.size()), actual(tp.size());
-    for (int64_t r = n * pixels; r < (n + 1) * pixels; ++r) {
-      const float* z = logits + r * classes;
-      const auto pred = static_cast<size_t>(std::max_element(z, z + classes) - z);  // the first maximum
-      const auto label = static_cast<size_t>(labels[r]);
-      ++predicted[pred], ++actual[label];
-      if (pred == label) ++tp[pred];
-    }
-    float sum = 0.0f;
-    for (size_t c = 0; c < tp.size(); ++c) {
-      const int64_t joined = predicted[c] + actual[c] - tp[c];  // tp + fp + fn
-      sum += joined == 0 ? 1.0f / static_cast<float>(classes)
-                         : static_cast<float>(tp[c]) / (static_cast<float>(joined) * static_cast<float>(classes));
-    }
-    iou[n] = sum;
+    iou[n] = sdk::host::sample_iou(logits + n * pixels * classes, labels + n * pixels, pixels, classes);
   });
 }
 

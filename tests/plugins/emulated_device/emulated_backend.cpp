@@ -175,10 +175,7 @@ class Backend final : public sdk::Backend {
     const long long threads = options.get_int("threads", std::max(1u, std::thread::hardware_concurrency()));
     if (threads < 1 || threads > 4096)
       sdk::fail(MLPH_INVALID_ARGUMENT, kWho + ": option 'threads' must be in [1, 4096], got " + options.get("threads"));
-    const std::string pinned = options.get("require_pinned_inputs", "false");
-    if (pinned != "true" && pinned != "false")
-      sdk::fail(MLPH_INVALID_ARGUMENT, kWho + ": option 'require_pinned_inputs' is '" + pinned + "'; give true or false");
-    require_pinned_ = pinned == "true";
+    require_pinned_ = options.get_bool("require_pinned_inputs", false, kWho);
     pool_ = std::make_shared<reference::ThreadPool>(static_cast<unsigned>(threads));
   }
 

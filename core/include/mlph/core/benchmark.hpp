@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "mlph/core/plugin_loader.hpp"
-#include "mlph/core/runner.hpp"
+#include "mlph/core/run_options.hpp"
 
 namespace mlph::core {
 

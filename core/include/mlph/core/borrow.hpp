@@ -11,7 +11,7 @@
 
 #include "mlph/core/benchmark.hpp"
 #include "mlph/core/plugin_loader.hpp"
-#include "mlph/core/runner.hpp"
+#include "mlph/core/run_options.hpp"
 
 namespace mlph::core {
 

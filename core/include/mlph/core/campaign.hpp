@@ -10,13 +10,20 @@
 #include <filesystem>
 #include <string>
 
-#include "mlph/core/runner.hpp"
+#include "mlph/core/run_options.hpp"
 
 namespace mlph::core {
 
 // The most runs a campaign makes: a submission needs 10 (time to solution) or some hundreds of
 // model instances (throughput); a job array of them stays inside Slurm's default MaxArraySize (1001).
 inline constexpr int kMaxRuns = 1000;
+
+// How a Slurm job launches one run's tasks, as bash text: srun with PMIx, a failed task ending the
+// step, and each task's CPUs bound to cores unless MLPERF_SRUN_ARGS gives other srun options. The
+// binding is every backend's default thread count (sdk/cpus.hpp), so the campaign's job array and
+// tools/slurm/mlperf.sbatch must launch alike: the array writes this line, the script holds the same
+// one (tests/integration/job_script_test.cpp runs both and compares srun's options).
+inline constexpr const char* kSrunLaunch = "srun --mpi=pmix --kill-on-bad-exit=1 ${MLPERF_SRUN_ARGS:---cpu-bind=cores}";
 
 struct CampaignOptions {
   int runs = 0;  // 0: the count the workload's rules require (MLPH_BenchmarkInfo.submission_runs)
@@ -25,7 +32,7 @@ struct CampaignOptions {
   std::string system;  // empty: the host name
   std::filesystem::path system_info;  // YAML of system-description fields that override the detected ones
   std::string launcher;               // prefix of every run's command line, e.g. "mpirun -n 4"
-  bool slurm = false;                 // write the job array instead of running (launcher default: srun)
+  bool slurm = false;                 // write the job array instead of running (launcher default: kSrunLaunch)
   std::string borrow_hparams;         // passed on to every run
   std::filesystem::path executable;   // mlperf-run itself
   std::string version;                // mlperf-hpc version, for the system description

@@ -1,6 +1,7 @@
 // Run configuration: schema-checked keys layered as defaults < config file < --set.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -29,6 +30,10 @@ long long as_int(const std::string& key, const std::string& text);
 bool as_bool(const std::string& key, const std::string& text);
 std::vector<std::string> list_items(const std::string& key, const std::string& text);  // "[16, 32]": "16", "32"
 std::vector<double> as_number_list(const std::string& key, const std::string& text);
+
+// A seed drawn afresh (run.seed = 0; a campaign's runs without --seed): positive and below 2^31, so
+// that it fits an int32 too (the references' seeds are). The one formula for both.
+uint64_t fresh_seed();
 
 // The core's own configuration keys (plug-ins, the MLPerf log's submission keys, the seed...);
 // the workload's come from its plug-in.

@@ -20,6 +20,7 @@
 #include "mlph/backend.h"
 #include "mlph/storage.h"
 #include "mlph/core/config.hpp"
+#include "mlph/core/plugin_loader.hpp"
 #include "mlph/sdk/spatial.hpp"
 #include "mlph/workload.h"
 
@@ -128,8 +129,9 @@ struct Batch {
 // backend, one waits for its step and `ahead` are being filled.
 class InputBuffers {
  public:
-  // `api` and `backend` may be null (host memory); otherwise they outlive this object.
-  InputBuffers(const MLPH_Graph& graph, const MLPH_BackendApi* api, MLPH_Backend* backend, uint32_t ahead = 1);
+  // `plugin` and `backend` may be null (host memory); otherwise they outlive this object. The
+  // backend's memory is used where its plug-in is of ABI 1.6 (backend_is_1_6) and offers it.
+  InputBuffers(const MLPH_Graph& graph, const LoadedPlugin* plugin, MLPH_Backend* backend, uint32_t ahead = 1);
 
   // The next batch in rotation (called from one thread).
   Batch& next() { return batches_[next_++ % batches_.size()]; }

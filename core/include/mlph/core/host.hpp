@@ -2,24 +2,23 @@
 #pragma once
 
 #include <memory>
-#include <stdexcept>
 #include <string>
 
 #include "mlph/common.h"
+#include "mlph/sdk/error.hpp"
 
 namespace mlph::core {
 
 // The process-wide services table handed to every plug-in.
 const MLPH_HostApi* host_api();
 
-// Thrown by the core when a plug-in call returns an error; what() is the plug-in's message.
-class PluginError : public std::runtime_error {
+// Thrown by the core when a plug-in call returns an error; what() is the plug-in's message. It is the
+// SDK's error (a code and a message), marked as one a plug-in returned through the ABI: borrow.cpp
+// and mlperf-conformance catch exactly those (a backend's failure is a row of the report; a failing
+// SDK helper in the harness itself is not), so the subtype stays while the body is the SDK's.
+class PluginError : public sdk::Error {
  public:
-  PluginError(MLPH_Code code, const std::string& message) : std::runtime_error(message), code_(code) {}
-  MLPH_Code code() const noexcept { return code_; }
-
- private:
-  MLPH_Code code_;
+  using sdk::Error::Error;
 };
 
 // Takes ownership of `error` (may be NULL): returns normally for NULL, otherwise frees it and

@@ -55,6 +55,12 @@ struct LoadedPlugin {
   }
 };
 
+// Whether a backend plug-in has the members ABI 1.6 appended to MLPH_BackendApi, all at once
+// (create_with, attributes, alloc_input, free_input, read_loss; each may still be NULL): the plug-in
+// says it is that new and its table is that large. The core's one gate for them (the session, the
+// input buffers).
+bool backend_is_1_6(const LoadedPlugin& backend);
+
 // What --list-plugins prints for each library found.
 struct ScanEntry {
   std::filesystem::path file;

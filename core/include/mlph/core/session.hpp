@@ -10,7 +10,7 @@
 #include "mlph/core/crash.hpp"
 #include "mlph/core/launch.hpp"
 #include "mlph/core/plugin_loader.hpp"
-#include "mlph/core/runner.hpp"
+#include "mlph/core/run_options.hpp"
 #include "mlph/sdk/spatial.hpp"
 
 namespace mlph::core {
@@ -105,6 +105,14 @@ class Session {
   void abandon() const;
 
  private:
+  // The constructor's steps, in its order.
+  void load_configuration(const RunOptions& options);
+  void load_plugins(PluginLoader& loader);
+  void open_comms();
+  void open_storage();
+  void agree_on_seed();
+  void create_workload(const std::string& workload);
+  void read_workload_info();
   void broadcast_parameters(MLPH_Model* model, const MLPH_Graph& graph);
   void read_spatial_grid();
   void check_spatial_support();

@@ -61,7 +61,7 @@ inline std::vector<std::string> with_compute_options(std::vector<std::string> ow
 }
 
 // The shared options, checked: `precision` one of `supported` (default fp32, which every backend
-// computes in), `deterministic` 0, 1, false or true (default false). Anything else is
+// computes in), `deterministic` a switch (Options::get_bool; default false). Anything else is
 // MLPH_INVALID_ARGUMENT in one line naming the option, the value and what is accepted.
 inline ComputeSettings read_compute_settings(const Options& options, std::initializer_list<Precision> supported,
                                              const std::string& who) {
@@ -75,12 +75,7 @@ inline ComputeSettings read_compute_settings(const Options& options, std::initia
                                     "'; this backend computes in " + accepted);
   }
   s.precision = *named;
-  const std::string deterministic = options.get(kDeterministicOption, "0");
-  if (deterministic == "1" || deterministic == "true")
-    s.deterministic = true;
-  else if (deterministic != "0" && deterministic != "false")
-    fail(MLPH_INVALID_ARGUMENT, who + ": option '" + kDeterministicOption + "' is '" + deterministic +
-                                    "'; expected 0, 1, false or true");
+  s.deterministic = options.get_bool(kDeterministicOption, false, who);
   return s;
 }
 

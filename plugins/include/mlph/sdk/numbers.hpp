@@ -77,6 +77,15 @@ T parse_integer(std::string_view text, const std::string& key, T min = std::nume
   return v;
 }
 
+// The boolean `text` states, if it states one: 1, true, True, yes or 0, false, False, no. The one list
+// of spellings: the core's configuration booleans (MLPH_TYPE_BOOL) and plug-in options alike
+// (Options::get_bool), so a value the configuration accepts means the same to the plug-in.
+inline std::optional<bool> bool_value(std::string_view text) {
+  if (text == "1" || text == "true" || text == "True" || text == "yes") return true;
+  if (text == "0" || text == "false" || text == "False" || text == "no") return false;
+  return std::nullopt;
+}
+
 // The finite number `text` states (decimal or exponent notation, an optional sign), if it is one.
 inline std::optional<double> finite_value(std::string_view text) {
   if (text.starts_with('+')) {

@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -34,6 +35,15 @@ class Options {
   T get_int(const std::string& key, T fallback, T min = std::numeric_limits<T>::min(),
             T max = std::numeric_limits<T>::max()) const {
     return has(key) ? parse_integer<T>(get(key), key, min, max) : fallback;
+  }
+  // A switch: `fallback` if absent, else the value as bool_value (numbers.hpp) reads it; any other
+  // value is MLPH_INVALID_ARGUMENT naming `owner` (who reads it: "reference backend"), key and value.
+  bool get_bool(const std::string& key, bool fallback, const std::string& owner) const {
+    if (!has(key)) return fallback;
+    const std::string value = get(key);
+    const std::optional<bool> on = bool_value(value);
+    if (!on) fail(MLPH_INVALID_ARGUMENT, owner + ": option '" + key + "' is '" + value + "'; expected 0, 1, false or true");
+    return *on;
   }
   // A finite number; a value that is not one is an error naming the key.
   double get_number(const std::string& key) const { return parse_finite(get(key), key); }
