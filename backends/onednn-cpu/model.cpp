@@ -224,6 +224,25 @@ class OnednnModel final : public sdk::ModelProtocol {
     }
     return fused;
   }
+  // Of those, the conv -> activation pairs whose activation only feeds a max_pool (CosmoFlow's
+  // blocks): activation node -> pool node. The pool chain runs them where its body takes the
+  // conv's output layout (pool_chain_takes, known once the conv is built).
+  std::map<size_t, size_t> find_pool_chains(const std::map<size_t, size_t>& fused) {
+    const std::vector<sdk::ValidNode>& nodes = graph_.nodes;
+    std::map<size_t, size_t> chains;
+    for (auto [producer, act] : fused) {
+      if (nodes[producer].op != "conv") continue;
+      const int32_t a = nodes[act].output;
+      if (a == graph_.loss || std::count(graph_.eval_outputs.begin(), graph_.eval_outputs.end(), a) > 0) continue;
+      std::vector<size_t> readers;
+      for (size_t i = 0; i < nodes.size(); ++i)
+        if (std::count(nodes[i].inputs.begin(), nodes[i].inputs.end(), a) > 0) readers.push_back(i);
+      if (readers.size() == 1 && nodes[readers[0]].op == "max_pool" &&
+          net_.needs_grad(a) == net_.needs_grad(nodes[readers[0]].output))
+        chains[act] = readers[0];
+    }
+    return chains;
+  }
   static float activation_alpha(const sdk::ValidNode& node) {
     return node.op == "relu" ? 0.0f : float(node.attrs.number("alpha"));
   }
@@ -233,19 +252,30 @@ class OnednnModel final : public sdk::ModelProtocol {
     const std::map<size_t, size_t> fused = find_fusions();
     std::map<size_t, size_t> fused_activations;  // activation node -> the node it is fused into
     for (auto [producer, act] : fused) fused_activations[act] = producer;
+    const std::map<size_t, size_t> chains = find_pool_chains(fused);
+    std::map<size_t, size_t> chained_pools;  // pool node -> the conv node whose output it reads
     for (size_t i = 0; i < nodes.size(); ++i) {
       const NodeView n{&nodes[i]};
       const std::string& op = nodes[i].op;
       try {
         if (auto f = fused.find(i); f != fused.end()) {
           const sdk::ValidNode& act = nodes[f->second];
-          const Fusion fusion{true, activation_alpha(act), act.output};
+          const Fusion fusion{!chains.count(f->second), activation_alpha(act), act.output};  // a chain applies it
           ops_.push_back(op == "conv" ? make_conv(net_, n, fusion) : make_batch_norm(net_, n, fusion, group_of(n)));
         } else if (auto a = fused_activations.find(i); a != fused_activations.end()) {
           const sdk::ValidNode& producer = nodes[a->second];
-          ops_.push_back(producer.op == "conv"
-                             ? make_fused_activation(net_, n, producer.output, activation_alpha(nodes[i]))
-                             : make_norm_fused_relu(net_, n, producer.output));
+          const float alpha = activation_alpha(nodes[i]);
+          if (auto chain = chains.find(i); chain != chains.end()) {
+            const bool takes = pool_chain_takes(net_, NodeView{&nodes[chain->second]}, producer.output, alpha);
+            if (takes) chained_pools[chain->second] = a->second;
+            ops_.push_back(takes ? make_chained_activation(net_, n, producer.output) : make_eltwise(net_, n));
+          } else {
+            ops_.push_back(producer.op == "conv" ? make_fused_activation(net_, n, producer.output, alpha)
+                                                 : make_norm_fused_relu(net_, n, producer.output));
+          }
+        } else if (auto p = chained_pools.find(i); p != chained_pools.end()) {
+          const sdk::ValidNode& conv = nodes[p->second];
+          ops_.push_back(make_pool_chain(net_, n, conv.output, activation_alpha(nodes[fused.at(p->second)])));
         } else if (op == "conv") {
           ops_.push_back(make_conv(net_, n, {}));
         } else if (op == "batch_norm") {

@@ -1,0 +1,143 @@
+// Max pooling, alone or as CosmoFlow's conv -> leaky ReLU -> max-pool chain, on the SDK's fused
+// body (mlph/sdk/kernels/pool_chain.hpp) in host loops: the conv writes its output (bias added),
+// the pool reads it once, applying the activation on the fly, and keeps a byte per window (the
+// winner); its backward writes the conv output's gradient directly. The leaky ReLU's full-size
+// output and gradient never exist, and oneDNN's pooling backward (slow on channels-last) and the
+// separate eltwise backward are gone.
+#include <cstring>
+
+#include "mlph/sdk/kernels/pool_chain.hpp"
+#include "ops.hpp"
+
+namespace mlph::onednn {
+namespace {
+
+namespace kn = sdk::kernels;
+using dt = memory::data_type;
+
+// The layouts the body walks, by channel block: channels-last (the whole C) or nC...16c / 8c.
+struct BlockedTag {
+  Tag tag;
+  int64_t block;  // 0: all the channels
+};
+std::vector<BlockedTag> blocked_tags(size_t rank) {
+  if (rank == 5) return {{Tag::ndhwc, 0}, {Tag::nCdhw16c, 16}, {Tag::nCdhw8c, 8}};
+  return {{Tag::nhwc, 0}, {Tag::nChw16c, 16}, {Tag::nChw8c, 8}};
+}
+
+// z's channel block in its oneDNN layout, 0 when the body cannot walk it.
+int64_t channel_block(const memory::desc& desc) {
+  const Dims dims = desc.dims();
+  if ((dims.size() != 4 && dims.size() != 5) || desc.data.data_type != dnnl_f32) return 0;
+  for (const BlockedTag& b : blocked_tags(dims.size()))
+    if (memory::desc(dims, dt::f32, b.tag) == desc) return b.block ? b.block : dims[1];
+  return 0;
+}
+
+// y's desc: z's layout over the pooled dims.
+memory::desc pooled_desc(const kn::PoolChainShape& s, size_t rank) {
+  Dims dims{s.batch, s.channels};
+  for (size_t d = 5 - rank; d < 3; ++d) dims.push_back(s.out[d]);
+  for (const BlockedTag& b : blocked_tags(rank))
+    if ((b.block ? b.block : s.channels) == s.channel_block) return {dims, dt::f32, b.tag};
+  return {};
+}
+
+// The body's shape for max_pool node `pool` over z (its input, or the conv output before the
+// activation), or nothing when the body does not take it.
+std::optional<kn::PoolChainShape> chain_shape(Net& net, const NodeView& pool, int32_t z, float alpha) {
+  const sdk::Window& w = pool.node->window;
+  const Value& zv = net.at(z);
+  const size_t rank = w.in.size();
+  if (rank < 2 || rank > 3 || !zv.mem) return std::nullopt;
+  kn::PoolChainShape s;
+  s.batch = zv.shape.front(), s.channels = zv.shape.back(), s.alpha = alpha;
+  s.channel_block = channel_block(zv.mem.get_desc());
+  for (size_t d = 0; d < rank; ++d) {
+    if (w.stride[d] != w.kernel[d]) return std::nullopt;  // overlapping or gapped windows: oneDNN's pooling
+    s.in[3 - rank + d] = w.in[d], s.out[3 - rank + d] = w.out[d], s.kernel[3 - rank + d] = w.kernel[d];
+  }
+  if (s.channel_block == 0 || !kn::pool_chain_supports(s)) return std::nullopt;
+  return s;
+}
+
+class PoolChain final : public Op {
+ public:
+  PoolChain(Net& net, const NodeView& n, int32_t z, const kn::PoolChainShape& s)
+      : Op(n), net_(net), s_(s), x_(n.in(0)), z_(z) {
+    const int32_t y = n.out();
+    net.define(y, pooled_desc(s, net.at(z).shape.size()));
+    winner_.resize(size_t(net.at(y).numel()));
+    if (net.needs_grad(y) && net.needs_grad(x_)) dz_ = GradSink(net, z, net.at(z).mem.get_desc());
+  }
+
+  void forward(const RunArgs&) override {
+    const auto* z = static_cast<const float*>(net_.at(z_).mem.get_data_handle());
+    auto* y = static_cast<float*>(net_.at(output()).mem.get_data_handle());
+    each_window([&](int64_t zo, int64_t yo) { kn::pool_chain_forward_window(s_, z + zo, nullptr, y + yo, &winner_[size_t(yo)]); });
+  }
+
+  void backward() override {
+    if (!dz_) return;
+    const memory target = dz_.target();
+    auto* dz = static_cast<float*>(target.get_data_handle());
+    if (!kn::pool_chain_covers(s_)) std::memset(dz, 0, target.get_desc().get_size());  // the ragged edge
+    const auto* z = static_cast<const float*>(net_.at(z_).mem.get_data_handle());
+    const auto* dy = static_cast<const float*>(net_.at(output()).grad.get_data_handle());
+    each_window([&](int64_t zo, int64_t yo) {
+      kn::pool_chain_backward_window(s_, z + zo, nullptr, dy + yo, &winner_[size_t(yo)], dz + zo);
+    });
+    dz_.commit();
+    net_.at(x_).grad_written = true;  // the activation's gradient is z's (they share memory)
+  }
+
+ private:
+  // f(z offset, y offset) for every window and channel, output positions split over the threads;
+  // channels walked block by block (consecutive in memory within one).
+  template <class F>
+  void each_window(const F& f) const {
+    const int64_t z_blocks = kn::pool_chain_block_stride(s_, s_.in), y_blocks = kn::pool_chain_block_stride(s_, s_.out);
+    const int64_t blocks = s_.channels / s_.channel_block, block = s_.channel_block;
+    parallel_for(s_.out_positions(), [&](int64_t begin, int64_t end) {
+      for (int64_t pos = begin; pos < end; ++pos) {
+        const kn::PoolChainWindow at = kn::pool_chain_window(s_, pos, 0);
+        for (int64_t b = 0; b < blocks; ++b)
+          for (int64_t c = 0; c < block; ++c) f(at.z + b * z_blocks + c, at.y + b * y_blocks + c);
+      }
+    });
+  }
+
+  Net& net_;
+  kn::PoolChainShape s_;
+  int32_t x_, z_;  // the pool's input, and what the body reads (the conv output when chained)
+  std::vector<uint8_t> winner_;
+  GradSink dz_;
+};
+
+// The activation a pool chain applies: nothing to run; its output is an alias of the conv output
+// (read only by the pool, which knows it is pre-activation), its gradient the conv output's.
+class ChainedActivation final : public Op {
+ public:
+  ChainedActivation(Net& net, const NodeView& n, int32_t z) : Op(n) {
+    net.at(n.out()).grad = net.at(z).grad;
+    net.define(n.out(), net.at(z).mem.get_desc(), net.at(z).mem);
+  }
+  void forward(const RunArgs&) override {}
+};
+
+}  // namespace
+
+bool pool_chain_takes(Net& net, const NodeView& pool, int32_t z, float alpha) {
+  return chain_shape(net, pool, z, alpha).has_value();
+}
+
+std::unique_ptr<Op> make_chained_activation(Net& net, const NodeView& n, int32_t conv_output) {
+  return std::make_unique<ChainedActivation>(net, n, conv_output);
+}
+
+std::unique_ptr<Op> make_pool_chain(Net& net, const NodeView& pool, int32_t z, float alpha) {
+  const std::optional<kn::PoolChainShape> s = chain_shape(net, pool, z, alpha);
+  return s ? std::make_unique<PoolChain>(net, pool, z, *s) : nullptr;
+}
+
+}  // namespace mlph::onednn
