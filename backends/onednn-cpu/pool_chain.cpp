@@ -5,6 +5,7 @@
 // output and gradient never exist, and oneDNN's pooling backward (slow on channels-last) and the
 // separate eltwise backward are gone.
 #include <cstring>
+#include <type_traits>
 
 #include "mlph/sdk/kernels/pool_chain.hpp"
 #include "ops.hpp"
@@ -74,7 +75,12 @@ class PoolChain final : public Op {
   void forward(const RunArgs&) override {
     const auto* z = static_cast<const float*>(net_.at(z_).mem.get_data_handle());
     auto* y = static_cast<float*>(net_.at(output()).mem.get_data_handle());
-    each_window([&](int64_t zo, int64_t yo) { kn::pool_chain_forward_window(s_, z + zo, nullptr, y + yo, &winner_[size_t(yo)]); });
+    with_lanes([&](auto lanes) {
+      constexpr int kLanes = decltype(lanes)::value;
+      each_window(kLanes, [&](int64_t zo, int64_t yo) {
+        kn::pool_chain_forward_window<kLanes>(s_, z + zo, nullptr, y + yo, &winner_[size_t(yo)]);
+      });
+    });
   }
 
   void backward() override {
@@ -84,27 +90,43 @@ class PoolChain final : public Op {
     if (!kn::pool_chain_covers(s_)) std::memset(dz, 0, target.get_desc().get_size());  // the ragged edge
     const auto* z = static_cast<const float*>(net_.at(z_).mem.get_data_handle());
     const auto* dy = static_cast<const float*>(net_.at(output()).grad.get_data_handle());
-    each_window([&](int64_t zo, int64_t yo) {
-      kn::pool_chain_backward_window(s_, z + zo, nullptr, dy + yo, &winner_[size_t(yo)], dz + zo);
+    with_lanes([&](auto lanes) {
+      constexpr int kLanes = decltype(lanes)::value;
+      each_window(kLanes, [&](int64_t zo, int64_t yo) {
+        kn::pool_chain_backward_window<kLanes>(s_, z + zo, nullptr, dy + yo, &winner_[size_t(yo)], dz + zo);
+      });
     });
     dz_.commit();
     net_.at(x_).grad_written = true;  // the activation's gradient is z's (they share memory)
   }
 
  private:
-  // f(z offset, y offset) for every window and channel, output positions split over the threads;
-  // channels walked block by block (consecutive in memory within one).
+  // f(integral_constant lanes): as many channels per call of the body as the block allows, up to
+  // one AVX-512 vector of floats, so that the compiler vectorizes the body over them.
   template <class F>
-  void each_window(const F& f) const {
+  void with_lanes(const F& f) const {
+    if (s_.channel_block % 16 == 0) return f(std::integral_constant<int, 16>{});
+    if (s_.channel_block % 8 == 0) return f(std::integral_constant<int, 8>{});
+    f(std::integral_constant<int, 1>{});
+  }
+
+  // f(z offset, y offset) for every window and group of `lanes` channels, split over the threads
+  // by rows of windows (offsets found once per row: divisions cost more than a window's maxima).
+  // Channel blocks outermost: in a blocked layout each is a slab of its own, walked in order.
+  template <class F>
+  void each_window(int64_t lanes, const F& f) const {
     const int64_t z_blocks = kn::pool_chain_block_stride(s_, s_.in), y_blocks = kn::pool_chain_block_stride(s_, s_.out);
-    const int64_t blocks = s_.channels / s_.channel_block, block = s_.channel_block;
-    parallel_for(s_.out_positions(), [&](int64_t begin, int64_t end) {
-      for (int64_t pos = begin; pos < end; ++pos) {
-        const kn::PoolChainWindow at = kn::pool_chain_window(s_, pos, 0);
-        for (int64_t b = 0; b < blocks; ++b)
-          for (int64_t c = 0; c < block; ++c) f(at.z + b * z_blocks + c, at.y + b * y_blocks + c);
-      }
-    });
+    const int64_t width = s_.out[2], rows = s_.out_positions() / width, block = s_.channel_block;
+    const int64_t z_step = s_.kernel[2] * block;
+    const int64_t total = s_.channels / block * rows;
+    // Rows are few (parallel_for would run them on one thread), each a lot of work.
+#pragma omp parallel for schedule(static) if (total > 1 && s_.out_positions() * s_.channels > (1 << 14))
+    for (int64_t i = 0; i < total; ++i) {
+      const kn::PoolChainWindow row = kn::pool_chain_window(s_, i % rows * width, 0);
+      const int64_t z0 = row.z + i / rows * z_blocks, y0 = row.y + i / rows * y_blocks;
+      for (int64_t w = 0; w < width; ++w)
+        for (int64_t c = 0; c < block; c += lanes) f(z0 + w * z_step + c, y0 + w * block + c);
+    }
   }
 
   Net& net_;

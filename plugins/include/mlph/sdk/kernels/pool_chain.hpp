@@ -36,6 +36,14 @@
 #endif
 #endif
 
+// Before a loop over a window's lanes: g++ keeps it a loop, so that its vectorizer (which
+// if-converts the selects) takes it rather than fully unrolling it into branchy scalar code.
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#define MLPH_LANES_LOOP _Pragma("GCC unroll 1") _Pragma("GCC ivdep")
+#else
+#define MLPH_LANES_LOOP
+#endif
+
 namespace mlph::sdk::kernels {
 
 // bfloat16 as its bits: float32's top half.
@@ -120,51 +128,71 @@ MLPH_KERNEL int64_t pool_chain_block_stride(const PoolChainShape& s, const int64
   return sp[0] * sp[1] * sp[2] * s.channel_block;
 }
 
-// The chain's pre-activation, rounded to T; `bias` points at this channel's bias, or is null.
-template <class T>
-MLPH_KERNEL float pool_chain_pre(T z, const float* bias) {
-  return bias ? round_to<T>(load_float(z) + *bias) : load_float(z);
-}
-
 // The reference's rule: the first maximum wins (strict '>'), and a NaN beats any number.
 MLPH_KERNEL bool pool_chain_beats(float v, float best) { return v > best || (v != v && best == best); }
 
-// ---- one window of one channel: z points at its first element, y and winner at its output ----
+// ---- one window of `Lanes` consecutive channels of one block (1 on a GPU thread; a CPU's vector
+// width on a host loop, which the compiler then vectorizes over the lanes): z points at the first
+// lane's first element, y and winner at its output, bias at its bias (or null) ----
 
-// Forward: *y = the window's maximum activation, *winner = its tap (row-major over the kernel).
-template <class T>
+// Forward: y = the window's maximum activation, winner = its tap (row-major over the kernel).
+template <int Lanes, class T>
 MLPH_KERNEL void pool_chain_forward_window(const PoolChainShape& s, const T* z, const float* bias, T* y,
                                            uint8_t* winner) {
-  float best = 0.0f;
-  int64_t won = 0, t = 0;
+  // Written for vectorizers: no early exits, the NaN rule with & and |, 32-bit lanes throughout.
+  const bool add = bias != nullptr;
+  const float alpha = s.alpha;
+  float best[Lanes], b[Lanes];
+  int32_t won[Lanes];
+  for (int l = 0; l < Lanes; ++l) {
+    b[l] = add ? bias[l] : 0.0f;
+    const float pre = add ? round_to<T>(load_float(z[l]) + b[l]) : load_float(z[l]);
+    best[l] = round_to<T>(pre > 0.0f ? pre : alpha * pre);
+    won[l] = 0;
+  }
+  int32_t t = 0;
   for (int64_t kd = 0; kd < s.kernel[0]; ++kd)
     for (int64_t kh = 0; kh < s.kernel[1]; ++kh)
       for (int64_t kw = 0; kw < s.kernel[2]; ++kw, ++t) {
-        const float pre = pool_chain_pre(z[((kd * s.in[1] + kh) * s.in[2] + kw) * s.channel_block], bias);
-        const float act = round_to<T>(pre > 0.0f ? pre : s.alpha * pre);
-        const bool wins = t == 0 || pool_chain_beats(act, best);
-        best = wins ? act : best;
-        won = wins ? t : won;
+        const T* zt = z + ((kd * s.in[1] + kh) * s.in[2] + kw) * s.channel_block;
+        MLPH_LANES_LOOP
+        for (int l = 0; l < Lanes; ++l) {
+          const float v = load_float(zt[l]);
+          const float pre = add ? round_to<T>(v + b[l]) : v;
+          const float act = round_to<T>(pre > 0.0f ? pre : alpha * pre);
+          // pool_chain_beats: greater, or a NaN over a number (never over a NaN)
+          const bool wins = !(act <= best[l]) & (best[l] == best[l]);
+          best[l] = wins ? act : best[l];
+          won[l] = wins ? t : won[l];
+        }
       }
-  *y = store_as<T>(best);
-  *winner = static_cast<uint8_t>(won);
+  for (int l = 0; l < Lanes; ++l) y[l] = store_as<T>(best[l]), winner[l] = static_cast<uint8_t>(won[l]);
 }
 
 // Backward: every tap of the window in dz (z's layout), the winner getting dy through the
-// activation's slope (z read there only), the others +0.
-template <class T>
+// activation's slope, the others +0. The slope is taken at every tap and kept at the winner only:
+// a vectorizable select rather than a gather (the same read of z as the forward's).
+template <int Lanes, class T>
 MLPH_KERNEL void pool_chain_backward_window(const PoolChainShape& s, const T* z, const float* bias, const T* dy,
                                             const uint8_t* winner, T* dz) {
-  const int64_t won = *winner;
-  const int64_t won_w = won % s.kernel[2], won_h = won / s.kernel[2] % s.kernel[1], won_d = won / (s.kernel[2] * s.kernel[1]);
-  const float pre = pool_chain_pre(z[((won_d * s.in[1] + won_h) * s.in[2] + won_w) * s.channel_block], bias);
-  const float g = 0.0f + load_float(*dy);
-  const float d = 0.0f + (pre > 0.0f ? g : s.alpha * g);
-  int64_t t = 0;
+  const bool add = bias != nullptr;
+  const float alpha = s.alpha;
+  float g[Lanes], b[Lanes];
+  int32_t won[Lanes];
+  for (int l = 0; l < Lanes; ++l) g[l] = 0.0f + load_float(dy[l]), b[l] = add ? bias[l] : 0.0f, won[l] = winner[l];
+  int32_t t = 0;
   for (int64_t kd = 0; kd < s.kernel[0]; ++kd)
     for (int64_t kh = 0; kh < s.kernel[1]; ++kh)
-      for (int64_t kw = 0; kw < s.kernel[2]; ++kw, ++t)
-        dz[((kd * s.in[1] + kh) * s.in[2] + kw) * s.channel_block] = store_as<T>(t == won ? d : 0.0f);
+      for (int64_t kw = 0; kw < s.kernel[2]; ++kw, ++t) {
+        const int64_t tap = ((kd * s.in[1] + kh) * s.in[2] + kw) * s.channel_block;
+        MLPH_LANES_LOOP
+        for (int l = 0; l < Lanes; ++l) {
+          const float v = load_float(z[tap + l]);
+          const float pre = add ? round_to<T>(v + b[l]) : v;
+          const float d = 0.0f + (pre > 0.0f ? g[l] : alpha * g[l]);
+          dz[tap + l] = store_as<T>(t == won[l] ? d : 0.0f);
+        }
+      }
 }
 
 // ---- by index: output position pos (in [0, out_positions()), [batch, out...] row-major) and channel c ----
@@ -173,14 +201,14 @@ template <class T>
 MLPH_KERNEL void pool_chain_forward_at(int64_t pos, int64_t c, const PoolChainShape& s, const T* z,
                                        const float* bias, T* y, uint8_t* winner) {
   const PoolChainWindow at = pool_chain_window(s, pos, c);
-  pool_chain_forward_window(s, z + at.z, bias ? bias + c : nullptr, y + at.y, winner + at.y);
+  pool_chain_forward_window<1>(s, z + at.z, bias ? bias + c : nullptr, y + at.y, winner + at.y);
 }
 
 template <class T>
 MLPH_KERNEL void pool_chain_backward_at(int64_t pos, int64_t c, const PoolChainShape& s, const T* z,
                                         const float* bias, const T* dy, const uint8_t* winner, T* dz) {
   const PoolChainWindow at = pool_chain_window(s, pos, c);
-  pool_chain_backward_window(s, z + at.z, bias ? bias + c : nullptr, dy + at.y, winner + at.y, dz + at.z);
+  pool_chain_backward_window<1>(s, z + at.z, bias ? bias + c : nullptr, dy + at.y, winner + at.y, dz + at.z);
 }
 
 }  // namespace mlph::sdk::kernels
