@@ -144,12 +144,7 @@ MLPH_KERNEL void pool_chain_forward_window(const PoolChainShape& s, const T* z, 
   const float alpha = s.alpha;
   float best[Lanes], b[Lanes];
   int32_t won[Lanes];
-  for (int l = 0; l < Lanes; ++l) {
-    b[l] = add ? bias[l] : 0.0f;
-    const float pre = add ? round_to<T>(load_float(z[l]) + b[l]) : load_float(z[l]);
-    best[l] = round_to<T>(pre > 0.0f ? pre : alpha * pre);
-    won[l] = 0;
-  }
+  for (int l = 0; l < Lanes; ++l) b[l] = add ? bias[l] : 0.0f, best[l] = 0.0f, won[l] = 0;
   int32_t t = 0;
   for (int64_t kd = 0; kd < s.kernel[0]; ++kd)
     for (int64_t kh = 0; kh < s.kernel[1]; ++kh)
@@ -161,7 +156,7 @@ MLPH_KERNEL void pool_chain_forward_window(const PoolChainShape& s, const T* z, 
           const float pre = add ? round_to<T>(v + b[l]) : v;
           const float act = round_to<T>(pre > 0.0f ? pre : alpha * pre);
           // pool_chain_beats: greater, or a NaN over a number (never over a NaN)
-          const bool wins = !(act <= best[l]) & (best[l] == best[l]);
+          const bool wins = (t == 0) | (!(act <= best[l]) & (best[l] == best[l]));
           best[l] = wins ? act : best[l];
           won[l] = wins ? t : won[l];
         }
