@@ -353,7 +353,6 @@ class Pool final : public SingleInputOp {
 }  // namespace
 
 std::unique_ptr<Op> make_max_pool(Net& net, const NodeView& n) {
-  if (auto tiled = make_pool_chain(net, n, n.in(0), 1.0f)) return tiled;  // windows that tile: the SDK's body
   const Value& x = net.at(n.in(0));
   const Window g = onednn_window(n.node->window);
   return std::make_unique<Pool>(net, n, algorithm::pooling_max, ncs(x.shape[0], x.shape.back(), n.node->window.out),
