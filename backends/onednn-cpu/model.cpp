@@ -260,7 +260,8 @@ class OnednnModel final : public sdk::ModelProtocol {
       try {
         if (auto f = fused.find(i); f != fused.end()) {
           const sdk::ValidNode& act = nodes[f->second];
-          const Fusion fusion{!chains.count(f->second), activation_alpha(act), act.output};  // a chain applies it
+          const bool chained = chains.count(f->second) > 0;  // a chain applies the activation
+          const Fusion fusion{!chained, activation_alpha(act), act.output, chained};
           ops_.push_back(op == "conv" ? make_conv(net_, n, fusion) : make_batch_norm(net_, n, fusion, group_of(n)));
         } else if (auto a = fused_activations.find(i); a != fused_activations.end()) {
           const sdk::ValidNode& producer = nodes[a->second];

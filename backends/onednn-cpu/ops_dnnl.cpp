@@ -191,7 +191,8 @@ std::unique_ptr<Op> make_conv(Net& net, const NodeView& n, const Fusion& fusion)
   const bool few_channels = ci < 16;
   const auto in = conv_input(net);
   const memory::desc src = in(few_channels ? x.mem.get_desc() : any(ncs(batch, ci, spatial_of(x))));
-  const memory::desc dst = few_channels ? net.at(n.out()).plain : any(ncs(batch, co, out_spatial));
+  const memory::desc dst_f32 = few_channels ? net.at(n.out()).plain : any(ncs(batch, co, out_spatial));
+  const memory::desc dst = fusion.pool_chain ? in(dst_f32) : dst_f32;
   const memory::desc bias = n.n_in() > 2 ? vec(co) : memory::desc();
   dnnl::primitive_attr attr = net.attr();
   if (fusion.active) {

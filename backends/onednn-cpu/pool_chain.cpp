@@ -26,12 +26,13 @@ std::vector<BlockedTag> blocked_tags(size_t rank) {
   return {{Tag::nhwc, 0}, {Tag::nChw16c, 16}, {Tag::nChw8c, 8}};
 }
 
-// z's channel block in its oneDNN layout, 0 when the body cannot walk it.
+// z's channel block in its oneDNN layout (fp32 or bf16), 0 when the body cannot walk it.
 int64_t channel_block(const memory::desc& desc) {
   const Dims dims = desc.dims();
-  if ((dims.size() != 4 && dims.size() != 5) || desc.data.data_type != dnnl_f32) return 0;
+  const auto type = static_cast<dt>(desc.data.data_type);
+  if ((dims.size() != 4 && dims.size() != 5) || (type != dt::f32 && type != dt::bf16)) return 0;
   for (const BlockedTag& b : blocked_tags(dims.size()))
-    if (memory::desc(dims, dt::f32, b.tag) == desc) return b.block ? b.block : dims[1];
+    if (memory::desc(dims, type, b.tag) == desc) return b.block ? b.block : dims[1];
   return 0;
 }
 
@@ -69,16 +70,18 @@ class PoolChain final : public Op {
     const int32_t y = n.out();
     net.define(y, pooled_desc(s, net.at(z).shape.size()));
     winner_.resize(size_t(net.at(y).numel()));
+    z_bf16_ = net.at(z).mem.get_desc().data.data_type == dnnl_bf16;
     if (net.needs_grad(y) && net.needs_grad(x_)) dz_ = GradSink(net, z, net.at(z).mem.get_desc());
   }
 
   void forward(const RunArgs&) override {
-    const auto* z = static_cast<const float*>(net_.at(z_).mem.get_data_handle());
-    auto* y = static_cast<float*>(net_.at(output()).mem.get_data_handle());
-    with_lanes([&](auto lanes) {
+    with_types([&](auto z_type, auto lanes) {
+      using Z = decltype(z_type);
       constexpr int kLanes = decltype(lanes)::value;
+      const auto* z = static_cast<const Z*>(net_.at(z_).mem.get_data_handle());
+      auto* y = static_cast<float*>(net_.at(output()).mem.get_data_handle());
       each_window(kLanes, [&](int64_t zo, int64_t yo) {
-        kn::pool_chain_forward_window<kLanes>(s_, z + zo, nullptr, y + yo, &winner_[size_t(yo)]);
+        kn::pool_chain_forward_window<kLanes, Z, float>(s_, z + zo, nullptr, y + yo, &winner_[size_t(yo)]);
       });
     });
   }
@@ -86,14 +89,15 @@ class PoolChain final : public Op {
   void backward() override {
     if (!dz_) return;
     const memory target = dz_.target();
-    auto* dz = static_cast<float*>(target.get_data_handle());
-    if (!kn::pool_chain_covers(s_)) std::memset(dz, 0, target.get_desc().get_size());  // the ragged edge
-    const auto* z = static_cast<const float*>(net_.at(z_).mem.get_data_handle());
-    const auto* dy = static_cast<const float*>(net_.at(output()).grad.get_data_handle());
-    with_lanes([&](auto lanes) {
+    if (!kn::pool_chain_covers(s_)) std::memset(target.get_data_handle(), 0, target.get_desc().get_size());
+    with_types([&](auto z_type, auto lanes) {
+      using Z = decltype(z_type);
       constexpr int kLanes = decltype(lanes)::value;
+      auto* dz = static_cast<Z*>(target.get_data_handle());
+      const auto* z = static_cast<const Z*>(net_.at(z_).mem.get_data_handle());
+      const auto* dy = static_cast<const float*>(net_.at(output()).grad.get_data_handle());
       each_window(kLanes, [&](int64_t zo, int64_t yo) {
-        kn::pool_chain_backward_window<kLanes>(s_, z + zo, nullptr, dy + yo, &winner_[size_t(yo)], dz + zo);
+        kn::pool_chain_backward_window<kLanes, Z, float>(s_, z + zo, nullptr, dy + yo, &winner_[size_t(yo)], dz + zo);
       });
     });
     dz_.commit();
@@ -101,13 +105,19 @@ class PoolChain final : public Op {
   }
 
  private:
-  // f(integral_constant lanes): as many channels per call of the body as the block allows, up to
+  // f(Z, integral_constant lanes): as many channels per call of the body as the block allows, up to
   // one AVX-512 vector of floats, so that the compiler vectorizes the body over them.
-  template <class F>
+  template <class Z, class F>
   void with_lanes(const F& f) const {
-    if (s_.channel_block % 16 == 0) return f(std::integral_constant<int, 16>{});
-    if (s_.channel_block % 8 == 0) return f(std::integral_constant<int, 8>{});
-    f(std::integral_constant<int, 1>{});
+    if (s_.channel_block % 16 == 0) return f(Z{}, std::integral_constant<int, 16>{});
+    if (s_.channel_block % 8 == 0) return f(Z{}, std::integral_constant<int, 8>{});
+    f(Z{}, std::integral_constant<int, 1>{});
+  }
+  // f(a Z, lanes) with Z the conv output's element type: float, or bf16 (Fusion::pool_chain).
+  template <class F>
+  void with_types(const F& f) const {
+    if (z_bf16_) return with_lanes<kn::Bf16>(f);
+    with_lanes<float>(f);
   }
 
   // f(z offset, y offset) for every window and group of `lanes` channels, split over the threads
@@ -133,6 +143,7 @@ class PoolChain final : public Op {
   kn::PoolChainShape s_;
   int32_t x_, z_;  // the pool's input, and what the body reads (the conv output when chained)
   std::vector<uint8_t> winner_;
+  bool z_bf16_ = false;
   GradSink dz_;
 };
 

@@ -100,7 +100,7 @@ void expect_same_bits(const std::vector<float>& actual, const std::vector<float>
         << what << " at " << i << ": " << actual[i] << " vs the reference chain's " << expected[i];
 }
 
-template <class T>
+template <class T, class Y = T>
 void check(const Case& k, uint32_t seed) {
   PoolChainShape s;
   s.batch = k.batch, s.channels = k.channels, s.channel_block = k.block, s.alpha = k.alpha;
@@ -134,31 +134,35 @@ void check(const Case& k, uint32_t seed) {
   expected_dz = rounded<T>(expected_dz);
 
   // The fused body over every window and channel, in the case's layout.
-  const std::vector<T> z_l = stored<T>(relayout(k, s.in, z, false)), dy_l = stored<T>(relayout(k, s.out, dy, false));
-  std::vector<T> y_l(y_count), dz_l = stored<T>(std::vector<float>(z_count, -1.0f));
+  const std::vector<T> z_l = stored<T>(relayout(k, s.in, z, false));
+  const std::vector<Y> dy_l = stored<Y>(relayout(k, s.out, dy, false));
+  std::vector<Y> y_l(y_count);
+  std::vector<T> dz_l = stored<T>(std::vector<float>(z_count, -1.0f));
   std::vector<uint8_t> winner(y_count);
   if (!pool_chain_covers(s)) dz_l = stored<T>(std::vector<float>(z_count, 0.0f));
   const float* b = k.bias ? bias.data() : nullptr;
   for (int64_t pos = 0; pos < s.out_positions(); ++pos)
-    for (int64_t c = 0; c < k.channels; ++c) pool_chain_forward_at(pos, c, s, z_l.data(), b, y_l.data(), winner.data());
+    for (int64_t c = 0; c < k.channels; ++c)
+      pool_chain_forward_at<T, Y>(pos, c, s, z_l.data(), b, y_l.data(), winner.data());
   for (int64_t pos = 0; pos < s.out_positions(); ++pos)
     for (int64_t c = 0; c < k.channels; ++c)
-      pool_chain_backward_at(pos, c, s, z_l.data(), b, dy_l.data(), winner.data(), dz_l.data());
+      pool_chain_backward_at<T, Y>(pos, c, s, z_l.data(), b, dy_l.data(), winner.data(), dz_l.data());
   if (k.block % 8 == 0) {  // 8 channels per call, as a vectorizing host loop runs it: the same bits
-    std::vector<T> y8(y_count), dz8 = dz_l;
+    std::vector<Y> y8(y_count);
+    std::vector<T> dz8 = dz_l;
     std::vector<uint8_t> winner8(y_count);
     for (int64_t pos = 0; pos < s.out_positions(); ++pos)
       for (int64_t c = 0; c < k.channels; c += 8) {
         const PoolChainWindow at = pool_chain_window(s, pos, c);
         const float* bc = b ? b + c : nullptr;
-        pool_chain_forward_window<8>(s, z_l.data() + at.z, bc, y8.data() + at.y, winner8.data() + at.y);
-        pool_chain_backward_window<8>(s, z_l.data() + at.z, bc, dy_l.data() + at.y, winner8.data() + at.y,
+        pool_chain_forward_window<8, T, Y>(s, z_l.data() + at.z, bc, y8.data() + at.y, winner8.data() + at.y);
+        pool_chain_backward_window<8, T, Y>(s, z_l.data() + at.z, bc, dy_l.data() + at.y, winner8.data() + at.y,
                                       dz8.data() + at.z);
       }
     expect_same_bits(loaded(y8), loaded(y_l), "8 lanes: y");
     expect_same_bits(loaded(dz8), loaded(dz_l), "8 lanes: dz");
   }
-  const std::string what = std::string(sizeof(T) == 2 ? "bf16" : "fp32") + ", block " + std::to_string(k.block) +
+  const std::string what = std::string(sizeof(T) == 2 ? "bf16" : "fp32") + (sizeof(Y) != sizeof(T) ? " -> fp32 y" : "") + ", block " + std::to_string(k.block) +
                            ", alpha " + std::to_string(k.alpha) + (k.bias ? ", bias" : "");
   expect_same_bits(relayout(k, s.out, loaded(y_l), true), expected_y, what + ": y");
   expect_same_bits(relayout(k, s.in, loaded(dz_l), true), expected_dz, what + ": dz");
@@ -181,6 +185,12 @@ TEST(PoolChain, Fp32MatchesTheUnfusedReferenceChainBitForBit) {
 TEST(PoolChain, Bf16MatchesTheUnfusedReferenceChainRoundedToBf16) {
   uint32_t seed = 50;
   for (const Case& k : kCases) check<Bf16>(k, seed += 7);
+}
+
+// onednn-cpu's bf16 chain: a bf16 conv output pooled into fp32 values between ops.
+TEST(PoolChain, Bf16ConvOutputIntoFp32PooledValuesMatchesTheRoundedChain) {
+  uint32_t seed = 90;
+  for (const Case& k : kCases) check<Bf16, float>(k, seed += 7);
 }
 
 TEST(PoolChain, TiesGoToTheFirstMaximumAndNaNsWin) {

@@ -14,6 +14,8 @@
 //         into zeroed gradients, which turn -0 into +0), +0 at every other tap
 // alpha = 1 is no activation: a plain max-pool. Arithmetic is fp32 whatever T stores; T is float or
 // Bf16 here (the cuda backend may add load_float / store_as overloads for its own 16-bit types).
+// T stores z, dz and the activations' rounding; Y (T by default) stores y and dy: a bf16 conv
+// output may feed an fp32 pooled value (y rounded to T first, then widened: exact).
 //
 // Windows must tile the input (stride == kernel, CosmoFlow's 2x2x2 / 2) with at most 255 taps, so
 // that each element of z lies in one window at most (one writer per element, no atomics) and a tap
@@ -136,8 +138,8 @@ MLPH_KERNEL bool pool_chain_beats(float v, float best) { return v > best || (v !
 // lane's first element, y and winner at its output, bias at its bias (or null) ----
 
 // Forward: y = the window's maximum activation, winner = its tap (row-major over the kernel).
-template <int Lanes, class T>
-MLPH_KERNEL void pool_chain_forward_window(const PoolChainShape& s, const T* z, const float* bias, T* y,
+template <int Lanes, class T, class Y = T>
+MLPH_KERNEL void pool_chain_forward_window(const PoolChainShape& s, const T* z, const float* bias, Y* y,
                                            uint8_t* winner) {
   // Written for vectorizers: no early exits, the NaN rule with & and |, 32-bit lanes throughout.
   const bool add = bias != nullptr;
@@ -161,14 +163,14 @@ MLPH_KERNEL void pool_chain_forward_window(const PoolChainShape& s, const T* z, 
           won[l] = wins ? t : won[l];
         }
       }
-  for (int l = 0; l < Lanes; ++l) y[l] = store_as<T>(best[l]), winner[l] = static_cast<uint8_t>(won[l]);
+  for (int l = 0; l < Lanes; ++l) y[l] = store_as<Y>(best[l]), winner[l] = static_cast<uint8_t>(won[l]);
 }
 
 // Backward: every tap of the window in dz (z's layout), the winner getting dy through the
 // activation's slope, the others +0. The slope is taken at every tap and kept at the winner only:
 // a vectorizable select rather than a gather (the same read of z as the forward's).
-template <int Lanes, class T>
-MLPH_KERNEL void pool_chain_backward_window(const PoolChainShape& s, const T* z, const float* bias, const T* dy,
+template <int Lanes, class T, class Y = T>
+MLPH_KERNEL void pool_chain_backward_window(const PoolChainShape& s, const T* z, const float* bias, const Y* dy,
                                             const uint8_t* winner, T* dz) {
   const bool add = bias != nullptr;
   const float alpha = s.alpha;
@@ -192,18 +194,18 @@ MLPH_KERNEL void pool_chain_backward_window(const PoolChainShape& s, const T* z,
 
 // ---- by index: output position pos (in [0, out_positions()), [batch, out...] row-major) and channel c ----
 
-template <class T>
+template <class T, class Y = T>
 MLPH_KERNEL void pool_chain_forward_at(int64_t pos, int64_t c, const PoolChainShape& s, const T* z,
-                                       const float* bias, T* y, uint8_t* winner) {
+                                       const float* bias, Y* y, uint8_t* winner) {
   const PoolChainWindow at = pool_chain_window(s, pos, c);
-  pool_chain_forward_window<1>(s, z + at.z, bias ? bias + c : nullptr, y + at.y, winner + at.y);
+  pool_chain_forward_window<1, T, Y>(s, z + at.z, bias ? bias + c : nullptr, y + at.y, winner + at.y);
 }
 
-template <class T>
+template <class T, class Y = T>
 MLPH_KERNEL void pool_chain_backward_at(int64_t pos, int64_t c, const PoolChainShape& s, const T* z,
-                                        const float* bias, const T* dy, const uint8_t* winner, T* dz) {
+                                        const float* bias, const Y* dy, const uint8_t* winner, T* dz) {
   const PoolChainWindow at = pool_chain_window(s, pos, c);
-  pool_chain_backward_window<1>(s, z + at.z, bias ? bias + c : nullptr, dy + at.y, winner + at.y, dz + at.z);
+  pool_chain_backward_window<1, T, Y>(s, z + at.z, bias ? bias + c : nullptr, dy + at.y, winner + at.y, dz + at.z);
 }
 
 }  // namespace mlph::sdk::kernels
