@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <set>
 
 #include "onednn_backend.hpp"
 #include "mlph/sdk/model_protocol.hpp"
@@ -73,6 +74,22 @@ struct ParamInfo {
 
 class OnednnModel final : public sdk::ModelProtocol {
  public:
+  // The activations' memory as compiled (values other than inputs and parameters).
+  ActivationMemory activation_memory() const {
+    ActivationMemory m;
+    std::set<const void*> seen_values, seen_grads;
+    for (size_t v = 0; v < net_.values.size(); ++v) {
+      const Value& value = net_.values[v];
+      const bool input = std::count(graph_.inputs.begin(), graph_.inputs.end(), int32_t(v)) > 0;
+      if (value.is_param || input || !value.mem) continue;
+      m.bf16[value.name] = type_of(value.mem.get_desc()) == memory::data_type::bf16;
+      if (seen_values.insert(value.mem.get_data_handle()).second) m.value_bytes += value.mem.get_desc().get_size();
+      if (value.grad && seen_grads.insert(value.grad.get_data_handle()).second)
+        m.gradient_bytes += value.grad.get_desc().get_size();
+    }
+    return m;
+  }
+
   OnednnModel(const MLPH_HostApi* host, const BackendOptions& options, sdk::ValidGraph graph,
               const MLPH_CommsHandle* comms)
       : ModelProtocol(host, kName, sdk::signature_of(graph)),
@@ -243,6 +260,34 @@ class OnednnModel final : public sdk::ModelProtocol {
     }
     return chains;
   }
+  // precision bf16: which activations are stored in bf16 between ops (and their gradients). A value
+  // is when the op writing it and every op reading it move bf16 through oneDNN's bf16 kernels or
+  // the pool chain (convs, pools, relus, batch norms); what the step hands out (the loss, eval
+  // outputs) and whatever plain loops, concat, add or a grouped batch norm read stay fp32. A conv
+  // or batch norm and the activation fused into it share one memory: bf16 only if both may be.
+  void plan_storage(const std::map<size_t, size_t>& fused) {
+    net_.bf16_storage.assign(graph_.values.size(), false);
+    if (!options_.bf16) return;
+    const std::vector<sdk::ValidNode>& nodes = graph_.nodes;
+    std::vector<bool> bf16(graph_.values.size(), false);
+    for (const sdk::ValidNode& node : nodes)
+      bf16[size_t(node.output)] = moves_bf16(node) && graph_.values[size_t(node.output)].dtype == MLPH_DTYPE_F32;
+    bf16[size_t(graph_.loss)] = false;
+    for (int32_t v : graph_.eval_outputs) bf16[size_t(v)] = false;
+    for (const sdk::ValidNode& node : nodes)
+      if (!moves_bf16(node))
+        for (int32_t in : node.inputs) bf16[size_t(in)] = false;
+    for (auto [producer, act] : fused) {
+      const auto y = size_t(nodes[producer].output), a = size_t(nodes[act].output);
+      bf16[y] = bf16[a] = bf16[y] && bf16[a];
+    }
+    net_.bf16_storage = std::move(bf16);
+  }
+  static bool moves_bf16(const sdk::ValidNode& node) {
+    const std::string& op = node.op;
+    if (op == "batch_norm") return node.attrs.integer("group_size") <= 1;  // a group's sums walk fp32
+    return op == "conv" || op == "conv_transpose" || op == "max_pool" || op == "relu" || op == "leaky_relu";
+  }
   static float activation_alpha(const sdk::ValidNode& node) {
     return node.op == "relu" ? 0.0f : float(node.attrs.number("alpha"));
   }
@@ -250,6 +295,7 @@ class OnednnModel final : public sdk::ModelProtocol {
   void build_ops() {
     const std::vector<sdk::ValidNode>& nodes = graph_.nodes;
     const std::map<size_t, size_t> fused = find_fusions();
+    plan_storage(fused);
     std::map<size_t, size_t> fused_activations;  // activation node -> the node it is fused into
     for (auto [producer, act] : fused) fused_activations[act] = producer;
     const std::map<size_t, size_t> chains = find_pool_chains(fused);
@@ -260,8 +306,7 @@ class OnednnModel final : public sdk::ModelProtocol {
       try {
         if (auto f = fused.find(i); f != fused.end()) {
           const sdk::ValidNode& act = nodes[f->second];
-          const bool chained = chains.count(f->second) > 0;  // a chain applies the activation
-          const Fusion fusion{!chained, activation_alpha(act), act.output, chained};
+          const Fusion fusion{!chains.count(f->second), activation_alpha(act), act.output};  // a chain applies it
           ops_.push_back(op == "conv" ? make_conv(net_, n, fusion) : make_batch_norm(net_, n, fusion, group_of(n)));
         } else if (auto a = fused_activations.find(i); a != fused_activations.end()) {
           const sdk::ValidNode& producer = nodes[a->second];
@@ -378,6 +423,12 @@ class OnednnModel final : public sdk::ModelProtocol {
 };
 
 }  // namespace
+
+ActivationMemory activation_memory(const sdk::Model& model) {
+  const auto* onednn = dynamic_cast<const OnednnModel*>(&model);
+  if (!onednn) fail(MLPH_INVALID_ARGUMENT, kName + ": activation_memory of another backend's model");
+  return onednn->activation_memory();
+}
 
 std::unique_ptr<sdk::Model> compile_model(const MLPH_HostApi* host, const BackendOptions& options,
                                           const MLPH_Graph& graph, const MLPH_CommsHandle* comms) {

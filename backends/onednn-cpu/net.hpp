@@ -59,11 +59,22 @@ class Net {
   dnnl::stream stream{engine};
   std::vector<Value> values;
   Scratchpad scratchpad;
-  // Mixed precision: conv and conv_transpose read bf16 copies of their source, weights and output
-  // gradient and write fp32; values, master weights and every other op stay fp32.
+  // Mixed precision: conv and conv_transpose compute in bf16 (bf16 copies of the fp32 master
+  // weights, and of any fp32 source or output gradient they read).
   bool bf16_convolutions = false;
+  // Which values are stored in bf16 between ops, their gradients too (model.cpp's plan under
+  // precision bf16: activations that only bf16-capable ops write and read); all others are fp32.
+  std::vector<bool> bf16_storage;
 
   Value& at(int32_t v) { return values[static_cast<size_t>(v)]; }
+  memory::data_type stored_type(int32_t v) const {
+    const auto i = static_cast<size_t>(v);
+    return i < bf16_storage.size() && bf16_storage[i] ? memory::data_type::bf16 : memory::data_type::f32;
+  }
+  // `desc` in the element type value v is stored in (an op choosing v's layout).
+  memory::desc stored(int32_t v, const memory::desc& desc) const;
+  // Value v as an op computing in `type` reads it: itself, or a copy that `steps` refreshes.
+  memory as_type(int32_t v, memory::data_type type, std::vector<Step>& steps);
   // Gives `v` its layout: allocates its data (or adopts `alias`) and its gradient when it needs one.
   void define(int32_t v, const memory::desc& desc, std::optional<memory> alias = std::nullopt);
   // Which values receive a gradient, and from how many ops (more than one: contributions add up).
@@ -154,6 +165,9 @@ class Op {
 // mlperf-bench --layers: same bytes); conv weights are viewed through their own descs instead.
 // Anything else is row-major over its own shape.
 memory::desc plain_desc(const std::vector<int64_t>& shape, MLPH_DType dtype);
+// `desc` with another element type, same dims and layout (oneDNN 2.x has no accessor for it).
+memory::desc retyped(const memory::desc& desc, memory::data_type type);
+inline memory::data_type type_of(const memory::desc& desc) { return static_cast<memory::data_type>(desc.data.data_type); }
 // Runs f(begin, end) over [0, n) on the OpenMP threads.
 void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& f);
 

@@ -18,9 +18,6 @@ struct Fusion {
   bool active = false;
   float alpha = 0;
   int32_t activation_output = -1;
-  // The conv output feeds a pool chain (nothing else reads it): with bf16 convolutions it is stored
-  // in bf16, and so is its gradient, which the conv's backward passes then read without a copy.
-  bool pool_chain = false;
 };
 
 // What this backend refuses beyond the validator's rules: MLPH_UNIMPLEMENTED naming the node.

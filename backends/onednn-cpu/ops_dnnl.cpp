@@ -61,15 +61,10 @@ Dims kernel_strides(const Dims& kernel, int64_t inner) {
 
 memory::desc any(const Dims& dims) { return {dims, dt::f32, Tag::any}; }
 memory::desc vec(int64_t n) { return {{n}, dt::f32, Tag::a}; }
-// `desc` with another element type, same dims and layout (oneDNN 2.x has no accessor for it).
-memory::desc retyped(const memory::desc& desc, dt type) {
-  dnnl_memory_desc_t d = desc.data;
-  d.data_type = static_cast<dnnl_data_type_t>(type);
-  return memory::desc(d);
-}
-// What a convolution reads (source, weights, output gradient) in the net's compute precision; it
-// always writes fp32 (output, gradients), so the values around it stay fp32. Weighted reorders
-// the fp32 values and master weights into these descs before each use.
+// What a convolution reads (source, weights, output gradient) in the net's compute precision. It
+// writes its output and its source's gradient in the types those values are stored in (bf16
+// between bf16-capable ops, else fp32); Weighted reorders what is not yet in these descs (the fp32
+// master weights, an fp32 source) before each use.
 std::function<memory::desc(const memory::desc&)> conv_input(const Net& net) {
   const dt type = net.bf16_convolutions ? dt::bf16 : dt::f32;
   return [type](const memory::desc& d) { return retyped(d, type); };
@@ -191,8 +186,7 @@ std::unique_ptr<Op> make_conv(Net& net, const NodeView& n, const Fusion& fusion)
   const bool few_channels = ci < 16;
   const auto in = conv_input(net);
   const memory::desc src = in(few_channels ? x.mem.get_desc() : any(ncs(batch, ci, spatial_of(x))));
-  const memory::desc dst_f32 = few_channels ? net.at(n.out()).plain : any(ncs(batch, co, out_spatial));
-  const memory::desc dst = fusion.pool_chain ? in(dst_f32) : dst_f32;
+  const memory::desc dst = net.stored(n.out(), few_channels ? net.at(n.out()).plain : any(ncs(batch, co, out_spatial)));
   const memory::desc bias = n.n_in() > 2 ? vec(co) : memory::desc();
   dnnl::primitive_attr attr = net.attr();
   if (fusion.active) {
@@ -211,9 +205,11 @@ std::unique_ptr<Op> make_conv(Net& net, const NodeView& n, const Fusion& fusion)
   const Dims x_dims = x.mem.get_desc().dims(), y_dims = fwd.dst_desc().dims();
   const std::vector<std::pair<memory::desc, memory::desc>> layouts = {
       {fwd.src_desc(), fwd.dst_desc()}, {any(x_dims), any(y_dims)}, {x.plain, net.at(n.out()).plain}};
+  const dt x_type = type_of(x.mem.get_desc());
   auto make_data = [&, fwd, layouts] {
     auto any_src = layouts;
-    any_src[0].first = any(x_dims);  // the input gradient's layout is free: a sink reorders it
+    // The input gradient's layout is free (a sink reorders it), its type x's: no conversion after.
+    any_src[0].first = retyped(any(x_dims), x_type);
     return first_jit<dnnl::convolution_backward_data::primitive_desc>(any_src, [&](const auto& s, const auto& d) {
       return dnnl::convolution_backward_data::primitive_desc(
           {algorithm::convolution_direct, s, in(any(wdims)), in(d), g.stride, g.dilate, g.pad_l, g.pad_r}, net.attr(),
@@ -248,7 +244,8 @@ std::unique_ptr<Op> make_conv_transpose(Net& net, const NodeView& n) {
   const memory::desc weights_plain(wdims, dt::f32, wstrides);
   const memory::desc bias = n.n_in() > 2 ? vec(co) : memory::desc();
   const auto in = conv_input(net);
-  const memory::desc src = in(any(ncs(batch, ci, spatial_of(x)))), dst = any(ncs(batch, co, out_spatial));
+  const memory::desc src = in(any(ncs(batch, ci, spatial_of(x))));
+  const memory::desc dst = net.stored(n.out(), any(ncs(batch, co, out_spatial)));
   using dnnl::deconvolution_forward;
   const deconvolution_forward::primitive_desc fwd({prop_kind::forward_training, algorithm::deconvolution_direct, src,
                                                    in(any(wdims)), bias, dst, g.stride, g.dilate, g.pad_l, g.pad_r},
@@ -259,8 +256,11 @@ std::unique_ptr<Op> make_conv_transpose(Net& net, const NodeView& n) {
   const Dims x_dims = x.mem.get_desc().dims(), y_dims = fwd.dst_desc().dims();
   const std::vector<std::pair<memory::desc, memory::desc>> layouts = {
       {any(x_dims), fwd.dst_desc()}, {any(x_dims), any(y_dims)}, {x.plain, net.at(n.out()).plain}};
+  const dt x_type = type_of(x.mem.get_desc());
   auto make_data = [&, fwd, layouts] {
-    return first_jit<dnnl::deconvolution_backward_data::primitive_desc>(layouts, [&](const auto& s, const auto& d) {
+    auto typed = layouts;
+    typed[0].first = retyped(typed[0].first, x_type);  // the input gradient in x's type
+    return first_jit<dnnl::deconvolution_backward_data::primitive_desc>(typed, [&](const auto& s, const auto& d) {
       return dnnl::deconvolution_backward_data::primitive_desc(
           {algorithm::deconvolution_direct, s, in(any(wdims)), in(d), g.stride, g.dilate, g.pad_l, g.pad_r},
           net.attr(), net.engine, fwd);
@@ -310,7 +310,10 @@ namespace {
 // writing that gradient (DIFF_SRC); subclasses build both steps in their constructor.
 class SingleInputOp : public Op {
  public:
-  void forward(const RunArgs&) override { forward_(net_.stream); }
+  void forward(const RunArgs&) override {
+    net_.run(pre_);
+    forward_(net_.stream);
+  }
   void backward() override {
     if (!backward_) return;
     backward_->args[DNNL_ARG_DIFF_SRC] = dx_.target();
@@ -320,7 +323,11 @@ class SingleInputOp : public Op {
 
  protected:
   SingleInputOp(Net& net, const NodeView& n) : Op(n), net_(net) {}
+  // The input in the type of the output (oneDNN's pooling and eltwise keep one type): x itself
+  // unless the plan stores them differently, then a copy that pre_ refreshes.
+  memory typed_input(int32_t x) { return net_.as_type(x, net_.stored_type(output()), pre_); }
   Net& net_;
+  std::vector<Step> pre_;
   Step forward_;
   std::optional<Step> backward_;
   GradSink dx_;
@@ -332,12 +339,14 @@ class Pool final : public SingleInputOp {
   Pool(Net& net, const NodeView& n, algorithm alg, const Dims& out_dims, const Dims& kernel, const Dims& stride)
       : SingleInputOp(net, n) {
     const int32_t x = n.in(0), y = n.out();
-    const memory::desc x_desc = net.at(x).mem.get_desc();
+    const memory src = typed_input(x);
+    const memory::desc x_desc = src.get_desc();
     const Dims pad(kernel.size(), 0);
     const dnnl::pooling_forward::primitive_desc fwd(
-        {prop_kind::forward_training, alg, x_desc, any(out_dims), stride, kernel, pad, pad}, net.attr(), net.engine);
+        {prop_kind::forward_training, alg, x_desc, net.stored(y, any(out_dims)), stride, kernel, pad, pad}, net.attr(),
+        net.engine);
     net.define(y, fwd.dst_desc());
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, net.at(x).mem}, {DNNL_ARG_DST, net.at(y).mem}};
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, net.at(y).mem}};
     memory workspace;
     if (fwd.workspace_desc().get_size() > 0) args[DNNL_ARG_WORKSPACE] = workspace = memory(fwd.workspace_desc(), net.engine);
     forward_ = net.step<dnnl::pooling_forward>(fwd, args);
@@ -374,16 +383,17 @@ class Eltwise final : public SingleInputOp {
  public:
   Eltwise(Net& net, const NodeView& n, algorithm alg, float alpha, bool use_dst) : SingleInputOp(net, n) {
     const int32_t x = n.in(0), y = n.out();
-    const memory::desc desc = net.at(x).mem.get_desc();
+    const memory src = typed_input(x);
+    const memory::desc desc = src.get_desc();
     const dnnl::eltwise_forward::primitive_desc fwd({prop_kind::forward_training, alg, desc, alpha, 0.0f}, net.attr(),
                                                     net.engine);
     net.define(y, fwd.dst_desc());
-    forward_ = net.step<dnnl::eltwise_forward>(fwd, {{DNNL_ARG_SRC, net.at(x).mem}, {DNNL_ARG_DST, net.at(y).mem}});
+    forward_ = net.step<dnnl::eltwise_forward>(fwd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, net.at(y).mem}});
     if (!net.needs_grad(y) || !net.needs_grad(x)) return;
     const dnnl::eltwise_backward::primitive_desc bwd({alg, desc, desc, alpha, 0.0f}, net.attr(), net.engine, fwd);
     dx_ = GradSink(net, x, bwd.diff_src_desc());
     backward_ = net.step<dnnl::eltwise_backward>(
-        bwd, {{use_dst ? DNNL_ARG_DST : DNNL_ARG_SRC, use_dst ? net.at(y).mem : net.at(x).mem},
+        bwd, {{use_dst ? DNNL_ARG_DST : DNNL_ARG_SRC, use_dst ? net.at(y).mem : src},
               {DNNL_ARG_DIFF_DST, net.at(y).grad}});
   }
 };
@@ -482,6 +492,8 @@ class BatchNorm final : public Op {
       walk_ = ChannelWalk::of(src.get_desc());
       if (!walk_) src = net.convert(src, xv.plain, convert_), walk_ = ChannelWalk::of(xv.plain);
       if (!walk_) unimplemented(n, "group_size > 1 needs x of rank 4 or 5, or [N,C]");
+    } else if (type_of(src.get_desc()) != net.stored_type(y)) {  // one desc for x and y: x in y's type
+      src = net.as_type(x, net.stored_type(y), convert_);
     }
     src_ = src;
     const memory::desc desc = src.get_desc();

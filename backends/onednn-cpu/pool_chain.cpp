@@ -7,6 +7,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "mlph/sdk/error.hpp"
 #include "mlph/sdk/kernels/pool_chain.hpp"
 #include "ops.hpp"
 
@@ -36,12 +37,12 @@ int64_t channel_block(const memory::desc& desc) {
   return 0;
 }
 
-// y's desc: z's layout over the pooled dims.
-memory::desc pooled_desc(const kn::PoolChainShape& s, size_t rank) {
+// y's desc: z's layout over the pooled dims, in y's stored type.
+memory::desc pooled_desc(const kn::PoolChainShape& s, size_t rank, dt type) {
   Dims dims{s.batch, s.channels};
   for (size_t d = 5 - rank; d < 3; ++d) dims.push_back(s.out[d]);
   for (const BlockedTag& b : blocked_tags(rank))
-    if ((b.block ? b.block : s.channels) == s.channel_block) return {dims, dt::f32, b.tag};
+    if ((b.block ? b.block : s.channels) == s.channel_block) return {dims, type, b.tag};
   return {};
 }
 
@@ -68,20 +69,23 @@ class PoolChain final : public Op {
   PoolChain(Net& net, const NodeView& n, int32_t z, const kn::PoolChainShape& s)
       : Op(n), net_(net), s_(s), x_(n.in(0)), z_(z) {
     const int32_t y = n.out();
-    net.define(y, pooled_desc(s, net.at(z).shape.size()));
+    net.define(y, pooled_desc(s, net.at(z).shape.size(), net.stored_type(y)));
     winner_.resize(size_t(net.at(y).numel()));
-    z_bf16_ = net.at(z).mem.get_desc().data.data_type == dnnl_bf16;
+    z_bf16_ = type_of(net.at(z).mem.get_desc()) == dt::bf16;
+    y_bf16_ = type_of(net.at(y).mem.get_desc()) == dt::bf16;
+    if (y_bf16_ && !z_bf16_) sdk::fail(MLPH_INTERNAL, "onednn-cpu backend: " + n.where() + ": bf16 pooled over fp32");
     if (net.needs_grad(y) && net.needs_grad(x_)) dz_ = GradSink(net, z, net.at(z).mem.get_desc());
   }
 
   void forward(const RunArgs&) override {
-    with_types([&](auto z_type, auto lanes) {
+    with_types([&](auto z_type, auto y_type, auto lanes) {
       using Z = decltype(z_type);
+      using Y = decltype(y_type);
       constexpr int kLanes = decltype(lanes)::value;
       const auto* z = static_cast<const Z*>(net_.at(z_).mem.get_data_handle());
-      auto* y = static_cast<float*>(net_.at(output()).mem.get_data_handle());
+      auto* y = static_cast<Y*>(net_.at(output()).mem.get_data_handle());
       each_window(kLanes, [&](int64_t zo, int64_t yo) {
-        kn::pool_chain_forward_window<kLanes, Z, float>(s_, z + zo, nullptr, y + yo, &winner_[size_t(yo)]);
+        kn::pool_chain_forward_window<kLanes, Z, Y>(s_, z + zo, nullptr, y + yo, &winner_[size_t(yo)]);
       });
     });
   }
@@ -90,14 +94,15 @@ class PoolChain final : public Op {
     if (!dz_) return;
     const memory target = dz_.target();
     if (!kn::pool_chain_covers(s_)) std::memset(target.get_data_handle(), 0, target.get_desc().get_size());
-    with_types([&](auto z_type, auto lanes) {
+    with_types([&](auto z_type, auto y_type, auto lanes) {
       using Z = decltype(z_type);
+      using Y = decltype(y_type);
       constexpr int kLanes = decltype(lanes)::value;
       auto* dz = static_cast<Z*>(target.get_data_handle());
       const auto* z = static_cast<const Z*>(net_.at(z_).mem.get_data_handle());
-      const auto* dy = static_cast<const float*>(net_.at(output()).grad.get_data_handle());
+      const auto* dy = static_cast<const Y*>(net_.at(output()).grad.get_data_handle());
       each_window(kLanes, [&](int64_t zo, int64_t yo) {
-        kn::pool_chain_backward_window<kLanes, Z, float>(s_, z + zo, nullptr, dy + yo, &winner_[size_t(yo)], dz + zo);
+        kn::pool_chain_backward_window<kLanes, Z, Y>(s_, z + zo, nullptr, dy + yo, &winner_[size_t(yo)], dz + zo);
       });
     });
     dz_.commit();
@@ -105,19 +110,21 @@ class PoolChain final : public Op {
   }
 
  private:
-  // f(Z, integral_constant lanes): as many channels per call of the body as the block allows, up to
-  // one AVX-512 vector of floats, so that the compiler vectorizes the body over them.
-  template <class Z, class F>
+  // f(Z, Y, integral_constant lanes): as many channels per call of the body as the block allows,
+  // up to one AVX-512 vector of floats, so that the compiler vectorizes the body over them.
+  template <class Z, class Y, class F>
   void with_lanes(const F& f) const {
-    if (s_.channel_block % 16 == 0) return f(Z{}, std::integral_constant<int, 16>{});
-    if (s_.channel_block % 8 == 0) return f(Z{}, std::integral_constant<int, 8>{});
-    f(Z{}, std::integral_constant<int, 1>{});
+    if (s_.channel_block % 16 == 0) return f(Z{}, Y{}, std::integral_constant<int, 16>{});
+    if (s_.channel_block % 8 == 0) return f(Z{}, Y{}, std::integral_constant<int, 8>{});
+    f(Z{}, Y{}, std::integral_constant<int, 1>{});
   }
-  // f(a Z, lanes) with Z the conv output's element type: float, or bf16 (Fusion::pool_chain).
+  // f(a Z, a Y, lanes) with Z and Y the stored types of z and y (Net::bf16_storage): float or bf16.
+  // z is bf16 wherever y is (the conv output feeds the pool only), so three of the four pairings.
   template <class F>
   void with_types(const F& f) const {
-    if (z_bf16_) return with_lanes<kn::Bf16>(f);
-    with_lanes<float>(f);
+    if (z_bf16_ && y_bf16_) return with_lanes<kn::Bf16, kn::Bf16>(f);
+    if (z_bf16_) return with_lanes<kn::Bf16, float>(f);
+    with_lanes<float, float>(f);
   }
 
   // f(z offset, y offset) for every window and group of `lanes` channels, split over the threads
@@ -143,7 +150,7 @@ class PoolChain final : public Op {
   kn::PoolChainShape s_;
   int32_t x_, z_;  // the pool's input, and what the body reads (the conv output when chained)
   std::vector<uint8_t> winner_;
-  bool z_bf16_ = false;
+  bool z_bf16_ = false, y_bf16_ = false;
   GradSink dz_;
 };
 
