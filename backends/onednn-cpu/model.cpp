@@ -89,6 +89,7 @@ class OnednnModel final : public sdk::ModelProtocol {
     }
     return m;
   }
+  const std::vector<std::string>& padded_convs() const { return net_.padded_convs; }
 
   OnednnModel(const MLPH_HostApi* host, const BackendOptions& options, sdk::ValidGraph graph,
               const MLPH_CommsHandle* comms)
@@ -98,6 +99,7 @@ class OnednnModel final : public sdk::ModelProtocol {
         rank_groups_(host, comms, kName),
         batch_norm_groups_(host, rank_groups_, kName) {
     net_.bf16_convolutions = options.bf16;
+    net_.pad_input_channels = options.pad_input_channels;
     use_threads();
     optimizer_ = optimizer_config(graph_.optimizer);
     setup_comms(comms);
@@ -430,13 +432,19 @@ ActivationMemory activation_memory(const sdk::Model& model) {
   return onednn->activation_memory();
 }
 
+std::vector<std::string> padded_convs(const sdk::Model& model) {
+  const auto* onednn = dynamic_cast<const OnednnModel*>(&model);
+  if (!onednn) fail(MLPH_INVALID_ARGUMENT, kName + ": padded_convs of another backend's model");
+  return onednn->padded_convs();
+}
+
 std::unique_ptr<sdk::Model> compile_model(const MLPH_HostApi* host, const BackendOptions& options,
                                           const MLPH_Graph& graph, const MLPH_CommsHandle* comms) {
   return std::make_unique<OnednnModel>(host, options, sdk::validate_graph(graph, implemented()), comms);
 }
 
 OnednnBackend::OnednnBackend(const MLPH_HostApi* host, const sdk::Options& options) : host_(host) {
-  options.allow_only(sdk::with_compute_options({"threads"}), kName);
+  options.allow_only(sdk::with_compute_options({"threads", "pad_input_channels"}), kName);
   const long long threads = options.get_int("threads", 0);
   if (threads < 0 || threads > 4096)
     fail(MLPH_INVALID_ARGUMENT, kName + ": option 'threads' must be in [1, 4096], got " + options.get("threads"));
@@ -450,6 +458,12 @@ OnednnBackend::OnednnBackend(const MLPH_HostApi* host, const sdk::Options& optio
   if (options_.bf16 && (isa & bf16_isa) != bf16_isa)
     fail(MLPH_UNIMPLEMENTED,
          kName + ": option 'precision: bf16' needs a CPU with AVX512_BF16 (oneDNN sees a lesser ISA)");
+  // auto: convs with fewer input channels (CosmoFlow's conv1: 4) padded to 16 where bf16 runs on
+  // AMX, whose brgconv kernels then take all three passes; elsewhere padding only adds work.
+  const auto amx_isa = unsigned(dnnl::cpu_isa::avx512_core_amx);
+  const bool amx = options_.bf16 && (isa & amx_isa) == amx_isa;
+  const std::string pad = options.get("pad_input_channels", "auto");
+  options_.pad_input_channels = pad == "auto" ? (amx ? 16 : 0) : options.get_int<int64_t>("pad_input_channels", 0, 0, 64);
 }
 
 sdk::DeviceAttributes OnednnBackend::attributes() const {

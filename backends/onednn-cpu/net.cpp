@@ -90,6 +90,15 @@ memory Net::as_type(int32_t v, memory::data_type type, std::vector<Step>& steps)
   return convert(m, retyped(m.get_desc(), type), steps);
 }
 
+memory Net::embed(const memory& small, const memory::desc& big, std::vector<Step>& steps) {
+  memory whole(big, engine);
+  std::memset(whole.get_data_handle(), 0, big.get_size());
+  const memory lead = part(whole, small.get_desc().dims());
+  steps.push_back(step<dnnl::reorder>(dnnl::reorder::primitive_desc(engine, small.get_desc(), engine, lead.get_desc(), attr()),
+                                      {{DNNL_ARG_FROM, small}, {DNNL_ARG_TO, lead}}));
+  return whole;
+}
+
 void Net::ready_grad(int32_t v) {
   Value& value = at(v);
   if (value.grad_written) return;

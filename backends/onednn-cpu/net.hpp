@@ -65,6 +65,10 @@ class Net {
   // Which values are stored in bf16 between ops, their gradients too (model.cpp's plan under
   // precision bf16: activations that only bf16-capable ops write and read); all others are fp32.
   std::vector<bool> bf16_storage;
+  // Convolutions with fewer input channels than this (and one group) run on inputs and weights
+  // zero-padded to it inside the op (AMX's bf16 kernels want whole channel blocks); 0: never.
+  int64_t pad_input_channels = 0;
+  std::vector<std::string> padded_convs;  // where() of each conv built padded (for tests)
 
   Value& at(int32_t v) { return values[static_cast<size_t>(v)]; }
   memory::data_type stored_type(int32_t v) const {
@@ -95,6 +99,14 @@ class Net {
   memory convert(const memory& src, const memory::desc& want, std::vector<Step>& steps);
   // The plain (graph-layout) form of value v, refreshed by `steps` when v lives in another layout.
   memory plain(int32_t v, std::vector<Step>& steps) { return convert(at(v).mem, at(v).plain, steps); }
+  // `small` at the start of a zeroed buffer in layout `big` (same rank, dims at least small's, a
+  // plain or strided layout): the buffer, whose leading part `steps` refreshes from `small`; the
+  // rest stays zero.
+  memory embed(const memory& small, const memory::desc& big, std::vector<Step>& steps);
+  // The leading `dims` of `big` (plain or strided), as a memory over the same buffer.
+  memory part(const memory& big, const Dims& dims) {
+    return memory(big.get_desc().submemory_desc(dims, Dims(dims.size(), 0)), engine, big.get_data_handle());
+  }
   // A parameter's buffer seen through `desc` (an op's logical view of the graph layout).
   memory view(const memory& m, const memory::desc& desc) { return memory(desc, engine, m.get_data_handle()); }
   // Makes sure grad(v) holds something before a backward step reads it (zero if nothing arrived).

@@ -16,6 +16,9 @@ struct BackendOptions {
   // (convs, pools, relus, batch norms) are stored in bf16 with their gradients; master weights,
   // optimizer state, statistics and losses stay fp32.
   bool bf16 = false;
+  // Convs with fewer input channels are zero-padded to this many inside the backend (0: never);
+  // option `pad_input_channels`, `auto` being 16 under bf16 on a CPU with AMX, else 0.
+  int64_t pad_input_channels = 0;
 };
 
 class OnednnBackend final : public sdk::Backend {
@@ -43,5 +46,7 @@ struct ActivationMemory {
   std::map<std::string, bool> bf16;  // by value name
 };
 ActivationMemory activation_memory(const sdk::Model& model);  // a model compile_model made
+// The convs a model runs with zero-padded input channels (BackendOptions::pad_input_channels).
+std::vector<std::string> padded_convs(const sdk::Model& model);
 
 }  // namespace mlph::onednn

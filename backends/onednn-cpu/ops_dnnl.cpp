@@ -70,6 +70,15 @@ std::function<memory::desc(const memory::desc&)> conv_input(const Net& net) {
   return [type](const memory::desc& d) { return retyped(d, type); };
 }
 
+// A conv's input channels zero-padded inside the op (Net::pad_input_channels): x and the weights
+// are copied into the leading channels of zeroed buffers before the forward, and the leading
+// parts of the padded gradients go to x and w. Outside the op, x and w keep the model's shapes;
+// the padded weight rows stay zero, so the output is the unpadded conv's.
+struct ChannelPadding {
+  memory::desc src;      // x padded: channels-last, in the conv's compute type
+  memory::desc weights;  // the weights padded, strided like the graph layout (fp32)
+};
+
 // conv, conv_transpose and dense: x with parameter weights (and bias) -> y, with backward-data
 // and backward-weights primitives. Weights stay in the graph layout (they are small; the optimizer
 // and read/write_parameter see them as they are) and are reordered to the primitives' layout.
@@ -79,12 +88,16 @@ class Weighted final : public Op {
   using FwdPD = typename Fwd::primitive_desc;
   Weighted(Net& net, const NodeView& n, const Fusion& fusion, const memory::desc& weights_plain, const FwdPD& fwd,
            const std::function<typename BwdData::primitive_desc()>& make_data,
-           const std::function<typename BwdWeights::primitive_desc()>& make_weights)
+           const std::function<typename BwdWeights::primitive_desc()>& make_weights,
+           const std::optional<ChannelPadding>& pad = std::nullopt)
       : Op(n), net_(net) {
     const int32_t x = n.in(0), w = n.in(1), y = n.out();
     const bool has_bias = n.n_in() > 2;
-    const memory src = net.convert(net.at(x).mem, fwd.src_desc(), forward_);
-    const memory weights = net.convert(net.view(net.at(w).mem, weights_plain), fwd.weights_desc(), forward_);
+    const memory x_in = pad ? net.embed(net.at(x).mem, pad->src, forward_) : net.at(x).mem;
+    const memory src = net.convert(x_in, fwd.src_desc(), forward_);
+    const memory w_view = net.view(net.at(w).mem, weights_plain);
+    const memory w_in = pad ? net.embed(w_view, pad->weights, forward_) : w_view;
+    const memory weights = net.convert(w_in, fwd.weights_desc(), forward_);
     if (fusion.active) {  // the activation's output is this primitive's output; their gradients share memory
       net.define(fusion.activation_output, fwd.dst_desc());
       net.at(y).grad = net.at(fusion.activation_output).grad;
@@ -101,7 +114,13 @@ class Weighted final : public Op {
       const auto pd = make_data();
       const memory data_dy = net.convert(dy, pd.diff_dst_desc(), data_pre_);
       const memory data_w = net.convert(weights, pd.weights_desc(), data_pre_);
-      dx_ = GradSink(net, x, pd.diff_src_desc());
+      if (pad) {  // the padded gradient (channels-last: its leading channels are a strided view)
+        dx_padded_ = memory(pd.diff_src_desc(), net.engine);
+        const memory lead = net.part(dx_padded_, net.at(x).mem.get_desc().dims());
+        dx_ = GradSink(net, x, lead.get_desc(), lead);
+      } else {
+        dx_ = GradSink(net, x, pd.diff_src_desc());
+      }
       data_ = net.step<BwdData>(pd, {{DNNL_ARG_DIFF_DST, data_dy}, {DNNL_ARG_WEIGHTS, data_w}});
     }
     if (net.needs_grad(w) || (has_bias && net.needs_grad(n.in(2)))) {
@@ -109,7 +128,12 @@ class Weighted final : public Op {
       const memory weights_src = net.convert(src, pd.src_desc(), weights_pre_);
       const memory weights_dy = net.convert(dy, pd.diff_dst_desc(), weights_pre_);
       const memory dw(pd.diff_weights_desc(), net.engine);
-      if (net.needs_grad(w)) dw_ = GradSink(net, w, pd.diff_weights_desc(), dw, weights_plain);
+      if (net.needs_grad(w) && pad) {  // the model's rows of the padded gradient
+        const memory lead = net.part(net.convert(dw, pad->weights, weights_post_), weights_plain.dims());
+        dw_ = GradSink(net, w, lead.get_desc(), lead, weights_plain);
+      } else if (net.needs_grad(w)) {
+        dw_ = GradSink(net, w, pd.diff_weights_desc(), dw, weights_plain);
+      }
       std::unordered_map<int, memory> wargs{
           {DNNL_ARG_SRC, weights_src}, {DNNL_ARG_DIFF_DST, weights_dy}, {DNNL_ARG_DIFF_WEIGHTS, dw}};
       if (has_bias) {
@@ -125,13 +149,15 @@ class Weighted final : public Op {
   void backward() override {
     if (data_) {
       net_.run(data_pre_);
-      data_->args[DNNL_ARG_DIFF_SRC] = dx_.target();
+      const memory target = dx_.target();
+      data_->args[DNNL_ARG_DIFF_SRC] = dx_padded_ ? dx_padded_ : target;
       (*data_)(net_.stream);
       dx_.commit();
     }
     if (weights_) {
       net_.run(weights_pre_);
       (*weights_)(net_.stream);
+      net_.run(weights_post_);
       if (dw_) dw_.commit();
       if (db_) db_.commit();
     }
@@ -139,8 +165,9 @@ class Weighted final : public Op {
 
  private:
   Net& net_;
-  std::vector<Step> forward_, data_pre_, weights_pre_;
+  std::vector<Step> forward_, data_pre_, weights_pre_, weights_post_;
   std::optional<Step> data_, weights_;
+  memory dx_padded_;  // with ChannelPadding: the data gradient over the padded channels
   GradSink dx_, dw_, db_;
 };
 
@@ -179,13 +206,22 @@ std::unique_ptr<Op> make_conv(Net& net, const NodeView& n, const Fusion& fusion)
   const std::vector<int64_t>& out_spatial = window.out;
 
   const memory::desc weights_plain = conv_weights_plain(kernel, ci / groups, co, groups);
-  const Dims wdims = weights_plain.dims();
+  // Few input channels (CosmoFlow's conv1: 4) may be zero-padded inside the op (ChannelPadding).
+  const bool padded = groups == 1 && net.pad_input_channels > ci;
+  const int64_t cp = padded ? net.pad_input_channels : ci;
+  std::vector<int64_t> padded_shape = x.shape;
+  padded_shape.back() = cp;
+  const memory::desc x_plain = padded ? plain_desc(padded_shape, MLPH_DTYPE_F32) : x.plain;
+  const memory::desc weights_padded = conv_weights_plain(kernel, cp, co, 1);
+  const Dims wdims = padded ? weights_padded.dims() : weights_plain.dims();
   // Few input channels (CosmoFlow's conv1: 4): with blocked layouts oneDNN falls back to a slow
   // gemm for the weight gradient; channels-last source and output take its jit and brgemm kernels,
-  // several times faster (PERFORMANCE.md). The layers after it go blocked.
+  // several times faster (PERFORMANCE.md). The layers after it go blocked. (Padded, they stay
+  // channels-last: AMX's brgconv kernels take channels-last.)
   const bool few_channels = ci < 16;
   const auto in = conv_input(net);
-  const memory::desc src = in(few_channels ? x.mem.get_desc() : any(ncs(batch, ci, spatial_of(x))));
+  const memory::desc src =
+      in(padded ? x_plain : few_channels ? x.mem.get_desc() : any(ncs(batch, ci, spatial_of(x))));
   const memory::desc dst = net.stored(n.out(), few_channels ? net.at(n.out()).plain : any(ncs(batch, co, out_spatial)));
   const memory::desc bias = n.n_in() > 2 ? vec(co) : memory::desc();
   dnnl::primitive_attr attr = net.attr();
@@ -202,14 +238,15 @@ std::unique_ptr<Op> make_conv(Net& net, const NodeView& n, const Fusion& fusion)
   // The backward passes in the forward's layouts when oneDNN has a kernel for them; otherwise
   // (dilated depthwise convs in blocked layouts, 2^3 volumes) in layouts it picks or channels-last,
   // reordered to, rather than its reference loops (20x slower on DeepCAM's dilated depthwise convs).
-  const Dims x_dims = x.mem.get_desc().dims(), y_dims = fwd.dst_desc().dims();
-  const std::vector<std::pair<memory::desc, memory::desc>> layouts = {
-      {fwd.src_desc(), fwd.dst_desc()}, {any(x_dims), any(y_dims)}, {x.plain, net.at(n.out()).plain}};
+  const Dims x_dims = fwd.src_desc().dims(), y_dims = fwd.dst_desc().dims();
+  std::vector<std::pair<memory::desc, memory::desc>> layouts = {
+      {fwd.src_desc(), fwd.dst_desc()}, {any(x_dims), any(y_dims)}, {x_plain, net.at(n.out()).plain}};
+  if (padded) layouts.erase(layouts.begin() + 1);  // the padded input gradient must be channels-last
   const dt x_type = type_of(x.mem.get_desc());
   auto make_data = [&, fwd, layouts] {
     auto any_src = layouts;
     // The input gradient's layout is free (a sink reorders it), its type x's: no conversion after.
-    any_src[0].first = retyped(any(x_dims), x_type);
+    any_src[0].first = retyped(padded ? x_plain : any(x_dims), x_type);
     return first_jit<dnnl::convolution_backward_data::primitive_desc>(any_src, [&](const auto& s, const auto& d) {
       return dnnl::convolution_backward_data::primitive_desc(
           {algorithm::convolution_direct, s, in(any(wdims)), in(d), g.stride, g.dilate, g.pad_l, g.pad_r}, net.attr(),
@@ -223,9 +260,11 @@ std::unique_ptr<Op> make_conv(Net& net, const NodeView& n, const Fusion& fusion)
           net.attr(), net.engine, fwd);
     });
   };
+  std::optional<ChannelPadding> pad;
+  if (padded) pad = ChannelPadding{fwd.src_desc(), weights_padded}, net.padded_convs.push_back(n.where());
   return std::make_unique<Weighted<convolution_forward, dnnl::convolution_backward_data,
                                    dnnl::convolution_backward_weights>>(net, n, fusion, weights_plain, fwd, make_data,
-                                                                        make_weights);
+                                                                        make_weights, pad);
 }
 
 std::unique_ptr<Op> make_conv_transpose(Net& net, const NodeView& n) {
