@@ -267,7 +267,10 @@ class OnednnModel final : public sdk::ModelProtocol {
   // the pool chain (convs, pools, relus, batch norms); what the step hands out (the loss, eval
   // outputs) and whatever plain loops, concat, add or a grouped batch norm read stay fp32. A conv
   // or batch norm and the activation fused into it share one memory: bf16 only if both may be.
-  void plan_storage(const std::map<size_t, size_t>& fused) {
+  // oneDNN's batch norm, eltwise and pooling keep one type from input to output: where the output
+  // stays fp32, so does the input (else the op would first copy a bf16 input to fp32; the pool
+  // chain instead pools bf16 into fp32 at no cost).
+  void plan_storage(const std::map<size_t, size_t>& fused, const std::map<size_t, size_t>& chains) {
     net_.bf16_storage.assign(graph_.values.size(), false);
     if (!options_.bf16) return;
     const std::vector<sdk::ValidNode>& nodes = graph_.nodes;
@@ -279,9 +282,21 @@ class OnednnModel final : public sdk::ModelProtocol {
     for (const sdk::ValidNode& node : nodes)
       if (!moves_bf16(node))
         for (int32_t in : node.inputs) bf16[size_t(in)] = false;
-    for (auto [producer, act] : fused) {
-      const auto y = size_t(nodes[producer].output), a = size_t(nodes[act].output);
-      bf16[y] = bf16[a] = bf16[y] && bf16[a];
+    std::set<size_t> chained_pools;
+    for (auto [act, pool] : chains) chained_pools.insert(pool);
+    for (bool changed = true; changed;) {  // to the fixed point: each pass only turns values fp32
+      changed = false;
+      auto set_fp32 = [&](size_t v) { changed = changed || bf16[v], bf16[v] = false; };
+      for (auto [producer, act] : fused) {
+        const auto y = size_t(nodes[producer].output), a = size_t(nodes[act].output);
+        if (!bf16[y] || !bf16[a]) set_fp32(y), set_fp32(a);
+      }
+      for (size_t i = 0; i < nodes.size(); ++i) {
+        const std::string& op = nodes[i].op;
+        const bool one_type = op == "batch_norm" || op == "relu" || op == "leaky_relu" ||
+                              (op == "max_pool" && !chained_pools.count(i));
+        if (one_type && !bf16[size_t(nodes[i].output)]) set_fp32(size_t(nodes[i].inputs[0]));
+      }
     }
     net_.bf16_storage = std::move(bf16);
   }
@@ -297,10 +312,10 @@ class OnednnModel final : public sdk::ModelProtocol {
   void build_ops() {
     const std::vector<sdk::ValidNode>& nodes = graph_.nodes;
     const std::map<size_t, size_t> fused = find_fusions();
-    plan_storage(fused);
+    const std::map<size_t, size_t> chains = find_pool_chains(fused);
+    plan_storage(fused, chains);
     std::map<size_t, size_t> fused_activations;  // activation node -> the node it is fused into
     for (auto [producer, act] : fused) fused_activations[act] = producer;
-    const std::map<size_t, size_t> chains = find_pool_chains(fused);
     std::map<size_t, size_t> chained_pools;  // pool node -> the conv node whose output it reads
     for (size_t i = 0; i < nodes.size(); ++i) {
       const NodeView n{&nodes[i]};
