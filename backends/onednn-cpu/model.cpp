@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <set>
 
 #include "onednn_backend.hpp"
 #include "mlph/sdk/model_protocol.hpp"
@@ -73,6 +74,23 @@ struct ParamInfo {
 
 class OnednnModel final : public sdk::ModelProtocol {
  public:
+  // The activations' memory as compiled (values other than inputs and parameters).
+  ActivationMemory activation_memory() const {
+    ActivationMemory m;
+    std::set<const void*> seen_values, seen_grads;
+    for (size_t v = 0; v < net_.values.size(); ++v) {
+      const Value& value = net_.values[v];
+      const bool input = std::count(graph_.inputs.begin(), graph_.inputs.end(), int32_t(v)) > 0;
+      if (value.is_param || input || !value.mem) continue;
+      m.bf16[value.name] = type_of(value.mem.get_desc()) == memory::data_type::bf16;
+      if (seen_values.insert(value.mem.get_data_handle()).second) m.value_bytes += value.mem.get_desc().get_size();
+      if (value.grad && seen_grads.insert(value.grad.get_data_handle()).second)
+        m.gradient_bytes += value.grad.get_desc().get_size();
+    }
+    return m;
+  }
+  const std::vector<std::string>& padded_convs() const { return net_.padded_convs; }
+
   OnednnModel(const MLPH_HostApi* host, const BackendOptions& options, sdk::ValidGraph graph,
               const MLPH_CommsHandle* comms)
       : ModelProtocol(host, kName, sdk::signature_of(graph)),
@@ -81,6 +99,7 @@ class OnednnModel final : public sdk::ModelProtocol {
         rank_groups_(host, comms, kName),
         batch_norm_groups_(host, rank_groups_, kName) {
     net_.bf16_convolutions = options.bf16;
+    net_.pad_input_channels = options.pad_input_channels;
     use_threads();
     optimizer_ = optimizer_config(graph_.optimizer);
     setup_comms(comms);
@@ -224,6 +243,53 @@ class OnednnModel final : public sdk::ModelProtocol {
     }
     return fused;
   }
+  // Of those, the conv -> activation pairs whose activation only feeds a max_pool (CosmoFlow's
+  // blocks): activation node -> pool node. The pool chain runs them where its body takes the
+  // conv's output layout (pool_chain_takes, known once the conv is built).
+  std::map<size_t, size_t> find_pool_chains(const std::map<size_t, size_t>& fused) {
+    const std::vector<sdk::ValidNode>& nodes = graph_.nodes;
+    std::map<size_t, size_t> chains;
+    for (auto [producer, act] : fused) {
+      if (nodes[producer].op != "conv") continue;
+      const int32_t a = nodes[act].output;
+      if (a == graph_.loss || std::count(graph_.eval_outputs.begin(), graph_.eval_outputs.end(), a) > 0) continue;
+      std::vector<size_t> readers;
+      for (size_t i = 0; i < nodes.size(); ++i)
+        if (std::count(nodes[i].inputs.begin(), nodes[i].inputs.end(), a) > 0) readers.push_back(i);
+      if (readers.size() == 1 && nodes[readers[0]].op == "max_pool" &&
+          net_.needs_grad(a) == net_.needs_grad(nodes[readers[0]].output))
+        chains[act] = readers[0];
+    }
+    return chains;
+  }
+  // precision bf16: which activations are stored in bf16 between ops (and their gradients). A value
+  // is when the op writing it and every op reading it move bf16 through oneDNN's bf16 kernels or
+  // the pool chain (convs, pools, relus, batch norms); what the step hands out (the loss, eval
+  // outputs) and whatever plain loops, concat, add or a grouped batch norm read stay fp32. A conv
+  // or batch norm and the activation fused into it share one memory: bf16 only if both may be.
+  void plan_storage(const std::map<size_t, size_t>& fused) {
+    net_.bf16_storage.assign(graph_.values.size(), false);
+    if (!options_.bf16) return;
+    const std::vector<sdk::ValidNode>& nodes = graph_.nodes;
+    std::vector<bool> bf16(graph_.values.size(), false);
+    for (const sdk::ValidNode& node : nodes)
+      bf16[size_t(node.output)] = moves_bf16(node) && graph_.values[size_t(node.output)].dtype == MLPH_DTYPE_F32;
+    bf16[size_t(graph_.loss)] = false;
+    for (int32_t v : graph_.eval_outputs) bf16[size_t(v)] = false;
+    for (const sdk::ValidNode& node : nodes)
+      if (!moves_bf16(node))
+        for (int32_t in : node.inputs) bf16[size_t(in)] = false;
+    for (auto [producer, act] : fused) {
+      const auto y = size_t(nodes[producer].output), a = size_t(nodes[act].output);
+      bf16[y] = bf16[a] = bf16[y] && bf16[a];
+    }
+    net_.bf16_storage = std::move(bf16);
+  }
+  static bool moves_bf16(const sdk::ValidNode& node) {
+    const std::string& op = node.op;
+    if (op == "batch_norm") return node.attrs.integer("group_size") <= 1;  // a group's sums walk fp32
+    return op == "conv" || op == "conv_transpose" || op == "max_pool" || op == "relu" || op == "leaky_relu";
+  }
   static float activation_alpha(const sdk::ValidNode& node) {
     return node.op == "relu" ? 0.0f : float(node.attrs.number("alpha"));
   }
@@ -231,21 +297,33 @@ class OnednnModel final : public sdk::ModelProtocol {
   void build_ops() {
     const std::vector<sdk::ValidNode>& nodes = graph_.nodes;
     const std::map<size_t, size_t> fused = find_fusions();
+    plan_storage(fused);
     std::map<size_t, size_t> fused_activations;  // activation node -> the node it is fused into
     for (auto [producer, act] : fused) fused_activations[act] = producer;
+    const std::map<size_t, size_t> chains = find_pool_chains(fused);
+    std::map<size_t, size_t> chained_pools;  // pool node -> the conv node whose output it reads
     for (size_t i = 0; i < nodes.size(); ++i) {
       const NodeView n{&nodes[i]};
       const std::string& op = nodes[i].op;
       try {
         if (auto f = fused.find(i); f != fused.end()) {
           const sdk::ValidNode& act = nodes[f->second];
-          const Fusion fusion{true, activation_alpha(act), act.output};
+          const Fusion fusion{!chains.count(f->second), activation_alpha(act), act.output};  // a chain applies it
           ops_.push_back(op == "conv" ? make_conv(net_, n, fusion) : make_batch_norm(net_, n, fusion, group_of(n)));
         } else if (auto a = fused_activations.find(i); a != fused_activations.end()) {
           const sdk::ValidNode& producer = nodes[a->second];
-          ops_.push_back(producer.op == "conv"
-                             ? make_fused_activation(net_, n, producer.output, activation_alpha(nodes[i]))
-                             : make_norm_fused_relu(net_, n, producer.output));
+          const float alpha = activation_alpha(nodes[i]);
+          if (auto chain = chains.find(i); chain != chains.end()) {
+            const bool takes = pool_chain_takes(net_, NodeView{&nodes[chain->second]}, producer.output, alpha);
+            if (takes) chained_pools[chain->second] = a->second;
+            ops_.push_back(takes ? make_chained_activation(net_, n, producer.output) : make_eltwise(net_, n));
+          } else {
+            ops_.push_back(producer.op == "conv" ? make_fused_activation(net_, n, producer.output, alpha)
+                                                 : make_norm_fused_relu(net_, n, producer.output));
+          }
+        } else if (auto p = chained_pools.find(i); p != chained_pools.end()) {
+          const sdk::ValidNode& conv = nodes[p->second];
+          ops_.push_back(make_pool_chain(net_, n, conv.output, activation_alpha(nodes[fused.at(p->second)])));
         } else if (op == "conv") {
           ops_.push_back(make_conv(net_, n, {}));
         } else if (op == "batch_norm") {
@@ -348,13 +426,25 @@ class OnednnModel final : public sdk::ModelProtocol {
 
 }  // namespace
 
+ActivationMemory activation_memory(const sdk::Model& model) {
+  const auto* onednn = dynamic_cast<const OnednnModel*>(&model);
+  if (!onednn) fail(MLPH_INVALID_ARGUMENT, kName + ": activation_memory of another backend's model");
+  return onednn->activation_memory();
+}
+
+std::vector<std::string> padded_convs(const sdk::Model& model) {
+  const auto* onednn = dynamic_cast<const OnednnModel*>(&model);
+  if (!onednn) fail(MLPH_INVALID_ARGUMENT, kName + ": padded_convs of another backend's model");
+  return onednn->padded_convs();
+}
+
 std::unique_ptr<sdk::Model> compile_model(const MLPH_HostApi* host, const BackendOptions& options,
                                           const MLPH_Graph& graph, const MLPH_CommsHandle* comms) {
   return std::make_unique<OnednnModel>(host, options, sdk::validate_graph(graph, implemented()), comms);
 }
 
 OnednnBackend::OnednnBackend(const MLPH_HostApi* host, const sdk::Options& options) : host_(host) {
-  options.allow_only(sdk::with_compute_options({"threads"}), kName);
+  options.allow_only(sdk::with_compute_options({"threads", "pad_input_channels"}), kName);
   const long long threads = options.get_int("threads", 0);
   if (threads < 0 || threads > 4096)
     fail(MLPH_INVALID_ARGUMENT, kName + ": option 'threads' must be in [1, 4096], got " + options.get("threads"));
@@ -368,6 +458,12 @@ OnednnBackend::OnednnBackend(const MLPH_HostApi* host, const sdk::Options& optio
   if (options_.bf16 && (isa & bf16_isa) != bf16_isa)
     fail(MLPH_UNIMPLEMENTED,
          kName + ": option 'precision: bf16' needs a CPU with AVX512_BF16 (oneDNN sees a lesser ISA)");
+  // auto: convs with fewer input channels (CosmoFlow's conv1: 4) padded to 16 where bf16 runs on
+  // AMX, whose brgconv kernels then take all three passes; elsewhere padding only adds work.
+  const auto amx_isa = unsigned(dnnl::cpu_isa::avx512_core_amx);
+  const bool amx = options_.bf16 && (isa & amx_isa) == amx_isa;
+  const std::string pad = options.get("pad_input_channels", "auto");
+  options_.pad_input_channels = pad == "auto" ? (amx ? 16 : 0) : options.get_int<int64_t>("pad_input_channels", 0, 0, 64);
 }
 
 sdk::DeviceAttributes OnednnBackend::attributes() const {

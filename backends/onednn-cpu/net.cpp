@@ -36,6 +36,12 @@ memory::desc plain_desc(const std::vector<int64_t>& shape, MLPH_DType dtype) {
   return {dims, type, strides};
 }
 
+memory::desc retyped(const memory::desc& desc, memory::data_type type) {
+  dnnl_memory_desc_t d = desc.data;
+  d.data_type = static_cast<dnnl_data_type_t>(type);
+  return memory::desc(d);
+}
+
 void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& f) {
   if (n < (1 << 14)) return f(0, n);  // waking the team costs more than the work
 #pragma omp parallel
@@ -75,6 +81,22 @@ memory Net::convert(const memory& src, const memory::desc& want, std::vector<Ste
   steps.push_back(step<dnnl::reorder>(dnnl::reorder::primitive_desc(engine, src.get_desc(), engine, want, attr()),
                                       {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}}));
   return dst;
+}
+
+memory::desc Net::stored(int32_t v, const memory::desc& desc) const { return retyped(desc, stored_type(v)); }
+
+memory Net::as_type(int32_t v, memory::data_type type, std::vector<Step>& steps) {
+  const memory& m = at(v).mem;
+  return convert(m, retyped(m.get_desc(), type), steps);
+}
+
+memory Net::embed(const memory& small, const memory::desc& big, std::vector<Step>& steps) {
+  memory whole(big, engine);
+  std::memset(whole.get_data_handle(), 0, big.get_size());
+  const memory lead = part(whole, small.get_desc().dims());
+  steps.push_back(step<dnnl::reorder>(dnnl::reorder::primitive_desc(engine, small.get_desc(), engine, lead.get_desc(), attr()),
+                                      {{DNNL_ARG_FROM, small}, {DNNL_ARG_TO, lead}}));
+  return whole;
 }
 
 void Net::ready_grad(int32_t v) {

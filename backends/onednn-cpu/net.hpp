@@ -59,11 +59,26 @@ class Net {
   dnnl::stream stream{engine};
   std::vector<Value> values;
   Scratchpad scratchpad;
-  // Mixed precision: conv and conv_transpose read bf16 copies of their source, weights and output
-  // gradient and write fp32; values, master weights and every other op stay fp32.
+  // Mixed precision: conv and conv_transpose compute in bf16 (bf16 copies of the fp32 master
+  // weights, and of any fp32 source or output gradient they read).
   bool bf16_convolutions = false;
+  // Which values are stored in bf16 between ops, their gradients too (model.cpp's plan under
+  // precision bf16: activations that only bf16-capable ops write and read); all others are fp32.
+  std::vector<bool> bf16_storage;
+  // Convolutions with fewer input channels than this (and one group) run on inputs and weights
+  // zero-padded to it inside the op (AMX's bf16 kernels want whole channel blocks); 0: never.
+  int64_t pad_input_channels = 0;
+  std::vector<std::string> padded_convs;  // where() of each conv built padded (for tests)
 
   Value& at(int32_t v) { return values[static_cast<size_t>(v)]; }
+  memory::data_type stored_type(int32_t v) const {
+    const auto i = static_cast<size_t>(v);
+    return i < bf16_storage.size() && bf16_storage[i] ? memory::data_type::bf16 : memory::data_type::f32;
+  }
+  // `desc` in the element type value v is stored in (an op choosing v's layout).
+  memory::desc stored(int32_t v, const memory::desc& desc) const;
+  // Value v as an op computing in `type` reads it: itself, or a copy that `steps` refreshes.
+  memory as_type(int32_t v, memory::data_type type, std::vector<Step>& steps);
   // Gives `v` its layout: allocates its data (or adopts `alias`) and its gradient when it needs one.
   void define(int32_t v, const memory::desc& desc, std::optional<memory> alias = std::nullopt);
   // Which values receive a gradient, and from how many ops (more than one: contributions add up).
@@ -84,6 +99,14 @@ class Net {
   memory convert(const memory& src, const memory::desc& want, std::vector<Step>& steps);
   // The plain (graph-layout) form of value v, refreshed by `steps` when v lives in another layout.
   memory plain(int32_t v, std::vector<Step>& steps) { return convert(at(v).mem, at(v).plain, steps); }
+  // `small` at the start of a zeroed buffer in layout `big` (same rank, dims at least small's, a
+  // plain or strided layout): the buffer, whose leading part `steps` refreshes from `small`; the
+  // rest stays zero.
+  memory embed(const memory& small, const memory::desc& big, std::vector<Step>& steps);
+  // The leading `dims` of `big` (plain or strided), as a memory over the same buffer.
+  memory part(const memory& big, const Dims& dims) {
+    return memory(big.get_desc().submemory_desc(dims, Dims(dims.size(), 0)), engine, big.get_data_handle());
+  }
   // A parameter's buffer seen through `desc` (an op's logical view of the graph layout).
   memory view(const memory& m, const memory::desc& desc) { return memory(desc, engine, m.get_data_handle()); }
   // Makes sure grad(v) holds something before a backward step reads it (zero if nothing arrived).
@@ -154,6 +177,9 @@ class Op {
 // mlperf-bench --layers: same bytes); conv weights are viewed through their own descs instead.
 // Anything else is row-major over its own shape.
 memory::desc plain_desc(const std::vector<int64_t>& shape, MLPH_DType dtype);
+// `desc` with another element type, same dims and layout (oneDNN 2.x has no accessor for it).
+memory::desc retyped(const memory::desc& desc, memory::data_type type);
+inline memory::data_type type_of(const memory::desc& desc) { return static_cast<memory::data_type>(desc.data.data_type); }
 // Runs f(begin, end) over [0, n) on the OpenMP threads.
 void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& f);
 

@@ -30,6 +30,14 @@ std::unique_ptr<Op> make_conv_transpose(Net& net, const NodeView& n);
 std::unique_ptr<Op> make_dense(Net& net, const NodeView& n);
 std::unique_ptr<Op> make_max_pool(Net& net, const NodeView& n);
 std::unique_ptr<Op> make_global_avg_pool(Net& net, const NodeView& n);
+// CosmoFlow's conv -> leaky_relu -> max_pool on the SDK's fused body (pool_chain.cpp): whether it
+// takes max_pool node `pool` reading z (the conv output: its layout must be known) with the
+// activation's slope `alpha`; the activation node then only aliases z, and the pool op
+// reads z, applies the activation and pools, forward and backward. make_pool_chain gives null
+// where the body does not take the node.
+bool pool_chain_takes(Net& net, const NodeView& pool, int32_t z, float alpha);
+std::unique_ptr<Op> make_chained_activation(Net& net, const NodeView& n, int32_t conv_output);
+std::unique_ptr<Op> make_pool_chain(Net& net, const NodeView& pool, int32_t z, float alpha);
 std::unique_ptr<Op> make_eltwise(Net& net, const NodeView& n);  // relu, leaky_relu, tanh, scale
 std::unique_ptr<Op> make_fused_activation(Net& net, const NodeView& n, int32_t conv_output, float alpha);
 std::unique_ptr<Op> make_norm_fused_relu(Net& net, const NodeView& n, int32_t norm_output);

@@ -61,19 +61,23 @@ Dims kernel_strides(const Dims& kernel, int64_t inner) {
 
 memory::desc any(const Dims& dims) { return {dims, dt::f32, Tag::any}; }
 memory::desc vec(int64_t n) { return {{n}, dt::f32, Tag::a}; }
-// `desc` with another element type, same dims and layout (oneDNN 2.x has no accessor for it).
-memory::desc retyped(const memory::desc& desc, dt type) {
-  dnnl_memory_desc_t d = desc.data;
-  d.data_type = static_cast<dnnl_data_type_t>(type);
-  return memory::desc(d);
-}
-// What a convolution reads (source, weights, output gradient) in the net's compute precision; it
-// always writes fp32 (output, gradients), so the values around it stay fp32. Weighted reorders
-// the fp32 values and master weights into these descs before each use.
+// What a convolution reads (source, weights, output gradient) in the net's compute precision. It
+// writes its output and its source's gradient in the types those values are stored in (bf16
+// between bf16-capable ops, else fp32); Weighted reorders what is not yet in these descs (the fp32
+// master weights, an fp32 source) before each use.
 std::function<memory::desc(const memory::desc&)> conv_input(const Net& net) {
   const dt type = net.bf16_convolutions ? dt::bf16 : dt::f32;
   return [type](const memory::desc& d) { return retyped(d, type); };
 }
+
+// A conv's input channels zero-padded inside the op (Net::pad_input_channels): x and the weights
+// are copied into the leading channels of zeroed buffers before the forward, and the leading
+// parts of the padded gradients go to x and w. Outside the op, x and w keep the model's shapes;
+// the padded weight rows stay zero, so the output is the unpadded conv's.
+struct ChannelPadding {
+  memory::desc src;      // x padded: channels-last, in the conv's compute type
+  memory::desc weights;  // the weights padded, strided like the graph layout (fp32)
+};
 
 // conv, conv_transpose and dense: x with parameter weights (and bias) -> y, with backward-data
 // and backward-weights primitives. Weights stay in the graph layout (they are small; the optimizer
@@ -84,12 +88,16 @@ class Weighted final : public Op {
   using FwdPD = typename Fwd::primitive_desc;
   Weighted(Net& net, const NodeView& n, const Fusion& fusion, const memory::desc& weights_plain, const FwdPD& fwd,
            const std::function<typename BwdData::primitive_desc()>& make_data,
-           const std::function<typename BwdWeights::primitive_desc()>& make_weights)
+           const std::function<typename BwdWeights::primitive_desc()>& make_weights,
+           const std::optional<ChannelPadding>& pad = std::nullopt)
       : Op(n), net_(net) {
     const int32_t x = n.in(0), w = n.in(1), y = n.out();
     const bool has_bias = n.n_in() > 2;
-    const memory src = net.convert(net.at(x).mem, fwd.src_desc(), forward_);
-    const memory weights = net.convert(net.view(net.at(w).mem, weights_plain), fwd.weights_desc(), forward_);
+    const memory x_in = pad ? net.embed(net.at(x).mem, pad->src, forward_) : net.at(x).mem;
+    const memory src = net.convert(x_in, fwd.src_desc(), forward_);
+    const memory w_view = net.view(net.at(w).mem, weights_plain);
+    const memory w_in = pad ? net.embed(w_view, pad->weights, forward_) : w_view;
+    const memory weights = net.convert(w_in, fwd.weights_desc(), forward_);
     if (fusion.active) {  // the activation's output is this primitive's output; their gradients share memory
       net.define(fusion.activation_output, fwd.dst_desc());
       net.at(y).grad = net.at(fusion.activation_output).grad;
@@ -106,7 +114,13 @@ class Weighted final : public Op {
       const auto pd = make_data();
       const memory data_dy = net.convert(dy, pd.diff_dst_desc(), data_pre_);
       const memory data_w = net.convert(weights, pd.weights_desc(), data_pre_);
-      dx_ = GradSink(net, x, pd.diff_src_desc());
+      if (pad) {  // the padded gradient (channels-last: its leading channels are a strided view)
+        dx_padded_ = memory(pd.diff_src_desc(), net.engine);
+        const memory lead = net.part(dx_padded_, net.at(x).mem.get_desc().dims());
+        dx_ = GradSink(net, x, lead.get_desc(), lead);
+      } else {
+        dx_ = GradSink(net, x, pd.diff_src_desc());
+      }
       data_ = net.step<BwdData>(pd, {{DNNL_ARG_DIFF_DST, data_dy}, {DNNL_ARG_WEIGHTS, data_w}});
     }
     if (net.needs_grad(w) || (has_bias && net.needs_grad(n.in(2)))) {
@@ -114,7 +128,12 @@ class Weighted final : public Op {
       const memory weights_src = net.convert(src, pd.src_desc(), weights_pre_);
       const memory weights_dy = net.convert(dy, pd.diff_dst_desc(), weights_pre_);
       const memory dw(pd.diff_weights_desc(), net.engine);
-      if (net.needs_grad(w)) dw_ = GradSink(net, w, pd.diff_weights_desc(), dw, weights_plain);
+      if (net.needs_grad(w) && pad) {  // the model's rows of the padded gradient
+        const memory lead = net.part(net.convert(dw, pad->weights, weights_post_), weights_plain.dims());
+        dw_ = GradSink(net, w, lead.get_desc(), lead, weights_plain);
+      } else if (net.needs_grad(w)) {
+        dw_ = GradSink(net, w, pd.diff_weights_desc(), dw, weights_plain);
+      }
       std::unordered_map<int, memory> wargs{
           {DNNL_ARG_SRC, weights_src}, {DNNL_ARG_DIFF_DST, weights_dy}, {DNNL_ARG_DIFF_WEIGHTS, dw}};
       if (has_bias) {
@@ -130,13 +149,15 @@ class Weighted final : public Op {
   void backward() override {
     if (data_) {
       net_.run(data_pre_);
-      data_->args[DNNL_ARG_DIFF_SRC] = dx_.target();
+      const memory target = dx_.target();
+      data_->args[DNNL_ARG_DIFF_SRC] = dx_padded_ ? dx_padded_ : target;
       (*data_)(net_.stream);
       dx_.commit();
     }
     if (weights_) {
       net_.run(weights_pre_);
       (*weights_)(net_.stream);
+      net_.run(weights_post_);
       if (dw_) dw_.commit();
       if (db_) db_.commit();
     }
@@ -144,8 +165,9 @@ class Weighted final : public Op {
 
  private:
   Net& net_;
-  std::vector<Step> forward_, data_pre_, weights_pre_;
+  std::vector<Step> forward_, data_pre_, weights_pre_, weights_post_;
   std::optional<Step> data_, weights_;
+  memory dx_padded_;  // with ChannelPadding: the data gradient over the padded channels
   GradSink dx_, dw_, db_;
 };
 
@@ -184,14 +206,23 @@ std::unique_ptr<Op> make_conv(Net& net, const NodeView& n, const Fusion& fusion)
   const std::vector<int64_t>& out_spatial = window.out;
 
   const memory::desc weights_plain = conv_weights_plain(kernel, ci / groups, co, groups);
-  const Dims wdims = weights_plain.dims();
+  // Few input channels (CosmoFlow's conv1: 4) may be zero-padded inside the op (ChannelPadding).
+  const bool padded = groups == 1 && net.pad_input_channels > ci;
+  const int64_t cp = padded ? net.pad_input_channels : ci;
+  std::vector<int64_t> padded_shape = x.shape;
+  padded_shape.back() = cp;
+  const memory::desc x_plain = padded ? plain_desc(padded_shape, MLPH_DTYPE_F32) : x.plain;
+  const memory::desc weights_padded = conv_weights_plain(kernel, cp, co, 1);
+  const Dims wdims = padded ? weights_padded.dims() : weights_plain.dims();
   // Few input channels (CosmoFlow's conv1: 4): with blocked layouts oneDNN falls back to a slow
   // gemm for the weight gradient; channels-last source and output take its jit and brgemm kernels,
-  // several times faster (PERFORMANCE.md). The layers after it go blocked.
+  // several times faster (PERFORMANCE.md). The layers after it go blocked. (Padded, they stay
+  // channels-last: AMX's brgconv kernels take channels-last.)
   const bool few_channels = ci < 16;
   const auto in = conv_input(net);
-  const memory::desc src = in(few_channels ? x.mem.get_desc() : any(ncs(batch, ci, spatial_of(x))));
-  const memory::desc dst = few_channels ? net.at(n.out()).plain : any(ncs(batch, co, out_spatial));
+  const memory::desc src =
+      in(padded ? x_plain : few_channels ? x.mem.get_desc() : any(ncs(batch, ci, spatial_of(x))));
+  const memory::desc dst = net.stored(n.out(), few_channels ? net.at(n.out()).plain : any(ncs(batch, co, out_spatial)));
   const memory::desc bias = n.n_in() > 2 ? vec(co) : memory::desc();
   dnnl::primitive_attr attr = net.attr();
   if (fusion.active) {
@@ -207,12 +238,15 @@ std::unique_ptr<Op> make_conv(Net& net, const NodeView& n, const Fusion& fusion)
   // The backward passes in the forward's layouts when oneDNN has a kernel for them; otherwise
   // (dilated depthwise convs in blocked layouts, 2^3 volumes) in layouts it picks or channels-last,
   // reordered to, rather than its reference loops (20x slower on DeepCAM's dilated depthwise convs).
-  const Dims x_dims = x.mem.get_desc().dims(), y_dims = fwd.dst_desc().dims();
-  const std::vector<std::pair<memory::desc, memory::desc>> layouts = {
-      {fwd.src_desc(), fwd.dst_desc()}, {any(x_dims), any(y_dims)}, {x.plain, net.at(n.out()).plain}};
+  const Dims x_dims = fwd.src_desc().dims(), y_dims = fwd.dst_desc().dims();
+  std::vector<std::pair<memory::desc, memory::desc>> layouts = {
+      {fwd.src_desc(), fwd.dst_desc()}, {any(x_dims), any(y_dims)}, {x_plain, net.at(n.out()).plain}};
+  if (padded) layouts.erase(layouts.begin() + 1);  // the padded input gradient must be channels-last
+  const dt x_type = type_of(x.mem.get_desc());
   auto make_data = [&, fwd, layouts] {
     auto any_src = layouts;
-    any_src[0].first = any(x_dims);  // the input gradient's layout is free: a sink reorders it
+    // The input gradient's layout is free (a sink reorders it), its type x's: no conversion after.
+    any_src[0].first = retyped(padded ? x_plain : any(x_dims), x_type);
     return first_jit<dnnl::convolution_backward_data::primitive_desc>(any_src, [&](const auto& s, const auto& d) {
       return dnnl::convolution_backward_data::primitive_desc(
           {algorithm::convolution_direct, s, in(any(wdims)), in(d), g.stride, g.dilate, g.pad_l, g.pad_r}, net.attr(),
@@ -226,9 +260,11 @@ std::unique_ptr<Op> make_conv(Net& net, const NodeView& n, const Fusion& fusion)
           net.attr(), net.engine, fwd);
     });
   };
+  std::optional<ChannelPadding> pad;
+  if (padded) pad = ChannelPadding{fwd.src_desc(), weights_padded}, net.padded_convs.push_back(n.where());
   return std::make_unique<Weighted<convolution_forward, dnnl::convolution_backward_data,
                                    dnnl::convolution_backward_weights>>(net, n, fusion, weights_plain, fwd, make_data,
-                                                                        make_weights);
+                                                                        make_weights, pad);
 }
 
 std::unique_ptr<Op> make_conv_transpose(Net& net, const NodeView& n) {
@@ -247,7 +283,8 @@ std::unique_ptr<Op> make_conv_transpose(Net& net, const NodeView& n) {
   const memory::desc weights_plain(wdims, dt::f32, wstrides);
   const memory::desc bias = n.n_in() > 2 ? vec(co) : memory::desc();
   const auto in = conv_input(net);
-  const memory::desc src = in(any(ncs(batch, ci, spatial_of(x)))), dst = any(ncs(batch, co, out_spatial));
+  const memory::desc src = in(any(ncs(batch, ci, spatial_of(x))));
+  const memory::desc dst = net.stored(n.out(), any(ncs(batch, co, out_spatial)));
   using dnnl::deconvolution_forward;
   const deconvolution_forward::primitive_desc fwd({prop_kind::forward_training, algorithm::deconvolution_direct, src,
                                                    in(any(wdims)), bias, dst, g.stride, g.dilate, g.pad_l, g.pad_r},
@@ -258,8 +295,11 @@ std::unique_ptr<Op> make_conv_transpose(Net& net, const NodeView& n) {
   const Dims x_dims = x.mem.get_desc().dims(), y_dims = fwd.dst_desc().dims();
   const std::vector<std::pair<memory::desc, memory::desc>> layouts = {
       {any(x_dims), fwd.dst_desc()}, {any(x_dims), any(y_dims)}, {x.plain, net.at(n.out()).plain}};
+  const dt x_type = type_of(x.mem.get_desc());
   auto make_data = [&, fwd, layouts] {
-    return first_jit<dnnl::deconvolution_backward_data::primitive_desc>(layouts, [&](const auto& s, const auto& d) {
+    auto typed = layouts;
+    typed[0].first = retyped(typed[0].first, x_type);  // the input gradient in x's type
+    return first_jit<dnnl::deconvolution_backward_data::primitive_desc>(typed, [&](const auto& s, const auto& d) {
       return dnnl::deconvolution_backward_data::primitive_desc(
           {algorithm::deconvolution_direct, s, in(any(wdims)), in(d), g.stride, g.dilate, g.pad_l, g.pad_r},
           net.attr(), net.engine, fwd);
@@ -309,7 +349,10 @@ namespace {
 // writing that gradient (DIFF_SRC); subclasses build both steps in their constructor.
 class SingleInputOp : public Op {
  public:
-  void forward(const RunArgs&) override { forward_(net_.stream); }
+  void forward(const RunArgs&) override {
+    net_.run(pre_);
+    forward_(net_.stream);
+  }
   void backward() override {
     if (!backward_) return;
     backward_->args[DNNL_ARG_DIFF_SRC] = dx_.target();
@@ -319,7 +362,11 @@ class SingleInputOp : public Op {
 
  protected:
   SingleInputOp(Net& net, const NodeView& n) : Op(n), net_(net) {}
+  // The input in the type of the output (oneDNN's pooling and eltwise keep one type): x itself
+  // unless the plan stores them differently, then a copy that pre_ refreshes.
+  memory typed_input(int32_t x) { return net_.as_type(x, net_.stored_type(output()), pre_); }
   Net& net_;
+  std::vector<Step> pre_;
   Step forward_;
   std::optional<Step> backward_;
   GradSink dx_;
@@ -331,12 +378,14 @@ class Pool final : public SingleInputOp {
   Pool(Net& net, const NodeView& n, algorithm alg, const Dims& out_dims, const Dims& kernel, const Dims& stride)
       : SingleInputOp(net, n) {
     const int32_t x = n.in(0), y = n.out();
-    const memory::desc x_desc = net.at(x).mem.get_desc();
+    const memory src = typed_input(x);
+    const memory::desc x_desc = src.get_desc();
     const Dims pad(kernel.size(), 0);
     const dnnl::pooling_forward::primitive_desc fwd(
-        {prop_kind::forward_training, alg, x_desc, any(out_dims), stride, kernel, pad, pad}, net.attr(), net.engine);
+        {prop_kind::forward_training, alg, x_desc, net.stored(y, any(out_dims)), stride, kernel, pad, pad}, net.attr(),
+        net.engine);
     net.define(y, fwd.dst_desc());
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, net.at(x).mem}, {DNNL_ARG_DST, net.at(y).mem}};
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, net.at(y).mem}};
     memory workspace;
     if (fwd.workspace_desc().get_size() > 0) args[DNNL_ARG_WORKSPACE] = workspace = memory(fwd.workspace_desc(), net.engine);
     forward_ = net.step<dnnl::pooling_forward>(fwd, args);
@@ -373,16 +422,17 @@ class Eltwise final : public SingleInputOp {
  public:
   Eltwise(Net& net, const NodeView& n, algorithm alg, float alpha, bool use_dst) : SingleInputOp(net, n) {
     const int32_t x = n.in(0), y = n.out();
-    const memory::desc desc = net.at(x).mem.get_desc();
+    const memory src = typed_input(x);
+    const memory::desc desc = src.get_desc();
     const dnnl::eltwise_forward::primitive_desc fwd({prop_kind::forward_training, alg, desc, alpha, 0.0f}, net.attr(),
                                                     net.engine);
     net.define(y, fwd.dst_desc());
-    forward_ = net.step<dnnl::eltwise_forward>(fwd, {{DNNL_ARG_SRC, net.at(x).mem}, {DNNL_ARG_DST, net.at(y).mem}});
+    forward_ = net.step<dnnl::eltwise_forward>(fwd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, net.at(y).mem}});
     if (!net.needs_grad(y) || !net.needs_grad(x)) return;
     const dnnl::eltwise_backward::primitive_desc bwd({alg, desc, desc, alpha, 0.0f}, net.attr(), net.engine, fwd);
     dx_ = GradSink(net, x, bwd.diff_src_desc());
     backward_ = net.step<dnnl::eltwise_backward>(
-        bwd, {{use_dst ? DNNL_ARG_DST : DNNL_ARG_SRC, use_dst ? net.at(y).mem : net.at(x).mem},
+        bwd, {{use_dst ? DNNL_ARG_DST : DNNL_ARG_SRC, use_dst ? net.at(y).mem : src},
               {DNNL_ARG_DIFF_DST, net.at(y).grad}});
   }
 };
@@ -481,6 +531,8 @@ class BatchNorm final : public Op {
       walk_ = ChannelWalk::of(src.get_desc());
       if (!walk_) src = net.convert(src, xv.plain, convert_), walk_ = ChannelWalk::of(xv.plain);
       if (!walk_) unimplemented(n, "group_size > 1 needs x of rank 4 or 5, or [N,C]");
+    } else if (type_of(src.get_desc()) != net.stored_type(y)) {  // one desc for x and y: x in y's type
+      src = net.as_type(x, net.stored_type(y), convert_);
     }
     src_ = src;
     const memory::desc desc = src.get_desc();

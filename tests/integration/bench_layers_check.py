@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """mlperf-bench --layers on CosmoFlow at 32^3 (reference backend): every layer timed, each conv's work
 as the model's arithmetic gives it (2 x outputs x 27 taps x Ci x Co; twice that in training for conv1,
-whose input is data and gets no gradient, three times for the others), the peak named; each activation a
-row of its own (kind "activation", no FLOPs counted), never folded into its conv's.
+whose input is data and gets no gradient, three times for the others), the peak named and every
+unit's peak in the JSON; each activation a row of its own (kind "activation", no FLOPs counted), never
+folded into its conv's.
 
   bench_layers_check.py BUILD_DIR
 """
@@ -30,6 +31,10 @@ def expect(what, got, want):
 expect("peak precision", result["peak_precision"], "FP32")
 if not result["peak_gflops"] > 0:
     failures.append(f"peak_gflops {result['peak_gflops']}")
+# Every unit's peak is in the JSON: fp32's is the one an fp32 run is measured against; the bf16 units'
+# are measured only for a bf16 run.
+expect("peaks.fp32", result["peaks"]["fp32"], result["peak_gflops"])
+expect("bf16 peaks of an fp32 run", (result["peaks"]["bf16_avx512"], result["peaks"]["bf16_amx"]), (0, 0))
 layers = {layer["name"]: layer for layer in result["layers"]}
 expect("layers", sorted(layers), sorted([f"conv{i}{part}" for i in range(1, 6) for part in ("", ".act", ".pool")] +
                                         ["dense1", "dense1.act", "dense2", "dense2.act", "output", "output.tanh"]))

@@ -8,6 +8,7 @@ GFLOP/s against the measured FP32 peak (where both sides timed the layers).
 
   /usr/bin/python3 tools/bench/compare.py --backends onednn-cpu,reference --batch 4 --edge 128
   /usr/bin/python3 tools/bench/compare.py --workload deepcam --height 96 --width 144 --batch 2
+  /usr/bin/python3 tools/bench/compare.py --backends onednn-cpu --precision bf16 --threads 2 --no-layers
 """
 import argparse
 import json
@@ -50,13 +51,15 @@ def measure(args):
     results = []
     for backend in args.backends.split(","):
         cmd = [os.path.join(args.build, "bin", "mlperf-bench"), "--workload", args.workload, "--backend", backend]
-        for setting in workload["settings"](args) + [f"train.batch_size={args.batch}", f"backend.threads={args.threads}"]:
+        precision = [f"backend.precision={args.precision}"] if args.precision != "fp32" else []
+        for setting in workload["settings"](args) + [f"train.batch_size={args.batch}", f"backend.threads={args.threads}"
+                                                     ] + precision:
             cmd += ["--set", setting]
         results.append(run_json(cmd + steps, env))
     torch_runs = []
     for layout in ([], ["--channels-last"]):
         cmd = [sys.executable, os.path.join(HERE, f"pytorch_{args.workload}.py")] + workload["torch_args"](args) + [
-            "--batch", str(args.batch), "--threads", str(args.threads)]
+            "--batch", str(args.batch), "--threads", str(args.threads)] + (["--bf16"] if args.precision == "bf16" else [])
         torch_runs.append(run_json(cmd + steps + layout, env))
     return results, torch_runs
 
@@ -65,8 +68,9 @@ def model_table(results, torch_runs, args):
     best_train = min(r["model"]["train_s"] for r in torch_runs)
     best_eval = min(r["model"]["eval_s"] for r in torch_runs)
     peak = results[0]["peak_gflops"]
-    measured = f"; FP32 peak measured {peak:.0f} GFLOP/s" if peak else ""
-    lines = [f"{WORKLOADS[args.workload]['title'](args)}, batch {args.batch}, float32, {args.threads} threads"
+    measured = f"; {results[0]['peak_precision']} peak measured {peak:.0f} GFLOP/s" if peak else ""
+    precision = "float32" if args.precision == "fp32" else "bf16 (PyTorch: torch.autocast)"
+    lines = [f"{WORKLOADS[args.workload]['title'](args)}, batch {args.batch}, {precision}, {args.threads} threads"
              f"{measured}; ratios against the faster PyTorch memory format", "",
              "| implementation | train samples/s | vs PyTorch | eval samples/s | vs PyTorch |",
              "|---|---|---|---|---|"]
@@ -121,10 +125,14 @@ def main():
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1, help="untimed steps before the timed ones")
     p.add_argument("--no-layers", action="store_true", help="time the whole model only")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="bf16: backend.precision=bf16 for our backends, torch.autocast for PyTorch (CosmoFlow)")
     p.add_argument("--markdown", help="also write the tables to FILE")
     args = p.parse_args()
     if args.batch is None:
         args.batch = WORKLOADS[args.workload]["batch"]
+    if args.precision == "bf16" and args.workload != "cosmoflow":
+        p.error("--precision bf16: only CosmoFlow's PyTorch peer takes --bf16 so far")
     text = tables(*measure(args), args)
     print("\n" + text)
     if args.markdown:

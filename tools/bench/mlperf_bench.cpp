@@ -261,37 +261,55 @@ FileTiming time_from_files(Session& session, const MLPH_Graph& graph, int steps,
 
 double gflops(double flops, double s) { return s > 0 ? flops / s / 1e9 : 0; }
 
-// The peak a run's layers are measured against: bf16's where the backend computes in bf16 (its
-// `precision` option), else fp32's; measured on this machine's cores, so none for a backend on an
-// accelerator (gflops 0).
+// The peaks a run's layers are measured against, on this machine's cores (none for a backend on an
+// accelerator: gflops 0). A bf16 run's convolutions run on the matrix units where the CPU has them
+// (oneDNN's brgconv:avx512_core_amx_bf16 on AMX), else on AVX512_BF16's dot products: `gflops` is
+// that unit's peak, and `vector` the AVX512_BF16 peak beside it on an AMX machine, for layers that
+// oneDNN leaves on the vector units (few channels, depthwise).
 struct Peak {
-  std::string precision;
+  std::string precision;  // "FP32", "BF16 AVX-512" or "BF16 AMX"
   double gflops = 0;
+  bench::Peaks measured;
+  double vector() const { return measured.bf16_tiles > 0 ? measured.bf16_vector : 0; }
 };
 
 Peak compute_peak(Session& session) {
   if (session.backend_device().type != MLPH_DEVICE_HOST) return {};
   const auto& options = session.config().passthrough();
   const auto precision = options.find("backend.precision");
-  if (precision != options.end() && precision->second.text == "bf16")
-    return {"BF16", bench::measure_bf16_peak(std::thread::hardware_concurrency())};
-  return {"FP32", bench::measure_fp32_peak(std::thread::hardware_concurrency())};
+  const bool bf16 = precision != options.end() && precision->second.text == "bf16";
+  Peak p;
+  p.measured = bench::measure_peaks(std::thread::hardware_concurrency(), bf16);
+  if (!bf16) p.precision = "FP32", p.gflops = p.measured.fp32;
+  else if (p.measured.bf16_tiles > 0) p.precision = "BF16 AMX", p.gflops = p.measured.bf16_tiles;
+  else p.precision = "BF16 AVX-512", p.gflops = p.measured.bf16_vector;
+  return p;
+}
+
+std::string describe(const Peak& peak) {
+  const bench::Peaks& m = peak.measured;
+  std::string all = fmt::format("FP32 FMA {:.0f}", m.fp32);
+  if (m.bf16_vector > 0) all += fmt::format(", BF16 AVX-512 {:.0f}", m.bf16_vector);
+  if (m.bf16_tiles > 0) all += fmt::format(", BF16 AMX tiles {:.0f}", m.bf16_tiles);
+  return fmt::format("peaks measured (GFLOP/s): {}; %peak against {}", all, peak.precision);
 }
 
 void print_layers(const std::vector<LayerResult>& layers, const Peak& peak) {
   if (peak.gflops > 0)
-    fmt::print("\nper layer (each compiled alone; {} peak measured: {:.0f} GFLOP/s)\n", peak.precision, peak.gflops);
+    fmt::print("\nper layer (each compiled alone; {})\n", describe(peak));
   else
     fmt::print("\nper layer (each compiled alone; no peak measured for a backend on an accelerator)\n");
+  const bool two = peak.vector() > 0;  // an AMX machine's bf16 run: the vector units' share too
   size_t width = 14;  // the longest name (DeepCAM's run to 30 characters)
   for (const auto& [layer, t] : layers) width = std::max(width, layer.name.size());
-  fmt::print("{:<{}} {:>10} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7}\n", "layer", width, "GFLOP fwd", "fwd ms",
-             "fwd GF/s", "%peak", "train ms", "train GF/s", "%peak");
-  const auto share = [&](double gf) { return peak.gflops > 0 ? fmt::format("{:.0f}", 100 * gf / peak.gflops) : "-"; };
+  fmt::print("{:<{}} {:>10} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7}{}\n", "layer", width, "GFLOP fwd", "fwd ms",
+             "fwd GF/s", "%peak", "train ms", "train GF/s", "%peak", two ? fmt::format(" {:>8}", "%AVX-512") : "");
+  const auto share = [](double gf, double of) { return of > 0 ? fmt::format("{:.0f}", 100 * gf / of) : "-"; };
   for (const auto& [layer, t] : layers) {
     const double fwd = gflops(layer.forward_flops, t.eval_s), train = gflops(layer.train_flops(), t.train_s);
-    fmt::print("{:<{}} {:>10.2f} {:>10.3f} {:>10.1f} {:>7} {:>10.3f} {:>10.1f} {:>7}\n", layer.name, width,
-               layer.forward_flops / 1e9, t.eval_s * 1e3, fwd, share(fwd), t.train_s * 1e3, train, share(train));
+    fmt::print("{:<{}} {:>10.2f} {:>10.3f} {:>10.1f} {:>7} {:>10.3f} {:>10.1f} {:>7}{}\n", layer.name, width,
+               layer.forward_flops / 1e9, t.eval_s * 1e3, fwd, share(fwd, peak.gflops), t.train_s * 1e3, train,
+               share(train, peak.gflops), two ? fmt::format(" {:>8}", share(train, peak.vector())) : "");
   }
 }
 
@@ -311,9 +329,10 @@ void write_json(const std::string& path, Session& session, uint32_t batch, doubl
                        json(session.config().get("data.dir")).text, files->dataset_size, num(files->train_s),
                        num(files->wait_s), num(files->read_s), files->readers, num(files->ceiling_samples_s),
                        num(files->bytes_per_sample), num(files->pinned_bytes), num(files->scratch_bytes_per_reader));
-  out << fmt::format(" \"peak_precision\": \"{}\", \"peak_gflops\": {}, \"model\": {{\"train_s\": {}, \"eval_s\": "
-                     "{}}},\n \"layers\": [",
-                     peak.precision, num(peak.gflops), num(model.train_s), num(model.eval_s));
+  out << fmt::format(" \"peak_precision\": \"{}\", \"peak_gflops\": {}, \"peaks\": {{\"fp32\": {}, \"bf16_avx512\": {}, "
+                     "\"bf16_amx\": {}}}, \"model\": {{\"train_s\": {}, \"eval_s\": {}}},\n \"layers\": [",
+                     peak.precision, num(peak.gflops), num(peak.measured.fp32), num(peak.measured.bf16_vector),
+                     num(peak.measured.bf16_tiles), num(model.train_s), num(model.eval_s));
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto& [layer, t] = layers[i];
     out << fmt::format("{}\n  {{\"name\": \"{}\", \"kind\": \"{}\", \"forward_flops\": {}, \"train_flops\": {}, "

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <thread>
 #include <vector>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 namespace mlph::bench {
@@ -44,6 +47,57 @@ __attribute__((target("avx512f,avx512bf16"))) float bf16_dot_chains(long iterati
 }
 #endif
 
+#if defined(__x86_64__)
+// AMX: 16x16 fp32 accumulator tiles (0-5) += a 16x32 bf16 tile (6) times a 32x16 bf16 tile (7, VNNI
+// pairs): 2*16*16*32 FLOP per tdpbf16ps; six accumulators cover the instruction's latency, as
+// oneDNN's brgemm kernels block for. The operands stay in the tiles: this is the tile unit's rate,
+// without the loads that a convolution adds.
+constexpr int kTileFlop = 2 * 16 * 16 * 32;
+constexpr int kAmxAccumulators = 6;
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Linux hands out the tile data state only on request, per process (else the first tile
+// instruction faults).
+bool amx_permitted() {
+  constexpr long kReqPermission = 0x1023, kTileData = 18;  // ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA
+  return syscall(SYS_arch_prctl, kReqPermission, kTileData) == 0;
+}
+
+__attribute__((target("amx-tile,amx-bf16"))) float amx_tile_chains(long iterations) {
+  TileConfig config;
+  for (int t = 0; t < 8; ++t) config.rows[t] = 16, config.bytes_per_row[t] = 64;
+  _tile_loadconfig(&config);
+  alignas(64) uint16_t operand[16 * 32];
+  for (uint16_t& v : operand) v = 0x3580;  // 2^-20 in bf16: the sums stay small and finite
+  _tile_zero(0);  // tile numbers are immediates: one statement each
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_zero(4);
+  _tile_zero(5);
+  _tile_loadd(6, operand, 64);
+  _tile_loadd(7, operand, 64);
+  for (long i = 0; i < iterations; ++i) {
+    _tile_dpbf16ps(0, 6, 7);
+    _tile_dpbf16ps(1, 6, 7);
+    _tile_dpbf16ps(2, 6, 7);
+    _tile_dpbf16ps(3, 6, 7);
+    _tile_dpbf16ps(4, 6, 7);
+    _tile_dpbf16ps(5, 6, 7);
+  }
+  alignas(64) float out[16 * 16];
+  _tile_stored(0, out, 64);
+  _tile_release();
+  return out[0];
+}
+#endif
+
 // GFLOP/s of `chains(iterations)` on `threads` threads, each call doing `flop_per_iteration`.
 double trial(unsigned threads, long iterations, double flop_per_iteration, float (*chains)(long)) {
   std::vector<std::thread> workers;
@@ -57,9 +111,10 @@ double trial(unsigned threads, long iterations, double flop_per_iteration, float
   return flop_per_iteration * static_cast<double>(iterations) * threads / s / 1e9;
 }
 
-double best_of_trials(unsigned threads, double flop_per_iteration, float (*chains)(long)) {
+double best_of_trials(unsigned threads, double flop_per_iteration, float (*chains)(long),
+                      long iterations = 20'000'000) {
   double best = 0;
-  for (int i = 0; i < 5; ++i) best = std::max(best, trial(std::max(threads, 1u), 20'000'000, flop_per_iteration, chains));
+  for (int i = 0; i < 5; ++i) best = std::max(best, trial(std::max(threads, 1u), iterations, flop_per_iteration, chains));
   return best;
 }
 
@@ -73,6 +128,22 @@ double measure_bf16_peak(unsigned threads) {
 #endif
   (void)threads;
   return 0;
+}
+
+double measure_amx_bf16_peak(unsigned threads) {
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16") && amx_permitted())
+    return best_of_trials(threads, double(kTileFlop) * kAmxAccumulators, amx_tile_chains, 2'000'000);
+#endif
+  (void)threads;
+  return 0;
+}
+
+Peaks measure_peaks(unsigned threads, bool bf16) {
+  Peaks p;
+  p.fp32 = measure_fp32_peak(threads);
+  if (bf16) p.bf16_vector = measure_bf16_peak(threads), p.bf16_tiles = measure_amx_bf16_peak(threads);
+  return p;
 }
 
 }  // namespace mlph::bench

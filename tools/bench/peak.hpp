@@ -13,4 +13,15 @@ double measure_fp32_peak(unsigned threads);
 // 0 where the CPU has no AVX512_BF16.
 double measure_bf16_peak(unsigned threads);
 
+// The AMX tile unit's bf16 rate (tdpbf16ps, fp32 accumulation), what oneDNN's
+// brgconv:avx512_core_amx_bf16 convolutions run on. 0 where the CPU has no AMX_BF16 or Linux
+// refuses the tile state.
+double measure_amx_bf16_peak(unsigned threads);
+
+// A run's peaks: fp32 FMA always; with bf16, the vector (AVX512_BF16) and tile (AMX) units' too.
+struct Peaks {
+  double fp32 = 0, bf16_vector = 0, bf16_tiles = 0;
+};
+Peaks measure_peaks(unsigned threads, bool bf16);
+
 }  // namespace mlph::bench

@@ -9,6 +9,7 @@
 
 #include "mlph/core/host.hpp"
 #include "mlph/sdk/graph.hpp"
+#include "onednn_backend.hpp"
 #include "onednn_compare.hpp"
 #include "settings.hpp"  // CosmoFlow's
 
@@ -89,6 +90,30 @@ TEST(OnednnBf16, CosmoflowTrainsCloseToFp32) {
       }
     }
   }
+}
+
+// bf16 end to end: CosmoFlow's conv outputs (before the chained leaky ReLU, which aliases them)
+// and the pooled values between its conv blocks are stored in bf16, their gradients too; the
+// input's log1p, the last pool (read by the flatten, a plain loop) and the dense layers stay
+// fp32. At 32^3 b2 the conv outputs and the pooled values are nearly all the activation bytes, so
+// those halve: values 0.54 of fp32's (log1p's 1 MiB stays fp32), gradients 0.50; with the pooled
+// values left fp32 they are 0.59 and 0.56.
+TEST(OnednnBf16, ActivationsBetweenConvsAndPoolsAreStoredInBf16) {
+  if (!cpu_has_bf16()) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+  sdk::GraphBuilder g = small_cosmoflow();
+  const MLPH_Graph* graph = g.graph();
+  const auto fp32 = activation_memory(*compile_model(core::host_api(), {2, false}, *graph, nullptr));
+  const auto bf16 = activation_memory(*compile_model(core::host_api(), {2, true}, *graph, nullptr));
+  for (const auto& [name, is_bf16] : fp32.bf16) EXPECT_FALSE(is_bf16) << name;
+  for (const std::string name : {"conv1", "conv1.act", "conv1.pool", "conv2", "conv4.pool", "conv5", "conv5.act"})
+    EXPECT_TRUE(bf16.bf16.at(name)) << name;
+  for (const std::string name : {"log1p", "conv5.pool", "flatten"}) EXPECT_FALSE(bf16.bf16.at(name)) << name;
+  const double values = double(bf16.value_bytes) / double(fp32.value_bytes);
+  const double gradients = double(bf16.gradient_bytes) / double(fp32.gradient_bytes);
+  EXPECT_GT(values, 0.5);  // log1p's output stays fp32
+  EXPECT_LT(values, 0.55) << bf16.value_bytes << " of " << fp32.value_bytes << " bytes";
+  EXPECT_GT(gradients, 0.5);
+  EXPECT_LT(gradients, 0.52) << bf16.gradient_bytes << " of " << fp32.gradient_bytes << " bytes";
 }
 
 TEST(OnednnBf16, BadPrecisionIsNamed) {

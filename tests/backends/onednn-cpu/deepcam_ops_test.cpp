@@ -7,53 +7,6 @@
 namespace mlph::onednn::test {
 namespace {
 
-// A graph under construction: trainable tensors, a chain of ops, mse against a target input.
-class Small {
- public:
-  int32_t param(const std::string& name, std::vector<int64_t> shape, float scale = 0.5f, double weight_decay = 1.0,
-                uint32_t flags = MLPH_PARAM_TRAINABLE) {
-    const int32_t v = g.value(name, MLPH_DTYPE_F32, shape);
-    g.parameter(v, random_floats(size_t(count(shape)), uint64_t(v) + 1, scale), 0.0, weight_decay, flags);
-    return v;
-  }
-  int32_t constant(const std::string& name, std::vector<float> values) {
-    const int32_t v = g.value(name, MLPH_DTYPE_F32, {int64_t(values.size())});
-    g.parameter(v, std::move(values), 0.0, 0.0, 0);
-    return v;
-  }
-  int32_t op(const std::string& op, std::vector<int32_t> inputs, std::vector<int64_t> shape,
-             std::vector<sdk::AttrInit> attrs = {}) {
-    const int32_t y = g.value(op + std::to_string(++ops_), MLPH_DTYPE_F32, std::move(shape));
-    g.node(op, op + std::to_string(ops_), std::move(inputs), {y}, std::move(attrs));
-    return y;
-  }
-  // Loss mse(out, target); `out` is also the eval output.
-  const MLPH_Graph* finish(int32_t out, const std::string& optimizer = "sgd_keras",
-                           std::vector<sdk::AttrInit> attrs = {{"momentum", 0.9}}) {
-    const MLPH_Value info = g.value_info(out);
-    const int32_t target = g.value("target", MLPH_DTYPE_F32, {info.shape, info.shape + info.ndim});
-    const int32_t loss = g.value("loss", MLPH_DTYPE_F32, {});
-    g.node("mse", "loss", {out, target}, {loss});
-    inputs.push_back(target);
-    g.inputs(inputs);
-    g.loss(loss);
-    g.eval_outputs({out});
-    g.optimizer(optimizer, std::move(attrs));
-    g.seed(5);
-    return g.graph();
-  }
-  sdk::GraphBuilder g;
-  std::vector<int32_t> inputs;
-
- private:
-  static int64_t count(const std::vector<int64_t>& shape) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return n;
-  }
-  int ops_ = 0;
-};
-
 // conv_transpose k3 s2 p1 output_padding 1 (DeepCAM's decoder), with bias, into a relu.
 const MLPH_Graph* conv_transpose_graph(Small& s, const std::string& optimizer = "sgd_keras",
                                        std::vector<sdk::AttrInit> attrs = {{"momentum", 0.9}}) {
