@@ -104,7 +104,11 @@ void CudaModel::forward(size_t k, bool training) {
       check(scale_forward(s, count, alpha, in(0), y), "scale_forward", k);
       break;
     case OpKind::max_pool:
-      check(max_pool_forward(s, pool_shape(n.window), in(0), y), "max_pool_forward", k);
+      if (plan_.nodes[k].engine == plan::Engine::pool_chain)  // bias + leaky ReLU + max-pool from the conv's output
+        check(pool_chain_forward(s, chain_shape(k), in(0), chain_bias(k), y, at<uint8_t>(m.winners)), "pool_chain_forward",
+              k);
+      else
+        check(max_pool_forward(s, pool_shape(n.window), in(0), y), "max_pool_forward", k);
       break;
     case OpKind::reshape:  // an alias of its input (the plan gives both one region)
       break;
@@ -233,7 +237,7 @@ void CudaModel::conv_forward(size_t k) {
           "channels_copy", k);
   else if (written != y)
     check(convert(s, numel(program_.nodes[k].output), type, written, FloatType::f32, y), "convert", k);
-  if (c.bias) {
+  if (c.bias && !plan_.nodes[k].bias_in_chain) {  // else the pool chain after it adds the bias as it reads y
     const int64_t channels = program_.value(program_.nodes[k].output).shape.back();  // the graph's, never padded
     check(bias_forward(s, numel(program_.nodes[k].output) / channels, channels, at<float>(m.reads[2]), y), "bias_forward", k);
   }
@@ -312,6 +316,17 @@ void CudaModel::group_sum(size_t k, double* sums, int64_t count) {
   check(cudaMemcpyAsync(sums, host_sums_.data(), n * sizeof(double), cudaMemcpyHostToDevice, stream()), "cudaMemcpyAsync", k);
 }
 
+// A pool chain's geometry (the max-pool's window, the leaky ReLU's slope) and the conv's bias (null: none).
+PoolChainShape CudaModel::chain_shape(size_t k) const {
+  const sdk::host::Node& pool = program_.nodes[k];
+  const sdk::host::Node& act = program_.nodes[static_cast<size_t>(plan_.nodes[k].chain_conv) + 1];
+  return pool_chain_shape(pool.window, static_cast<float>(act.attr));
+}
+const float* CudaModel::chain_bias(size_t k) const {
+  const auto conv = static_cast<size_t>(plan_.nodes[k].chain_conv);
+  return plan_.nodes[conv].bias_in_chain ? at<float>(plan_.memory.nodes[conv].reads[2]) : nullptr;
+}
+
 // ---- backward ----
 
 void CudaModel::zero_first_gradients(size_t k) {
@@ -329,6 +344,13 @@ void CudaModel::backward(size_t k) {
   const plan::NodeMemory& m = plan_.memory.nodes[k];
   const NodeRuntime& r = nodes_[k];
   const cudaStream_t s = stream();
+  if (plan_.nodes[k].engine == plan::Engine::pool_chain) {  // dz written whole (zeros past the windows too)
+    if (float* dz = at<float>(m.gradients[0]))
+      check(pool_chain_backward(s, chain_shape(k), at<float>(m.reads[0]), chain_bias(k), at<float>(m.output_gradient),
+                                at<uint8_t>(m.winners), dz),
+            "pool_chain_backward", k);
+    return;
+  }
   zero_first_gradients(k);
   auto in = [&](size_t i) { return at<float>(m.reads[i]); };
   auto grad = [&](size_t i) { return i < m.gradients.size() ? at<float>(m.gradients[i]) : nullptr; };

@@ -1301,6 +1301,64 @@ TEST(CudaPlanFigures, CosmoFlow128AtBatch1And4) {
       report("CosmoFlow 128^3 batch " + std::to_string(batch), p, precision);
   }
 }
+
+// Issue 33 item 5: each of CosmoFlow's conv -> leaky_relu -> max_pool blocks is one pool chain by
+// default: the max_pool reads the conv's output (kept to its backward) and writes the conv's output
+// gradient first; the leaky ReLU has no step, no value and no gradient; a byte of winner per pooled
+// element lives from the chain's forward to its backward; the conv leaves its bias to the chain.
+// backend.pool_chain=off: three nodes as before.
+TEST(CudaPlanLowering, CosmoFlowsFiveConvLeakyReluPoolBlocksArePoolChainsByDefault) {
+  sdk::GraphBuilder g;
+  cosmoflow::build_model(g, cosmoflow::ModelSettings{}, 0.9, 2, 7);
+  const Program p = sdk::host::lower_graph(*g.graph(), implemented());
+  for (Precision precision : {Precision::fp32, Precision::bf16}) {
+    const DevicePlan plan = make_plan(p, {precision});
+    const MemoryPlan& m = plan.memory;
+    size_t chains = 0;
+    for (size_t k = 0; k < p.nodes.size(); ++k) {
+      const Node& n = p.nodes[k];
+      if (n.kind == OpKind::leaky_relu && p.nodes[k - 1].kind == OpKind::conv && plan.nodes[k].engine == Engine::kernel)
+        ADD_FAILURE() << n.name << " unfused";  // (the dense layers' leaky ReLUs stay nodes)
+      if (n.kind != OpKind::max_pool) continue;
+      ASSERT_EQ(plan.nodes[k].engine, Engine::pool_chain) << n.name;
+      ++chains;
+      const auto conv = static_cast<size_t>(plan.nodes[k].chain_conv);
+      ASSERT_EQ(conv + 2, k) << n.name;
+      EXPECT_EQ(p.nodes[conv].kind, OpKind::conv);
+      EXPECT_EQ(plan.nodes[conv].engine, Engine::cudnn_conv);
+      EXPECT_EQ(plan.nodes[conv].bias_in_chain, p.nodes[conv].has_bias());
+      EXPECT_EQ(plan.nodes[conv + 1].engine, Engine::fused);
+      EXPECT_EQ(plan.nodes[conv + 1].fused_into, static_cast<int64_t>(k));
+      EXPECT_EQ(plan.schedule.backward[conv + 1], -1);  // no step of its own
+      const int32_t z = p.nodes[conv].output, act = p.nodes[conv + 1].output;
+      EXPECT_FALSE(m.values[static_cast<size_t>(act)]) << n.name;  // never stored
+      EXPECT_FALSE(m.value_gradients[static_cast<size_t>(act)]) << n.name;
+      const NodeMemory& chain = m.nodes[k];
+      EXPECT_EQ(chain.reads[0].region, m.values[static_cast<size_t>(z)].region);
+      EXPECT_GE(region_at(m, chain.reads[0]).last, plan.schedule.backward[k]);  // z kept to the chain's backward
+      EXPECT_EQ(chain.gradients[0].region, m.value_gradients[static_cast<size_t>(z)].region);
+      EXPECT_FALSE(chain.accumulate[0]);  // written first: no memset, no add
+      const Region& winners = region_at(m, chain.winners);
+      EXPECT_EQ(winners.kind, RegionKind::winners);
+      EXPECT_EQ(winners.bytes, align_up(static_cast<size_t>(p.value(n.output).numel()), kAlignment));
+      EXPECT_EQ(std::pair(winners.first, winners.last), std::pair(plan.schedule.forward[k], plan.schedule.backward[k]));
+      EXPECT_EQ(region_at(m, m.value_gradients[static_cast<size_t>(z)]).first, plan.schedule.backward[k]);
+    }
+    EXPECT_EQ(chains, 5u);
+    expect_no_overlap(m, plan.schedule);
+    Options off{precision};
+    off.own.pool_chain = false;
+    const DevicePlan three = make_plan(p, off);
+    for (size_t k = 0; k < p.nodes.size(); ++k) {
+      EXPECT_NE(three.nodes[k].engine, Engine::pool_chain);
+      EXPECT_NE(three.nodes[k].engine, Engine::fused);
+      EXPECT_FALSE(three.nodes[k].bias_in_chain);
+    }
+    EXPECT_LT(m.arena_bytes, three.memory.arena_bytes);  // the activation and its gradient are gone
+    std::printf("CosmoFlow 128^3 b2 %s: %zu pool chains; arena %.1f MiB (pool_chain=off: %.1f MiB)\n", name_of(precision),
+                chains, static_cast<double>(m.arena_bytes) / 1048576.0, static_cast<double>(three.memory.arena_bytes) / 1048576.0);
+  }
+}
 #endif
 
 #ifdef MLPH_HAVE_DEEPCAM
