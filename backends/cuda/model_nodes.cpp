@@ -62,10 +62,10 @@ void CudaModel::forward(size_t k, bool training) {
     const void* value = at(plan_.memory.values[static_cast<size_t>(n.inputs[i])]);
     if (i == 0 && conv && conv->channels && !conv->transpose)  // padded channels (plan::pad_channels)
       check(channels_copy(s, numel(n.inputs[0]) / conv->channels, conv->channels, plan::kTensorCoreChannels,
-                          FloatType::f32, value, float_type(precision.reads[0]), at(m.reads[0]), false),
+                          stored_type(n.inputs[0]), value, float_type(precision.reads[0]), at(m.reads[0]), false),
             "channels_copy", k);
     else
-      check(convert(s, numel(n.inputs[i]), FloatType::f32, value, float_type(precision.reads[i]), at(m.reads[i])),
+      check(convert(s, numel(n.inputs[i]), stored_type(n.inputs[i]), value, float_type(precision.reads[i]), at(m.reads[i])),
             "convert", k);
   }
   auto in = [&](size_t i) { return at<float>(m.reads[i]); };
@@ -104,7 +104,11 @@ void CudaModel::forward(size_t k, bool training) {
       check(scale_forward(s, count, alpha, in(0), y), "scale_forward", k);
       break;
     case OpKind::max_pool:
-      if (plan_.nodes[k].engine == plan::Engine::pool_chain)  // bias + leaky ReLU + max-pool from the conv's output
+      if (plan_.nodes[k].engine == plan::Engine::pool_chain && stored_type(n.output) == FloatType::bf16)  // z, y in bf16
+        check(pool_chain_forward(s, chain_shape(k), at<Bf16>(m.reads[0]), chain_bias(k), at<Bf16>(m.output),
+                                 at<uint8_t>(m.winners)),
+              "pool_chain_forward", k);
+      else if (plan_.nodes[k].engine == plan::Engine::pool_chain)  // bias + leaky ReLU + max-pool from the conv's output
         check(pool_chain_forward(s, chain_shape(k), in(0), chain_bias(k), y, at<uint8_t>(m.winners)), "pool_chain_forward",
               k);
       else
@@ -333,10 +337,22 @@ void CudaModel::zero_first_gradients(size_t k) {
   const sdk::host::Node& n = program_.nodes[k];
   const plan::NodeMemory& m = plan_.memory.nodes[k];
   for (size_t i = 0; i < n.inputs.size(); ++i)
-    if (m.gradients[i] && !m.accumulate[i])
-      check(cudaMemsetAsync(at(m.gradients[i]), 0, static_cast<size_t>(numel(n.inputs[i])) * sizeof(float), stream()),
+    if (m.gradients[i] && !m.accumulate[i] && !overwrites_gradient(k, i))
+      check(cudaMemsetAsync(at(m.gradients[i]), 0,
+                            static_cast<size_t>(numel(n.inputs[i])) * plan::bytes_of(plan_.precision.values[static_cast<size_t>(n.inputs[i])]),
+                            stream()),
             "cudaMemsetAsync", k);
 }
+
+// A cuDNN conv's dx written straight into its gradient, which no one wrote before: beta 0 instead of a
+// memset and beta 1.
+bool CudaModel::overwrites_gradient(size_t k, size_t i) const {
+  const auto& conv = plan_.nodes[k].conv;
+  const plan::NodeMemory& m = plan_.memory.nodes[k];
+  return conv && i == 0 && !conv->explicit_padding && !m.accumulate[0] && !(m.gradient_scratch.size() > 0 && m.gradient_scratch[0]);
+}
+
+FloatType CudaModel::stored_type(int32_t v) const { return float_type(plan_.precision.values[static_cast<size_t>(v)]); }
 
 void CudaModel::backward(size_t k) {
   if (plan_.nodes[k].engine == plan::Engine::fused) return;  // done by the node before it
@@ -345,9 +361,14 @@ void CudaModel::backward(size_t k) {
   const NodeRuntime& r = nodes_[k];
   const cudaStream_t s = stream();
   if (plan_.nodes[k].engine == plan::Engine::pool_chain) {  // dz written whole (zeros past the windows too)
-    if (float* dz = at<float>(m.gradients[0]))
+    if (!m.gradients[0]) return;
+    if (stored_type(n.output) == FloatType::bf16)
+      check(pool_chain_backward(s, chain_shape(k), at<Bf16>(m.reads[0]), chain_bias(k), at<Bf16>(m.output_gradient),
+                                at<uint8_t>(m.winners), at<Bf16>(m.gradients[0])),
+            "pool_chain_backward", k);
+    else
       check(pool_chain_backward(s, chain_shape(k), at<float>(m.reads[0]), chain_bias(k), at<float>(m.output_gradient),
-                                at<uint8_t>(m.winners), dz),
+                                at<uint8_t>(m.winners), at<float>(m.gradients[0])),
             "pool_chain_backward", k);
     return;
   }
@@ -527,7 +548,7 @@ void CudaModel::conv_backward(size_t k) {
   // dx: into the fp32 gradient (adding), or a scratch of the node's type first (written, then cast and added).
   void* dx_written = m.gradient_scratch.size() > 0 && m.gradient_scratch[0] ? at(m.gradient_scratch[0]) : static_cast<void*>(dx);
   if (!c.transpose && c.explicit_padding) dx_written = at(m.padded_gradient);
-  const float* dx_beta = dx_written == dx ? &kOne : &kZero;
+  const float* dx_beta = dx_written == dx && !overwrites_gradient(k, 0) ? &kOne : &kZero;
   const void* w = at(m.reads[1]);
   if (dx && !c.transpose) {
     const auto pass = static_cast<size_t>(runtime::ConvPass::backward_data);
@@ -572,7 +593,11 @@ void CudaModel::conv_backward(size_t k) {
   }
   if (float* db = m.gradients.size() > 2 ? at<float>(m.gradients[2]) : nullptr) {
     const int64_t channels = program_.value(program_.nodes[k].output).shape.back();  // the graph's, never padded
-    check(bias_backward(s, numel(n.output) / channels, channels, dy, db, ws, ws_bytes), "bias_backward", k);
+    if (stored_type(n.output) == FloatType::bf16)  // dy as stored (bf16 activations end to end)
+      check(bias_backward(s, numel(n.output) / channels, channels, at<Bf16>(m.output_gradient), db, ws, ws_bytes),
+            "bias_backward", k);
+    else
+      check(bias_backward(s, numel(n.output) / channels, channels, dy, db, ws, ws_bytes), "bias_backward", k);
   }
 }
 

@@ -206,6 +206,9 @@ inline size_t depthwise_workspace_bytes(const DepthwiseShape& s) {
                                               const float* bias, const float* dy, const uint8_t* winner, float* dz);
 [[nodiscard]] cudaError_t pool_chain_backward(cudaStream_t stream, const PoolChainShape& shape, const Bf16* z,
                                               const float* bias, const Bf16* dy, const uint8_t* winner, Bf16* dz);
+// bias_backward of a dy stored in bf16 (a pool chain's dz under bf16 activations): db += its channel sums.
+[[nodiscard]] cudaError_t bias_backward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* dy, float* db,
+                                        void* workspace, size_t workspace_bytes);
 
 // ---- losses and metrics (loss.hpp); the workspace: flat_sums_workspace_bytes(n or rows) ----
 

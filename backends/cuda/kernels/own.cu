@@ -142,6 +142,16 @@ cudaError_t pool_chain_backward(cudaStream_t stream, const PoolChainShape& s, co
   return chain_backward(stream, s, z, bias, dy, winner, dz);
 }
 
+cudaError_t bias_backward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* dy, float* db,
+                          void* workspace, size_t workspace_bytes) {
+  const ChannelScratch scratch = channel_scratch(workspace, workspace_bytes, 1, rows, channels);
+  if (const cudaError_t e = channel_sums(stream, Bf16SumTerm{dy, channels}, 1, rows, channels, scratch.sums, workspace,
+                                         workspace_bytes);
+      e != cudaSuccess)
+    return e;
+  return each<bias_backward_at>(stream, channels, static_cast<const double*>(scratch.sums), db);
+}
+
 // ---- depthwise ----
 
 cudaError_t depthwise_forward(cudaStream_t stream, const DepthwiseShape& s, const float* x, const float* w,

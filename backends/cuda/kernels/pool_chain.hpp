@@ -75,4 +75,13 @@ MLPH_KERNEL void chain_pool_backward_at(int64_t pos, int64_t c, const PoolChainS
                                                reinterpret_cast<const YS*>(dy), winner, reinterpret_cast<ZS*>(dz));
 }
 
+// The conv's bias gradient from a dz stored in bf16 (bf16 activations end to end): the channel sum of
+// its values widened to float, as SumTerm sums a float dz (the same terms, so the same sums).
+struct Bf16SumTerm {
+  static constexpr int K = 1;
+  const Bf16* x;
+  int64_t channels;
+  MLPH_KERNEL void operator()(int64_t r, int64_t c, double* t) const { t[0] = to_float(x[r * channels + c]); }
+};
+
 }  // namespace mlph::cuda

@@ -551,6 +551,26 @@ TEST(CudaOwnKernels, PoolChainInBf16IsTheChainOnRoundedInputsRoundedOnce) {
   for (const ChainCase& t : chain_cases()) pool_chain_matches<Bf16>(t, seed += 5);
 }
 
+// A bf16 dz's bias gradient (bf16 activations end to end): the channel sums of its widened values, as
+// the fp32 SumTerm sums them, in the launcher's order.
+TEST(CudaOwnKernels, Bf16BiasGradientIsTheChannelSumOfTheWidenedValues) {
+  const int64_t rows = 3001, channels = 13;
+  std::vector<Bf16> dz(static_cast<size_t>(rows * channels));
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  std::vector<float> wide(dz.size());
+  for (size_t i = 0; i < dz.size(); ++i) dz[i] = Bf16{float_to_bfloat16(u(gen))}, wide[i] = to_float(dz[i]);
+  const std::vector<double> sums = test::channel_sums(Bf16SumTerm{dz.data(), channels}, 1, rows, channels);
+  const std::vector<double> expected = test::channel_sums(SumTerm{wide.data(), channels}, 1, rows, channels);
+  ASSERT_EQ(sums.size(), expected.size());
+  for (size_t c = 0; c < sums.size(); ++c) {
+    EXPECT_EQ(sums[c], expected[c]) << c;
+    double plain = 0;  // and near the plain sum (not all equal: the order differs)
+    for (int64_t r = 0; r < rows; ++r) plain += wide[static_cast<size_t>(r * channels) + c];
+    EXPECT_NEAR(sums[c], plain, 1e-9 * static_cast<double>(rows));
+  }
+}
+
 // Padding, overlapping windows and dilation are the unfused kernels' (pool.hpp): the plan keeps them there.
 TEST(CudaOwnKernels, PoolChainTakesOnlyTilingUnpaddedWindows) {
   sdk::host::Window g = chain_window(chain_cases()[0]);
