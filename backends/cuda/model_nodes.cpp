@@ -1,8 +1,10 @@
 // The cuda model's work per node: forward (training or evaluation) and backward, enqueued on the
 // compute stream with the plan's memory (plan/memory.hpp NodeMemory) and the node's library objects.
 // Backward accumulates into every gradient (our kernels, cuDNN and cuBLASLt with beta 1): a gradient
-// the plan says is written first is zeroed before (zero_first_gradients); scratch of the node's own
-// (a half-type dx, cuDNN's dw, a padded gradient) is written with beta 0.
+// the plan says is written first is zeroed before (zero_first_gradients), except a cuDNN conv's or a
+// cuBLASLt gemm's dx written straight into it, which is written with beta 0 (overwrites_gradient), and
+// a pool chain's dz, written whole; scratch of the node's own (a half-type dx, cuDNN's dw, a padded
+// gradient) is written with beta 0.
 #include "model_impl.hpp"
 
 namespace mlph::cuda {
@@ -344,12 +346,14 @@ void CudaModel::zero_first_gradients(size_t k) {
             "cudaMemsetAsync", k);
 }
 
-// A cuDNN conv's dx written straight into its gradient, which no one wrote before: beta 0 instead of a
-// memset and beta 1.
+// A cuDNN conv's or a cuBLASLt gemm's dx written straight into its gradient, which no one wrote before:
+// beta 0 instead of a memset and beta 1 (our kernels add, so theirs are zeroed first).
 bool CudaModel::overwrites_gradient(size_t k, size_t i) const {
-  const auto& conv = plan_.nodes[k].conv;
+  const plan::NodeLowering& l = plan_.nodes[k];
   const plan::NodeMemory& m = plan_.memory.nodes[k];
-  return conv && i == 0 && !conv->explicit_padding && !m.accumulate[0] && !(m.gradient_scratch.size() > 0 && m.gradient_scratch[0]);
+  if (i != 0 || m.accumulate.empty() || m.accumulate[0] || (m.gradient_scratch.size() > 0 && m.gradient_scratch[0]))
+    return false;
+  return (l.conv && !l.conv->explicit_padding) || l.engine == plan::Engine::cublaslt_dense;
 }
 
 FloatType CudaModel::stored_type(int32_t v) const { return float_type(plan_.precision.values[static_cast<size_t>(v)]); }
@@ -495,7 +499,8 @@ void CudaModel::dense_backward(size_t k) {
     dy_operand = at(m.output_gradient_cast);
   }
   float *dx = grad(0), *dw = grad(1);
-  if (dx) nodes_[k].gemms[1].run(where_, cublaslt_->get(), at(m.reads[1]), dy_operand, dx, true, ws, s, about);
+  if (dx) nodes_[k].gemms[1].run(where_, cublaslt_->get(), at(m.reads[1]), dy_operand, dx, !overwrites_gradient(k, 0), ws, s,
+                                 about);
   // A chunked dw (deterministic) goes into the workspace's partials first, the gemm's workspace after them.
   const size_t partials = plan::align_up(dense.partial_bytes(), plan::kAlignment);
   auto* partial = reinterpret_cast<float*>(ws);
