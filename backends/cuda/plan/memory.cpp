@@ -60,12 +60,16 @@ class Planner {
     out_.values.resize(p_.values.size());
     out_.value_gradients.resize(p_.values.size());
     std::vector<bool> unstored(p_.values.size(), false);  // a pool chain's activation: never in memory
-    for (size_t k = 0; k < p_.nodes.size(); ++k)
+    std::vector<bool> no_gradient(p_.values.size(), false);  // a fused relu's input: its gradient is never formed
+    for (size_t k = 0; k < p_.nodes.size(); ++k) {
       if (lowering_[k].fused_into >= 0) unstored[static_cast<size_t>(p_.nodes[k].output)] = true;
+      if (lowering_[k].fused_relu >= 0)  // written as the relu's output instead
+        unstored[static_cast<size_t>(p_.nodes[k].output)] = no_gradient[static_cast<size_t>(p_.nodes[k].output)] = true;
+    }
     for (size_t v = 0; v < p_.values.size(); ++v) {
       if (unstored[v]) continue;
       out_.values[v] = value_at(static_cast<int32_t>(v));
-      if (p_.needs_gradient[v]) out_.value_gradients[v] = gradient_at(static_cast<int32_t>(v));
+      if (p_.needs_gradient[v] && !no_gradient[v]) out_.value_gradients[v] = gradient_at(static_cast<int32_t>(v));
     }
     place();
     return std::move(out_);
@@ -189,7 +193,12 @@ class Planner {
     NodeMemory& m = node_memory(k);
     if (lowering_[k].fused_into >= 0) return;  // inside a pool chain: nothing of its own
     if (lowering_[k].engine == Engine::pool_chain) return chain_forward(k);
-    m.output = value_at(node.output);
+    if (lowering_[k].engine == Engine::fused) {  // a relu its producer writes: its output, read by later nodes
+      m.output = value_at(node.output);
+      return;
+    }
+    const bool fused = lowering_[k].fused_relu >= 0;  // writes the relu's output, never its own
+    m.output = fused ? Location{} : value_at(node.output);
     for (size_t i = 0; i < node.inputs.size(); ++i) m.reads.push_back(read_at(k, i));
     m.makes_cast.assign(node.inputs.size(), false);
     if (lowering_[k].engine == Engine::alias) return;  // no step of its own
@@ -265,10 +274,13 @@ class Planner {
       if (saves.inputs >> i & 1u) touch(pads_input && i == 0 ? m.padded : m.reads[i], s);
     if (saves.output) touch(m.output, s);
     touch(m.statistics, s);
-    m.output_gradient = gradient_at(node.output);
-    touch(m.output_gradient, s);
-    if (lowering_[k].fused_relu >= 0) {  // the fused relu's output gradient is what this backward reads
-      touch(gradient_at(fused_relu_node(k).output), s);
+    if (lowering_[k].fused_relu < 0) {
+      m.output_gradient = gradient_at(node.output);
+      touch(m.output_gradient, s);
+    } else {  // the fused relu's output gradient is what this backward reads (its own output's has none)
+      NodeMemory& relu = node_memory(static_cast<size_t>(lowering_[k].fused_relu));
+      relu.output_gradient = gradient_at(fused_relu_node(k).output);
+      touch(relu.output_gradient, s);
       if (node.kind == OpKind::add) touch(value_at(fused_relu_node(k).output), s);  // and add its mask
     }
     // The library reads dy in its type: cast down first (conv_transpose's explicit padding pads and casts at once).
@@ -388,7 +400,7 @@ class Planner {
 }  // namespace
 
 bool runs_backward(const Program& p, const NodeLowering& lowering, const Node& node) {
-  return node.gradient && lowering.engine != Engine::alias && lowering.fused_into < 0 &&
+  return node.gradient && lowering.engine != Engine::alias && lowering.engine != Engine::fused &&
          p.needs_gradient[static_cast<size_t>(node.output)];
 }
 

@@ -22,6 +22,9 @@
 //     to its last.
 //   gradients: a value's gradient from the backward of its last consumer (which writes it; later
 //     ones add) to the backward of its producer (which reads it).
+//   a relu fused into its batch norm or add (lowering.hpp): its output is written by the producer's
+//     forward, its output gradient read by the producer's backward; it has no backward step, and the
+//     producer's own output and gradient are never stored.
 //   a pool chain (lowering.hpp): reads the conv's output z (kept to its backward) instead of the
 //     leaky ReLU's output, which is never stored (nor its gradient); its winners, a byte per output
 //     element, live from its forward to its backward; its backward writes z's gradient first.

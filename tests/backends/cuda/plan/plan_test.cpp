@@ -1002,6 +1002,12 @@ TEST(CudaPlanMemory, BatchNormOrAddFollowedByItsOnlyReaderReluIsFused) {
   EXPECT_LE(relu_y.first, plan.schedule.forward[bn1]);  // written by the batch norm's step
   const Region& relu_dy = region_at(m, m.value_gradients[static_cast<size_t>(value_named(p, "r1"))]);
   EXPECT_GE(relu_dy.last, plan.schedule.backward[bn1]);  // read by the batch norm's backward
+  EXPECT_EQ(m.nodes[r1].output_gradient.region, m.value_gradients[static_cast<size_t>(value_named(p, "r1"))].region);
+  EXPECT_EQ(plan.schedule.backward[r1], -1);  // no step of its own: the relu's output dies with its last reader
+  EXPECT_LE(relu_y.last, plan.schedule.backward[index_of(p, "bn2")]);  // bn2 keeps its x (r1) to its backward, no longer
+  EXPECT_FALSE(m.values[static_cast<size_t>(value_named(p, "bn1"))]);  // the batch norm's own output: never stored
+  EXPECT_FALSE(m.value_gradients[static_cast<size_t>(value_named(p, "bn1"))]);
+  EXPECT_FALSE(m.nodes[bn1].output);
   const size_t add = index_of(p, "add"), r3 = index_of(p, "r3");
   EXPECT_EQ(plan.nodes[add].fused_relu, static_cast<int64_t>(r3));
   EXPECT_EQ(plan.nodes[r3].engine, Engine::fused);
