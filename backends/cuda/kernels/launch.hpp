@@ -156,7 +156,8 @@ namespace mlph::cuda {
                                             const float* dy, float* da, float* db);
 
 // bf16 storage (Bf16: activations stored in half, fp32 arithmetic, each result rounded once): the same
-// kernels for the bf16-activation plan to come; the model calls none of them yet.
+// kernels for the bf16-activation plan to come; the model calls none of them yet (it stores bf16
+// activations only between cuDNN convs and pool chains so far: pool_chain_* and bias_backward below).
 [[nodiscard]] cudaError_t batch_norm_relu_apply(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
                                                 const float* scale_shift, Bf16* y);
 [[nodiscard]] cudaError_t add_relu_forward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* a,

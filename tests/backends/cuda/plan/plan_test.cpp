@@ -1479,6 +1479,13 @@ TEST(CudaPlanFigures, DeepCam768x1152AtBatch8) {
   deepcam::build_model(g, deepcam::DataSettings{}, deepcam::Normalization::identity(16), deepcam::OptimizerSettings{}, 8, 7);
   const Program p = sdk::host::lower_graph(*g.graph(), implemented());
   for (Precision precision : {Precision::fp32, Precision::bf16}) report("DeepCAM 768x1152 batch 8", p, precision);
+  // Issue 33 item 4 asks for bf16 at most 55% of fp32; 87% so far (plan/README.md says what remains):
+  // held here so that it does not grow back.
+  const double fp32 = static_cast<double>(make_plan(p, {Precision::fp32}).memory.arena_bytes);
+  const double bf16 = static_cast<double>(make_plan(p, {Precision::bf16}).memory.arena_bytes);
+  std::printf("DeepCAM 768x1152 batch 8 arena: fp32 %.1f MiB, bf16 %.1f MiB = %.1f%% (issue 33's target: 55%%)\n",
+              fp32 / 1048576.0, bf16 / 1048576.0, 100.0 * bf16 / fp32);
+  EXPECT_LE(bf16 / fp32, 0.88);
 }
 
 // The real graphs in bf16: CosmoFlow's conv1 and DeepCAM's last_deconv padded to 8 channels, nothing else;
