@@ -132,7 +132,11 @@ class CudaModel final : public sdk::ModelProtocol {
   void batch_norm_backward(size_t k);
   void group_sum(size_t k, double* sums, int64_t count);  // SyncBatchNorm's allreduce, in place
   void check_labels(size_t k);
+  PoolChainShape chain_shape(size_t k) const;  // a pool chain's (plan::NodeLowering::chain_conv)
+  const float* chain_bias(size_t k) const;
   void zero_first_gradients(size_t k);
+  bool overwrites_gradient(size_t k, size_t i) const;  // written first with beta 0: no memset
+  FloatType stored_type(int32_t v) const;              // the type value v is stored in (plan::PrecisionPlan)
 
   // ---- steps (model.cpp) ----
   void copy_inputs(const MLPH_Tensor* inputs);

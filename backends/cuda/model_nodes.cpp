@@ -1,8 +1,10 @@
 // The cuda model's work per node: forward (training or evaluation) and backward, enqueued on the
 // compute stream with the plan's memory (plan/memory.hpp NodeMemory) and the node's library objects.
 // Backward accumulates into every gradient (our kernels, cuDNN and cuBLASLt with beta 1): a gradient
-// the plan says is written first is zeroed before (zero_first_gradients); scratch of the node's own
-// (a half-type dx, cuDNN's dw, a padded gradient) is written with beta 0.
+// the plan says is written first is zeroed before (zero_first_gradients), except a cuDNN conv's or a
+// cuBLASLt gemm's dx written straight into it, which is written with beta 0 (overwrites_gradient), and
+// a pool chain's dz, written whole; scratch of the node's own (a half-type dx, cuDNN's dw, a padded
+// gradient) is written with beta 0.
 #include "model_impl.hpp"
 
 namespace mlph::cuda {
@@ -62,10 +64,10 @@ void CudaModel::forward(size_t k, bool training) {
     const void* value = at(plan_.memory.values[static_cast<size_t>(n.inputs[i])]);
     if (i == 0 && conv && conv->channels && !conv->transpose)  // padded channels (plan::pad_channels)
       check(channels_copy(s, numel(n.inputs[0]) / conv->channels, conv->channels, plan::kTensorCoreChannels,
-                          FloatType::f32, value, float_type(precision.reads[0]), at(m.reads[0]), false),
+                          stored_type(n.inputs[0]), value, float_type(precision.reads[0]), at(m.reads[0]), false),
             "channels_copy", k);
     else
-      check(convert(s, numel(n.inputs[i]), FloatType::f32, value, float_type(precision.reads[i]), at(m.reads[i])),
+      check(convert(s, numel(n.inputs[i]), stored_type(n.inputs[i]), value, float_type(precision.reads[i]), at(m.reads[i])),
             "convert", k);
   }
   auto in = [&](size_t i) { return at<float>(m.reads[i]); };
@@ -104,7 +106,15 @@ void CudaModel::forward(size_t k, bool training) {
       check(scale_forward(s, count, alpha, in(0), y), "scale_forward", k);
       break;
     case OpKind::max_pool:
-      check(max_pool_forward(s, pool_shape(n.window), in(0), y), "max_pool_forward", k);
+      if (plan_.nodes[k].engine == plan::Engine::pool_chain && stored_type(n.output) == FloatType::bf16)  // z, y in bf16
+        check(pool_chain_forward(s, chain_shape(k), at<Bf16>(m.reads[0]), chain_bias(k), at<Bf16>(m.output),
+                                 at<uint8_t>(m.winners)),
+              "pool_chain_forward", k);
+      else if (plan_.nodes[k].engine == plan::Engine::pool_chain)  // bias + leaky ReLU + max-pool from the conv's output
+        check(pool_chain_forward(s, chain_shape(k), in(0), chain_bias(k), y, at<uint8_t>(m.winners)), "pool_chain_forward",
+              k);
+      else
+        check(max_pool_forward(s, pool_shape(n.window), in(0), y), "max_pool_forward", k);
       break;
     case OpKind::reshape:  // an alias of its input (the plan gives both one region)
       break;
@@ -233,7 +243,7 @@ void CudaModel::conv_forward(size_t k) {
           "channels_copy", k);
   else if (written != y)
     check(convert(s, numel(program_.nodes[k].output), type, written, FloatType::f32, y), "convert", k);
-  if (c.bias) {
+  if (c.bias && !plan_.nodes[k].bias_in_chain) {  // else the pool chain after it adds the bias as it reads y
     const int64_t channels = program_.value(program_.nodes[k].output).shape.back();  // the graph's, never padded
     check(bias_forward(s, numel(program_.nodes[k].output) / channels, channels, at<float>(m.reads[2]), y), "bias_forward", k);
   }
@@ -312,16 +322,41 @@ void CudaModel::group_sum(size_t k, double* sums, int64_t count) {
   check(cudaMemcpyAsync(sums, host_sums_.data(), n * sizeof(double), cudaMemcpyHostToDevice, stream()), "cudaMemcpyAsync", k);
 }
 
+// A pool chain's geometry (the max-pool's window, the leaky ReLU's slope) and the conv's bias (null: none).
+PoolChainShape CudaModel::chain_shape(size_t k) const {
+  const sdk::host::Node& pool = program_.nodes[k];
+  const sdk::host::Node& act = program_.nodes[static_cast<size_t>(plan_.nodes[k].chain_conv) + 1];
+  return pool_chain_shape(pool.window, static_cast<float>(act.attr));
+}
+const float* CudaModel::chain_bias(size_t k) const {
+  const auto conv = static_cast<size_t>(plan_.nodes[k].chain_conv);
+  return plan_.nodes[conv].bias_in_chain ? at<float>(plan_.memory.nodes[conv].reads[2]) : nullptr;
+}
+
 // ---- backward ----
 
 void CudaModel::zero_first_gradients(size_t k) {
   const sdk::host::Node& n = program_.nodes[k];
   const plan::NodeMemory& m = plan_.memory.nodes[k];
   for (size_t i = 0; i < n.inputs.size(); ++i)
-    if (m.gradients[i] && !m.accumulate[i])
-      check(cudaMemsetAsync(at(m.gradients[i]), 0, static_cast<size_t>(numel(n.inputs[i])) * sizeof(float), stream()),
+    if (m.gradients[i] && !m.accumulate[i] && !overwrites_gradient(k, i))
+      check(cudaMemsetAsync(at(m.gradients[i]), 0,
+                            static_cast<size_t>(numel(n.inputs[i])) * plan::bytes_of(plan_.precision.values[static_cast<size_t>(n.inputs[i])]),
+                            stream()),
             "cudaMemsetAsync", k);
 }
+
+// A cuDNN conv's or a cuBLASLt gemm's dx written straight into its gradient, which no one wrote before:
+// beta 0 instead of a memset and beta 1 (our kernels add, so theirs are zeroed first).
+bool CudaModel::overwrites_gradient(size_t k, size_t i) const {
+  const plan::NodeLowering& l = plan_.nodes[k];
+  const plan::NodeMemory& m = plan_.memory.nodes[k];
+  if (i != 0 || m.accumulate.empty() || m.accumulate[0] || (m.gradient_scratch.size() > 0 && m.gradient_scratch[0]))
+    return false;
+  return (l.conv && !l.conv->explicit_padding) || l.engine == plan::Engine::cublaslt_dense;
+}
+
+FloatType CudaModel::stored_type(int32_t v) const { return float_type(plan_.precision.values[static_cast<size_t>(v)]); }
 
 void CudaModel::backward(size_t k) {
   if (plan_.nodes[k].engine == plan::Engine::fused) return;  // done by the node before it
@@ -329,6 +364,18 @@ void CudaModel::backward(size_t k) {
   const plan::NodeMemory& m = plan_.memory.nodes[k];
   const NodeRuntime& r = nodes_[k];
   const cudaStream_t s = stream();
+  if (plan_.nodes[k].engine == plan::Engine::pool_chain) {  // dz written whole (zeros past the windows too)
+    if (!m.gradients[0]) return;
+    if (stored_type(n.output) == FloatType::bf16)
+      check(pool_chain_backward(s, chain_shape(k), at<Bf16>(m.reads[0]), chain_bias(k), at<Bf16>(m.output_gradient),
+                                at<uint8_t>(m.winners), at<Bf16>(m.gradients[0])),
+            "pool_chain_backward", k);
+    else
+      check(pool_chain_backward(s, chain_shape(k), at<float>(m.reads[0]), chain_bias(k), at<float>(m.output_gradient),
+                                at<uint8_t>(m.winners), at<float>(m.gradients[0])),
+            "pool_chain_backward", k);
+    return;
+  }
   zero_first_gradients(k);
   auto in = [&](size_t i) { return at<float>(m.reads[i]); };
   auto grad = [&](size_t i) { return i < m.gradients.size() ? at<float>(m.gradients[i]) : nullptr; };
@@ -452,7 +499,8 @@ void CudaModel::dense_backward(size_t k) {
     dy_operand = at(m.output_gradient_cast);
   }
   float *dx = grad(0), *dw = grad(1);
-  if (dx) nodes_[k].gemms[1].run(where_, cublaslt_->get(), at(m.reads[1]), dy_operand, dx, true, ws, s, about);
+  if (dx) nodes_[k].gemms[1].run(where_, cublaslt_->get(), at(m.reads[1]), dy_operand, dx, !overwrites_gradient(k, 0), ws, s,
+                                 about);
   // A chunked dw (deterministic) goes into the workspace's partials first, the gemm's workspace after them.
   const size_t partials = plan::align_up(dense.partial_bytes(), plan::kAlignment);
   auto* partial = reinterpret_cast<float*>(ws);
@@ -505,7 +553,7 @@ void CudaModel::conv_backward(size_t k) {
   // dx: into the fp32 gradient (adding), or a scratch of the node's type first (written, then cast and added).
   void* dx_written = m.gradient_scratch.size() > 0 && m.gradient_scratch[0] ? at(m.gradient_scratch[0]) : static_cast<void*>(dx);
   if (!c.transpose && c.explicit_padding) dx_written = at(m.padded_gradient);
-  const float* dx_beta = dx_written == dx ? &kOne : &kZero;
+  const float* dx_beta = dx_written == dx && !overwrites_gradient(k, 0) ? &kOne : &kZero;
   const void* w = at(m.reads[1]);
   if (dx && !c.transpose) {
     const auto pass = static_cast<size_t>(runtime::ConvPass::backward_data);
@@ -550,7 +598,11 @@ void CudaModel::conv_backward(size_t k) {
   }
   if (float* db = m.gradients.size() > 2 ? at<float>(m.gradients[2]) : nullptr) {
     const int64_t channels = program_.value(program_.nodes[k].output).shape.back();  // the graph's, never padded
-    check(bias_backward(s, numel(n.output) / channels, channels, dy, db, ws, ws_bytes), "bias_backward", k);
+    if (stored_type(n.output) == FloatType::bf16)  // dy as stored (bf16 activations end to end)
+      check(bias_backward(s, numel(n.output) / channels, channels, at<Bf16>(m.output_gradient), db, ws, ws_bytes),
+            "bias_backward", k);
+    else
+      check(bias_backward(s, numel(n.output) / channels, channels, dy, db, ws, ws_bytes), "bias_backward", k);
   }
 }
 

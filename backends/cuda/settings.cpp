@@ -25,7 +25,7 @@ bool read_own_or_cudnn(const sdk::Options& options, const std::string& key) {
 
 Settings read_settings(const sdk::Options& options) {
   options.allow_only(sdk::with_compute_options({"device", "workspace_mb", "graphs", "loss_scale", "profile",
-                                                "batch_norm", "depthwise", "pointwise"}),
+                                                "batch_norm", "depthwise", "pointwise", "pool_chain"}),
                      kWho);
   Settings s;
   s.compute = sdk::read_compute_settings(
@@ -48,6 +48,12 @@ Settings read_settings(const sdk::Options& options) {
       sdk::fail(MLPH_INVALID_ARGUMENT,
                 std::string(kWho) + ": option 'pointwise' is '" + value + "'; expected gemm or cudnn");
     s.pointwise = value == "gemm" ? plan::Pointwise::gemm : plan::Pointwise::cudnn;
+  }
+  if (options.has("pool_chain")) {
+    const std::string value = options.get("pool_chain");
+    if (value != "own" && value != "off")
+      sdk::fail(MLPH_INVALID_ARGUMENT, std::string(kWho) + ": option 'pool_chain' is '" + value + "'; expected own or off");
+    s.pool_chain = value == "own";
   }
   if (options.has("profile")) s.profile_dir = options.get("profile");
   return s;

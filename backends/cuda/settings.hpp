@@ -14,6 +14,8 @@
 //                 batch norm where the group is one rank (SyncBatchNorm stays on ours)
 //   depthwise     own (default): depthwise convs on our kernel; cudnn: cuDNN's grouped convolution
 //   pointwise     gemm (default): 1x1 stride-1 convs as cuBLASLt matmuls; cudnn: on cuDNN's convolutions
+//   pool_chain    own (default): conv -> leaky_relu -> max_pool (CosmoFlow) as one pool chain of ours
+//                 (bias + leaky ReLU + max-pool in one read of the conv's output); off: three nodes
 #pragma once
 
 #include <cstddef>
@@ -39,6 +41,7 @@ struct Settings {
   bool own_batch_norm = true;  // batch_norm=own
   bool own_depthwise = true;   // depthwise=own
   plan::Pointwise pointwise = plan::Pointwise::gemm;
+  bool pool_chain = true;  // pool_chain=own
 };
 
 // Every option checked, an unknown one refused, each in one line naming it.

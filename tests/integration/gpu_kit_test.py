@@ -175,7 +175,7 @@ class RecordingKit(runner.Kit):
         self.args = argparse.Namespace(rehearse=rehearse)
         self.backend = rehearse or "cuda"
         self.bundle, self.logs = "/bundle", tempfile.mkdtemp(prefix="mlph-kit-logs-")
-        self.sizes = dict(options=[("deepcam", 8, ["data.height=768"], 2, 5)])
+        self.sizes = dict(options=[("deepcam", 8, ["data.height=768"], 2, 5), ("cosmoflow", 4, ["data.edge=32"], 2, 5)])
         self.train_s = train_s or {}
         self.commands = []
 
@@ -230,7 +230,7 @@ class OptionValues(unittest.TestCase):
                     self.assertTrue(runs_with, f"{precision} {name}={value}")
         self.assertEqual(len({r["tag"] for r in runs}), len(runs))  # a log each
         self.assertEqual([r["name"] for r in conformance.runs(["fp32"])],
-                         ["fp32", "fp32 batch_norm=cudnn depthwise=cudnn pointwise=cudnn"])
+                         ["fp32", "fp32 batch_norm=cudnn depthwise=cudnn pointwise=cudnn pool_chain=off"])
 
     def test_a_choice_of_three_values_takes_two_conformance_runs(self):
         runs = options.conformance_variants([("a", ("x", "y", "z")), ("b", ("p", "q"))])
@@ -241,8 +241,13 @@ class OptionValues(unittest.TestCase):
         rows = bench.option_runs(kit, dict(parts=[]), runner.time.monotonic() + 600,
                                  {("deepcam", 8): dict(model=dict(train_s=2.0))}, None)
         self.assertEqual([r["option"] for r in rows], [label for label, _ in options.bench_variants()])
-        for cmd, (_, settings) in zip(kit.commands, options.bench_variants()):
-            self.assertEqual(sets_of(cmd), ["train.batch_size=8", "backend.precision=bf16"] + settings + ["data.height=768"])
+        self.assertEqual([(r["workload"], r["option"]) for r in rows],  # each where its ops are
+                         [("deepcam", "batch_norm=cudnn"), ("deepcam", "depthwise=cudnn"), ("deepcam", "pointwise=cudnn"),
+                          ("cosmoflow", "pool_chain=off")])
+        for cmd, (_, settings), row in zip(kit.commands, options.bench_variants(), rows):
+            size = ["train.batch_size=8"] if row["workload"] == "deepcam" else ["train.batch_size=4"]
+            case = ["data.height=768"] if row["workload"] == "deepcam" else ["data.edge=32"]
+            self.assertEqual(sets_of(cmd), size + ["backend.precision=bf16"] + settings + case)
         depthwise = rows[[r["option"] for r in rows].index("depthwise=cudnn")]
         self.assertEqual((depthwise["samples_per_s"], depthwise["default_samples_per_s"]), (2.0, 4.0))
         self.assertEqual(depthwise["vs_default"], 0.5)
@@ -251,7 +256,8 @@ class OptionValues(unittest.TestCase):
         rehearsal = RecordingKit(rehearse="reference")
         bench.option_runs(rehearsal, dict(parts=[]), runner.time.monotonic() + 600, {}, None)
         self.assertEqual([sets_of(c) for c in rehearsal.commands],
-                         [["train.batch_size=8", "data.height=768"]] * len(options.bench_variants()))
+                         [["train.batch_size=8", "data.height=768"]] * len(options.bench_variants(workload="deepcam")) +
+                         [["train.batch_size=4", "data.edge=32"]] * len(options.bench_variants(workload="cosmoflow")))
 
 
 def fake_bundle(folder):

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "depthwise.hpp"  // load_channels, store_channels: 16-byte vectors on the device
 #include "kernel.hpp"
 #include "mlph/common.h"
 
@@ -79,6 +80,101 @@ MLPH_KERNEL void dropout_forward_at(int64_t i, DropoutStream d, const uint64_t* 
 MLPH_KERNEL void dropout_backward_at(int64_t i, DropoutStream d, const uint64_t* micro_step, const float* dy,
                                      float* dx) {
   dx[i] += dy[i] * dropout_mask_value(d, *micro_step, i);
+}
+
+// ---- the same bodies over V consecutive elements [i, i + V) (issue 33 item 7) ----
+// What the launchers run where n allows and the buffers are 16-byte aligned: each array read and
+// written as V = 4 floats at once (one 16-byte access: load_channels / store_channels), the scalar
+// body applied to the registers element by element, so the bits are the scalar body's by construction.
+// (The launchers run the scalar body on the last n % V elements.)
+
+template <int V>
+MLPH_KERNEL void leaky_relu_forward_vec_at(int64_t i, float alpha, const float* x, float* y) {
+  float xv[V], yv[V];
+  load_channels<V>(x + i, xv);
+  for (int j = 0; j < V; ++j) leaky_relu_forward_at(j, alpha, xv, yv);
+  store_channels<V>(y + i, yv);
+}
+template <int V>
+MLPH_KERNEL void leaky_relu_backward_vec_at(int64_t i, float alpha, const float* x, const float* dy, float* dx) {
+  float xv[V], gv[V], dv[V];
+  load_channels<V>(x + i, xv), load_channels<V>(dy + i, gv), load_channels<V>(dx + i, dv);
+  for (int j = 0; j < V; ++j) leaky_relu_backward_at(j, alpha, xv, gv, dv);
+  store_channels<V>(dx + i, dv);
+}
+template <int V>
+MLPH_KERNEL void relu_forward_vec_at(int64_t i, const float* x, float* y) {
+  float xv[V], yv[V];
+  load_channels<V>(x + i, xv);
+  for (int j = 0; j < V; ++j) relu_forward_at(j, xv, yv);
+  store_channels<V>(y + i, yv);
+}
+template <int V>
+MLPH_KERNEL void relu_backward_vec_at(int64_t i, const float* x, const float* dy, float* dx) {
+  float xv[V], gv[V], dv[V];
+  load_channels<V>(x + i, xv), load_channels<V>(dy + i, gv), load_channels<V>(dx + i, dv);
+  for (int j = 0; j < V; ++j) relu_backward_at(j, xv, gv, dv);
+  store_channels<V>(dx + i, dv);
+}
+template <int V>
+MLPH_KERNEL void tanh_forward_vec_at(int64_t i, const float* x, float* y) {
+  float xv[V], yv[V];
+  load_channels<V>(x + i, xv);
+  for (int j = 0; j < V; ++j) tanh_forward_at(j, xv, yv);
+  store_channels<V>(y + i, yv);
+}
+template <int V>
+MLPH_KERNEL void tanh_backward_vec_at(int64_t i, const float* y, const float* dy, float* dx) {
+  float yv[V], gv[V], dv[V];
+  load_channels<V>(y + i, yv), load_channels<V>(dy + i, gv), load_channels<V>(dx + i, dv);
+  for (int j = 0; j < V; ++j) tanh_backward_at(j, yv, gv, dv);
+  store_channels<V>(dx + i, dv);
+}
+template <int V>
+MLPH_KERNEL void scale_forward_vec_at(int64_t i, float factor, const float* x, float* y) {
+  float xv[V], yv[V];
+  load_channels<V>(x + i, xv);
+  for (int j = 0; j < V; ++j) scale_forward_at(j, factor, xv, yv);
+  store_channels<V>(y + i, yv);
+}
+template <int V>
+MLPH_KERNEL void scale_backward_vec_at(int64_t i, float factor, const float* dy, float* dx) {
+  float gv[V], dv[V];
+  load_channels<V>(dy + i, gv), load_channels<V>(dx + i, dv);
+  for (int j = 0; j < V; ++j) scale_backward_at(j, factor, gv, dv);
+  store_channels<V>(dx + i, dv);
+}
+template <int V>
+MLPH_KERNEL void add_forward_vec_at(int64_t i, const float* a, const float* b, float* y) {
+  float av[V], bv[V], yv[V];
+  load_channels<V>(a + i, av), load_channels<V>(b + i, bv);
+  for (int j = 0; j < V; ++j) add_forward_at(j, av, bv, yv);
+  store_channels<V>(y + i, yv);
+}
+template <int V>
+MLPH_KERNEL void accumulate_vec_at(int64_t i, const float* dy, float* dx) {
+  float gv[V], dv[V];
+  load_channels<V>(dy + i, gv), load_channels<V>(dx + i, dv);
+  for (int j = 0; j < V; ++j) accumulate_at(j, gv, dv);
+  store_channels<V>(dx + i, dv);
+}
+// Dropout's mask is drawn by the element's own index: the scalar expressions with i + j.
+template <int V>
+MLPH_KERNEL void dropout_forward_vec_at(int64_t i, DropoutStream d, const uint64_t* micro_step, const float* x, float* y) {
+  float xv[V], yv[V];
+  load_channels<V>(x + i, xv);
+  const uint64_t step = *micro_step;
+  for (int j = 0; j < V; ++j) yv[j] = xv[j] * dropout_mask_value(d, step, i + j);
+  store_channels<V>(y + i, yv);
+}
+template <int V>
+MLPH_KERNEL void dropout_backward_vec_at(int64_t i, DropoutStream d, const uint64_t* micro_step, const float* dy,
+                                         float* dx) {
+  float gv[V], dv[V];
+  load_channels<V>(dy + i, gv), load_channels<V>(dx + i, dv);
+  const uint64_t step = *micro_step;
+  for (int j = 0; j < V; ++j) dv[j] += gv[j] * dropout_mask_value(d, step, i + j);
+  store_channels<V>(dx + i, dv);
 }
 
 }  // namespace mlph::cuda

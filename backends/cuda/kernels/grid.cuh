@@ -21,10 +21,26 @@ inline unsigned blocks_for(int64_t n) {
 __device__ __forceinline__ int64_t first_index() { return int64_t{blockIdx.x} * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ int64_t grid_stride() { return int64_t{gridDim.x} * blockDim.x; }
 
-// Body(i, args...) for every i < n.
+// Body(i, args...) for every i < n. Index: uint32_t where n fits in 31 bits (HOPPER.md: 32-bit index
+// arithmetic; i + the grid's stride stays below 2^32), else int64_t.
+template <auto Body, class Index, class... Args>
+__global__ void each_kernel(Index n, Args... args) {
+  const Index stride = static_cast<Index>(gridDim.x) * blockDim.x;
+  for (Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    Body(static_cast<int64_t>(i), args...);
+}
+inline constexpr int64_t kNarrowIndex = INT32_MAX;
+
+// Vector v of a vectorized launch: VectorBody at element v * V.
+template <auto VectorBody, int V, class... Args>
+struct VectorStep {
+  __host__ __device__ __forceinline__ static void run(int64_t v, Args... args) { VectorBody(v * V, args...); }
+};
+
+// Body(begin + t, args...) for the few t < n - begin (a vectorized launch's last elements): one block.
 template <auto Body, class... Args>
-__global__ void each_kernel(int64_t n, Args... args) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) Body(i, args...);
+__global__ void tail_kernel(int64_t begin, int64_t n, Args... args) {
+  for (int64_t i = begin + threadIdx.x; i < n; i += blockDim.x) Body(i, args...);
 }
 
 // Body(r, c, args...) for every element of [rows, channels], on a 2-D grid (HOPPER.md): a block is
@@ -50,7 +66,27 @@ inline dim3 row_vector_grid(int64_t rows, int64_t vectors) {
 
 template <auto Body, class... Args>
 cudaError_t each(cudaStream_t stream, int64_t n, Args... args) {
-  if (n > 0) each_kernel<Body, Args...><<<blocks_for(n), kThreads, 0, stream>>>(n, args...);
+  if (n > 0 && n <= kNarrowIndex)
+    each_kernel<Body, uint32_t, Args...><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<uint32_t>(n), args...);
+  else if (n > 0)
+    each_kernel<Body, int64_t, Args...><<<blocks_for(n), kThreads, 0, stream>>>(n, args...);
+  return cudaGetLastError();
+}
+
+// VectorBody(i, args...) for i = 0, V, 2V, ... below n rounded down to V (each thread V consecutive
+// elements, 16-byte accesses when the buffers are aligned: aligned_16), then Body(i, args...) for the
+// last n % V. The same bits as each<Body>: the vector bodies run the scalar one on registers (eltwise.hpp).
+template <auto VectorBody, auto Body, int V, class... Args>
+cudaError_t each_vectorized(cudaStream_t stream, int64_t n, Args... args) {
+  const int64_t vectors = n / V;
+  if (vectors > 0 && vectors <= kNarrowIndex)
+    each_kernel<VectorStep<VectorBody, V, Args...>::run, uint32_t, Args...>
+        <<<blocks_for(vectors), kThreads, 0, stream>>>(static_cast<uint32_t>(vectors), args...);
+  else if (vectors > 0)
+    each_kernel<VectorStep<VectorBody, V, Args...>::run, int64_t, Args...>
+        <<<blocks_for(vectors), kThreads, 0, stream>>>(vectors, args...);
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  if (vectors * V < n) tail_kernel<Body, Args...><<<1, 32, 0, stream>>>(vectors * V, n, args...);
   return cudaGetLastError();
 }
 
@@ -95,6 +131,13 @@ cudaError_t each_row_vector(cudaStream_t stream, int64_t rows, int64_t channels,
 template <class... Pointers>
 bool aligned_16(int64_t channels, int64_t lanes, const Pointers*... p) {
   return channels % lanes == 0 && ((reinterpret_cast<uintptr_t>(p) % 16 == 0) && ...);
+}
+
+// Whether every buffer may be read 16 bytes at a time from its start (an element-wise launch: the
+// vector bodies start at multiples of 4 floats; null pointers are aligned).
+template <class... Pointers>
+bool aligned_16(const Pointers*... p) {
+  return ((reinterpret_cast<uintptr_t>(p) % 16 == 0) && ...);
 }
 
 }  // namespace mlph::cuda

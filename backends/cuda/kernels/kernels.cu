@@ -17,34 +17,45 @@ cudaError_t int16_to_float(cudaStream_t stream, int64_t n, const int16_t* x, flo
   return each<int16_to_float_at>(stream, n, x, y);
 }
 cudaError_t leaky_relu_forward(cudaStream_t stream, int64_t n, float alpha, const float* x, float* y) {
+  if (aligned_16(x, y)) return each_vectorized<leaky_relu_forward_vec_at<4>, leaky_relu_forward_at, 4>(stream, n, alpha, x, y);
   return each<leaky_relu_forward_at>(stream, n, alpha, x, y);
 }
 cudaError_t leaky_relu_backward(cudaStream_t stream, int64_t n, float alpha, const float* x, const float* dy,
                                 float* dx) {
+  if (aligned_16(x, dy, dx))
+    return each_vectorized<leaky_relu_backward_vec_at<4>, leaky_relu_backward_at, 4>(stream, n, alpha, x, dy, dx);
   return each<leaky_relu_backward_at>(stream, n, alpha, x, dy, dx);
 }
 cudaError_t relu_forward(cudaStream_t stream, int64_t n, const float* x, float* y) {
+  if (aligned_16(x, y)) return each_vectorized<relu_forward_vec_at<4>, relu_forward_at, 4>(stream, n, x, y);
   return each<relu_forward_at>(stream, n, x, y);
 }
 cudaError_t relu_backward(cudaStream_t stream, int64_t n, const float* x, const float* dy, float* dx) {
+  if (aligned_16(x, dy, dx)) return each_vectorized<relu_backward_vec_at<4>, relu_backward_at, 4>(stream, n, x, dy, dx);
   return each<relu_backward_at>(stream, n, x, dy, dx);
 }
 cudaError_t tanh_forward(cudaStream_t stream, int64_t n, const float* x, float* y) {
+  if (aligned_16(x, y)) return each_vectorized<tanh_forward_vec_at<4>, tanh_forward_at, 4>(stream, n, x, y);
   return each<tanh_forward_at>(stream, n, x, y);
 }
 cudaError_t tanh_backward(cudaStream_t stream, int64_t n, const float* y, const float* dy, float* dx) {
+  if (aligned_16(y, dy, dx)) return each_vectorized<tanh_backward_vec_at<4>, tanh_backward_at, 4>(stream, n, y, dy, dx);
   return each<tanh_backward_at>(stream, n, y, dy, dx);
 }
 cudaError_t scale_forward(cudaStream_t stream, int64_t n, float factor, const float* x, float* y) {
+  if (aligned_16(x, y)) return each_vectorized<scale_forward_vec_at<4>, scale_forward_at, 4>(stream, n, factor, x, y);
   return each<scale_forward_at>(stream, n, factor, x, y);
 }
 cudaError_t scale_backward(cudaStream_t stream, int64_t n, float factor, const float* dy, float* dx) {
+  if (aligned_16(dy, dx)) return each_vectorized<scale_backward_vec_at<4>, scale_backward_at, 4>(stream, n, factor, dy, dx);
   return each<scale_backward_at>(stream, n, factor, dy, dx);
 }
 cudaError_t add_forward(cudaStream_t stream, int64_t n, const float* a, const float* b, float* y) {
+  if (aligned_16(a, b, y)) return each_vectorized<add_forward_vec_at<4>, add_forward_at, 4>(stream, n, a, b, y);
   return each<add_forward_at>(stream, n, a, b, y);
 }
 cudaError_t accumulate(cudaStream_t stream, int64_t n, const float* dy, float* dx) {
+  if (aligned_16(dy, dx)) return each_vectorized<accumulate_vec_at<4>, accumulate_at, 4>(stream, n, dy, dx);
   return each<accumulate_at>(stream, n, dy, dx);
 }
 cudaError_t copy(cudaStream_t stream, int64_t n, const float* x, float* y) {
@@ -53,10 +64,14 @@ cudaError_t copy(cudaStream_t stream, int64_t n, const float* x, float* y) {
 }
 cudaError_t dropout_forward(cudaStream_t stream, int64_t n, const DropoutStream& stream_of, const uint64_t* micro_step,
                             const float* x, float* y) {
+  if (aligned_16(x, y))
+    return each_vectorized<dropout_forward_vec_at<4>, dropout_forward_at, 4>(stream, n, stream_of, micro_step, x, y);
   return each<dropout_forward_at>(stream, n, stream_of, micro_step, x, y);
 }
 cudaError_t dropout_backward(cudaStream_t stream, int64_t n, const DropoutStream& stream_of,
                              const uint64_t* micro_step, const float* dy, float* dx) {
+  if (aligned_16(dy, dx))
+    return each_vectorized<dropout_backward_vec_at<4>, dropout_backward_at, 4>(stream, n, stream_of, micro_step, dy, dx);
   return each<dropout_backward_at>(stream, n, stream_of, micro_step, dy, dx);
 }
 cudaError_t dropout_mask(cudaStream_t stream, int64_t n, const DropoutStream& stream_of, const uint64_t* micro_step,

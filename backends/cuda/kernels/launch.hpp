@@ -38,6 +38,7 @@
 #include "loss.hpp"
 #include "optimizer.hpp"
 #include "pool.hpp"
+#include "pool_chain.hpp"
 #include "precision.hpp"
 #include "reduce.hpp"
 
@@ -155,7 +156,8 @@ namespace mlph::cuda {
                                             const float* dy, float* da, float* db);
 
 // bf16 storage (Bf16: activations stored in half, fp32 arithmetic, each result rounded once): the same
-// kernels for the bf16-activation plan to come; the model calls none of them yet.
+// kernels for the bf16-activation plan to come; the model calls none of them yet (it stores bf16
+// activations only between cuDNN convs and pool chains so far: pool_chain_* and bias_backward below).
 [[nodiscard]] cudaError_t batch_norm_relu_apply(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
                                                 const float* scale_shift, Bf16* y);
 [[nodiscard]] cudaError_t add_relu_forward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* a,
@@ -191,6 +193,23 @@ inline size_t depthwise_workspace_bytes(const DepthwiseShape& s) {
 [[nodiscard]] cudaError_t max_pool_forward(cudaStream_t stream, const PoolShape& shape, const float* x, float* y);
 [[nodiscard]] cudaError_t max_pool_backward(cudaStream_t stream, const PoolShape& shape, const float* x,
                                             const float* dy, float* dx);
+
+// ---- CosmoFlow's bias + leaky ReLU + max-pool in one pass (pool_chain.hpp; own.cu) ----
+// shape: pool_chain_shape(the max-pool's window, the leaky ReLU's slope), channels-last. bias [C] may
+// be null (no bias). y, winner [out positions, C]; the winner is kept for backward.
+[[nodiscard]] cudaError_t pool_chain_forward(cudaStream_t stream, const PoolChainShape& shape, const float* z,
+                                             const float* bias, float* y, uint8_t* winner);
+[[nodiscard]] cudaError_t pool_chain_forward(cudaStream_t stream, const PoolChainShape& shape, const Bf16* z,
+                                             const float* bias, Bf16* y, uint8_t* winner);
+// dz WRITTEN (not added): every element of z's windows, and zeros past the last window where the
+// windows do not cover z (pool_chain_covers). The conv's bias gradient is the channel sum of dz.
+[[nodiscard]] cudaError_t pool_chain_backward(cudaStream_t stream, const PoolChainShape& shape, const float* z,
+                                              const float* bias, const float* dy, const uint8_t* winner, float* dz);
+[[nodiscard]] cudaError_t pool_chain_backward(cudaStream_t stream, const PoolChainShape& shape, const Bf16* z,
+                                              const float* bias, const Bf16* dy, const uint8_t* winner, Bf16* dz);
+// bias_backward of a dy stored in bf16 (a pool chain's dz under bf16 activations): db += its channel sums.
+[[nodiscard]] cudaError_t bias_backward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* dy, float* db,
+                                        void* workspace, size_t workspace_bytes);
 
 // ---- losses and metrics (loss.hpp); the workspace: flat_sums_workspace_bytes(n or rows) ----
 

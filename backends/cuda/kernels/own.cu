@@ -1,7 +1,7 @@
-// The launchers of issue 33's kernels (launch.hpp): depthwise convolution, fused batch-norm + ReLU
-// and add + ReLU. Channels-last bodies over [positions, C] on the 2-D grid of grid.cuh, 4 channels
-// (16 bytes; 8 for bf16 storage) per thread where C is a multiple of that and every buffer 16-byte
-// aligned, else one.
+// The launchers of issue 33's kernels (launch.hpp): depthwise convolution, fused batch-norm + ReLU,
+// add + ReLU, and CosmoFlow's bias + leaky ReLU + max-pool (one thread per window and channel).
+// Channels-last bodies over [positions, C] on the 2-D grid of grid.cuh, 4 channels (16 bytes; 8 for
+// bf16 storage) per thread where C is a multiple of that and every buffer 16-byte aligned, else one.
 #include "channel_sums.cuh"
 #include "grid.cuh"
 #include "launch.hpp"
@@ -54,6 +54,26 @@ cudaError_t depthwise_bwd_data(cudaStream_t stream, const DepthwiseShape& s, con
   return each_row_vector<depthwise_backward_data_at<1, T>, 1>(stream, s.in_positions(), s.channels, s, w, dy, dx);
 }
 
+template <class T>
+cudaError_t chain_forward(cudaStream_t stream, const PoolChainShape& s, const T* z, const float* bias, T* y,
+                          uint8_t* winner) {
+  if (!sdk::kernels::pool_chain_supports(s) || s.channel_block != s.channels) return cudaErrorInvalidValue;
+  return each_row_channel<chain_pool_forward_at<T, T>>(stream, s.out_positions(), s.channels, s, z, bias, y, winner);
+}
+
+template <class T>
+cudaError_t chain_backward(cudaStream_t stream, const PoolChainShape& s, const T* z, const float* bias, const T* dy,
+                           const uint8_t* winner, T* dz) {
+  if (!sdk::kernels::pool_chain_supports(s) || s.channel_block != s.channels) return cudaErrorInvalidValue;
+  if (!sdk::kernels::pool_chain_covers(s)) {  // the ragged edge lies in no window: its gradient is 0
+    const int64_t count = s.batch * s.in[0] * s.in[1] * s.in[2] * s.channels;
+    if (const cudaError_t e = cudaMemsetAsync(dz, 0, static_cast<size_t>(count) * sizeof(T), stream); e != cudaSuccess)
+      return e;
+  }
+  return each_row_channel<chain_pool_backward_at<T, T>>(stream, s.out_positions(), s.channels, s, z, bias, dy, winner,
+                                                        dz);
+}
+
 }  // namespace
 
 // ---- fused ----
@@ -101,6 +121,35 @@ cudaError_t add_relu_backward(cudaStream_t stream, int64_t rows, int64_t channel
 cudaError_t add_relu_backward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* y, const Bf16* dy,
                               Bf16* da, Bf16* db) {
   return add_relu_bwd(stream, rows, channels, y, dy, da, db);
+}
+
+// ---- pool chain ----
+
+cudaError_t pool_chain_forward(cudaStream_t stream, const PoolChainShape& s, const float* z, const float* bias, float* y,
+                               uint8_t* winner) {
+  return chain_forward(stream, s, z, bias, y, winner);
+}
+cudaError_t pool_chain_forward(cudaStream_t stream, const PoolChainShape& s, const Bf16* z, const float* bias, Bf16* y,
+                               uint8_t* winner) {
+  return chain_forward(stream, s, z, bias, y, winner);
+}
+cudaError_t pool_chain_backward(cudaStream_t stream, const PoolChainShape& s, const float* z, const float* bias,
+                                const float* dy, const uint8_t* winner, float* dz) {
+  return chain_backward(stream, s, z, bias, dy, winner, dz);
+}
+cudaError_t pool_chain_backward(cudaStream_t stream, const PoolChainShape& s, const Bf16* z, const float* bias,
+                                const Bf16* dy, const uint8_t* winner, Bf16* dz) {
+  return chain_backward(stream, s, z, bias, dy, winner, dz);
+}
+
+cudaError_t bias_backward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* dy, float* db,
+                          void* workspace, size_t workspace_bytes) {
+  const ChannelScratch scratch = channel_scratch(workspace, workspace_bytes, 1, rows, channels);
+  if (const cudaError_t e = channel_sums(stream, Bf16SumTerm{dy, channels}, 1, rows, channels, scratch.sums, workspace,
+                                         workspace_bytes);
+      e != cudaSuccess)
+    return e;
+  return each<bias_backward_at>(stream, channels, static_cast<const double*>(scratch.sums), db);
 }
 
 // ---- depthwise ----

@@ -54,13 +54,39 @@ void fuse_relus(const Program& p, std::vector<NodeLowering>& lowered) {
   }
 }
 
+// Whether a max-pool window tiles its input with at most 255 taps and no padding
+// (kernels/pool_chain.hpp's pool_chain_takes, without its header).
+bool pool_chain_window(const sdk::host::Window& w) {
+  for (size_t d = 0; d < 3; ++d)
+    if (w.kernel[d] != w.stride[d] || w.pad_before[d] != 0 || w.pad_after[d] != 0 || w.dilation[d] != 1 ||
+        w.out[d] * w.kernel[d] > w.in[d])
+      return false;
+  return w.taps() <= 255;
+}
+
+// conv (cuDNN) -> leaky_relu -> max_pool, each output read by the next node alone: one pool chain.
+void fuse_pool_chains(const Program& p, std::vector<NodeLowering>& lowered) {
+  for (size_t k = 0; k + 2 < p.nodes.size(); ++k) {
+    const Node &conv = p.nodes[k], &act = p.nodes[k + 1], &pool = p.nodes[k + 2];
+    if (lowered[k].engine != Engine::cudnn_conv || act.kind != OpKind::leaky_relu || pool.kind != OpKind::max_pool ||
+        act.inputs[0] != conv.output || pool.inputs[0] != act.output || readers_of(p, conv.output) != 1 ||
+        readers_of(p, act.output) != 1 || lowered[k + 1].engine != Engine::kernel || !pool_chain_window(pool.window))
+      continue;
+    lowered[k].bias_in_chain = conv.has_bias();
+    lowered[k + 1].engine = Engine::fused;
+    lowered[k + 1].fused_into = static_cast<int64_t>(k + 2);
+    lowered[k + 2].engine = Engine::pool_chain;
+    lowered[k + 2].chain_conv = static_cast<int64_t>(k);
+  }
+}
+
 }  // namespace
 
 sdk::Implements implemented() { return sdk::host::implements({OpKind::halo_exchange, OpKind::spatial_gather}); }
 
 const char* name_of(Engine engine) {
   static const char* const names[] = {"cudnn_conv", "cudnn_conv_transpose", "cudnn_batch_norm",
-                                      "cublaslt_dense", "kernel", "alias", "depthwise", "fused"};
+                                      "cublaslt_dense", "kernel", "alias", "depthwise", "fused", "pool_chain"};
   return names[static_cast<size_t>(engine)];
 }
 
@@ -236,6 +262,7 @@ std::vector<NodeLowering> lower_nodes(const Program& p, const LoweringOptions& o
     lowered.push_back(std::move(l));
   }
   fuse_relus(p, lowered);
+  if (options.own.pool_chain) fuse_pool_chains(p, lowered);
   return lowered;
 }
 

@@ -20,7 +20,9 @@
 //                   keeps it on cuDNN (for comparison on a GPU).
 //   reshape         an alias of its input: no copy, no kernel
 //   max_pool        our kernel: docs/ops.md gives the gradient to the first maximum of a window in
-//                   row-major order; cuDNN documents no rule for ties
+//                   row-major order; cuDNN documents no rule for ties. After conv -> leaky_relu (each
+//                   output read by the next node alone) with windows that tile: one pool chain
+//                   (NodeLowering::chain_conv) unless `backend.pool_chain=off`
 //   everything else our kernels (element-wise, per-channel, losses, metrics)
 //   halo_exchange, spatial_gather: not implemented (spatial parallelism): implemented() leaves them
 //                   out, so the validator refuses a graph using them in one line naming the node.
@@ -37,14 +39,28 @@ namespace mlph::cuda::plan {
 // What lower_graph is told the cuda backend implements: every op but the spatial ones.
 sdk::Implements implemented();
 
-// depthwise: our depthwise conv kernel. fused: runs inside the node before it (a ReLU after a batch
-// norm on our kernels or an add: NodeLowering::fused_relu), no work of its own.
-enum class Engine { cudnn_conv, cudnn_conv_transpose, cudnn_batch_norm, cublaslt_dense, kernel, alias, depthwise, fused };
+// depthwise: our depthwise conv kernel. fused: runs inside another node (a ReLU after a batch norm
+// on our kernels or an add: NodeLowering::fused_relu; a leaky ReLU inside a pool chain), no work of
+// its own. pool_chain: a max_pool running the bias + leaky ReLU + max-pool chain from the conv's output.
+enum class Engine {
+  cudnn_conv,
+  cudnn_conv_transpose,
+  cudnn_batch_norm,
+  cublaslt_dense,
+  kernel,
+  alias,
+  depthwise,
+  fused,
+  pool_chain
+};
 
-// Which ops run on our kernels rather than cuDNN (backend.batch_norm, backend.depthwise: own|cudnn).
+// Which ops run on our kernels rather than cuDNN (backend.batch_norm, backend.depthwise: own|cudnn),
+// and whether CosmoFlow's conv -> leaky_relu -> max_pool runs as one pool chain (backend.pool_chain:
+// own|off).
 struct OwnKernels {
   bool batch_norm = true;
   bool depthwise = true;
+  bool pool_chain = true;
 };
 
 // groups = in channels = out channels (the reference's depthwise path too).
@@ -187,6 +203,17 @@ struct NodeLowering {
   // the relu's output gradient and its mask: batch norm recomputes it from x and the forward's scale
   // and shift (saved with the statistics: [4C]), add reads the relu's output. -1: none.
   int64_t fused_relu = -1;
+  // Pool chain (kernels/pool_chain.hpp: CosmoFlow's bias + leaky ReLU + max-pool in one read of the
+  // conv's output): a conv on cuDNN whose output z only a leaky_relu reads, whose output only a
+  // max_pool of tiling windows reads. The max_pool is Engine::pool_chain with `chain_conv` the conv's
+  // index: forward reads z (and the conv's bias) and writes y and a 1-byte winner per window and
+  // channel; backward writes dz (the conv's output gradient, first and only writer) from dy, the
+  // winner and z. The leaky_relu is Engine::fused with `fused_into` the max_pool's index: no step, no
+  // output, no gradient of its own. The conv (`bias_in_chain`) does not add its bias; its backward's
+  // bias gradient is the channel sum of dz as before.
+  int64_t chain_conv = -1;
+  int64_t fused_into = -1;
+  bool bias_in_chain = false;
 };
 
 // Per node of `program`, in order, with `options`' choices (options.own: batch norm and depthwise on our

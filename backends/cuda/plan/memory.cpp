@@ -59,9 +59,17 @@ class Planner {
     update();
     out_.values.resize(p_.values.size());
     out_.value_gradients.resize(p_.values.size());
+    std::vector<bool> unstored(p_.values.size(), false);  // a pool chain's activation: never in memory
+    std::vector<bool> no_gradient(p_.values.size(), false);  // a fused relu's input: its gradient is never formed
+    for (size_t k = 0; k < p_.nodes.size(); ++k) {
+      if (lowering_[k].fused_into >= 0) unstored[static_cast<size_t>(p_.nodes[k].output)] = true;
+      if (lowering_[k].fused_relu >= 0)  // written as the relu's output instead
+        unstored[static_cast<size_t>(p_.nodes[k].output)] = no_gradient[static_cast<size_t>(p_.nodes[k].output)] = true;
+    }
     for (size_t v = 0; v < p_.values.size(); ++v) {
+      if (unstored[v]) continue;
       out_.values[v] = value_at(static_cast<int32_t>(v));
-      if (p_.needs_gradient[v]) out_.value_gradients[v] = gradient_at(static_cast<int32_t>(v));
+      if (p_.needs_gradient[v] && !no_gradient[v]) out_.value_gradients[v] = gradient_at(static_cast<int32_t>(v));
     }
     place();
     return std::move(out_);
@@ -183,7 +191,14 @@ class Planner {
   void forward(size_t k) {
     const Node& node = p_.nodes[k];
     NodeMemory& m = node_memory(k);
-    m.output = value_at(node.output);
+    if (lowering_[k].fused_into >= 0) return;  // inside a pool chain: nothing of its own
+    if (lowering_[k].engine == Engine::pool_chain) return chain_forward(k);
+    if (lowering_[k].engine == Engine::fused) {  // a relu its producer writes: its output, read by later nodes
+      m.output = value_at(node.output);
+      return;
+    }
+    const bool fused = lowering_[k].fused_relu >= 0;  // writes the relu's output, never its own
+    m.output = fused ? Location{} : value_at(node.output);
     for (size_t i = 0; i < node.inputs.size(); ++i) m.reads.push_back(read_at(k, i));
     m.makes_cast.assign(node.inputs.size(), false);
     if (lowering_[k].engine == Engine::alias) return;  // no step of its own
@@ -218,9 +233,38 @@ class Planner {
     m.forward_workspace = workspace(k, workspaces_.forward, "forward workspace", s);
   }
 
+  // A pool chain (lowering.hpp): reads[0] is the conv's output z, read again in backward; the winners
+  // live from forward to backward; gradients[0] is z's gradient, which the chain writes first (and
+  // alone: z and the activation have no other reader).
+  int32_t chain_input(size_t k) const { return p_.nodes[static_cast<size_t>(lowering_[k].chain_conv)].output; }
+  void chain_forward(size_t k) {
+    const Node& node = p_.nodes[k];
+    NodeMemory& m = node_memory(k);
+    const int s = schedule_.forward[k];
+    m.output = value_at(node.output);
+    m.reads = {value_at(chain_input(k))};
+    m.makes_cast = {false};
+    m.winners = scratch(RegionKind::winners, k, "pool winners", numel(node.output));
+    for (const Location& at : {m.output, m.reads[0], m.winners}) touch(at, s);
+  }
+  void chain_backward(size_t k) {
+    const Node& node = p_.nodes[k];
+    NodeMemory& m = node_memory(k);
+    const int s = schedule_.backward[k];
+    const int32_t z = chain_input(k);
+    m.output_gradient = gradient_at(node.output);
+    for (const Location& at : {m.output_gradient, m.reads[0], m.winners}) touch(at, s);
+    m.gradients.resize(1), m.gradient_scratch.resize(1), m.accumulate.resize(1);
+    if (!p_.needs_gradient[static_cast<size_t>(z)]) return;
+    m.gradients[0] = gradient_at(z);
+    touch(m.gradients[0], s);
+    m.accumulate[0] = !written_.insert(root(z)).second;  // false: the chain is z's only reader
+  }
+
   void backward(size_t k) {
     const Node& node = p_.nodes[k];
     NodeMemory& m = node_memory(k);
+    if (lowering_[k].engine == Engine::pool_chain) return chain_backward(k);
     const int s = schedule_.backward[k];
     const Saves saves = saved_by_backward(node);
     const auto& conv = lowering_[k].conv;
@@ -230,10 +274,13 @@ class Planner {
       if (saves.inputs >> i & 1u) touch(pads_input && i == 0 ? m.padded : m.reads[i], s);
     if (saves.output) touch(m.output, s);
     touch(m.statistics, s);
-    m.output_gradient = gradient_at(node.output);
-    touch(m.output_gradient, s);
-    if (lowering_[k].fused_relu >= 0) {  // the fused relu's output gradient is what this backward reads
-      touch(gradient_at(fused_relu_node(k).output), s);
+    if (lowering_[k].fused_relu < 0) {
+      m.output_gradient = gradient_at(node.output);
+      touch(m.output_gradient, s);
+    } else {  // the fused relu's output gradient is what this backward reads (its own output's has none)
+      NodeMemory& relu = node_memory(static_cast<size_t>(lowering_[k].fused_relu));
+      relu.output_gradient = gradient_at(fused_relu_node(k).output);
+      touch(relu.output_gradient, s);
       if (node.kind == OpKind::add) touch(value_at(fused_relu_node(k).output), s);  // and add its mask
     }
     // The library reads dy in its type: cast down first (conv_transpose's explicit padding pads and casts at once).
@@ -353,7 +400,8 @@ class Planner {
 }  // namespace
 
 bool runs_backward(const Program& p, const NodeLowering& lowering, const Node& node) {
-  return node.gradient && lowering.engine != Engine::alias && p.needs_gradient[static_cast<size_t>(node.output)];
+  return node.gradient && lowering.engine != Engine::alias && lowering.engine != Engine::fused &&
+         p.needs_gradient[static_cast<size_t>(node.output)];
 }
 
 Schedule plan_schedule(const Program& p, const std::vector<NodeLowering>& lowering) {
@@ -389,7 +437,7 @@ const char* name_of(RegionKind kind) {
                                       "device weights", "optimizer scratch", "loss scale", "values",
                                       "casts", "value gradients", "batch-norm statistics", "padded inputs",
                                       "padded gradients", "weight gradients", "gradient scratch", "workspaces",
-                                      "output scratch", "gradient casts"};
+                                      "output scratch", "gradient casts", "pool winners"};
   return names[static_cast<size_t>(kind)];
 }
 

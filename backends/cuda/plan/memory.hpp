@@ -22,6 +22,12 @@
 //     to its last.
 //   gradients: a value's gradient from the backward of its last consumer (which writes it; later
 //     ones add) to the backward of its producer (which reads it).
+//   a relu fused into its batch norm or add (lowering.hpp): its output is written by the producer's
+//     forward, its output gradient read by the producer's backward; it has no backward step, and the
+//     producer's own output and gradient are never stored.
+//   a pool chain (lowering.hpp): reads the conv's output z (kept to its backward) instead of the
+//     leaky ReLU's output, which is never stored (nor its gradient); its winners, a byte per output
+//     element, live from its forward to its backward; its backward writes z's gradient first.
 //   per node, at its steps only: batch_norm's saved mean and inverse std (forward to backward),
 //     explicit padding (lowering.hpp), conv's weight gradient as cuDNN writes it in half types (cast and
 //     added into the gradient buffer in the same step), the output written in another type before
@@ -91,7 +97,8 @@ enum class RegionKind {
   gradient_scratch,
   workspace,
   output_scratch,
-  gradient_cast
+  gradient_cast,
+  winners
 };
 const char* name_of(RegionKind kind);
 
@@ -127,6 +134,7 @@ struct NodeMemory {
   Location padded, padded_gradient;        // explicit padding (ConvPlan)
   Location weight_gradient;                // conv, conv_transpose: dw as cuDNN writes it
   Location forward_workspace, backward_workspace;
+  Location winners;  // a pool chain: 1 byte per output element, forward to backward (lowering.hpp)
 };
 
 // cuDNN/cuBLASLt workspace bytes per node (empty: none), as the algorithms chosen need.

@@ -1,8 +1,13 @@
 // The precision plan (`backend.precision`): per value the type it is stored in, per node the type
 // it reads each input in and writes its output in; and fp16's dynamic loss scaling.
 //
-// For now every value is stored in its graph type (float32 activations, int16 data, int32 labels)
-// and every op runs on our fp32 kernels, except the three the catalogue marks reduced_precision:
+// Under bf16 an activation is stored in bf16 where the node writing it and every node reading it take
+// bf16 as stored (issue 33 item 4, so far): cuDNN convs (no explicit padding, no padded input side, no
+// bias of their own to add) and pool chains (lowering.hpp) - CosmoFlow's conv blocks: each conv writes
+// its z in bf16, the chain pools it into a bf16 y the next conv reads, their gradients bf16 alike, no
+// cast between them. Every other value is stored in its graph type (float32 activations, int16 data,
+// int32 labels) and every other op runs on our fp32 kernels, except the three the catalogue marks
+// reduced_precision:
 //   conv, conv_transpose  cuDNN in compute_dtype(precision): x (a cast copy) and the weights (the
 //                         device's copy) in that type, y and dx written in it too (cuDNN's x, w and y
 //                         share a type), accumulating in fp32; y cast up into its fp32 value, dx cast

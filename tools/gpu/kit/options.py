@@ -7,13 +7,20 @@ CHOICES = [
     ("batch_norm", ("own", "cudnn")),  # our NHWC kernels, or cuDNN's persistent spatial batch norm
     ("depthwise", ("own", "cudnn")),   # our NHWC depthwise kernel, or cuDNN's grouped convolution
     ("pointwise", ("gemm", "cudnn")),  # 1x1 stride-1 convs as cuBLASLt gemms, or cuDNN's convolutions
+    ("pool_chain", ("own", "off")),    # CosmoFlow's bias + leaky ReLU + max-pool fused, or three nodes
 ]
 
 
-def bench_variants(choices=CHOICES):
-    """(label, settings) of each value other than its option's default, alone (the others at theirs):
-    ('batch_norm=cudnn', ['backend.batch_norm=cudnn']), ..."""
-    return [(f"{name}={value}", [f"backend.{name}={value}"]) for name, values in choices for value in values[1:]]
+# The workloads whose graphs have what each option changes: bench times its values there only (DeepCAM
+# has no pool chain; CosmoFlow no batch norm, depthwise or 1x1 conv).
+WORKLOADS = dict(batch_norm=("deepcam",), depthwise=("deepcam",), pointwise=("deepcam",), pool_chain=("cosmoflow",))
+
+
+def bench_variants(choices=CHOICES, workload=None):
+    """(label, settings) of each value other than its option's default, alone (the others at theirs), of the
+    options that matter to `workload` (None: all): ('batch_norm=cudnn', ['backend.batch_norm=cudnn']), ..."""
+    return [(f"{name}={value}", [f"backend.{name}={value}"]) for name, values in choices
+            if workload is None or workload in WORKLOADS.get(name, (workload,)) for value in values[1:]]
 
 
 def conformance_variants(choices=CHOICES):

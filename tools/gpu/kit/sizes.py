@@ -6,13 +6,13 @@
 # eager figures; the best PyTorch of issue 26 was eager fp16 at DeepCAM b8 and CosmoFlow b4, eager bf16
 # at CosmoFlow b1, compile bf16 at CosmoFlow b4. options: the bench cases on which each cuda option value
 # off its default runs (kit/options.py), with fewer steps: batch norm, depthwise and 1x1 convs are
-# DeepCAM's (CosmoFlow has none of them). pipeline: the dataset's settings and (batch, timed steps) per run.
+# DeepCAM's (CosmoFlow has none of them), the pool chain CosmoFlow's. pipeline: the dataset's settings and (batch, timed steps) per run.
 SIZES = dict(
     gpu=dict(
         conformance=[], precisions=["fp32", "bf16", "fp16"], mini_sets=[], torch_device=[],
         bench=[("cosmoflow", 1, ["data.edge=128"], 20, 100), ("cosmoflow", 4, ["data.edge=128"], 10, 50),
                ("deepcam", 8, ["data.height=768", "data.width=1152"], 5, 20)],
-        options=[("deepcam", 8, ["data.height=768", "data.width=1152"], 2, 5)],
+        options=[("deepcam", 8, ["data.height=768", "data.width=1152"], 2, 5), ("cosmoflow", 4, ["data.edge=128"], 5, 20)],
         torch=[(variant, precision, workload, batches, sizes, timing)
                for variant, precision, workload, batches in (
                    ("eager", "bf16", "cosmoflow", "1,4"), ("eager", "bf16", "deepcam", "8"),
@@ -35,7 +35,7 @@ SIZES = dict(
         mini_sets=["train.epochs=1", "data.synthetic.train=16", "data.synthetic.valid=8"],
         torch_device=["--device", "cpu"],
         bench=[("cosmoflow", 1, ["data.edge=32"], 1, 2), ("deepcam", 1, ["data.height=32", "data.width=48"], 0, 1)],
-        options=[("deepcam", 1, ["data.height=32", "data.width=48"], 0, 1)],
+        options=[("deepcam", 1, ["data.height=32", "data.width=48"], 0, 1), ("cosmoflow", 1, ["data.edge=32"], 0, 1)],
         torch=[("eager", "fp32", "cosmoflow", "1", ["--edge", "32"], ["--steps", "1", "--repeats", "1", "--warmup", "0"])],
         pipeline=dict(
             datasets=[("cosmoflow", "tfrecord_gzip", ["data.edge=32", "data.synthetic.train=16"], [(4, 6)]),

@@ -18,6 +18,15 @@ void each(int64_t n, F&& body) {
   for (int64_t i = 0; i < n; ++i) body(i);
 }
 
+// A vectorized element-wise launch (grid.cuh each_vectorized): V elements at a time from 0, then the
+// last n % V one by one with the scalar body.
+template <int V, class Vector, class Scalar>
+void each_vectorized(int64_t n, Vector&& vector, Scalar&& scalar) {
+  const int64_t head = n / V * V;
+  for (int64_t i = 0; i < head; i += V) vector(i);
+  for (int64_t i = head; i < n; ++i) scalar(i);
+}
+
 template <class F>
 void each_row_channel(int64_t rows, int64_t channels, F&& body) {
   for (int64_t r = 0; r < rows; ++r)

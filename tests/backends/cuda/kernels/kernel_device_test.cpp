@@ -585,6 +585,53 @@ TEST_F(CudaKernelLaunchers, Bf16StorageKernelsAreTheBodiesBits) {
   }
 }
 
+// Issue 33 item 5: CosmoFlow's bias + leaky ReLU + max-pool (one thread per window and channel) against
+// its body here, fp32 and bf16: with a ragged edge (dz zeroed there by the launcher) and without, a NaN
+// in the bias, ties from a coarse grid of values.
+TEST_F(CudaKernelLaunchers, PoolChainIsTheBodiesBits) {
+  for (const bool ragged : {false, true}) {
+    PoolChainShape s;
+    s.batch = 2, s.channels = s.channel_block = ragged ? 13 : 32, s.alpha = 0.3f;
+    for (int d = 0; d < 3; ++d) s.in[d] = ragged ? 9 + d : 8, s.kernel[d] = 2, s.out[d] = s.in[d] / 2;
+    const auto zn = static_cast<size_t>(s.batch * s.in[0] * s.in[1] * s.in[2] * s.channels);
+    const auto yn = static_cast<size_t>(s.out_positions() * s.channels);
+    std::mt19937 gen(80);
+    std::vector<float> z(zn), dy = random_floats(yn, 81), bias = random_floats(static_cast<size_t>(s.channels), 82);
+    for (float& v : z) v = 0.25f * static_cast<float>(static_cast<int>(gen() % 13) - 6);
+    bias[1] = std::numeric_limits<float>::quiet_NaN();
+    const Device<float> dz_in(z), db(bias), ddy(dy), dout(yn), ddz(zn, -5.0f);
+    const Device<uint8_t> dwin(yn);
+    ok(pool_chain_forward(kStream, s, dz_in.get(), db.get(), dout.get(), dwin.get()));
+    ok(pool_chain_backward(kStream, s, dz_in.get(), db.get(), ddy.get(), dwin.get(), ddz.get()));
+    std::vector<float> y(yn), dz(zn, 0.0f);
+    std::vector<uint8_t> winner(yn);
+    each_row_channel(s.out_positions(), s.channels, [&](int64_t pos, int64_t c) {
+      chain_pool_forward_at(pos, c, s, z.data(), bias.data(), y.data(), winner.data());
+    });
+    each_row_channel(s.out_positions(), s.channels, [&](int64_t pos, int64_t c) {
+      chain_pool_backward_at(pos, c, s, z.data(), bias.data(), dy.data(), winner.data(), dz.data());
+    });
+    expect_same_bits(dout.read(), y, "pool chain forward");
+    expect_same_bits(dwin.read(), winner, "pool chain winners");
+    expect_same_bits(ddz.read(), dz, "pool chain backward");
+    // bf16 storage
+    std::vector<Bf16> zb(zn), dyb(yn), yb(yn), dzb(zn, Bf16{0});
+    for (size_t i = 0; i < zn; ++i) zb[i] = Bf16{float_to_bfloat16(z[i])};
+    for (size_t i = 0; i < yn; ++i) dyb[i] = Bf16{float_to_bfloat16(dy[i])};
+    const Device<Bf16> bz(zb), bdy(dyb), bout(yn), bdz(zn, Bf16{0x4000});
+    ok(pool_chain_forward(kStream, s, bz.get(), db.get(), bout.get(), dwin.get()));
+    ok(pool_chain_backward(kStream, s, bz.get(), db.get(), bdy.get(), dwin.get(), bdz.get()));
+    each_row_channel(s.out_positions(), s.channels, [&](int64_t pos, int64_t c) {
+      chain_pool_forward_at(pos, c, s, zb.data(), bias.data(), yb.data(), winner.data());
+    });
+    each_row_channel(s.out_positions(), s.channels, [&](int64_t pos, int64_t c) {
+      chain_pool_backward_at(pos, c, s, zb.data(), bias.data(), dyb.data(), winner.data(), dzb.data());
+    });
+    expect_same_bits(bits_of(bout.read()), bits_of(yb), "bf16 pool chain forward");
+    expect_same_bits(bits_of(bdz.read()), bits_of(dzb), "bf16 pool chain backward");
+  }
+}
+
 TEST_F(CudaKernelLaunchers, LossesAndIouMatchTheBodies) {
   const int64_t n = 1'000'003;
   const std::vector<float> p = random_floats(n, 50), t = random_floats(n, 51);

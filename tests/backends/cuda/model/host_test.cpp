@@ -48,13 +48,14 @@ TEST(CudaSettings, DefaultsAreFp32NondeterministicGraphsOnAndAGibOfWorkspace) {
   EXPECT_TRUE(s.own_batch_norm);  // issue 33: batch norm and depthwise convs on our kernels
   EXPECT_TRUE(s.own_depthwise);
   EXPECT_EQ(s.pointwise, plan::Pointwise::gemm);
+  EXPECT_TRUE(s.pool_chain);  // CosmoFlow's bias + leaky ReLU + max-pool fused
 }
 
 TEST(CudaSettings, EveryOptionIsRead) {
   const Settings s = read_settings(options(
       {{"device", "3"}, {"precision", "bf16"}, {"deterministic", "1"}, {"workspace_mb", "256"}, {"graphs", "0"},
        {"loss_scale", "1024"}, {"profile", "/tmp/profile"}, {"batch_norm", "cudnn"}, {"depthwise", "cudnn"},
-       {"pointwise", "cudnn"}}));
+       {"pointwise", "cudnn"}, {"pool_chain", "off"}}));
   EXPECT_EQ(s.device, 3);
   EXPECT_EQ(s.compute.precision, sdk::Precision::bf16);
   EXPECT_TRUE(s.compute.deterministic);
@@ -72,6 +73,8 @@ TEST(CudaSettings, EveryOptionIsRead) {
   for (const char* p : {"fp32", "tf32", "bf16", "fp16"})
     EXPECT_EQ(sdk::precision_name(read_settings(options({{"precision", p}})).compute.precision), std::string(p));
   EXPECT_TRUE(read_settings(options({{"graphs", "true"}})).graphs);
+  EXPECT_FALSE(s.pool_chain);
+  EXPECT_TRUE(read_settings(options({{"pool_chain", "own"}})).pool_chain);
 }
 
 TEST(CudaSettings, BadOrUnknownOptionsFailInOneLineNamingThem) {
@@ -91,6 +94,8 @@ TEST(CudaSettings, BadOrUnknownOptionsFailInOneLineNamingThem) {
             "cuda backend: option 'depthwise' is '1'; expected own or cudnn");
   EXPECT_EQ(error_of([] { read_settings(options({{"pointwise", "cublas"}})); }),
             "cuda backend: option 'pointwise' is 'cublas'; expected gemm or cudnn");
+  EXPECT_EQ(error_of([] { read_settings(options({{"pool_chain", "0"}})); }),
+            "cuda backend: option 'pool_chain' is '0'; expected own or off");
 }
 
 // ---- the device of a rank --------------------------------------------------------------------------

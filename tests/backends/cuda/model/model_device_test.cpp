@@ -53,7 +53,7 @@ int64_t count(const std::vector<int64_t>& shape) {
 }
 
 // A small network over the ops the workloads use: conv (bias) -> batch_norm -> relu -> depthwise conv (+ the
-// relu's output) -> relu -> max_pool ->
+// relu's output) -> relu -> max_pool -> conv (bias) -> leaky_relu -> max_pool ->
 // conv_transpose -> leaky_relu -> reshape -> dense (bias) -> dropout -> dense -> mse; adam with decay.
 struct Net {
   mlph::sdk::GraphBuilder g;
@@ -88,15 +88,20 @@ struct Net {
     g.node("relu", "sum_relu", {sum}, {sum_relu});
     const int32_t p = value("p", {2, 4, 4, 4});
     g.node("max_pool", "p", {sum_relu}, {p}, {{"kernel", {2, 2}}, {"stride", {2, 2}}});
-    const int32_t t = value("t", {2, 8, 8, 2});
-    g.node("conv_transpose", "t", {p, param("wt", {3, 3, 2, 4}, 7)}, {t},
+    // CosmoFlow's block: conv (bias) -> leaky_relu -> max_pool, one pool chain by default (backend.pool_chain=own).
+    const int32_t z = value("z", {2, 4, 4, 4}), a = value("a", {2, 4, 4, 4}), p2 = value("p2", {2, 2, 2, 4});
+    g.node("conv", "c2", {p, param("w2", {3, 3, 4, 4}, 12), param("b2", {4}, 13)}, {z}, {{"padding", {1, 1}}});
+    g.node("leaky_relu", "a", {z}, {a}, {{"alpha", 0.3}});
+    g.node("max_pool", "p2", {a}, {p2}, {{"kernel", {2, 2}}, {"stride", {2, 2}}});
+    const int32_t t = value("t", {2, 4, 4, 2});
+    g.node("conv_transpose", "t", {p2, param("wt", {3, 3, 2, 4}, 7)}, {t},
            {{"stride", {2, 2}}, {"padding", {1, 1}}, {"output_padding", {1, 1}}});
-    const int32_t l = value("l", {2, 8, 8, 2});
+    const int32_t l = value("l", {2, 4, 4, 2});
     g.node("leaky_relu", "l", {t}, {l}, {{"alpha", 0.1}});
-    const int32_t f = value("f", {2, 128});
+    const int32_t f = value("f", {2, 32});
     g.node("reshape", "f", {l}, {f});
     const int32_t d1 = value("d1", {2, 16});
-    g.node("dense", "d1", {f, param("wd1", {128, 16}, 8), param("bd1", {16}, 9)}, {d1});
+    g.node("dense", "d1", {f, param("wd1", {32, 16}, 8), param("bd1", {16}, 9)}, {d1});
     const int32_t drop = value("drop", {2, 16});
     g.node("dropout", "drop", {d1}, {drop}, {{"rate", 0.25}});
     const int32_t d2 = value("d2", {2, 3});
@@ -234,8 +239,10 @@ void training_steps_match_the_reference(std::vector<MLPH_KeyValue> options) {
 // batch norm and the depthwise conv on our kernels (the default) and on cuDNN.
 TEST_F(CudaModelDevice, TrainingStepsMatchTheReferenceBackendInFp32) {
   for (const char* engine : {"own", "cudnn"}) {
-    SCOPED_TRACE(std::string("backend.batch_norm and backend.depthwise ") + engine);
-    training_steps_match_the_reference({{"deterministic", "1"}, {"batch_norm", engine}, {"depthwise", engine}});
+    SCOPED_TRACE(std::string("backend.batch_norm and backend.depthwise ") + engine + ", the pool chain " +
+                 (std::string(engine) == "own" ? "fused" : "off"));
+    training_steps_match_the_reference({{"deterministic", "1"}, {"batch_norm", engine}, {"depthwise", engine},
+                                        {"pool_chain", std::string(engine) == "own" ? "own" : "off"}});
   }
 }
 

@@ -789,8 +789,14 @@ TEST(CudaPlanPrecision, Bf16ComputesConvAndDenseInHalfAndEverythingElseInFp32) {
   const Program p = mini_cosmoflow();
   for (Precision precision : {Precision::fp32, Precision::tf32, Precision::bf16, Precision::fp16}) {
     const PrecisionPlan plan = plan_precision(p, precision, lower_nodes(p));
-    for (size_t v = 0; v < p.values.size(); ++v)  // every value as declared: int16 data, fp32 activations
-      EXPECT_EQ(plan.values[v], dtype_of(p.values[v].dtype)) << p.values[v].name << " " << name_of(precision);
+    // Every value as declared (int16 data, fp32 activations) but, under bf16, the first conv block's z
+    // and pooled y (a cuDNN conv and a pool chain at both ends: bf16 end to end); the second block's y
+    // feeds the dense layers.
+    const std::set<std::string> half = {"conv1", "conv1.pool"};
+    for (size_t v = 0; v < p.values.size(); ++v)
+      EXPECT_EQ(plan.values[v], precision == Precision::bf16 && half.count(p.values[v].name) ? DType::bf16
+                                                                                             : dtype_of(p.values[v].dtype))
+          << p.values[v].name << " " << name_of(precision);
     EXPECT_EQ(plan.loss_scaling, precision == Precision::fp16);
   }
   const PrecisionPlan plan = plan_precision(p, Precision::bf16, lower_nodes(p));
@@ -996,6 +1002,12 @@ TEST(CudaPlanMemory, BatchNormOrAddFollowedByItsOnlyReaderReluIsFused) {
   EXPECT_LE(relu_y.first, plan.schedule.forward[bn1]);  // written by the batch norm's step
   const Region& relu_dy = region_at(m, m.value_gradients[static_cast<size_t>(value_named(p, "r1"))]);
   EXPECT_GE(relu_dy.last, plan.schedule.backward[bn1]);  // read by the batch norm's backward
+  EXPECT_EQ(m.nodes[r1].output_gradient.region, m.value_gradients[static_cast<size_t>(value_named(p, "r1"))].region);
+  EXPECT_EQ(plan.schedule.backward[r1], -1);  // no step of its own: the relu's output dies with its last reader
+  EXPECT_LE(relu_y.last, plan.schedule.backward[index_of(p, "bn2")]);  // bn2 keeps its x (r1) to its backward, no longer
+  EXPECT_FALSE(m.values[static_cast<size_t>(value_named(p, "bn1"))]);  // the batch norm's own output: never stored
+  EXPECT_FALSE(m.value_gradients[static_cast<size_t>(value_named(p, "bn1"))]);
+  EXPECT_FALSE(m.nodes[bn1].output);
   const size_t add = index_of(p, "add"), r3 = index_of(p, "r3");
   EXPECT_EQ(plan.nodes[add].fused_relu, static_cast<int64_t>(r3));
   EXPECT_EQ(plan.nodes[r3].engine, Engine::fused);
@@ -1151,16 +1163,18 @@ TEST(CudaPlanMemory, LambsUpdateIsScratchOfTheUpdateStepAsLargeAsTheParameters) 
 }
 
 #ifdef MLPH_HAVE_COSMOFLOW
+// fp16 (whose activations stay fp32: the pool chain has no fp16 body) casts around each conv; bf16
+// keeps the first conv block in bf16 end to end (Bf16KeepsCosmoFlowsConvBlocksInBf16EndToEnd).
 TEST(CudaPlanMemory, CastsAndScratchOfMixedPrecisionLiveWhereTheyAreRead) {
   const Program p = mini_cosmoflow();
-  const DevicePlan plan = make_plan(p, {Precision::bf16});
+  const DevicePlan plan = make_plan(p, {Precision::fp16});
   const MemoryPlan& m = plan.memory;
   const Schedule& s = plan.schedule;
   const size_t c1 = index_of(p, "conv1"), c2 = index_of(p, "conv2"), d1 = index_of(p, "dense1");
   const NodeMemory& conv1 = m.nodes[c1];
   const Region& cast = region_at(m, conv1.reads[0]);
   EXPECT_EQ(cast.kind, RegionKind::cast);
-  EXPECT_EQ(cast.name, "log1p as bfloat16, channels padded");  // 4 channels cast into 8 (pad_channels)
+  EXPECT_EQ(cast.name, std::string("log1p as ") + name_of(DType::f16) + ", channels padded");  // 4 channels cast into 8 (pad_channels)
   EXPECT_EQ(cast.bytes, align_up(2 * 16 * 16 * 16 * 8 * 2, kAlignment));
   EXPECT_EQ(conv1.makes_cast, (std::vector<bool>{true, false, false}));
   EXPECT_EQ(cast.first, s.forward[c1]);
@@ -1191,6 +1205,12 @@ TEST(CudaPlanMemory, CastsAndScratchOfMixedPrecisionLiveWhereTheyAreRead) {
   const NodeMemory& metric = m.nodes[index_of(p, "abs_error_sum")];
   EXPECT_EQ(loss.reads[0].region, metric.reads[0].region);  // the fp32 value for both readers
   EXPECT_FALSE(loss.gradient_scratch[0]);
+  const DevicePlan bf16 = make_plan(p, {Precision::bf16});  // conv1 writes its bf16 z as it is, conv2 reads y so
+  EXPECT_FALSE(bf16.memory.nodes[c1].output_scratch);
+  EXPECT_FALSE(bf16.memory.nodes[c1].output_gradient_cast);
+  EXPECT_FALSE(bf16.memory.nodes[c2].gradient_scratch[0]);
+  EXPECT_EQ(region_at(bf16.memory, bf16.memory.nodes[c1].reads[0]).kind, RegionKind::cast);  // log1p's padded cast
+  EXPECT_TRUE(bf16.memory.nodes[c2].output_scratch);  // the last block's z stays fp32
   for (Precision precision : {Precision::fp32, Precision::tf32, Precision::bf16, Precision::fp16}) {
     const DevicePlan each = make_plan(p, {precision});
     expect_no_overlap(each.memory, each.schedule);
@@ -1206,9 +1226,10 @@ TEST(CudaPlanMemory, CastsAndScratchOfMixedPrecisionLiveWhereTheyAreRead) {
       EXPECT_EQ(scratch, 0u) << name_of(precision);
     } else {  // the inputs of conv1, conv2, dense1, dense2 and output
       const std::string half = name_of(compute_dtype(precision));
-      EXPECT_EQ(casts, (std::set<std::string>{"log1p as " + half + ", channels padded", "conv1.pool as " + half, "conv2.pool as " + half,
-                                              "dense1.dropout as " + half, "dense2.dropout as " + half}))
-          << name_of(precision);
+      std::set<std::string> expected{"log1p as " + half + ", channels padded", "conv2.pool as " + half,
+                                     "dense1.dropout as " + half, "dense2.dropout as " + half};
+      if (precision == Precision::fp16) expected.insert("conv1.pool as " + half);  // bf16 stores it in bf16
+      EXPECT_EQ(casts, expected) << name_of(precision);
     }
   }
 }
@@ -1301,6 +1322,109 @@ TEST(CudaPlanFigures, CosmoFlow128AtBatch1And4) {
       report("CosmoFlow 128^3 batch " + std::to_string(batch), p, precision);
   }
 }
+
+// Issue 33 item 5: each of CosmoFlow's conv -> leaky_relu -> max_pool blocks is one pool chain by
+// default: the max_pool reads the conv's output (kept to its backward) and writes the conv's output
+// gradient first; the leaky ReLU has no step, no value and no gradient; a byte of winner per pooled
+// element lives from the chain's forward to its backward; the conv leaves its bias to the chain.
+// backend.pool_chain=off: three nodes as before.
+TEST(CudaPlanLowering, CosmoFlowsFiveConvLeakyReluPoolBlocksArePoolChainsByDefault) {
+  sdk::GraphBuilder g;
+  cosmoflow::build_model(g, cosmoflow::ModelSettings{}, 0.9, 2, 7);
+  const Program p = sdk::host::lower_graph(*g.graph(), implemented());
+  for (Precision precision : {Precision::fp32, Precision::bf16}) {
+    const DevicePlan plan = make_plan(p, {precision});
+    const MemoryPlan& m = plan.memory;
+    size_t chains = 0;
+    for (size_t k = 0; k < p.nodes.size(); ++k) {
+      const Node& n = p.nodes[k];
+      if (n.kind == OpKind::leaky_relu && p.nodes[k - 1].kind == OpKind::conv && plan.nodes[k].engine == Engine::kernel)
+        ADD_FAILURE() << n.name << " unfused";  // (the dense layers' leaky ReLUs stay nodes)
+      if (n.kind != OpKind::max_pool) continue;
+      ASSERT_EQ(plan.nodes[k].engine, Engine::pool_chain) << n.name;
+      ++chains;
+      const auto conv = static_cast<size_t>(plan.nodes[k].chain_conv);
+      ASSERT_EQ(conv + 2, k) << n.name;
+      EXPECT_EQ(p.nodes[conv].kind, OpKind::conv);
+      EXPECT_EQ(plan.nodes[conv].engine, Engine::cudnn_conv);
+      EXPECT_EQ(plan.nodes[conv].bias_in_chain, p.nodes[conv].has_bias());
+      EXPECT_EQ(plan.nodes[conv + 1].engine, Engine::fused);
+      EXPECT_EQ(plan.nodes[conv + 1].fused_into, static_cast<int64_t>(k));
+      EXPECT_EQ(plan.schedule.backward[conv + 1], -1);  // no step of its own
+      const int32_t z = p.nodes[conv].output, act = p.nodes[conv + 1].output;
+      EXPECT_FALSE(m.values[static_cast<size_t>(act)]) << n.name;  // never stored
+      EXPECT_FALSE(m.value_gradients[static_cast<size_t>(act)]) << n.name;
+      const NodeMemory& chain = m.nodes[k];
+      EXPECT_EQ(chain.reads[0].region, m.values[static_cast<size_t>(z)].region);
+      EXPECT_GE(region_at(m, chain.reads[0]).last, plan.schedule.backward[k]);  // z kept to the chain's backward
+      EXPECT_EQ(chain.gradients[0].region, m.value_gradients[static_cast<size_t>(z)].region);
+      EXPECT_FALSE(chain.accumulate[0]);  // written first: no memset, no add
+      const Region& winners = region_at(m, chain.winners);
+      EXPECT_EQ(winners.kind, RegionKind::winners);
+      EXPECT_EQ(winners.bytes, align_up(static_cast<size_t>(p.value(n.output).numel()), kAlignment));
+      EXPECT_EQ(std::pair(winners.first, winners.last), std::pair(plan.schedule.forward[k], plan.schedule.backward[k]));
+      EXPECT_EQ(region_at(m, m.value_gradients[static_cast<size_t>(z)]).first, plan.schedule.backward[k]);
+    }
+    EXPECT_EQ(chains, 5u);
+    expect_no_overlap(m, plan.schedule);
+    Options off{precision};
+    off.own.pool_chain = false;
+    const DevicePlan three = make_plan(p, off);
+    for (size_t k = 0; k < p.nodes.size(); ++k) {
+      EXPECT_NE(three.nodes[k].engine, Engine::pool_chain);
+      EXPECT_NE(three.nodes[k].engine, Engine::fused);
+      EXPECT_FALSE(three.nodes[k].bias_in_chain);
+    }
+    EXPECT_LT(m.arena_bytes, three.memory.arena_bytes);  // the activation and its gradient are gone
+    std::printf("CosmoFlow 128^3 b2 %s: %zu pool chains; arena %.1f MiB (pool_chain=off: %.1f MiB)\n", name_of(precision),
+                chains, static_cast<double>(m.arena_bytes) / 1048576.0, static_cast<double>(three.memory.arena_bytes) / 1048576.0);
+  }
+}
+
+// Issue 33 item 4 (CosmoFlow's part): under bf16 each conv block's z and pooled y are stored in bf16
+// and so are their gradients: the conv writes z and reads the previous y as they are (no output scratch,
+// no cast copy, no dy cast, no dx scratch), the chain pools bf16 into bf16; the last block's y, read
+// by the flatten and dense layers, stays fp32 (and its z with it: the chain takes one type). fp32
+// stores every activation in fp32.
+TEST(CudaPlanPrecision, Bf16KeepsCosmoFlowsConvBlocksInBf16EndToEnd) {
+  sdk::GraphBuilder g;
+  cosmoflow::build_model(g, cosmoflow::ModelSettings{}, 0.9, 4, 7);
+  const Program p = sdk::host::lower_graph(*g.graph(), implemented());
+  const DevicePlan fp32 = make_plan(p, {Precision::fp32}), bf16 = make_plan(p, {Precision::bf16});
+  for (DType t : fp32.precision.values) EXPECT_NE(t, DType::bf16);
+  std::vector<std::string> half;
+  for (size_t v = 0; v < p.values.size(); ++v)
+    if (bf16.precision.values[v] == DType::bf16) half.push_back(p.values[v].name);
+  size_t chains = 0;
+  for (size_t k = 0; k < p.nodes.size(); ++k) {
+    if (bf16.nodes[k].engine != Engine::pool_chain) continue;
+    const auto conv = static_cast<size_t>(bf16.nodes[k].chain_conv);
+    const int32_t z = p.nodes[conv].output, y = p.nodes[k].output;
+    const bool last = ++chains == 5;
+    EXPECT_EQ(bf16.precision.values[static_cast<size_t>(z)], last ? DType::f32 : DType::bf16) << p.nodes[conv].name;
+    EXPECT_EQ(bf16.precision.values[static_cast<size_t>(y)], last ? DType::f32 : DType::bf16) << p.nodes[k].name;
+    const NodeMemory& c = bf16.memory.nodes[conv];
+    EXPECT_EQ(static_cast<bool>(c.output_scratch), last) << p.nodes[conv].name;  // written as stored
+    EXPECT_EQ(static_cast<bool>(c.output_gradient_cast), last) << p.nodes[conv].name;
+    EXPECT_EQ(region_at(bf16.memory, bf16.memory.value_gradients[static_cast<size_t>(z)]).bytes,
+              align_up(static_cast<size_t>(p.value(z).numel()) * (last ? 4 : 2), kAlignment));
+    if (last) continue;
+    const size_t next = k + 1;  // the next block's conv reads y as it is stored
+    ASSERT_EQ(p.nodes[next].inputs[0], y);
+    const NodeMemory& n = bf16.memory.nodes[next];
+    EXPECT_EQ(n.reads[0].region, bf16.memory.values[static_cast<size_t>(y)].region);
+    EXPECT_FALSE(n.gradient_scratch[0]);
+    EXPECT_FALSE(n.accumulate[0]);  // cuDNN writes dy of the chain first, beta 0
+  }
+  EXPECT_EQ(chains, 5u);
+  EXPECT_EQ(half.size(), 8u);
+  const double ratio = static_cast<double>(bf16.memory.arena_bytes) / static_cast<double>(fp32.memory.arena_bytes);
+  std::printf("CosmoFlow 128^3 b4 arena: fp32 %.1f MiB, bf16 %.1f MiB (%.0f%%); %zu values in bf16\n",
+              static_cast<double>(fp32.memory.arena_bytes) / 1048576.0, static_cast<double>(bf16.memory.arena_bytes) / 1048576.0,
+              100.0 * ratio, half.size());
+  EXPECT_LT(ratio, 0.75);
+  expect_no_overlap(bf16.memory, bf16.schedule);
+}
 #endif
 
 #ifdef MLPH_HAVE_DEEPCAM
@@ -1355,6 +1479,13 @@ TEST(CudaPlanFigures, DeepCam768x1152AtBatch8) {
   deepcam::build_model(g, deepcam::DataSettings{}, deepcam::Normalization::identity(16), deepcam::OptimizerSettings{}, 8, 7);
   const Program p = sdk::host::lower_graph(*g.graph(), implemented());
   for (Precision precision : {Precision::fp32, Precision::bf16}) report("DeepCAM 768x1152 batch 8", p, precision);
+  // Issue 33 item 4 asks for bf16 at most 55% of fp32; 87% so far (plan/README.md says what remains):
+  // held here so that it does not grow back.
+  const double fp32 = static_cast<double>(make_plan(p, {Precision::fp32}).memory.arena_bytes);
+  const double bf16 = static_cast<double>(make_plan(p, {Precision::bf16}).memory.arena_bytes);
+  std::printf("DeepCAM 768x1152 batch 8 arena: fp32 %.1f MiB, bf16 %.1f MiB = %.1f%% (issue 33's target: 55%%)\n",
+              fp32 / 1048576.0, bf16 / 1048576.0, 100.0 * bf16 / fp32);
+  EXPECT_LE(bf16 / fp32, 0.88);
 }
 
 // The real graphs in bf16: CosmoFlow's conv1 and DeepCAM's last_deconv padded to 8 channels, nothing else;

@@ -1,0 +1,87 @@
+// CosmoFlow's bias + leaky ReLU + max-pool as one pass (issue 33 item 5): the SDK's body
+// (mlph/sdk/kernels/pool_chain.hpp, shared with onednn-cpu: the unfused reference chain's bits, the
+// first maximum winning, a NaN beating any number), launched over channels-last NDHWC with one
+// thread per output position and channel: a warp reads 32 consecutive channels of a tap (coalesced),
+// no thread shares an element with another (the windows tile: kernel == stride).
+//
+//   forward:  z (the conv's output, its bias not added) -> y (the pooled activation) and a 1-byte
+//             winner per window and channel (the tap, row-major in the window)
+//   backward: dz from dy, the winner and the sign of z + bias at the winner (the slope); +0 at every
+//             other tap; elements past the last window (an odd size) are zeroed by the launcher
+//             first. The conv's bias gradient is then the channel sum of dz, as before.
+//
+// T stores z and dz (float, or bf16 as Bf16: fp32 arithmetic, each stored value rounded once as the
+// unfused bf16 chain rounds it), Y stores y and dy (T by default).
+#pragma once
+
+#include <cstdint>
+
+#include "depthwise.hpp"  // Bf16
+#include "kernel.hpp"
+#include "mlph/sdk/kernels/pool_chain.hpp"
+
+namespace mlph::cuda {
+
+using sdk::kernels::PoolChainShape;
+
+// From the max-pool's window (sdk::host::Window: kernel == stride, no padding) and the leaky ReLU's
+// slope; taken as a template so that this header needs no SDK host header under nvcc.
+template <class Window>
+PoolChainShape pool_chain_shape(const Window& w, float alpha) {
+  PoolChainShape s;
+  s.batch = w.batch, s.channels = s.channel_block = w.in_channels, s.alpha = alpha;
+  for (int d = 0; d < 3; ++d) s.in[d] = w.in[d], s.out[d] = w.out[d], s.kernel[d] = w.kernel[d];
+  return s;
+}
+
+// Whether the fused body takes a max-pool's window: windows that tile (kernel == stride), no padding,
+// at most 255 taps.
+template <class Window>
+bool pool_chain_takes(const Window& w) {
+  for (int d = 0; d < 3; ++d)
+    if (w.kernel[d] != w.stride[d] || w.pad_before[d] != 0 || w.pad_after[d] != 0 || w.dilation[d] != 1) return false;
+  return sdk::kernels::pool_chain_supports(pool_chain_shape(w, 1.0f));
+}
+
+// The SDK's type for what this backend stores: float as it is, our Bf16 as the SDK's (the same bits).
+template <class T>
+struct ChainStorage {
+  using type = T;
+};
+template <>
+struct ChainStorage<Bf16> {
+  using type = sdk::kernels::Bf16;
+};
+template <class T>
+using chain_storage_t = typename ChainStorage<T>::type;
+
+// Output position `pos` ([batch, out...] row-major), channel c, as the launcher's 2-D grid calls it (named
+// apart from the SDK's pool_chain_*_at, which argument-dependent lookup would also find).
+template <class T, class Y = T>
+MLPH_KERNEL void chain_pool_forward_at(int64_t pos, int64_t c, const PoolChainShape& s, const T* z, const float* bias,
+                                       Y* y, uint8_t* winner) {
+  using ZS = chain_storage_t<T>;
+  using YS = chain_storage_t<Y>;
+  sdk::kernels::pool_chain_forward_at<ZS, YS>(pos, c, s, reinterpret_cast<const ZS*>(z), bias, reinterpret_cast<YS*>(y),
+                                              winner);
+}
+
+template <class T, class Y = T>
+MLPH_KERNEL void chain_pool_backward_at(int64_t pos, int64_t c, const PoolChainShape& s, const T* z, const float* bias,
+                                        const Y* dy, const uint8_t* winner, T* dz) {
+  using ZS = chain_storage_t<T>;
+  using YS = chain_storage_t<Y>;
+  sdk::kernels::pool_chain_backward_at<ZS, YS>(pos, c, s, reinterpret_cast<const ZS*>(z), bias,
+                                               reinterpret_cast<const YS*>(dy), winner, reinterpret_cast<ZS*>(dz));
+}
+
+// The conv's bias gradient from a dz stored in bf16 (bf16 activations end to end): the channel sum of
+// its values widened to float, as SumTerm sums a float dz (the same terms, so the same sums).
+struct Bf16SumTerm {
+  static constexpr int K = 1;
+  const Bf16* x;
+  int64_t channels;
+  MLPH_KERNEL void operator()(int64_t r, int64_t c, double* t) const { t[0] = to_float(x[r * channels + c]); }
+};
+
+}  // namespace mlph::cuda
