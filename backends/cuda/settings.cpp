@@ -5,14 +5,6 @@
 namespace mlph::cuda {
 
 namespace {
-bool read_switch(const sdk::Options& options, const std::string& key, bool fallback) {
-  if (!options.has(key)) return fallback;
-  const std::string value = options.get(key);
-  if (value == "1" || value == "true") return true;
-  if (value == "0" || value == "false") return false;
-  sdk::fail(MLPH_INVALID_ARGUMENT,
-            std::string(kWho) + ": option '" + key + "' is '" + value + "'; expected 0, 1, false or true");
-}
 // own (true) or cudnn (false).
 bool read_own_or_cudnn(const sdk::Options& options, const std::string& key) {
   if (!options.has(key)) return true;
@@ -32,7 +24,7 @@ Settings read_settings(const sdk::Options& options) {
       options, {sdk::Precision::fp32, sdk::Precision::tf32, sdk::Precision::bf16, sdk::Precision::fp16}, kWho);
   if (options.has("device")) s.device = options.get_int<int>("device", 0, 0);
   s.workspace_bytes = options.get_int<size_t>("workspace_mb", s.workspace_bytes >> 20, 0, size_t{1} << 30) << 20;
-  s.graphs = read_switch(options, "graphs", true);
+  s.graphs = options.get_bool("graphs", true, kWho);
   s.own_batch_norm = read_own_or_cudnn(options, "batch_norm");
   s.own_depthwise = read_own_or_cudnn(options, "depthwise");
   if (options.has("loss_scale")) {

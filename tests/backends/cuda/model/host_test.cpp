@@ -73,6 +73,7 @@ TEST(CudaSettings, EveryOptionIsRead) {
   for (const char* p : {"fp32", "tf32", "bf16", "fp16"})
     EXPECT_EQ(sdk::precision_name(read_settings(options({{"precision", p}})).compute.precision), std::string(p));
   EXPECT_TRUE(read_settings(options({{"graphs", "true"}})).graphs);
+  EXPECT_FALSE(read_settings(options({{"graphs", "no"}})).graphs);  // every backend's spellings (sdk::bool_value)
   EXPECT_FALSE(s.pool_chain);
   EXPECT_TRUE(read_settings(options({{"pool_chain", "own"}})).pool_chain);
 }
@@ -81,8 +82,8 @@ TEST(CudaSettings, BadOrUnknownOptionsFailInOneLineNamingThem) {
   EXPECT_EQ(error_of([] { read_settings(options({{"threads", "4"}})); }), "cuda backend: unknown option 'threads'");
   EXPECT_EQ(error_of([] { read_settings(options({{"precision", "fp8"}})); }),
             "cuda backend: option 'precision' is 'fp8'; this backend computes in fp32, tf32, bf16, fp16");
-  EXPECT_EQ(error_of([] { read_settings(options({{"graphs", "yes"}})); }),
-            "cuda backend: option 'graphs' is 'yes'; expected 0, 1, false or true");
+  EXPECT_EQ(error_of([] { read_settings(options({{"graphs", "maybe"}})); }),
+            "cuda backend: option 'graphs' is 'maybe'; expected 0, 1, false or true");
   EXPECT_NE(error_of([] { read_settings(options({{"device", "-1"}})); }).find("'device'"), std::string::npos);
   EXPECT_NE(error_of([] { read_settings(options({{"workspace_mb", "lots"}})); }).find("'workspace_mb'"), std::string::npos);
   EXPECT_EQ(error_of([] { read_settings(options({{"loss_scale", "1000"}})); }),
