@@ -114,7 +114,10 @@ void write_slurm_array(const fs::path& file, const RunOptions& each, const Campa
                                    W::value("--output"), W::value(tree.org_dir.parent_path().string())};
   if (!c.system_info.empty()) describe.insert(describe.end(), {W::value("--system-info"), W::value(c.system_info.string())});
   std::string seed_list;
-  for (uint64_t seed : seeds) seed_list += (seed_list.empty() ? "" : " ") + std::to_string(seed);
+  for (uint64_t seed : seeds) {  // not `"sep" + std::to_string(...)`: g++ 12 for aarch64 sees a bogus -Wrestrict there
+    if (!seed_list.empty()) seed_list += ' ';
+    seed_list += std::to_string(seed);
+  }
   const size_t runs = seeds.size();
   ShellScript script;
   script.comment(fmt::format("An MLPerf HPC {} submission of {} runs as a Slurm job array, written by", benchmark, runs))

@@ -272,7 +272,7 @@ void read_npy_sample(std::span<const std::byte> data_npy, std::span<const std::b
 }
 
 bool read_npy_volume_in_place(const RangeReader& read, const std::string& name, int edge, std::span<int16_t> x) {
-  constexpr size_t kPiece = size_t{1} << 20;  // checked while still in the cache
+  constexpr size_t kPiece = kInCachePieceBytes;
   const std::span<std::byte> bytes = std::as_writable_bytes(x);
   if (bytes.size() != volume_bytes(edge))
     throw std::invalid_argument("read_npy_volume_in_place: " + std::to_string(x.size()) + " counts for a " +

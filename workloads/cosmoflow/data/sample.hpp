@@ -31,6 +31,10 @@ struct SampleView {
 // Reads bytes of a file at an offset into `into`; false when the file ends before the range does.
 // Other failures throw. (A storage plug-in's read_range, or a span in a test.)
 using RangeReader = std::function<bool(uint64_t offset, std::span<std::byte> into)>;
+// The in-place readers read a volume in pieces of this size and check each piece while it is still in
+// the core's cache: 256 KiB stays in a 512 KiB or 1 MiB L2 with room to spare (1 MiB pieces did not,
+// and the checks then read every byte back from L3 or memory).
+inline constexpr size_t kInCachePieceBytes = size_t{256} << 10;
 
 // Bad or unreadable data. what() is one line, "<where>: <problem>", where names the file (and the
 // record, when there are several), so a user can find the offending file from the message alone.

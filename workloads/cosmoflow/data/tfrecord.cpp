@@ -188,7 +188,7 @@ std::vector<std::byte> without_x(std::span<const std::byte> head, std::span<cons
 
 bool read_tfrecord_sample_in_place(const RangeReader& read, const std::string& name, int edge, const SampleView& out,
                                    std::vector<std::byte>& scratch) {
-  constexpr size_t kHead = 4096, kPiece = size_t{1} << 20;
+  constexpr size_t kHead = 4096, kPiece = kInCachePieceBytes;
   const size_t volume = volume_bytes(edge);
   const std::span<std::byte> x_bytes = std::as_writable_bytes(out.x);
   if (x_bytes.size() != volume)
