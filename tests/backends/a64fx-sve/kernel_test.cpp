@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "mlph/test/random.hpp"
 #include "kernels.hpp"
 #include "mlph/common.h"
 
@@ -20,13 +21,7 @@ namespace {
 
 using Floats = std::vector<float>;
 
-Floats random_floats(size_t n, uint32_t seed, float low = -1.0f, float high = 1.0f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(low, high);
-  Floats v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
+using ::mlph::test::random_floats;
 
 // max |a - b| / max(1, max |b|): the error of a against the scalar result b.
 double error(const Floats& a, const Floats& b) {

@@ -10,8 +10,14 @@
 
 #include "kernels/optimizer.hpp"
 #include "kernels/reduce.hpp"
+#include "mlph/test/random.hpp"
 
 namespace mlph::cuda::test {
+
+// The kernels' tests draw their inputs from [-2, 2) unless they say otherwise.
+inline std::vector<float> random_floats(size_t n, uint32_t seed, float low = -2.0f, float high = 2.0f) {
+  return ::mlph::test::random_floats(n, seed, low, high);
+}
 
 template <class F>
 void each(int64_t n, F&& body) {

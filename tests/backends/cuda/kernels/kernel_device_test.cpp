@@ -65,13 +65,7 @@ struct Workspace : Device<char> {
   size_t bytes;
 };
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float low = -2.0f, float high = 2.0f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(low, high);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
+using test::random_floats;
 
 // Bit for bit, except that a NaN is any NaN: its payload is the hardware's (the GPU makes 0x7fffffff
 // where x86 makes 0xffc00000), and nothing reads it.

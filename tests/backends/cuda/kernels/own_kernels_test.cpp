@@ -32,13 +32,7 @@ ref::ThreadPool& pool() {
   return threads;
 }
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float low = -2.0f, float high = 2.0f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(low, high);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
+using test::random_floats;
 
 // Zeros of both signs, infinities, NaN, tiny and huge numbers among random ones.
 std::vector<float> special_floats(size_t n, uint32_t seed) {

@@ -14,6 +14,7 @@
 #include <memory>
 #include <random>
 
+#include "mlph/test/random.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/core/plugin_loader.hpp"
 #include "mlph/sdk/backend.hpp"
@@ -38,13 +39,7 @@ void ok(MLPH_Error* error, const std::string& what) {
   throw std::runtime_error(what + ": " + message);
 }
 
-Floats random_floats(size_t n, uint32_t seed, float low = -1.0f, float high = 1.0f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> u(low, high);
-  Floats v(n);
-  for (float& x : v) x = u(gen);
-  return v;
-}
+using ::mlph::test::random_floats;
 
 int64_t count(const std::vector<int64_t>& shape) {
   int64_t n = 1;

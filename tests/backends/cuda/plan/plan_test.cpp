@@ -12,6 +12,7 @@
 #include <random>
 #include <set>
 
+#include "mlph/test/random.hpp"
 #include "mlph/sdk/graph.hpp"
 #include "plan/plan.hpp"
 
@@ -27,13 +28,7 @@ namespace {
 
 using Shape = std::vector<int64_t>;
 
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(gen);
-  return v;
-}
+using ::mlph::test::random_floats;
 
 int64_t count(const Shape& s) {
   int64_t n = 1;

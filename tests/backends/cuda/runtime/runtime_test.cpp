@@ -10,6 +10,7 @@
 #include <functional>
 #include <random>
 
+#include "mlph/test/random.hpp"
 #include "mlph/sdk/graph.hpp"
 #include "runtime/cublaslt.hpp"
 #include "runtime/cuda.hpp"
@@ -97,13 +98,7 @@ class CudaRuntimeDevice : public ::testing::Test {
   }
 };
 
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(gen);
-  return v;
-}
+using ::mlph::test::random_floats;
 
 TEST_F(CudaRuntimeDevice, ACapturedGraphReplaysWhatItRecordedReadingValuesAtReplay) {
   Stream stream(kDevice);
