@@ -26,6 +26,7 @@
 #include "kernels/precision.hpp"
 #include "ops.hpp"
 #include "plan/precision.hpp"
+#include "reference_side.hpp"
 
 namespace mlph::cuda {
 namespace {
@@ -33,29 +34,10 @@ namespace {
 namespace ref = mlph::reference;
 using test::each;
 using test::each_row_channel;
-
-// A double sum's reordering moves it by about 1e-16 relative; rounded to float, that is at most one ulp
-// (6e-8) of the value, and a float computed from two such values (x * scale + shift) a few ulps of the
-// larger term: 1e-6 of the magnitude (with 1 for values near 0, which cancellation makes small).
-constexpr double kSumTolerance = 1e-6;
-
-ref::ThreadPool& pool() {
-  static ref::ThreadPool threads(2);
-  return threads;
-}
-
+using test::kSumTolerance;
+using test::pool;
 using test::random_floats;
-
-// Random floats with the special values every element-wise op must pass through: zeros of both signs,
-// infinities, NaN, tiny and huge numbers.
-std::vector<float> special_floats(size_t n, uint32_t seed) {
-  std::vector<float> v = random_floats(n, seed, -4.0f, 4.0f);
-  const float specials[] = {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
-                            -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
-                            1e-40f, -1e-40f, 3e38f, -3e38f, 1.0f, -1.0f};
-  for (size_t i = 0; i < std::size(specials) && i * 7 < n; ++i) v[i * 7] = specials[i];
-  return v;
-}
+using test::special_floats;
 
 std::vector<int32_t> random_labels(size_t n, int32_t classes, uint32_t seed) {
   std::mt19937 gen(seed);

@@ -18,31 +18,17 @@
 #include "kernels/fused.hpp"
 #include "kernels/pool_chain.hpp"
 #include "ops.hpp"
+#include "reference_side.hpp"
 
 namespace mlph::cuda {
 namespace {
 
 namespace ref = mlph::reference;
 using test::each;
-
-constexpr double kSumTolerance = 1e-6;
-
-ref::ThreadPool& pool() {
-  static ref::ThreadPool threads(2);
-  return threads;
-}
-
+using test::kSumTolerance;
+using test::pool;
 using test::random_floats;
-
-// Zeros of both signs, infinities, NaN, tiny and huge numbers among random ones.
-std::vector<float> special_floats(size_t n, uint32_t seed) {
-  std::vector<float> v = random_floats(n, seed, -4.0f, 4.0f);
-  const float specials[] = {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
-                            -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
-                            1e-40f, -1e-40f, 3e38f, -3e38f, 1.0f, -1.0f};
-  for (size_t i = 0; i < std::size(specials) && i * 7 < n; ++i) v[i * 7] = specials[i];
-  return v;
-}
+using test::special_floats;
 
 void expect_same_bits(const std::vector<float>& actual, const std::vector<float>& expected, const std::string& what) {
   ASSERT_EQ(actual.size(), expected.size()) << what;
