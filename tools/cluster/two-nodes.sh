@@ -191,20 +191,8 @@ SlurmctldPidFile=$slurm_dir/slurmctld.pid
 SlurmdPidFile=$slurm_dir/slurmd-%n.pid
 SlurmctldLogFile=$slurm_dir/log/slurmctld.log
 SlurmdLogFile=$slurm_dir/log/slurmd-%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/affinity
-SelectType=select/cons_tres
+$(cat "$(dirname "${BASH_SOURCE[0]}")/../slurm/policy.conf")
 SelectTypeParameters=CR_Core
-MpiDefault=pmix
-JobRequeue=1
-KillWait=30
-ReturnToService=2
-SchedulerType=sched/backfill
-SchedulerParameters=sched_interval=2,bf_interval=2
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-MinJobAge=600
 NodeName=node1 NodeAddr=${address[node1]} CPUs=$cpus State=UNKNOWN
 NodeName=node2 NodeAddr=${address[node2]} CPUs=$cpus State=UNKNOWN
 PartitionName=two Nodes=node1,node2 Default=YES MaxTime=INFINITE State=UP

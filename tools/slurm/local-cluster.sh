@@ -91,23 +91,9 @@ SlurmctldPidFile=$dir/slurmctld.pid
 SlurmdPidFile=$dir/slurmd.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
 SlurmdLogFile=$dir/log/slurmd.log
-# No cgroups needed: processes tracked through /proc, tasks bound with sched_setaffinity.
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/affinity
-SelectType=select/cons_tres
+$(cat "$(dirname "${BASH_SOURCE[0]}")/policy.conf")
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=$((memory / cpus))
-MpiDefault=pmix
-JobRequeue=1
-KillWait=30
-ReturnToService=2
-SchedulerType=sched/backfill
-# Quick to start a job whose begin time passed (a requeued one): scheduling passes every 2 s.
-SchedulerParameters=sched_interval=2,bf_interval=2
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-MinJobAge=600
 $node NodeAddr=127.0.0.1 State=UNKNOWN
 PartitionName=local Nodes=$host Default=YES MaxTime=INFINITE State=UP
 EOF
