@@ -8,21 +8,13 @@ std::vector<Bucket> plan_buckets(const Program& p, const ParamLayout& layout, co
                                  size_t bucket_bytes) {
   // The first node reading each trainable parameter, in graph order (the SDK's host layout knows it).
   const std::vector<sdk::GradientBuckets::Param> host = sdk::host::gradient_layout(p);
-  std::vector<const ParamSlot*> trainable;
+  // The same parameters at their offsets in this backend's (padded) gradient buffer.
+  std::vector<sdk::GradientParam> trainable;
   for (const ParamSlot& slot : layout.params)
-    if (slot.trainable) trainable.push_back(&slot);
+    if (slot.trainable) trainable.push_back({slot.offset, slot.count, host[trainable.size()].first_use});
   std::vector<Bucket> buckets;
-  for (size_t i = trainable.size(); i-- > 0;) {
-    if (buckets.empty() || buckets.back().count * sizeof(float) >= bucket_bytes) {
-      const size_t end = buckets.empty() ? layout.trainable_floats : buckets.back().offset;
-      buckets.push_back({end, 0, 0, INT64_MAX, 0});
-    }
-    Bucket& b = buckets.back();
-    b.count += b.offset - trainable[i]->offset;  // grows downwards, over the padding after the parameter too
-    b.offset = trainable[i]->offset;
-    ++b.params;
-    b.ready_node = std::min(b.ready_node, host[i].first_use);
-  }
+  for (const sdk::GradientBucket& b : sdk::partition_gradients(trainable, layout.trainable_floats, bucket_bytes))
+    buckets.push_back({b.offset, b.count, b.params, b.ready_at, 0});
   // Backward runs nodes in decreasing order: a bucket is ready after the last backward step of a node
   // at or after its ready_node (before backward when there is none).
   int previous = schedule.forward.empty() ? 0 : schedule.forward.back();

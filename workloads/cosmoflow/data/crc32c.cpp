@@ -54,12 +54,14 @@ constexpr std::array<uint32_t, 32> make_powers() {
 constexpr auto kPowers = make_powers();
 
 // The CRC of a + b from the CRCs of a and of b alone, and b's length.
+#if defined(MLPH_CRC32C_X86) || defined(MLPH_CRC32C_ARM)  // the portable path has one chain
 uint32_t combine(uint32_t crc_a, uint32_t crc_b, uint64_t length_b) {
   uint32_t shift = 1u << 31;  // x^0; becomes x^(8 * length_b)
   for (unsigned k = 3; length_b; length_b >>= 1, ++k)
     if (length_b & 1) shift = multiply_mod(kPowers[k & 31], shift);
   return multiply_mod(shift, crc_a) ^ crc_b;
 }
+#endif
 
 // Long inputs run as three independent chains over thirds of the data (the crc32 instruction's
 // latency is three times its throughput), combined after.

@@ -18,6 +18,7 @@
 
 #include "mlph/comms.h"
 #include "mlph/sdk/error.hpp"
+#include "mlph/sdk/gradient_partition.hpp"
 
 namespace mlph::sdk {
 
@@ -25,25 +26,15 @@ class GradientBuckets {
  public:
   static constexpr size_t kBucketBytes = size_t{4} << 20;
 
-  // A trainable parameter's gradient within the buffer, and the first node (graph order) reading the
-  // parameter: its gradient is final once backward is done with that node.
-  struct Param {
-    size_t offset, count;
-    int64_t first_use;
-  };
+  using Param = GradientParam;
 
   // `params` in graph order, tiling `grads`. The handle and the buffer outlive this object.
   GradientBuckets(const MLPH_HostApi* host, const MLPH_CommsHandle& comms, float* grads,
                   const std::vector<Param>& params, size_t bucket_bytes = kBucketBytes)
       : host_(host), comms_(comms), grads_(grads) {
-    for (auto p = params.rbegin(); p != params.rend(); ++p) {
-      if (buckets_.empty() || buckets_.back().count * sizeof(float) >= bucket_bytes)
-        buckets_.push_back({p->offset + p->count, 0, p->first_use});
-      Bucket& b = buckets_.back();
-      b.offset = p->offset;  // grows downwards: consecutive parameters in reverse order
-      b.count += p->count;
-      b.ready_at = std::min(b.ready_at, p->first_use);
-    }
+    const size_t end = params.empty() ? 0 : params.back().offset + params.back().count;
+    for (const GradientBucket& b : partition_gradients(params, end, bucket_bytes))
+      buckets_.push_back({b.offset, b.count, b.ready_at});
     thread_ = std::thread([this] { serve(); });
   }
   ~GradientBuckets() {
