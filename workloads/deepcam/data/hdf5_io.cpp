@@ -319,32 +319,31 @@ std::optional<LabelType> label_type_of(const Image& image, const Image::Dataset&
   return std::nullopt;
 }
 
+// The i-th little-endian T of `bytes`.
+template <class T>
+T load_le(std::span<const std::byte> bytes, size_t i) {
+  T v;
+  std::memcpy(&v, bytes.data() + i * sizeof(T), sizeof(T));
+  if constexpr (std::endian::native == std::endian::big && sizeof(T) > 1) {
+    auto* b = reinterpret_cast<unsigned char*>(&v);
+    std::reverse(b, b + sizeof(T));
+  }
+  return v;
+}
+
 // Labels of type T (little-endian) into `labels`, each 0, 1 or 2; any other value is refused as
 // check_labels refuses it (the values widened to double, as a whole decode reads them).
 template <class T>
 void take_labels(std::span<const std::byte> bytes, const std::string& name, int width, std::span<int32_t> labels) {
   bool valid = true;
   for (size_t i = 0; i < labels.size(); ++i) {
-    T v;
-    std::memcpy(&v, bytes.data() + i * sizeof(T), sizeof(T));
-    if constexpr (std::endian::native == std::endian::big && sizeof(T) > 1) {
-      auto* b = reinterpret_cast<unsigned char*>(&v);
-      std::reverse(b, b + sizeof(T));
-    }
+    const T v = load_le<T>(bytes, i);
     valid &= v == T(0) || v == T(1) || v == T(2);
     labels[i] = static_cast<int32_t>(v == T(1) ? 1 : v == T(2) ? 2 : 0);
   }
   if (valid) return;
   std::vector<double> values(labels.size());
-  for (size_t i = 0; i < labels.size(); ++i) {
-    T v;
-    std::memcpy(&v, bytes.data() + i * sizeof(T), sizeof(T));
-    if constexpr (std::endian::native == std::endian::big && sizeof(T) > 1) {
-      auto* b = reinterpret_cast<unsigned char*>(&v);
-      std::reverse(b, b + sizeof(T));
-    }
-    values[i] = static_cast<double>(v);
-  }
+  for (size_t i = 0; i < labels.size(); ++i) values[i] = static_cast<double>(load_le<T>(bytes, i));
   check_labels(values, name, width, labels);
 }
 
