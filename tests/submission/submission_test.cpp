@@ -11,7 +11,7 @@
 
 #include "mlph/core/borrow.hpp"
 #include "mlph/core/plugin_loader.hpp"
-#include "mlph/sdk/json.hpp"
+#include "mlph/sdk/util/json.hpp"
 #include "report.hpp"
 #include "scoring.hpp"
 #include "tree.hpp"

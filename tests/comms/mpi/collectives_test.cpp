@@ -10,7 +10,7 @@
 
 #include "comms_fixture.hpp"
 #include "halo_check.hpp"
-#include "mlph/sdk/gradient_buckets.hpp"
+#include "mlph/sdk/host/gradient_buckets.hpp"
 
 using mlph::test::HaloCase;
 using mlph::test::LoadedComm;

@@ -10,7 +10,7 @@
 #include "../../integration/cli.hpp"
 #include "../mpi/comms_fixture.hpp"
 #include "../mpi/halo_check.hpp"
-#include "mlph/sdk/comms.hpp"
+#include "mlph/sdk/comms/plugin.hpp"
 
 using mlph::test::LoadedComm;
 namespace fs = std::filesystem;

@@ -9,7 +9,7 @@
 #include "../../../integration/cli.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/core/plugin_loader.hpp"
-#include "mlph/sdk/backend.hpp"
+#include "mlph/sdk/model/backend.hpp"
 
 namespace fs = std::filesystem;
 
