@@ -10,6 +10,7 @@
 #include "mlph/core/host.hpp"
 #include "mlph/core/plugin_loader.hpp"
 #include "mlph/sdk/model/backend.hpp"
+#include "mlph/test/tiny_run.hpp"
 
 namespace fs = std::filesystem;
 
@@ -95,11 +96,8 @@ TEST(CudaPlugin, MlperfRunWithoutAGpuEndsAbortedWithOneLine) {
   const std::string why = no_device();
   if (why.empty()) GTEST_SKIP() << "a CUDA device is here: tools/gpu's check runs the backend";
   const fs::path dir = mlph::test::fresh_dir("cuda-no-gpu");
-  const std::string tiny = "--workload cosmoflow --division open --set data.edge=32 --set train.batch_size=2 --seed 7 ";
-  ASSERT_EQ(mlph::test::run_cli(tiny + "--set data.synthetic.train=2 --set data.synthetic.valid=2 --generate-data " +
-                                (dir / "data").string())
-                .exit_code,
-            0);
+  const std::string tiny = mlph::test::tiny_cosmoflow(2) + "--seed 7 ";
+  ASSERT_EQ(mlph::test::run_cli(tiny + mlph::test::generate_data(2, 2, dir / "data")).exit_code, 0);
   const mlph::test::CliResult r = mlph::test::run_cli(tiny + "--backend cuda --data " + (dir / "data").string() +
                                                       " --output " + (dir / "out").string());
   EXPECT_EQ(r.exit_code, 1) << r.output;
