@@ -10,6 +10,7 @@
 #include "mlph/core/host.hpp"
 #include "mlph/core/plugin_loader.hpp"
 #include "mlph/sdk/model/backend.hpp"
+#include "mlph/test/create_args.hpp"
 #include "mlph/test/tiny_run.hpp"
 
 namespace fs = std::filesystem;
@@ -32,12 +33,7 @@ mlph::core::LoadedPlugin load_cuda() {
 
 // create_with's error (code, message), or MLPH_OK and "" with the backend destroyed again.
 std::pair<MLPH_Code, std::string> create(const MLPH_BackendApi* api, std::vector<MLPH_KeyValue> options) {
-  MLPH_BackendCreateArgs args{};
-  args.struct_size = sizeof args;
-  args.host = mlph::core::host_api();
-  args.options = options.data();
-  args.n_options = options.size();
-  args.topology = mlph::sdk::single_rank_topology();
+  const MLPH_BackendCreateArgs args = mlph::test::single_rank_create_args(mlph::core::host_api(), options);
   MLPH_Backend* backend = nullptr;
   MLPH_Error* error = api->create_with(&args, &backend);
   if (!error) {
