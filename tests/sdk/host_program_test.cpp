@@ -149,7 +149,7 @@ TEST(HostProgram, GradientsAndTheirLayout) {
     if (needed[v]) with_gradient.push_back(p.values[v].name);
   EXPECT_EQ(sorted(with_gradient), sorted({"w", "up", "gamma", "beta", "c", "bn", "pool", "t", "loss"}));
 
-  const std::vector<sdk::GradientBuckets::Param> layout = sdk::program::gradient_layout(p);
+  const std::vector<sdk::GradientParam> layout = sdk::program::gradient_layout(p);
   ASSERT_EQ(layout.size(), 4u);  // the running statistics are frozen
   const size_t offsets[] = {0, 108, 180, 184}, counts[] = {108, 72, 4, 4};
   const int64_t first_use[] = {0, 3, 1, 1};  // conv, up, bn, bn
