@@ -227,6 +227,10 @@ void CudaModel::make_dense(size_t k) {
     runtime::Matmul::Setup s;
     s.gemm = *gemms[g];
     s.operands = precision.data;
+    // D: y as the node writes it, dx as its gradient is stored (plan/memory.cpp), dw into the fp32 gradient buffer.
+    const plan::DType outputs[3] = {precision.writes, plan_.precision.values[static_cast<size_t>(n.inputs[0])],
+                                    plan::DType::f32};
+    s.output = outputs[g];
     s.math = precision.math;
     s.bias = g == 0 && dense.bias;
     s.rule = &plan_.algorithms;

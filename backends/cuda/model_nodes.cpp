@@ -18,6 +18,15 @@ FloatType float_type(plan::DType type) {
 
 constexpr float kOne = 1.0f, kZero = 0.0f;
 
+// f(T*{}) with T the stored type (float, or Bf16 for activations stored in bf16: plan::PrecisionPlan),
+// so that one call site picks our kernels' overload for it.
+template <class F>
+cudaError_t with_stored(FloatType type, F&& f) {
+  if (type == FloatType::bf16) return f(static_cast<Bf16*>(nullptr));
+  return f(static_cast<float*>(nullptr));
+}
+#define MLPH_STORED(t) std::remove_pointer_t<decltype(t)>  // the T of with_stored's argument
+
 // backend.batch_norm=cudnn: the persistent spatial mode for training (cuDNN's faster path for NHWC;
 // deterministic, its docs say, through scaled integer atomics that may overflow to Inf/NaN on extreme
 // inputs). Inference stays CUDNN_BATCHNORM_SPATIAL. The *Ex entry points would need a reserve space
@@ -86,7 +95,12 @@ void CudaModel::forward(size_t k, bool training) {
     case OpKind::conv:
     case OpKind::conv_transpose:
       if (plan_.nodes[k].engine == plan::Engine::depthwise)  // our kernel: bias included, no cast, no copy
-        check(depthwise_forward(s, depthwise_shape(n.window, n.has_bias()), in(0), in(1), n.has_bias() ? in(2) : nullptr, y),
+        check(with_stored(stored_type(n.inputs[0]),
+                          [&](auto t) {
+                            using T = MLPH_STORED(t);
+                            return depthwise_forward(s, depthwise_shape(n.window, n.has_bias()), at<T>(m.reads[0]), in(1),
+                                                     n.has_bias() ? in(2) : nullptr, at<T>(m.output));
+                          }),
               "depthwise_forward", k);
       else if (r.dense)  // a pointwise conv on cuBLASLt (plan::is_pointwise)
         dense_forward(k);
@@ -97,7 +111,9 @@ void CudaModel::forward(size_t k, bool training) {
       check(leaky_relu_forward(s, count, alpha, in(0), y), "leaky_relu_forward", k);
       break;
     case OpKind::relu:
-      check(relu_forward(s, count, in(0), y), "relu_forward", k);
+      check(with_stored(stored_type(n.inputs[0]),
+                        [&](auto t) { return relu_forward(s, count, at<MLPH_STORED(t)>(m.reads[0]), at<MLPH_STORED(t)>(m.output)); }),
+            "relu_forward", k);
       break;
     case OpKind::tanh:
       check(tanh_forward(s, count, in(0), y), "tanh_forward", k);
@@ -138,21 +154,35 @@ void CudaModel::forward(size_t k, bool training) {
     case OpKind::batch_norm:
       batch_norm_forward(k, training);
       break;
-    case OpKind::add:
+    case OpKind::add:  // its inputs and the value it writes in one stored type (plan/precision.cpp: ties)
       if (const int64_t relu = plan_.nodes[k].fused_relu; relu >= 0) {  // the relu's output in the same pass
         const int64_t c = program_.value(n.output).shape.back();
-        check(add_relu_forward(s, count / c, c, in(0), in(1), at<float>(plan_.memory.nodes[static_cast<size_t>(relu)].output)),
+        check(with_stored(stored_type(n.inputs[0]),
+                          [&](auto t) {
+                            using T = MLPH_STORED(t);
+                            return add_relu_forward(s, count / c, c, at<T>(m.reads[0]), at<T>(m.reads[1]),
+                                                    at<T>(plan_.memory.nodes[static_cast<size_t>(relu)].output));
+                          }),
               "add_relu_forward", k);
       } else {
-        check(add_forward(s, count, in(0), in(1), y), "add_forward", k);
+        check(with_stored(stored_type(n.inputs[0]),
+                          [&](auto t) {
+                            using T = MLPH_STORED(t);
+                            return add_forward(s, count, at<T>(m.reads[0]), at<T>(m.reads[1]), at<T>(m.output));
+                          }),
+              "add_forward", k);
       }
       break;
-    case OpKind::concat: {
-      std::vector<const float*> parts;
-      for (size_t i = 0; i < n.inputs.size(); ++i) parts.push_back(in(i));
-      check(concat_forward(s, rows, parts, n.widths, y), "concat_forward", k);
+    case OpKind::concat:
+      check(with_stored(stored_type(n.output),
+                        [&](auto t) {
+                          using T = MLPH_STORED(t);
+                          std::vector<const T*> parts;
+                          for (size_t i = 0; i < n.inputs.size(); ++i) parts.push_back(at<T>(m.reads[i]));
+                          return concat_forward(s, rows, std::span<const T* const>(parts), n.widths, at<T>(m.output));
+                        }),
+            "concat_forward", k);
       break;
-    }
     case OpKind::global_avg_pool:
       check(global_avg_pool_forward(s, n.batch, rows / n.batch, channels, in(0), y, ws, ws_bytes),
             "global_avg_pool_forward", k);
@@ -276,7 +306,10 @@ void CudaModel::batch_norm_forward(size_t k, bool training) {
     mark("cudnnBatchNormalizationForward");
     return;
   }
-  // Our kernels' passes, the group's sums between them (batch_norm.hpp). Workspace: stats, scale and shift, sums.
+  // Our kernels' passes, the group's sums between them (batch_norm.hpp), x and y as stored (one type:
+  // plan/precision.cpp). Workspace: stats, scale and shift, sums.
+  const FloatType type = stored_type(n.inputs[0]);
+  auto x = [&](auto t) { return static_cast<const MLPH_STORED(t)*>(at<MLPH_STORED(t)>(m.reads[0])); };
   const auto c = static_cast<size_t>(channels);
   auto* stats = at<double>(m.forward_workspace);
   const size_t stats_bytes = plan::align_up((2 * c + 1) * sizeof(double), plan::kAlignment);
@@ -287,9 +320,11 @@ void CudaModel::batch_norm_forward(size_t k, bool training) {
     check(batch_norm_eval_coefficients(s, channels, eps, in(1), in(2), in(3), in(4), scale_shift),
           "batch_norm_eval_coefficients", k);
   } else {
-    check(batch_norm_sum(s, rows, channels, in(0), stats, sums, sums_bytes), "batch_norm_sum", k);
+    check(with_stored(type, [&](auto t) { return batch_norm_sum(s, rows, channels, x(t), stats, sums, sums_bytes); }),
+          "batch_norm_sum", k);
     group_sum(k, stats, channels + 1);
-    check(batch_norm_variance(s, rows, channels, in(0), stats, sums, sums_bytes), "batch_norm_variance", k);
+    check(with_stored(type, [&](auto t) { return batch_norm_variance(s, rows, channels, x(t), stats, sums, sums_bytes); }),
+          "batch_norm_variance", k);
     group_sum(k, stats + channels + 1, channels);
     if (relu >= 0) scale_shift = at<float>(m.statistics) + 2 * channels;  // kept for the relu's mask in backward
     check(batch_norm_finalize(s, channels, eps, momentum, stats, in(1), in(2), in(3), in(4), at<float>(m.statistics),
@@ -297,10 +332,15 @@ void CudaModel::batch_norm_forward(size_t k, bool training) {
           "batch_norm_finalize", k);
   }
   if (relu >= 0)  // the relu's output in the same pass
-    check(batch_norm_relu_apply(s, rows, channels, in(0), scale_shift, at<float>(plan_.memory.nodes[static_cast<size_t>(relu)].output)),
+    check(with_stored(type,
+                      [&](auto t) {
+                        return batch_norm_relu_apply(s, rows, channels, x(t), scale_shift,
+                                                     at<MLPH_STORED(t)>(plan_.memory.nodes[static_cast<size_t>(relu)].output));
+                      }),
           "batch_norm_relu_apply", k);
   else
-    check(batch_norm_apply(s, rows, channels, in(0), scale_shift, y), "batch_norm_apply", k);
+    check(with_stored(type, [&](auto t) { return batch_norm_apply(s, rows, channels, x(t), scale_shift, at<MLPH_STORED(t)>(m.output)); }),
+          "batch_norm_apply", k);
 }
 
 // SyncBatchNorm: `count` doubles summed over the node's group, in place, in stream order.
@@ -391,10 +431,22 @@ void CudaModel::backward(size_t k) {
     case OpKind::conv_transpose:
       if (plan_.nodes[k].engine == plan::Engine::depthwise) {  // dx a gather; dw, db straight into the gradients
         const DepthwiseShape shape = depthwise_shape(n.window, n.has_bias());
-        if (dx) check(depthwise_backward_data(s, shape, in(1), dy, dx), "depthwise_backward_data", k);
+        const FloatType type = stored_type(n.inputs[0]);  // x, y and their gradients (one type)
+        if (dx)
+          check(with_stored(type,
+                            [&](auto t) {
+                              using T = MLPH_STORED(t);
+                              return depthwise_backward_data(s, shape, in(1), at<T>(m.output_gradient), at<T>(m.gradients[0]));
+                            }),
+                "depthwise_backward_data", k);
         if (grad(1) || grad(2))
-          check(depthwise_backward_weights(s, shape, in(0), dy, grad(1), grad(2), ws, ws_bytes), "depthwise_backward_weights",
-                k);
+          check(with_stored(type,
+                            [&](auto t) {
+                              using T = MLPH_STORED(t);
+                              return depthwise_backward_weights(s, shape, at<T>(m.reads[0]), at<T>(m.output_gradient), grad(1),
+                                                                grad(2), ws, ws_bytes);
+                            }),
+                "depthwise_backward_weights", k);
       } else if (r.dense) {
         dense_backward(k);
       } else {
@@ -414,7 +466,13 @@ void CudaModel::backward(size_t k) {
       if (dx) check(leaky_relu_backward(s, count, alpha, n.attr >= 0 ? y : in(0), dy, dx), "leaky_relu_backward", k);
       break;
     case OpKind::relu:  // y > 0 exactly where x > 0
-      if (dx) check(relu_backward(s, count, y, dy, dx), "relu_backward", k);
+      if (dx)
+        check(with_stored(stored_type(n.inputs[0]),
+                          [&](auto t) {
+                            using T = MLPH_STORED(t);
+                            return relu_backward(s, count, at<T>(m.output), at<T>(m.output_gradient), at<T>(m.gradients[0]));
+                          }),
+              "relu_backward", k);
       break;
     case OpKind::tanh:
       if (dx) check(tanh_backward(s, count, y, dy, dx), "tanh_backward", k);
@@ -438,19 +496,34 @@ void CudaModel::backward(size_t k) {
       if (const int64_t relu = plan_.nodes[k].fused_relu; relu >= 0) {  // the relu's gradient, its mask from its output
         const plan::NodeMemory& rm = plan_.memory.nodes[static_cast<size_t>(relu)];
         const int64_t c = program_.value(n.output).shape.back();
-        check(add_relu_backward(s, count / c, c, at<float>(rm.output), at<float>(rm.output_gradient), grad(0), grad(1)),
+        check(with_stored(stored_type(n.inputs[0]),
+                          [&](auto t) {
+                            using T = MLPH_STORED(t);
+                            return add_relu_backward(s, count / c, c, at<T>(rm.output), at<T>(rm.output_gradient),
+                                                     at<T>(m.gradients[0]), at<T>(m.gradients[1]));
+                          }),
               "add_relu_backward", k);
         break;
       }
       for (size_t i = 0; i < 2; ++i)
-        if (float* g = grad(i)) check(accumulate(s, count, dy, g), "accumulate", k);
+        if (m.gradients[i])
+          check(with_stored(stored_type(n.inputs[0]),
+                            [&](auto t) {
+                              using T = MLPH_STORED(t);
+                              return accumulate(s, count, at<T>(m.output_gradient), at<T>(m.gradients[i]));
+                            }),
+                "accumulate", k);
       break;
-    case OpKind::concat: {
-      std::vector<float*> grads;
-      for (size_t i = 0; i < n.inputs.size(); ++i) grads.push_back(grad(i));
-      check(concat_backward(s, rows, grads, n.widths, dy), "concat_backward", k);
+    case OpKind::concat:
+      check(with_stored(stored_type(n.output),
+                        [&](auto t) {
+                          using T = MLPH_STORED(t);
+                          std::vector<T*> grads;
+                          for (size_t i = 0; i < n.inputs.size(); ++i) grads.push_back(at<T>(m.gradients[i]));
+                          return concat_backward(s, rows, std::span<T* const>(grads), n.widths, at<T>(m.output_gradient));
+                        }),
+            "concat_backward", k);
       break;
-    }
     case OpKind::global_avg_pool:
       if (dx) check(global_avg_pool_backward(s, n.batch, rows / n.batch, channels, dy, dx), "global_avg_pool_backward", k);
       break;
@@ -472,15 +545,16 @@ void CudaModel::backward(size_t k) {
   }
 }
 
-// cuBLASLt: a dense node, or a pointwise conv (plan::DensePlan); y written in fp32 (D), the bias by the epilogue.
+// cuBLASLt: a dense node, or a pointwise conv (plan::DensePlan); y written as stored (D: fp32, or bf16 for
+// bf16 activations), the bias by the epilogue.
 void CudaModel::dense_forward(size_t k) {
   const plan::NodeMemory& m = plan_.memory.nodes[k];
-  nodes_[k].gemms[0].run(where_, cublaslt_->get(), at(m.reads[1]), at(m.reads[0]), at<float>(m.output), false,
+  nodes_[k].gemms[0].run(where_, cublaslt_->get(), at(m.reads[1]), at(m.reads[0]), at(m.output), false,
                    at(m.forward_workspace), stream(), node_about(k));
   mark("cublasLtMatmul");
 }
 
-// dx and dw added into their fp32 gradients; a chunked dw (deterministic) written into the workspace's
+// dx written or added as stored (D's type), dw added into its fp32 gradient; a chunked dw (deterministic) written into the workspace's
 // partials first and summed in chunk order; the bias gradient our channel sum of dy.
 void CudaModel::dense_backward(size_t k) {
   const plan::DensePlan& dense = *plan_.nodes[k].dense;
@@ -635,24 +709,44 @@ void CudaModel::batch_norm_backward(size_t k) {
                                                 plan::align_up((2 * c + 1) * sizeof(double), plan::kAlignment));
   void* scratch = reinterpret_cast<char*>(coefficients) + plan::align_up(3 * c * sizeof(float), plan::kAlignment);
   const size_t scratch_bytes = channel_sums_workspace_bytes(1, rows, channels);
+  // x, dy and dx as stored (one type: plan/precision.cpp).
+  const FloatType type = stored_type(n.inputs[0]);
+  auto x = [&](auto t) { return static_cast<const MLPH_STORED(t)*>(at<MLPH_STORED(t)>(m.reads[0])); };
+  auto dx_of = [&](auto t) { return at<MLPH_STORED(t)>(m.gradients[0]); };
   if (const int64_t relu = plan_.nodes[k].fused_relu; relu >= 0) {  // dy is the relu output's; the mask recomputed
-    const float* relu_dy = at<float>(plan_.memory.nodes[static_cast<size_t>(relu)].output_gradient);
+    const plan::Location relu_dy = plan_.memory.nodes[static_cast<size_t>(relu)].output_gradient;
+    auto g = [&](auto t) { return static_cast<const MLPH_STORED(t)*>(at<MLPH_STORED(t)>(relu_dy)); };
     const float* scale_shift = saved + 2 * channels;
-    check(batch_norm_relu_backward_sums(s, rows, channels, in(0), relu_dy, saved, scale_shift, sums, scratch, scratch_bytes),
+    check(with_stored(type,
+                      [&](auto t) {
+                        return batch_norm_relu_backward_sums(s, rows, channels, x(t), g(t), saved, scale_shift, sums, scratch,
+                                                             scratch_bytes);
+                      }),
           "batch_norm_relu_backward_sums", k);
     check(batch_norm_backward_params(s, channels, sums, dgamma, dbeta), "batch_norm_backward_params", k);
     group_sum(k, sums, 2 * channels + 1);
     if (dx)
-      check(batch_norm_relu_backward_data(s, rows, channels, in(0), relu_dy, in(1), saved, scale_shift, sums, coefficients, dx),
+      check(with_stored(type,
+                        [&](auto t) {
+                          return batch_norm_relu_backward_data(s, rows, channels, x(t), g(t), in(1), saved, scale_shift, sums,
+                                                               coefficients, dx_of(t));
+                        }),
             "batch_norm_relu_backward_data", k);
     return;
   }
-  check(batch_norm_backward_sums(s, rows, channels, in(0), dy, saved, sums, scratch, scratch_bytes),
+  auto g = [&](auto t) { return static_cast<const MLPH_STORED(t)*>(at<MLPH_STORED(t)>(m.output_gradient)); };
+  check(with_stored(type,
+                    [&](auto t) {
+                      return batch_norm_backward_sums(s, rows, channels, x(t), g(t), saved, sums, scratch, scratch_bytes);
+                    }),
         "batch_norm_backward_sums", k);
   check(batch_norm_backward_params(s, channels, sums, dgamma, dbeta), "batch_norm_backward_params", k);
   group_sum(k, sums, 2 * channels + 1);
   if (dx)
-    check(batch_norm_backward_data(s, rows, channels, in(0), dy, in(1), saved, sums, coefficients, dx),
+    check(with_stored(type,
+                      [&](auto t) {
+                        return batch_norm_backward_data(s, rows, channels, x(t), g(t), in(1), saved, sums, coefficients, dx_of(t));
+                      }),
           "batch_norm_backward_data", k);
 }
 

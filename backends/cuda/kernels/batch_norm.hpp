@@ -17,12 +17,18 @@
 //     batch_norm_backward_data
 // Without a group the same kernels run with nothing in between. `saved` [2C] (mean, 1/sqrt(var + eps)
 // as float) is what the training forward leaves for the backward pass, as the reference's.
+//
+// x, y, dy and dx are stored as T (float, or Bf16 for bf16 activations: issue 33 item 4): each element
+// widened to float as it is read, every result rounded once into T as it is written (dx accumulating:
+// read, add in fp32, round once). Statistics, scale and shift, sums and coefficients are fp32/double in
+// every precision.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
 #include "kernel.hpp"
+#include "precision.hpp"
 
 namespace mlph::cuda {
 
@@ -32,13 +38,14 @@ namespace mlph::cuda {
 MLPH_KERNEL void batch_norm_mean_at(int64_t c, int64_t channels, double* stats) { stats[c] /= stats[channels]; }
 
 // Summed over rows once the means are in stats[0, C): (x - mean)^2 in double.
+template <class T = float>
 struct BatchNormDeviationTerm {
   static constexpr int K = 1;
-  const float* x;
+  const T* x;
   const double* mean;
   int64_t channels;
   MLPH_KERNEL void operator()(int64_t r, int64_t c, double* t) const {
-    const double d = x[r * channels + c] - mean[c];
+    const double d = to_float(x[r * channels + c]) - mean[c];
     t[0] = d * d;
   }
 };
@@ -69,24 +76,25 @@ MLPH_KERNEL void batch_norm_eval_coefficients_at(int64_t c, int64_t channels, do
 }
 
 // y = x * scale[c] + shift[c], training and evaluation alike.
-MLPH_KERNEL void batch_norm_apply_at(int64_t r, int64_t c, int64_t channels, const float* x, const float* scale_shift,
-                                     float* y) {
-  y[r * channels + c] = x[r * channels + c] * scale_shift[c] + scale_shift[channels + c];
+template <class T = float>
+MLPH_KERNEL void batch_norm_apply_at(int64_t r, int64_t c, int64_t channels, const T* x, const float* scale_shift, T* y) {
+  y[r * channels + c] = from_float<T>(to_float(x[r * channels + c]) * scale_shift[c] + scale_shift[channels + c]);
 }
 
 // ---- backward (of the training forward) ----
 
 // Summed over rows: {dy, dy * xhat} with xhat = (x - mean) * inverse_std, in double.
+template <class T = float>
 struct BatchNormBackwardTerm {
   static constexpr int K = 2;
-  const float* x;
-  const float* dy;
+  const T* x;
+  const T* dy;
   const float* saved;
   int64_t channels;
   MLPH_KERNEL void operator()(int64_t r, int64_t c, double* t) const {
-    const double g = dy[r * channels + c];
+    const double g = to_float(dy[r * channels + c]);
     t[0] = g;
-    t[1] = g * (static_cast<double>(x[r * channels + c]) - saved[c]) * saved[channels + c];
+    t[1] = g * (static_cast<double>(to_float(x[r * channels + c])) - saved[c]) * saved[channels + c];
   }
 };
 
@@ -108,11 +116,12 @@ MLPH_KERNEL void batch_norm_backward_coefficients_at(int64_t c, int64_t channels
 }
 
 // dx += gamma * inverse_std * (dy - mean dy - xhat * mean(dy * xhat)).
-MLPH_KERNEL void batch_norm_backward_data_at(int64_t r, int64_t c, int64_t channels, const float* x, const float* dy,
-                                             const float* saved, const float* coefficients, float* dx) {
+template <class T = float>
+MLPH_KERNEL void batch_norm_backward_data_at(int64_t r, int64_t c, int64_t channels, const T* x, const T* dy,
+                                             const float* saved, const float* coefficients, T* dx) {
   const int64_t i = r * channels + c;
-  const float xhat = (x[i] - saved[c]) * saved[channels + c];
-  dx[i] += coefficients[2 * channels + c] * (dy[i] - coefficients[c] - xhat * coefficients[channels + c]);
+  const float xhat = (to_float(x[i]) - saved[c]) * saved[channels + c];
+  add_into(dx[i], coefficients[2 * channels + c] * (to_float(dy[i]) - coefficients[c] - xhat * coefficients[channels + c]));
 }
 
 }  // namespace mlph::cuda

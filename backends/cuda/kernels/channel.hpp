@@ -11,6 +11,7 @@
 #include <span>
 
 #include "kernel.hpp"
+#include "precision.hpp"
 
 namespace mlph::cuda {
 
@@ -52,24 +53,27 @@ MLPH_KERNEL void shift_scale_forward_at(int64_t r, int64_t c, int64_t channels, 
 // ---- concat along channels: one launch per input, each a band of columns of y ----
 
 // y[r, offset + c] = x[r, c], x [rows, width], y [rows, total].
-MLPH_KERNEL void copy_columns_at(int64_t r, int64_t c, int64_t width, const float* x, int64_t total, int64_t offset,
-                                 float* y) {
+// T: float or Bf16 (activations in bf16: a copy, exact).
+template <class T = float>
+MLPH_KERNEL void copy_columns_at(int64_t r, int64_t c, int64_t width, const T* x, int64_t total, int64_t offset, T* y) {
   y[r * total + offset + c] = x[r * width + c];
 }
 // dx[r, c] += dy[r, offset + c]: the backward of copy_columns_at.
-MLPH_KERNEL void add_columns_at(int64_t r, int64_t c, int64_t width, const float* dy, int64_t total, int64_t offset,
-                                float* dx) {
-  dx[r * width + c] += dy[r * total + offset + c];
+template <class T = float>
+MLPH_KERNEL void add_columns_at(int64_t r, int64_t c, int64_t width, const T* dy, int64_t total, int64_t offset, T* dx) {
+  add_into(dx[r * width + c], to_float(dy[r * total + offset + c]));
 }
 
 // ---- global average pooling: x [batch, positions, C] -> y [batch, C] ----
 
 // Summed over each sample's positions (the reduction's segments are the samples).
+// T: float, or Bf16 (a bf16 activation or gradient widened to float: the same terms as its fp32 copy).
+template <class T = float>
 struct SumTerm {
   static constexpr int K = 1;
-  const float* x;
+  const T* x;
   int64_t channels;
-  MLPH_KERNEL void operator()(int64_t r, int64_t c, double* t) const { t[0] = x[r * channels + c]; }
+  MLPH_KERNEL void operator()(int64_t r, int64_t c, double* t) const { t[0] = to_float(x[r * channels + c]); }
 };
 // y[n, c] from the sum over n's positions, divided in double as the reference does. Index n * C + c.
 MLPH_KERNEL void global_avg_pool_finish_at(int64_t i, int64_t positions, const double* sums, float* y) {

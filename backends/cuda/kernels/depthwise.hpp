@@ -12,10 +12,9 @@
 //                   else over "channels" taps x C; the bias's gradient the channel sum of dy.
 // Each body computes V consecutive channels of one position (a channel vector): V = 4 reads 16 bytes
 // at once on the device where C is a multiple of 4 and the buffers 16-byte aligned (the launcher
-// checks), V = 1 otherwise; every channel's arithmetic is the same either way. The forward and the
-// data gradient also read and write activations stored as bf16 (T = Bf16, V = 8 for 16 bytes): fp32
-// arithmetic, fp32 weights, each result rounded once; nothing runs them in bf16 yet (the memory plan
-// keeps activations in fp32).
+// checks), V = 1 otherwise; every channel's arithmetic is the same either way. Every pass also reads
+// and writes activations stored as bf16 (T = Bf16, V = 8 for 16 bytes; issue 33 item 4): fp32
+// arithmetic, fp32 weights and weight gradients, each stored result rounded once.
 #pragma once
 
 #include <cstdint>
@@ -48,66 +47,6 @@ DepthwiseShape depthwise_shape(const Window& w, bool bias) {
     s.stride[d] = w.stride[d], s.dilation[d] = w.dilation[d], s.pad[d] = w.pad_before[d];
   }
   return s;
-}
-
-// V channels from p as floats, and back: float or bf16 storage (Bf16, precision.hpp's rounding), fp32
-// arithmetic. On the device whole 16-byte vectors where V allows (4 floats, 8 bf16; the caller
-// guarantees the alignment).
-struct Bf16 {
-  uint16_t bits;
-};
-MLPH_KERNEL float to_float(float v) { return v; }
-MLPH_KERNEL float to_float(Bf16 v) { return bfloat16_to_float(v.bits); }
-template <class T>
-MLPH_KERNEL T from_float(float v) {
-  if constexpr (sizeof(T) == sizeof(float))
-    return v;
-  else
-    return Bf16{float_to_bfloat16(v)};
-}
-
-template <int V, class T>
-MLPH_KERNEL void load_channels(const T* p, float (&v)[V]) {
-#ifdef __CUDA_ARCH__
-  if constexpr (sizeof(T) == 4 && V % 4 == 0) {
-    for (int q = 0; q < V / 4; ++q) {
-      const float4 f = reinterpret_cast<const float4*>(p)[q];
-      v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
-    }
-  } else if constexpr (sizeof(T) == 2 && V % 8 == 0) {
-    for (int q = 0; q < V / 8; ++q) {
-      const uint4 u = reinterpret_cast<const uint4*>(p)[q];
-      const uint32_t words[4] = {u.x, u.y, u.z, u.w};
-      for (int h = 0; h < 4; ++h) {
-        v[8 * q + 2 * h] = bits_float(words[h] << 16);
-        v[8 * q + 2 * h + 1] = bits_float(words[h] & 0xffff0000u);
-      }
-    }
-  } else
-#endif
-  {
-    for (int j = 0; j < V; ++j) v[j] = to_float(p[j]);
-  }
-}
-template <int V, class T>
-MLPH_KERNEL void store_channels(T* p, const float (&v)[V]) {
-#ifdef __CUDA_ARCH__
-  if constexpr (sizeof(T) == 4 && V % 4 == 0) {
-    for (int q = 0; q < V / 4; ++q)
-      reinterpret_cast<float4*>(p)[q] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
-  } else if constexpr (sizeof(T) == 2 && V % 8 == 0) {
-    for (int q = 0; q < V / 8; ++q) {
-      uint32_t words[4];
-      for (int h = 0; h < 4; ++h)
-        words[h] = static_cast<uint32_t>(float_to_bfloat16(v[8 * q + 2 * h])) |
-                   static_cast<uint32_t>(float_to_bfloat16(v[8 * q + 2 * h + 1])) << 16;
-      reinterpret_cast<uint4*>(p)[q] = make_uint4(words[0], words[1], words[2], words[3]);
-    }
-  } else
-#endif
-  {
-    for (int j = 0; j < V; ++j) p[j] = from_float<T>(v[j]);
-  }
 }
 
 // Position `pos` (counting [N, dims...]) as its sample and coordinates: in 32-bit divisions where the
@@ -198,11 +137,13 @@ MLPH_KERNEL void depthwise_backward_data_at(int64_t pos, int64_t c, const Depthw
 
 // Summed over output positions r, per "channel" j = tap * C + c: x at the tap's input position times
 // dy, in double (a float product is exact in double); 0 where the tap reads padding.
+// T: x and dy stored as float or Bf16 (widened; the products and sums as in fp32).
+template <class T = float>
 struct DepthwiseWeightTerm {
   static constexpr int K = 1;
   DepthwiseShape s;
-  const float* x;
-  const float* dy;
+  const T* x;
+  const T* dy;
   MLPH_KERNEL void operator()(int64_t r, int64_t j, double* t) const {
     const auto jj = static_cast<uint32_t>(j), channels = static_cast<uint32_t>(s.channels);  // taps x C: 32 bits
     const auto k2s = static_cast<uint32_t>(s.kernel[2]), k1s = static_cast<uint32_t>(s.kernel[1]);
@@ -214,29 +155,30 @@ struct DepthwiseWeightTerm {
     const int64_t i1 = o[1] * s.stride[1] - s.pad[1] + k1 * s.dilation[1];
     const int64_t i2 = o[2] * s.stride[2] - s.pad[2] + k2 * s.dilation[2];
     const bool inside = i0 >= 0 && i0 < s.in[0] && i1 >= 0 && i1 < s.in[1] && i2 >= 0 && i2 < s.in[2];
-    t[0] = inside ? static_cast<double>(x[(((n * s.in[0] + i0) * s.in[1] + i1) * s.in[2] + i2) * s.channels + c]) *
-                        dy[r * s.channels + c]
+    t[0] = inside ? static_cast<double>(to_float(x[(((n * s.in[0] + i0) * s.in[1] + i1) * s.in[2] + i2) * s.channels + c])) *
+                        to_float(dy[r * s.channels + c])
                   : 0.0;
   }
 };
 
 // A 2-D 3x3 kernel (DeepCAM's): all 9 taps of channel c per output position r at once, so that dy is read
 // once rather than once per tap; its sums come out as [tap][C], the weights' layout. Same products.
+template <class T = float>
 struct Depthwise3x3WeightTerm {
   static constexpr int K = 9;
   DepthwiseShape s;
-  const float* x;
-  const float* dy;
+  const T* x;
+  const T* dy;
   MLPH_KERNEL void operator()(int64_t r, int64_t c, double* t) const {
     int64_t n, o[3];
     depthwise_coordinates(r, s.out, n, o);
-    const double g = dy[r * s.channels + c];
+    const double g = to_float(dy[r * s.channels + c]);
     for (int k1 = 0; k1 < 3; ++k1) {
       const int64_t i1 = o[1] * s.stride[1] - s.pad[1] + k1 * s.dilation[1];
       for (int k2 = 0; k2 < 3; ++k2) {
         const int64_t i2 = o[2] * s.stride[2] - s.pad[2] + k2 * s.dilation[2];
         const bool inside = i1 >= 0 && i1 < s.in[1] && i2 >= 0 && i2 < s.in[2];
-        t[k1 * 3 + k2] = inside ? static_cast<double>(x[((n * s.in[1] + i1) * s.in[2] + i2) * s.channels + c]) * g : 0.0;
+        t[k1 * 3 + k2] = inside ? static_cast<double>(to_float(x[((n * s.in[1] + i1) * s.in[2] + i2) * s.channels + c])) * g : 0.0;
       }
     }
   }

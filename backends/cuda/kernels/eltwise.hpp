@@ -6,9 +6,9 @@
 
 #include <cstdint>
 
-#include "depthwise.hpp"  // load_channels, store_channels: 16-byte vectors on the device
 #include "kernel.hpp"
 #include "mlph/common.h"
+#include "precision.hpp"  // load_channels, store_channels: 16-byte vectors on the device; Bf16
 
 namespace mlph::cuda {
 
@@ -31,9 +31,16 @@ MLPH_KERNEL void leaky_relu_backward_at(int64_t i, float alpha, const float* x, 
 }
 
 // max(x, 0) with the NaN kept: NaN < 0 is false. -0 stays -0, as std::max(-0.0f, 0.0f) returns its first.
-MLPH_KERNEL void relu_forward_at(int64_t i, const float* x, float* y) { y[i] = x[i] < 0.0f ? 0.0f : x[i]; }
-MLPH_KERNEL void relu_backward_at(int64_t i, const float* x, const float* dy, float* dx) {
-  dx[i] += x[i] > 0 ? dy[i] : 0.0f;
+// T: float, or Bf16 (activations stored in bf16: widened, computed in fp32, rounded once; relu's
+// result is exact in bf16, the gradient's sum is rounded).
+template <class T = float>
+MLPH_KERNEL void relu_forward_at(int64_t i, const T* x, T* y) {
+  const float v = to_float(x[i]);
+  y[i] = from_float<T>(v < 0.0f ? 0.0f : v);
+}
+template <class T = float>
+MLPH_KERNEL void relu_backward_at(int64_t i, const T* x, const T* dy, T* dx) {
+  add_into(dx[i], to_float(x[i]) > 0 ? to_float(dy[i]) : 0.0f);
 }
 
 MLPH_KERNEL void tanh_forward_at(int64_t i, const float* x, float* y) { y[i] = tanhf(x[i]); }
@@ -47,8 +54,14 @@ MLPH_KERNEL void scale_backward_at(int64_t i, float factor, const float* dy, flo
 
 // ---- add, and the backward of copies (reshape, add, dropout in evaluation) ----
 
-MLPH_KERNEL void add_forward_at(int64_t i, const float* a, const float* b, float* y) { y[i] = a[i] + b[i]; }
-MLPH_KERNEL void accumulate_at(int64_t i, const float* dy, float* dx) { dx[i] += dy[i]; }
+template <class T = float>
+MLPH_KERNEL void add_forward_at(int64_t i, const T* a, const T* b, T* y) {
+  y[i] = from_float<T>(to_float(a[i]) + to_float(b[i]));
+}
+template <class T = float>
+MLPH_KERNEL void accumulate_at(int64_t i, const T* dy, T* dx) {
+  add_into(dx[i], to_float(dy[i]));
+}
 
 // ---- dropout ----
 
@@ -102,15 +115,17 @@ MLPH_KERNEL void leaky_relu_backward_vec_at(int64_t i, float alpha, const float*
   for (int j = 0; j < V; ++j) leaky_relu_backward_at(j, alpha, xv, gv, dv);
   store_channels<V>(dx + i, dv);
 }
-template <int V>
-MLPH_KERNEL void relu_forward_vec_at(int64_t i, const float* x, float* y) {
+// relu, add and accumulate take T as their scalar bodies (V = 8 bf16 is 16 bytes): registers in fp32,
+// each result rounded once as it is stored, so the bits are the scalar T body's.
+template <int V, class T = float>
+MLPH_KERNEL void relu_forward_vec_at(int64_t i, const T* x, T* y) {
   float xv[V], yv[V];
   load_channels<V>(x + i, xv);
   for (int j = 0; j < V; ++j) relu_forward_at(j, xv, yv);
   store_channels<V>(y + i, yv);
 }
-template <int V>
-MLPH_KERNEL void relu_backward_vec_at(int64_t i, const float* x, const float* dy, float* dx) {
+template <int V, class T = float>
+MLPH_KERNEL void relu_backward_vec_at(int64_t i, const T* x, const T* dy, T* dx) {
   float xv[V], gv[V], dv[V];
   load_channels<V>(x + i, xv), load_channels<V>(dy + i, gv), load_channels<V>(dx + i, dv);
   for (int j = 0; j < V; ++j) relu_backward_at(j, xv, gv, dv);
@@ -144,15 +159,15 @@ MLPH_KERNEL void scale_backward_vec_at(int64_t i, float factor, const float* dy,
   for (int j = 0; j < V; ++j) scale_backward_at(j, factor, gv, dv);
   store_channels<V>(dx + i, dv);
 }
-template <int V>
-MLPH_KERNEL void add_forward_vec_at(int64_t i, const float* a, const float* b, float* y) {
+template <int V, class T = float>
+MLPH_KERNEL void add_forward_vec_at(int64_t i, const T* a, const T* b, T* y) {
   float av[V], bv[V], yv[V];
   load_channels<V>(a + i, av), load_channels<V>(b + i, bv);
   for (int j = 0; j < V; ++j) add_forward_at(j, av, bv, yv);
   store_channels<V>(y + i, yv);
 }
-template <int V>
-MLPH_KERNEL void accumulate_vec_at(int64_t i, const float* dy, float* dx) {
+template <int V, class T = float>
+MLPH_KERNEL void accumulate_vec_at(int64_t i, const T* dy, T* dx) {
   float gv[V], dv[V];
   load_channels<V>(dy + i, gv), load_channels<V>(dx + i, dv);
   for (int j = 0; j < V; ++j) accumulate_at(j, gv, dv);

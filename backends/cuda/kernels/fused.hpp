@@ -1,10 +1,9 @@
 // Fused element-wise bodies: batch-norm apply + ReLU, and add + ReLU, each one pass over memory
 // instead of two, with bits equal to the two ops run one after the other (batch_norm.hpp's apply then
 // eltwise.hpp's relu; add then relu). Row r, channels [c, c + V) of [rows, C] (V = 4: 16-byte
-// accesses where the launcher finds C a multiple of 4 and the buffers aligned). The apply and add + ReLU
-// bodies read and write float or bf16 (T = Bf16: fp32 arithmetic, each result rounded once; V = 8 is
-// 16 bytes) for activations stored in half; nothing runs them in bf16 yet (the memory plan keeps
-// activations in fp32).
+// accesses where the launcher finds C a multiple of 4 and the buffers aligned). Every body reads and
+// writes float or bf16 (T = Bf16: fp32 arithmetic, each result rounded once; V = 8 is 16 bytes) for
+// activations stored in half (issue 33 item 4).
 //
 // Backward recomputes the ReLU's mask instead of storing the normalized value: from x and the
 // forward's own per-channel scale and shift (kept with the saved statistics: the same floats, so the
@@ -38,35 +37,38 @@ MLPH_KERNEL void batch_norm_relu_apply_at(int64_t r, int64_t c, int64_t channels
 }
 
 // The ReLU's gradient at (r, c): dy where the forward's normalized value was positive.
-MLPH_KERNEL float batch_norm_relu_gradient(int64_t r, int64_t c, int64_t channels, const float* x,
-                                           const float* scale_shift, const float* dy) {
+template <class T>
+MLPH_KERNEL float batch_norm_relu_gradient(int64_t r, int64_t c, int64_t channels, const T* x, const float* scale_shift,
+                                           const T* dy) {
   const int64_t i = r * channels + c;
-  return relu_gradient(x[i] * scale_shift[c] + scale_shift[channels + c], dy[i]);
+  return relu_gradient(to_float(x[i]) * scale_shift[c] + scale_shift[channels + c], to_float(dy[i]));
 }
 
 // BatchNormBackwardTerm with the ReLU's gradient as dy: {g, g * xhat} in double.
+template <class T = float>
 struct BatchNormReluBackwardTerm {
   static constexpr int K = 2;
-  const float* x;
-  const float* dy;
+  const T* x;
+  const T* dy;
   const float* saved;        // [2C] mean, inverse std
   const float* scale_shift;  // [2C] the forward's
   int64_t channels;
   MLPH_KERNEL void operator()(int64_t r, int64_t c, double* t) const {
     const double g = batch_norm_relu_gradient(r, c, channels, x, scale_shift, dy);
     t[0] = g;
-    t[1] = g * (static_cast<double>(x[r * channels + c]) - saved[c]) * saved[channels + c];
+    t[1] = g * (static_cast<double>(to_float(x[r * channels + c])) - saved[c]) * saved[channels + c];
   }
 };
 
 // batch_norm_backward_data_at with the ReLU's gradient as dy.
-MLPH_KERNEL void batch_norm_relu_backward_data_at(int64_t r, int64_t c, int64_t channels, const float* x,
-                                                  const float* dy, const float* saved, const float* scale_shift,
-                                                  const float* coefficients, float* dx) {
+template <class T = float>
+MLPH_KERNEL void batch_norm_relu_backward_data_at(int64_t r, int64_t c, int64_t channels, const T* x, const T* dy,
+                                                  const float* saved, const float* scale_shift,
+                                                  const float* coefficients, T* dx) {
   const int64_t i = r * channels + c;
   const float g = batch_norm_relu_gradient(r, c, channels, x, scale_shift, dy);
-  const float xhat = (x[i] - saved[c]) * saved[channels + c];
-  dx[i] += coefficients[2 * channels + c] * (g - coefficients[c] - xhat * coefficients[channels + c]);
+  const float xhat = (to_float(x[i]) - saved[c]) * saved[channels + c];
+  add_into(dx[i], coefficients[2 * channels + c] * (g - coefficients[c] - xhat * coefficients[channels + c]));
 }
 
 // ---- add + ReLU: y = relu(a + b); da += g, db += g with g the ReLU's gradient (from y) ----

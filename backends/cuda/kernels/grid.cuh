@@ -126,6 +126,10 @@ cudaError_t each_row_vector(cudaStream_t stream, int64_t rows, int64_t channels,
   return cudaGetLastError();
 }
 
+// 16-byte vectors of a stored type T: 4 floats or 8 bf16.
+template <class T>
+constexpr int kLanes = 16 / static_cast<int>(sizeof(T));
+
 // Whether 16 bytes (`lanes` elements: 4 floats, 8 bf16) may be read at once at every row's channel c (a
 // multiple of lanes) of each buffer.
 template <class... Pointers>

@@ -4,6 +4,72 @@
 #include "launch.hpp"
 
 namespace mlph::cuda {
+namespace {
+
+// relu, add and accumulate over activations stored as T (float, or Bf16: issue 33 item 4): 16-byte
+// vectors (kLanes<T> elements) where every buffer is aligned, the scalar body on the rest.
+template <class T>
+cudaError_t relu_fwd(cudaStream_t stream, int64_t n, const T* x, T* y) {
+  constexpr int V = kLanes<T>;
+  if (aligned_16(x, y)) return each_vectorized<relu_forward_vec_at<V, T>, relu_forward_at<T>, V>(stream, n, x, y);
+  return each<relu_forward_at<T>>(stream, n, x, y);
+}
+template <class T>
+cudaError_t relu_bwd(cudaStream_t stream, int64_t n, const T* x, const T* dy, T* dx) {
+  constexpr int V = kLanes<T>;
+  if (aligned_16(x, dy, dx))
+    return each_vectorized<relu_backward_vec_at<V, T>, relu_backward_at<T>, V>(stream, n, x, dy, dx);
+  return each<relu_backward_at<T>>(stream, n, x, dy, dx);
+}
+template <class T>
+cudaError_t add_fwd(cudaStream_t stream, int64_t n, const T* a, const T* b, T* y) {
+  constexpr int V = kLanes<T>;
+  if (aligned_16(a, b, y)) return each_vectorized<add_forward_vec_at<V, T>, add_forward_at<T>, V>(stream, n, a, b, y);
+  return each<add_forward_at<T>>(stream, n, a, b, y);
+}
+template <class T>
+cudaError_t accumulate_into(cudaStream_t stream, int64_t n, const T* dy, T* dx) {
+  constexpr int V = kLanes<T>;
+  if (aligned_16(dy, dx)) return each_vectorized<accumulate_vec_at<V, T>, accumulate_at<T>, V>(stream, n, dy, dx);
+  return each<accumulate_at<T>>(stream, n, dy, dx);
+}
+
+int64_t total_width(std::span<const int64_t> widths) {
+  int64_t total = 0;
+  for (int64_t w : widths) total += w;
+  return total;
+}
+
+template <class T>
+cudaError_t concat_fwd(cudaStream_t stream, int64_t rows, std::span<const T* const> inputs, std::span<const int64_t> widths,
+                       T* y) {
+  if (inputs.size() != widths.size()) return cudaErrorInvalidValue;
+  const int64_t total = total_width(widths);
+  int64_t offset = 0;
+  for (size_t k = 0; k < inputs.size(); offset += widths[k], ++k)
+    if (const cudaError_t e = each_row_channel<copy_columns_at<T>>(stream, rows, widths[k], widths[k], inputs[k], total,
+                                                                   offset, y);
+        e != cudaSuccess)
+      return e;
+  return cudaSuccess;
+}
+template <class T>
+cudaError_t concat_bwd(cudaStream_t stream, int64_t rows, std::span<T* const> grads, std::span<const int64_t> widths,
+                       const T* dy) {
+  if (grads.size() != widths.size()) return cudaErrorInvalidValue;
+  const int64_t total = total_width(widths);
+  int64_t offset = 0;
+  for (size_t k = 0; k < grads.size(); offset += widths[k], ++k) {
+    if (!grads[k]) continue;
+    if (const cudaError_t e =
+            each_row_channel<add_columns_at<T>>(stream, rows, widths[k], widths[k], dy, total, offset, grads[k]);
+        e != cudaSuccess)
+      return e;
+  }
+  return cudaSuccess;
+}
+
+}  // namespace
 
 // ---- element-wise ----
 
@@ -26,13 +92,13 @@ cudaError_t leaky_relu_backward(cudaStream_t stream, int64_t n, float alpha, con
     return each_vectorized<leaky_relu_backward_vec_at<4>, leaky_relu_backward_at, 4>(stream, n, alpha, x, dy, dx);
   return each<leaky_relu_backward_at>(stream, n, alpha, x, dy, dx);
 }
-cudaError_t relu_forward(cudaStream_t stream, int64_t n, const float* x, float* y) {
-  if (aligned_16(x, y)) return each_vectorized<relu_forward_vec_at<4>, relu_forward_at, 4>(stream, n, x, y);
-  return each<relu_forward_at>(stream, n, x, y);
-}
+cudaError_t relu_forward(cudaStream_t stream, int64_t n, const float* x, float* y) { return relu_fwd(stream, n, x, y); }
+cudaError_t relu_forward(cudaStream_t stream, int64_t n, const Bf16* x, Bf16* y) { return relu_fwd(stream, n, x, y); }
 cudaError_t relu_backward(cudaStream_t stream, int64_t n, const float* x, const float* dy, float* dx) {
-  if (aligned_16(x, dy, dx)) return each_vectorized<relu_backward_vec_at<4>, relu_backward_at, 4>(stream, n, x, dy, dx);
-  return each<relu_backward_at>(stream, n, x, dy, dx);
+  return relu_bwd(stream, n, x, dy, dx);
+}
+cudaError_t relu_backward(cudaStream_t stream, int64_t n, const Bf16* x, const Bf16* dy, Bf16* dx) {
+  return relu_bwd(stream, n, x, dy, dx);
 }
 cudaError_t tanh_forward(cudaStream_t stream, int64_t n, const float* x, float* y) {
   if (aligned_16(x, y)) return each_vectorized<tanh_forward_vec_at<4>, tanh_forward_at, 4>(stream, n, x, y);
@@ -51,13 +117,13 @@ cudaError_t scale_backward(cudaStream_t stream, int64_t n, float factor, const f
   return each<scale_backward_at>(stream, n, factor, dy, dx);
 }
 cudaError_t add_forward(cudaStream_t stream, int64_t n, const float* a, const float* b, float* y) {
-  if (aligned_16(a, b, y)) return each_vectorized<add_forward_vec_at<4>, add_forward_at, 4>(stream, n, a, b, y);
-  return each<add_forward_at>(stream, n, a, b, y);
+  return add_fwd(stream, n, a, b, y);
 }
-cudaError_t accumulate(cudaStream_t stream, int64_t n, const float* dy, float* dx) {
-  if (aligned_16(dy, dx)) return each_vectorized<accumulate_vec_at<4>, accumulate_at, 4>(stream, n, dy, dx);
-  return each<accumulate_at>(stream, n, dy, dx);
+cudaError_t add_forward(cudaStream_t stream, int64_t n, const Bf16* a, const Bf16* b, Bf16* y) {
+  return add_fwd(stream, n, a, b, y);
 }
+cudaError_t accumulate(cudaStream_t stream, int64_t n, const float* dy, float* dx) { return accumulate_into(stream, n, dy, dx); }
+cudaError_t accumulate(cudaStream_t stream, int64_t n, const Bf16* dy, Bf16* dx) { return accumulate_into(stream, n, dy, dx); }
 cudaError_t copy(cudaStream_t stream, int64_t n, const float* x, float* y) {
   if (n <= 0) return cudaSuccess;
   return cudaMemcpyAsync(y, x, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, stream);
@@ -90,39 +156,21 @@ cudaError_t shift_scale_forward(cudaStream_t stream, int64_t rows, int64_t chann
   return each_row_channel<shift_scale_forward_at>(stream, rows, channels, channels, x, shift, scale, y);
 }
 
-namespace {
-int64_t total_width(std::span<const int64_t> widths) {
-  int64_t total = 0;
-  for (int64_t w : widths) total += w;
-  return total;
-}
-}  // namespace
-
 cudaError_t concat_forward(cudaStream_t stream, int64_t rows, std::span<const float* const> inputs,
                            std::span<const int64_t> widths, float* y) {
-  if (inputs.size() != widths.size()) return cudaErrorInvalidValue;
-  const int64_t total = total_width(widths);
-  int64_t offset = 0;
-  for (size_t k = 0; k < inputs.size(); offset += widths[k], ++k)
-    if (const cudaError_t e = each_row_channel<copy_columns_at>(stream, rows, widths[k], widths[k], inputs[k], total,
-                                                                offset, y);
-        e != cudaSuccess)
-      return e;
-  return cudaSuccess;
+  return concat_fwd(stream, rows, inputs, widths, y);
+}
+cudaError_t concat_forward(cudaStream_t stream, int64_t rows, std::span<const Bf16* const> inputs,
+                           std::span<const int64_t> widths, Bf16* y) {
+  return concat_fwd(stream, rows, inputs, widths, y);
 }
 cudaError_t concat_backward(cudaStream_t stream, int64_t rows, std::span<float* const> grads,
                             std::span<const int64_t> widths, const float* dy) {
-  if (grads.size() != widths.size()) return cudaErrorInvalidValue;
-  const int64_t total = total_width(widths);
-  int64_t offset = 0;
-  for (size_t k = 0; k < grads.size(); offset += widths[k], ++k) {
-    if (!grads[k]) continue;
-    if (const cudaError_t e =
-            each_row_channel<add_columns_at>(stream, rows, widths[k], widths[k], dy, total, offset, grads[k]);
-        e != cudaSuccess)
-      return e;
-  }
-  return cudaSuccess;
+  return concat_bwd(stream, rows, grads, widths, dy);
+}
+cudaError_t concat_backward(cudaStream_t stream, int64_t rows, std::span<Bf16* const> grads,
+                            std::span<const int64_t> widths, const Bf16* dy) {
+  return concat_bwd(stream, rows, grads, widths, dy);
 }
 
 cudaError_t global_avg_pool_backward(cudaStream_t stream, int64_t batch, int64_t positions, int64_t channels,

@@ -155,20 +155,6 @@ namespace mlph::cuda {
 [[nodiscard]] cudaError_t add_relu_backward(cudaStream_t stream, int64_t rows, int64_t channels, const float* y,
                                             const float* dy, float* da, float* db);
 
-// bf16 storage (Bf16: activations stored in half, fp32 arithmetic, each result rounded once): the same
-// kernels for the bf16-activation plan to come; the model calls none of them yet (it stores bf16
-// activations only between cuDNN convs and pool chains so far: pool_chain_* and bias_backward below).
-[[nodiscard]] cudaError_t batch_norm_relu_apply(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
-                                                const float* scale_shift, Bf16* y);
-[[nodiscard]] cudaError_t add_relu_forward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* a,
-                                           const Bf16* b, Bf16* y);
-[[nodiscard]] cudaError_t add_relu_backward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* y,
-                                            const Bf16* dy, Bf16* da, Bf16* db);
-[[nodiscard]] cudaError_t depthwise_forward(cudaStream_t stream, const DepthwiseShape& shape, const Bf16* x,
-                                            const float* w, const float* b, Bf16* y);
-[[nodiscard]] cudaError_t depthwise_backward_data(cudaStream_t stream, const DepthwiseShape& shape, const float* w,
-                                                  const Bf16* dy, Bf16* dx);
-
 // ---- depthwise convolution (depthwise.hpp), weights [taps][C] as the graph keeps them ----
 
 // y = conv (+ bias when shape.bias; b may be null otherwise).
@@ -207,7 +193,54 @@ inline size_t depthwise_workspace_bytes(const DepthwiseShape& s) {
                                               const float* bias, const float* dy, const uint8_t* winner, float* dz);
 [[nodiscard]] cudaError_t pool_chain_backward(cudaStream_t stream, const PoolChainShape& shape, const Bf16* z,
                                               const float* bias, const Bf16* dy, const uint8_t* winner, Bf16* dz);
-// bias_backward of a dy stored in bf16 (a pool chain's dz under bf16 activations): db += its channel sums.
+// ---- bf16 storage: the same launchers over activations stored in bf16 (issue 33 item 4) ----
+// Bf16 x, y, dy, dx: each element widened to float as it is read, fp32 arithmetic, each stored result
+// rounded once (a gradient accumulates: read, add in fp32, round once); statistics, scale and shift,
+// sums, weights, biases and their gradients stay fp32. The model calls the overload of each value's
+// stored type (plan::PrecisionPlan::values).
+
+[[nodiscard]] cudaError_t relu_forward(cudaStream_t stream, int64_t n, const Bf16* x, Bf16* y);
+[[nodiscard]] cudaError_t relu_backward(cudaStream_t stream, int64_t n, const Bf16* x, const Bf16* dy, Bf16* dx);
+[[nodiscard]] cudaError_t add_forward(cudaStream_t stream, int64_t n, const Bf16* a, const Bf16* b, Bf16* y);
+[[nodiscard]] cudaError_t accumulate(cudaStream_t stream, int64_t n, const Bf16* dy, Bf16* dx);
+[[nodiscard]] cudaError_t concat_forward(cudaStream_t stream, int64_t rows, std::span<const Bf16* const> inputs,
+                                         std::span<const int64_t> widths, Bf16* y);
+[[nodiscard]] cudaError_t concat_backward(cudaStream_t stream, int64_t rows, std::span<Bf16* const> grads,
+                                          std::span<const int64_t> widths, const Bf16* dy);
+[[nodiscard]] cudaError_t batch_norm_sum(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
+                                         double* stats, void* workspace, size_t workspace_bytes);
+[[nodiscard]] cudaError_t batch_norm_variance(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
+                                              double* stats, void* workspace, size_t workspace_bytes);
+[[nodiscard]] cudaError_t batch_norm_apply(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
+                                           const float* scale_shift, Bf16* y);
+[[nodiscard]] cudaError_t batch_norm_backward_sums(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
+                                                   const Bf16* dy, const float* saved, double* sums, void* workspace,
+                                                   size_t workspace_bytes);
+[[nodiscard]] cudaError_t batch_norm_backward_data(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
+                                                   const Bf16* dy, const float* gamma, const float* saved,
+                                                   const double* sums, float* coefficients, Bf16* dx);
+[[nodiscard]] cudaError_t batch_norm_relu_apply(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
+                                                const float* scale_shift, Bf16* y);
+[[nodiscard]] cudaError_t batch_norm_relu_backward_sums(cudaStream_t stream, int64_t rows, int64_t channels,
+                                                        const Bf16* x, const Bf16* dy, const float* saved,
+                                                        const float* scale_shift, double* sums, void* workspace,
+                                                        size_t workspace_bytes);
+[[nodiscard]] cudaError_t batch_norm_relu_backward_data(cudaStream_t stream, int64_t rows, int64_t channels,
+                                                        const Bf16* x, const Bf16* dy, const float* gamma,
+                                                        const float* saved, const float* scale_shift,
+                                                        const double* sums, float* coefficients, Bf16* dx);
+[[nodiscard]] cudaError_t add_relu_forward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* a,
+                                           const Bf16* b, Bf16* y);
+[[nodiscard]] cudaError_t add_relu_backward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* y,
+                                            const Bf16* dy, Bf16* da, Bf16* db);
+[[nodiscard]] cudaError_t depthwise_forward(cudaStream_t stream, const DepthwiseShape& shape, const Bf16* x,
+                                            const float* w, const float* b, Bf16* y);
+[[nodiscard]] cudaError_t depthwise_backward_data(cudaStream_t stream, const DepthwiseShape& shape, const float* w,
+                                                  const Bf16* dy, Bf16* dx);
+[[nodiscard]] cudaError_t depthwise_backward_weights(cudaStream_t stream, const DepthwiseShape& shape, const Bf16* x,
+                                                     const Bf16* dy, float* dw, float* db, void* workspace,
+                                                     size_t workspace_bytes);
+// db += the channel sums of a dy stored in bf16 (a pool chain's dz, a conv's dy).
 [[nodiscard]] cudaError_t bias_backward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* dy, float* db,
                                         void* workspace, size_t workspace_bytes);
 

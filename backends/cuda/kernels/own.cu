@@ -11,9 +11,6 @@ namespace {
 
 // 16-byte vectors of T: 4 floats or 8 bf16.
 template <class T>
-constexpr int kLanes = 16 / static_cast<int>(sizeof(T));
-
-template <class T>
 cudaError_t bn_relu_apply(cudaStream_t stream, int64_t rows, int64_t channels, const T* x, const float* scale_shift, T* y) {
   constexpr int V = kLanes<T>;
   if (aligned_16(channels, V, x, scale_shift, y))
@@ -74,6 +71,49 @@ cudaError_t chain_backward(cudaStream_t stream, const PoolChainShape& s, const T
                                                         dz);
 }
 
+template <class T>
+cudaError_t bn_relu_backward_sums(cudaStream_t stream, int64_t rows, int64_t channels, const T* x, const T* dy,
+                                  const float* saved, const float* scale_shift, double* sums, void* workspace,
+                                  size_t workspace_bytes) {
+  return channel_sums(stream, BatchNormReluBackwardTerm<T>{x, dy, saved, scale_shift, channels}, 1, rows, channels, sums,
+                      workspace, workspace_bytes, sums + 2 * channels, static_cast<double>(rows));
+}
+
+template <class T>
+cudaError_t bn_relu_backward_data(cudaStream_t stream, int64_t rows, int64_t channels, const T* x, const T* dy,
+                                  const float* gamma, const float* saved, const float* scale_shift, const double* sums,
+                                  float* coefficients, T* dx) {
+  if (const cudaError_t e = each<batch_norm_backward_coefficients_at>(stream, channels, channels, sums, gamma, saved,
+                                                                      coefficients);
+      e != cudaSuccess)
+    return e;
+  return each_row_channel<batch_norm_relu_backward_data_at<T>>(stream, rows, channels, channels, x, dy, saved,
+                                                               scale_shift, static_cast<const float*>(coefficients), dx);
+}
+
+// dw, db from x and dy as stored: a deterministic channel sum of the widened products.
+template <class T>
+cudaError_t depthwise_bwd_weights(cudaStream_t stream, const DepthwiseShape& s, const T* x, const T* dy, float* dw,
+                                  float* db, void* workspace, size_t workspace_bytes) {
+  if (!workspace || workspace_bytes < depthwise_workspace_bytes(s)) return cudaErrorInvalidValue;
+  const int64_t rows = s.out_positions(), weights = s.taps() * s.channels;
+  if (dw) {
+    const bool three = is_depthwise_3x3(s);
+    const ChannelScratch scratch = three ? channel_scratch(workspace, workspace_bytes, 1, rows, s.channels, 9)
+                                         : channel_scratch(workspace, workspace_bytes, 1, rows, weights);
+    const cudaError_t e = three ? channel_sums(stream, Depthwise3x3WeightTerm<T>{s, x, dy}, 1, rows, s.channels,
+                                               scratch.sums, workspace, workspace_bytes)
+                                : channel_sums(stream, DepthwiseWeightTerm<T>{s, x, dy}, 1, rows, weights, scratch.sums,
+                                               workspace, workspace_bytes);
+    if (e != cudaSuccess) return e;
+    if (const cudaError_t e2 = each<depthwise_weight_add_at>(stream, weights, static_cast<const double*>(scratch.sums), dw);
+        e2 != cudaSuccess)
+      return e2;
+  }
+  if (!db) return cudaSuccess;
+  return bias_backward(stream, rows, s.channels, dy, db, workspace, workspace_bytes);
+}
+
 }  // namespace
 
 // ---- fused ----
@@ -90,20 +130,25 @@ cudaError_t batch_norm_relu_apply(cudaStream_t stream, int64_t rows, int64_t cha
 cudaError_t batch_norm_relu_backward_sums(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
                                           const float* dy, const float* saved, const float* scale_shift, double* sums,
                                           void* workspace, size_t workspace_bytes) {
-  return channel_sums(stream, BatchNormReluBackwardTerm{x, dy, saved, scale_shift, channels}, 1, rows, channels, sums,
-                      workspace, workspace_bytes, sums + 2 * channels, static_cast<double>(rows));
+  return bn_relu_backward_sums(stream, rows, channels, x, dy, saved, scale_shift, sums, workspace, workspace_bytes);
+}
+cudaError_t batch_norm_relu_backward_sums(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
+                                          const Bf16* dy, const float* saved, const float* scale_shift, double* sums,
+                                          void* workspace, size_t workspace_bytes) {
+  return bn_relu_backward_sums(stream, rows, channels, x, dy, saved, scale_shift, sums, workspace, workspace_bytes);
 }
 
 cudaError_t batch_norm_relu_backward_data(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
                                           const float* dy, const float* gamma, const float* saved,
                                           const float* scale_shift, const double* sums, float* coefficients,
                                           float* dx) {
-  if (const cudaError_t e = each<batch_norm_backward_coefficients_at>(stream, channels, channels, sums, gamma, saved,
-                                                                      coefficients);
-      e != cudaSuccess)
-    return e;
-  return each_row_channel<batch_norm_relu_backward_data_at>(stream, rows, channels, channels, x, dy, saved, scale_shift,
-                                                            static_cast<const float*>(coefficients), dx);
+  return bn_relu_backward_data(stream, rows, channels, x, dy, gamma, saved, scale_shift, sums, coefficients, dx);
+}
+cudaError_t batch_norm_relu_backward_data(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
+                                          const Bf16* dy, const float* gamma, const float* saved,
+                                          const float* scale_shift, const double* sums, float* coefficients,
+                                          Bf16* dx) {
+  return bn_relu_backward_data(stream, rows, channels, x, dy, gamma, saved, scale_shift, sums, coefficients, dx);
 }
 
 cudaError_t add_relu_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* a, const float* b,
@@ -142,16 +187,6 @@ cudaError_t pool_chain_backward(cudaStream_t stream, const PoolChainShape& s, co
   return chain_backward(stream, s, z, bias, dy, winner, dz);
 }
 
-cudaError_t bias_backward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* dy, float* db,
-                          void* workspace, size_t workspace_bytes) {
-  const ChannelScratch scratch = channel_scratch(workspace, workspace_bytes, 1, rows, channels);
-  if (const cudaError_t e = channel_sums(stream, Bf16SumTerm{dy, channels}, 1, rows, channels, scratch.sums, workspace,
-                                         workspace_bytes);
-      e != cudaSuccess)
-    return e;
-  return each<bias_backward_at>(stream, channels, static_cast<const double*>(scratch.sums), db);
-}
-
 // ---- depthwise ----
 
 cudaError_t depthwise_forward(cudaStream_t stream, const DepthwiseShape& s, const float* x, const float* w,
@@ -174,29 +209,11 @@ cudaError_t depthwise_backward_data(cudaStream_t stream, const DepthwiseShape& s
 
 cudaError_t depthwise_backward_weights(cudaStream_t stream, const DepthwiseShape& s, const float* x, const float* dy,
                                        float* dw, float* db, void* workspace, size_t workspace_bytes) {
-  if (!workspace || workspace_bytes < depthwise_workspace_bytes(s)) return cudaErrorInvalidValue;
-  const int64_t rows = s.out_positions(), weights = s.taps() * s.channels;
-  if (dw && is_depthwise_3x3(s)) {
-    const ChannelScratch scratch = channel_scratch(workspace, workspace_bytes, 1, rows, s.channels, 9);
-    if (const cudaError_t e = channel_sums(stream, Depthwise3x3WeightTerm{s, x, dy}, 1, rows, s.channels, scratch.sums,
-                                           workspace, workspace_bytes);
-        e != cudaSuccess)
-      return e;
-    if (const cudaError_t e = each<depthwise_weight_add_at>(stream, weights, static_cast<const double*>(scratch.sums), dw);
-        e != cudaSuccess)
-      return e;
-  } else if (dw) {
-    const ChannelScratch scratch = channel_scratch(workspace, workspace_bytes, 1, rows, weights);
-    if (const cudaError_t e = channel_sums(stream, DepthwiseWeightTerm{s, x, dy}, 1, rows, weights, scratch.sums,
-                                           workspace, workspace_bytes);
-        e != cudaSuccess)
-      return e;
-    if (const cudaError_t e = each<depthwise_weight_add_at>(stream, weights, static_cast<const double*>(scratch.sums), dw);
-        e != cudaSuccess)
-      return e;
-  }
-  if (!db) return cudaSuccess;
-  return bias_backward(stream, rows, s.channels, dy, db, workspace, workspace_bytes);
+  return depthwise_bwd_weights(stream, s, x, dy, dw, db, workspace, workspace_bytes);
+}
+cudaError_t depthwise_backward_weights(cudaStream_t stream, const DepthwiseShape& s, const Bf16* x, const Bf16* dy,
+                                       float* dw, float* db, void* workspace, size_t workspace_bytes) {
+  return depthwise_bwd_weights(stream, s, x, dy, dw, db, workspace, workspace_bytes);
 }
 
 }  // namespace mlph::cuda

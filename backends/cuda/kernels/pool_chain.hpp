@@ -16,8 +16,8 @@
 
 #include <cstdint>
 
-#include "depthwise.hpp"  // Bf16
 #include "kernel.hpp"
+#include "precision.hpp"  // Bf16
 #include "mlph/sdk/kernels/pool_chain.hpp"
 
 namespace mlph::cuda {
@@ -74,14 +74,5 @@ MLPH_KERNEL void chain_pool_backward_at(int64_t pos, int64_t c, const PoolChainS
   sdk::kernels::pool_chain_backward_at<ZS, YS>(pos, c, s, reinterpret_cast<const ZS*>(z), bias,
                                                reinterpret_cast<const YS*>(dy), winner, reinterpret_cast<ZS*>(dz));
 }
-
-// The conv's bias gradient from a dz stored in bf16 (bf16 activations end to end): the channel sum of
-// its values widened to float, as SumTerm sums a float dz (the same terms, so the same sums).
-struct Bf16SumTerm {
-  static constexpr int K = 1;
-  const Bf16* x;
-  int64_t channels;
-  MLPH_KERNEL void operator()(int64_t r, int64_t c, double* t) const { t[0] = to_float(x[r * channels + c]); }
-};
 
 }  // namespace mlph::cuda

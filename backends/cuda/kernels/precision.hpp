@@ -74,6 +74,74 @@ MLPH_KERNEL void bfloat16_to_float_at(int64_t i, const uint16_t* x, float* y) { 
 MLPH_KERNEL void float_to_half_at(int64_t i, const float* x, uint16_t* y) { y[i] = float_to_half(x[i]); }
 MLPH_KERNEL void half_to_float_at(int64_t i, const uint16_t* x, float* y) { y[i] = half_to_float(x[i]); }
 
+// ---- storage: activations in float or bf16 (issue 33 item 4), arithmetic in fp32 ----
+
+// V elements from p as floats, and back: float or bf16 storage (Bf16, the rounding above), fp32
+// arithmetic. On the device whole 16-byte vectors where V allows (4 floats, 8 bf16; the caller
+// guarantees the alignment).
+struct Bf16 {
+  uint16_t bits;
+};
+MLPH_KERNEL float to_float(float v) { return v; }
+MLPH_KERNEL float to_float(Bf16 v) { return bfloat16_to_float(v.bits); }
+template <class T>
+MLPH_KERNEL T from_float(float v) {
+  if constexpr (sizeof(T) == sizeof(float))
+    return v;
+  else
+    return Bf16{float_to_bfloat16(v)};
+}
+
+// d += v in fp32, rounded once into d's type: a gradient stored in bf16 accumulating a term.
+template <class T>
+MLPH_KERNEL void add_into(T& d, float v) {
+  d = from_float<T>(to_float(d) + v);
+}
+
+template <int V, class T>
+MLPH_KERNEL void load_channels(const T* p, float (&v)[V]) {
+#ifdef __CUDA_ARCH__
+  if constexpr (sizeof(T) == 4 && V % 4 == 0) {
+    for (int q = 0; q < V / 4; ++q) {
+      const float4 f = reinterpret_cast<const float4*>(p)[q];
+      v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
+    }
+  } else if constexpr (sizeof(T) == 2 && V % 8 == 0) {
+    for (int q = 0; q < V / 8; ++q) {
+      const uint4 u = reinterpret_cast<const uint4*>(p)[q];
+      const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+      for (int h = 0; h < 4; ++h) {
+        v[8 * q + 2 * h] = bits_float(words[h] << 16);
+        v[8 * q + 2 * h + 1] = bits_float(words[h] & 0xffff0000u);
+      }
+    }
+  } else
+#endif
+  {
+    for (int j = 0; j < V; ++j) v[j] = to_float(p[j]);
+  }
+}
+template <int V, class T>
+MLPH_KERNEL void store_channels(T* p, const float (&v)[V]) {
+#ifdef __CUDA_ARCH__
+  if constexpr (sizeof(T) == 4 && V % 4 == 0) {
+    for (int q = 0; q < V / 4; ++q)
+      reinterpret_cast<float4*>(p)[q] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+  } else if constexpr (sizeof(T) == 2 && V % 8 == 0) {
+    for (int q = 0; q < V / 8; ++q) {
+      uint32_t words[4];
+      for (int h = 0; h < 4; ++h)
+        words[h] = static_cast<uint32_t>(float_to_bfloat16(v[8 * q + 2 * h])) |
+                   static_cast<uint32_t>(float_to_bfloat16(v[8 * q + 2 * h + 1])) << 16;
+      reinterpret_cast<uint4*>(p)[q] = make_uint4(words[0], words[1], words[2], words[3]);
+    }
+  } else
+#endif
+  {
+    for (int j = 0; j < V; ++j) p[j] = from_float<T>(v[j]);
+  }
+}
+
 // ---- fp16 dynamic loss scaling ----
 
 MLPH_KERNEL bool is_finite(float v) { return v - v == 0.0f; }  // Inf - Inf and NaN - NaN are NaN

@@ -238,7 +238,7 @@ cudaError_t channel_affine_backward(cudaStream_t stream, int64_t rows, int64_t c
 cudaError_t global_avg_pool_forward(cudaStream_t stream, int64_t batch, int64_t positions, int64_t channels,
                                     const float* x, float* y, void* workspace, size_t workspace_bytes) {
   const ChannelScratch scratch = channel_scratch(workspace, workspace_bytes, batch, positions, channels);
-  if (const cudaError_t e = channel_sums(stream, SumTerm{x, channels}, batch, positions, channels, scratch.sums,
+  if (const cudaError_t e = channel_sums(stream, SumTerm<float>{x, channels}, batch, positions, channels, scratch.sums,
                                          workspace, workspace_bytes);
       e != cudaSuccess)
     return e;
@@ -246,30 +246,84 @@ cudaError_t global_avg_pool_forward(cudaStream_t stream, int64_t batch, int64_t 
                                          y);
 }
 
-cudaError_t bias_backward(cudaStream_t stream, int64_t rows, int64_t channels, const float* dy, float* db,
-                          void* workspace, size_t workspace_bytes) {
+// Activations and their gradients stored as T (float, or Bf16: bf16 activations, issue 33 item 4): one
+// template per pass, the two overloads of launch.hpp below.
+namespace {
+
+template <class T>
+cudaError_t bias_bwd(cudaStream_t stream, int64_t rows, int64_t channels, const T* dy, float* db, void* workspace,
+                     size_t workspace_bytes) {
   const ChannelScratch scratch = channel_scratch(workspace, workspace_bytes, 1, rows, channels);
-  if (const cudaError_t e = channel_sums(stream, SumTerm{dy, channels}, 1, rows, channels, scratch.sums, workspace,
+  if (const cudaError_t e = channel_sums(stream, SumTerm<T>{dy, channels}, 1, rows, channels, scratch.sums, workspace,
                                          workspace_bytes);
       e != cudaSuccess)
     return e;
   return each<bias_backward_at>(stream, channels, static_cast<const double*>(scratch.sums), db);
 }
 
+template <class T>
+cudaError_t bn_sum(cudaStream_t stream, int64_t rows, int64_t channels, const T* x, double* stats, void* workspace,
+                   size_t workspace_bytes) {
+  return channel_sums(stream, SumTerm<T>{x, channels}, 1, rows, channels, stats, workspace, workspace_bytes,
+                      stats + channels, static_cast<double>(rows));
+}
+
+template <class T>
+cudaError_t bn_variance(cudaStream_t stream, int64_t rows, int64_t channels, const T* x, double* stats, void* workspace,
+                        size_t workspace_bytes) {
+  if (!channel_scratch(workspace, workspace_bytes, 1, rows, channels).fits) return cudaErrorInvalidValue;
+  if (const cudaError_t e = each<batch_norm_mean_at>(stream, channels, channels, stats); e != cudaSuccess) return e;
+  return channel_sums(stream, BatchNormDeviationTerm<T>{x, stats, channels}, 1, rows, channels, stats + channels + 1,
+                      workspace, workspace_bytes);
+}
+
+template <class T>
+cudaError_t bn_backward_sums(cudaStream_t stream, int64_t rows, int64_t channels, const T* x, const T* dy,
+                             const float* saved, double* sums, void* workspace, size_t workspace_bytes) {
+  return channel_sums(stream, BatchNormBackwardTerm<T>{x, dy, saved, channels}, 1, rows, channels, sums, workspace,
+                      workspace_bytes, sums + 2 * channels, static_cast<double>(rows));
+}
+
+template <class T>
+cudaError_t bn_backward_data(cudaStream_t stream, int64_t rows, int64_t channels, const T* x, const T* dy,
+                             const float* gamma, const float* saved, const double* sums, float* coefficients, T* dx) {
+  if (const cudaError_t e = each<batch_norm_backward_coefficients_at>(stream, channels, channels, sums, gamma, saved,
+                                                                      coefficients);
+      e != cudaSuccess)
+    return e;
+  return each_row_channel<batch_norm_backward_data_at<T>>(stream, rows, channels, channels, x, dy, saved,
+                                                          static_cast<const float*>(coefficients), dx);
+}
+
+}  // namespace
+
+cudaError_t bias_backward(cudaStream_t stream, int64_t rows, int64_t channels, const float* dy, float* db,
+                          void* workspace, size_t workspace_bytes) {
+  return bias_bwd(stream, rows, channels, dy, db, workspace, workspace_bytes);
+}
+cudaError_t bias_backward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* dy, float* db,
+                          void* workspace, size_t workspace_bytes) {
+  return bias_bwd(stream, rows, channels, dy, db, workspace, workspace_bytes);
+}
+
 // ---- batch normalization ----
 
 cudaError_t batch_norm_sum(cudaStream_t stream, int64_t rows, int64_t channels, const float* x, double* stats,
                            void* workspace, size_t workspace_bytes) {
-  return channel_sums(stream, SumTerm{x, channels}, 1, rows, channels, stats, workspace, workspace_bytes,
-                      stats + channels, static_cast<double>(rows));
+  return bn_sum(stream, rows, channels, x, stats, workspace, workspace_bytes);
+}
+cudaError_t batch_norm_sum(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x, double* stats,
+                           void* workspace, size_t workspace_bytes) {
+  return bn_sum(stream, rows, channels, x, stats, workspace, workspace_bytes);
 }
 
 cudaError_t batch_norm_variance(cudaStream_t stream, int64_t rows, int64_t channels, const float* x, double* stats,
                                 void* workspace, size_t workspace_bytes) {
-  if (!channel_scratch(workspace, workspace_bytes, 1, rows, channels).fits) return cudaErrorInvalidValue;
-  if (const cudaError_t e = each<batch_norm_mean_at>(stream, channels, channels, stats); e != cudaSuccess) return e;
-  return channel_sums(stream, BatchNormDeviationTerm{x, stats, channels}, 1, rows, channels, stats + channels + 1,
-                      workspace, workspace_bytes);
+  return bn_variance(stream, rows, channels, x, stats, workspace, workspace_bytes);
+}
+cudaError_t batch_norm_variance(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x, double* stats,
+                                void* workspace, size_t workspace_bytes) {
+  return bn_variance(stream, rows, channels, x, stats, workspace, workspace_bytes);
 }
 
 cudaError_t batch_norm_finalize(cudaStream_t stream, int64_t channels, double eps, double momentum,
@@ -288,14 +342,22 @@ cudaError_t batch_norm_eval_coefficients(cudaStream_t stream, int64_t channels, 
 
 cudaError_t batch_norm_apply(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
                              const float* scale_shift, float* y) {
-  return each_row_channel<batch_norm_apply_at>(stream, rows, channels, channels, x, scale_shift, y);
+  return each_row_channel<batch_norm_apply_at<float>>(stream, rows, channels, channels, x, scale_shift, y);
+}
+cudaError_t batch_norm_apply(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
+                             const float* scale_shift, Bf16* y) {
+  return each_row_channel<batch_norm_apply_at<Bf16>>(stream, rows, channels, channels, x, scale_shift, y);
 }
 
 cudaError_t batch_norm_backward_sums(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
                                      const float* dy, const float* saved, double* sums, void* workspace,
                                      size_t workspace_bytes) {
-  return channel_sums(stream, BatchNormBackwardTerm{x, dy, saved, channels}, 1, rows, channels, sums, workspace,
-                      workspace_bytes, sums + 2 * channels, static_cast<double>(rows));
+  return bn_backward_sums(stream, rows, channels, x, dy, saved, sums, workspace, workspace_bytes);
+}
+cudaError_t batch_norm_backward_sums(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
+                                     const Bf16* dy, const float* saved, double* sums, void* workspace,
+                                     size_t workspace_bytes) {
+  return bn_backward_sums(stream, rows, channels, x, dy, saved, sums, workspace, workspace_bytes);
 }
 
 cudaError_t batch_norm_backward_params(cudaStream_t stream, int64_t channels, const double* sums, float* dgamma,
@@ -306,12 +368,12 @@ cudaError_t batch_norm_backward_params(cudaStream_t stream, int64_t channels, co
 cudaError_t batch_norm_backward_data(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
                                      const float* dy, const float* gamma, const float* saved, const double* sums,
                                      float* coefficients, float* dx) {
-  if (const cudaError_t e = each<batch_norm_backward_coefficients_at>(stream, channels, channels, sums, gamma, saved,
-                                                                      coefficients);
-      e != cudaSuccess)
-    return e;
-  return each_row_channel<batch_norm_backward_data_at>(stream, rows, channels, channels, x, dy, saved,
-                                                       static_cast<const float*>(coefficients), dx);
+  return bn_backward_data(stream, rows, channels, x, dy, gamma, saved, sums, coefficients, dx);
+}
+cudaError_t batch_norm_backward_data(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
+                                     const Bf16* dy, const float* gamma, const float* saved, const double* sums,
+                                     float* coefficients, Bf16* dx) {
+  return bn_backward_data(stream, rows, channels, x, dy, gamma, saved, sums, coefficients, dx);
 }
 
 // ---- losses and metrics ----

@@ -310,7 +310,9 @@ class Planner {
         touch(m.weight_gradient, s);
         continue;
       }
-      const DType type = precision_.nodes[k].reads[i] == stored(v) ? stored(v) : precision_.nodes[k].writes;
+      // cuBLASLt writes dx as D of its own gemm, in the gradient's stored type (model_compile.cpp).
+      const bool as_stored = precision_.nodes[k].reads[i] == stored(v) || lowering_[k].engine == Engine::cublaslt_dense;
+      const DType type = as_stored ? stored(v) : precision_.nodes[k].writes;
       if (type != stored(v) && !(pads_input && i == 0)) {  // the crop casts
         m.gradient_scratch[i] = scratch(RegionKind::gradient_scratch, k, "d input " + std::to_string(i) + " as " + name_of(type),
                                         numel(v) * bytes_of(type));

@@ -15,28 +15,100 @@ bool compute_op(OpKind op) {
   return false;
 }
 
-// The type a library writes in: cuDNN writes y and dx in x's type, cuBLASLt (dense, pointwise
-// convs) writes D in fp32.
+// The type a library writes in: cuDNN writes y and dx in x's type; cuBLASLt (dense, pointwise convs)
+// writes D in fp32 unless its output is stored in half (takes_half below: D set to the half type).
 bool writes_half(Engine engine) { return engine == Engine::cudnn_conv || engine == Engine::cudnn_conv_transpose; }
 
-// bf16 activations end to end (issue 33 item 4), where the writer and every reader take the half type
-// as stored (half_values below): a cuDNN conv (no explicit padding, no padded input side, its bias
-// left to a pool chain or none: cuDNN writes y and dx and reads x and dy in the half type) and a pool
-// chain (its Bf16 body: z, y, dy and dz in bf16; the fused leaky ReLU reads z for it).
-// (A padded conv's input side is a padded cast of its own: it writes its output as stored, reads a cast.)
+// bf16 activations end to end (issue 33 item 4): a value is stored in bf16 where the node writing it
+// and every node reading it take the half type as stored (half_values below). Per engine, "takes
+// stored half":
+//   cuDNN conv and conv_transpose   no explicit padding, no padded channels on that side, no bias of its
+//                                   own to add (or the pool chain's): x, y, dy and dx in the half type
+//   cuBLASLt (dense, pointwise conv) no bias: A = x read as stored, D = y (and dx) written in bf16
+//   depthwise (our kernel)          x, y, dy, dx as T (depthwise.hpp; weights and dw fp32)
+//   our kernels: batch_norm, relu, add, concat (their Bf16 bodies); a relu fused into its batch norm
+//                                   or add; a pool chain and the leaky ReLU inside it
+// Everything else (the losses, metrics, global pooling, broadcast, the input's shift_scale...) reads
+// and writes fp32: a value one of them reads stays fp32. Our kernels take ONE stored type for their
+// activations (ties below): a batch norm's x and y, an add's or concat's inputs and output, a fused
+// relu's output and its producer's inputs, a pool chain's z and y. (cuDNN and cuBLASLt take x and y in
+// either type: they cut the ties, so that one fp32 reader does not make a whole network fp32.
+// cuBLASLt's dx is D of its own gemm, in the gradient's stored type.)
 bool conv_takes_half(const NodeLowering& l) {
-  return l.engine == Engine::cudnn_conv && l.conv && !l.conv->explicit_padding;
+  return (l.engine == Engine::cudnn_conv || l.engine == Engine::cudnn_conv_transpose) && l.conv &&
+         !l.conv->explicit_padding;
 }
+bool kernel_takes_half(const Node& node) {
+  switch (node.kind) {
+    case OpKind::batch_norm:
+    case OpKind::relu:
+    case OpKind::add:
+    case OpKind::concat:
+      return true;
+    default:
+      return false;
+  }
+}
+// Does node take its data input `slot` as stored in bf16?
+bool reads_half_value(const Node& node, const NodeLowering& l, size_t slot) {
+  switch (l.engine) {
+    case Engine::cudnn_conv:
+    case Engine::cudnn_conv_transpose:  // the adjoint's channels are padded on the output side only
+      return slot == 0 && conv_takes_half(l) && (l.conv->transpose || l.conv->channels == 0);
+    case Engine::cublaslt_dense:
+    case Engine::depthwise:
+      return slot == 0;
+    case Engine::fused:
+      return true;
+    case Engine::kernel:
+      return kernel_takes_half(node) && (node.kind != OpKind::batch_norm || slot == 0);
+    default:
+      return false;
+  }
+}
+// Does node write its output as stored in bf16?
 bool writes_half_value(const Node& node, const NodeLowering& l) {
-  if (l.engine == Engine::pool_chain) return true;
-  return conv_takes_half(l) && (!node.has_bias() || l.bias_in_chain);
-}
-bool reads_half_value(const NodeLowering& l, size_t slot) {
-  return slot == 0 && ((conv_takes_half(l) && l.conv->channels == 0) || l.fused_into >= 0);
+  switch (l.engine) {
+    case Engine::cudnn_conv:
+    case Engine::cudnn_conv_transpose:
+      return conv_takes_half(l) && (!l.conv->transpose || l.conv->channels == 0) && (!node.has_bias() || l.bias_in_chain);
+    case Engine::cublaslt_dense:
+      return !node.has_bias();
+    case Engine::depthwise:
+    case Engine::fused:
+    case Engine::pool_chain:
+      return true;
+    case Engine::kernel:
+      return kernel_takes_half(node);
+    default:
+      return false;
+  }
 }
 
-// Per value: stored in bf16? Graph inputs, parameters, the loss and eval outputs stay as declared; a
-// pool chain's z and y are both half or both not (its body takes one type).
+// The values that one of our kernels reads and writes in one type (see above): groups of value indices.
+std::vector<std::vector<size_t>> tied_values(const Program& p, const std::vector<NodeLowering>& lowering) {
+  std::vector<std::vector<size_t>> ties;
+  auto v = [](int32_t value) { return static_cast<size_t>(value); };
+  for (size_t k = 0; k < p.nodes.size(); ++k) {
+    const Node& node = p.nodes[k];
+    const NodeLowering& l = lowering[k];
+    std::vector<size_t> tie;
+    if (l.engine == Engine::pool_chain) {
+      tie = {v(p.nodes[static_cast<size_t>(l.chain_conv)].output), v(node.output)};
+    } else if (l.engine == Engine::depthwise) {
+      tie = {v(node.inputs[0]), v(node.output)};
+    } else if (l.engine == Engine::kernel && kernel_takes_half(node)) {
+      const size_t data = node.kind == OpKind::batch_norm ? 1 : node.inputs.size();
+      for (size_t i = 0; i < data; ++i) tie.push_back(v(node.inputs[i]));
+      // A fused relu's output is what this node writes (its own output is never stored).
+      tie.push_back(v(l.fused_relu >= 0 ? p.nodes[static_cast<size_t>(l.fused_relu)].output : node.output));
+    }
+    if (!tie.empty()) ties.push_back(std::move(tie));
+  }
+  return ties;
+}
+
+// Per value: stored in bf16? Graph inputs, parameters, the loss and eval outputs stay as declared.
 std::vector<bool> half_values(const Program& p, const std::vector<NodeLowering>& lowering) {
   const size_t n = p.values.size();
   std::vector<bool> half(n, false), read(n, false), pinned(n, false);
@@ -55,16 +127,23 @@ std::vector<bool> half_values(const Program& p, const std::vector<NodeLowering>&
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       const auto v = static_cast<size_t>(node.inputs[i]);
       read[v] = true;
-      if (!reads_half_value(lowering[k], i)) half[v] = false;
+      if (!reads_half_value(node, lowering[k], i) && !is_weight_slot(node, i)) half[v] = false;
     }
   }
   for (size_t v = 0; v < n; ++v) half[v] = half[v] && read[v] && !pinned[v];
-  for (size_t k = 0; k < p.nodes.size(); ++k) {
-    if (lowering[k].engine != Engine::pool_chain) continue;
-    const auto z = static_cast<size_t>(p.nodes[static_cast<size_t>(lowering[k].chain_conv)].output);
-    const auto y = static_cast<size_t>(p.nodes[k].output);
-    half[z] = half[y] = half[z] && half[y];
+  const std::vector<std::vector<size_t>> ties = tied_values(p, lowering);
+  for (bool changed = true; changed;) {  // one fp32 value makes its whole tie fp32, until nothing changes
+    changed = false;
+    for (const auto& tie : ties) {
+      bool all = true;
+      for (size_t v : tie) all = all && half[v];
+      if (all) continue;
+      for (size_t v : tie) changed = changed || half[v], half[v] = false;
+    }
   }
+  for (size_t k = 0; k < p.nodes.size(); ++k)  // an unstored value: its writer's type, for the record
+    if (lowering[k].fused_relu >= 0)
+      half[static_cast<size_t>(p.nodes[k].output)] = half[static_cast<size_t>(p.nodes[static_cast<size_t>(lowering[k].fused_relu)].output)];
   return half;
 }
 
@@ -92,6 +171,10 @@ PrecisionPlan plan_precision(const Program& p, Precision precision, const std::v
       n.data = compute;
       n.writes = writes_half(lowering[k].engine) ? compute : DType::f32;
     }
+    const int64_t relu = lowering[k].fused_relu;  // what the node writes: a fused relu's output
+    const DType out = plan.values[static_cast<size_t>(relu >= 0 ? p.nodes[static_cast<size_t>(relu)].output : node.output)];
+    if (op && out == DType::bf16) n.writes = DType::bf16;  // cuBLASLt's D in bf16 (writes_half_value)
+    if (!op && out == DType::bf16) n.data = n.writes = DType::bf16;  // our kernels' T: the stored type
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       const DType stored = plan.values[static_cast<size_t>(node.inputs[i])];
       n.reads.push_back(op && i != kBiasSlot && stored == DType::f32 ? compute : stored);

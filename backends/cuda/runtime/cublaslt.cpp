@@ -67,7 +67,7 @@ Matmul::Matmul(const Context& where, cublasLtHandle_t handle, const Setup& s, co
     };
     layout(&a_, operands, g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k, g.lda);
     layout(&b_, operands, g.transpose_b ? g.n : g.k, g.transpose_b ? g.k : g.n, g.ldb);
-    layout(&d_, CUDA_R_32F, g.m, g.n, g.ldd);
+    layout(&d_, cuda_type(s.output), g.m, g.n, g.ldd);
     if (g.batch > 1) {  // a strided batch: each matrix `stride` elements after the one before
       const auto count = static_cast<int32_t>(g.batch);
       auto batched = [&](cublasLtMatrixLayout_t l, int64_t stride) {
@@ -143,7 +143,7 @@ Matmul& Matmul::operator=(Matmul&& other) noexcept {
   return *this;
 }
 
-void Matmul::run(const Context& where, cublasLtHandle_t handle, const void* a, const void* b, float* d, bool accumulate,
+void Matmul::run(const Context& where, cublasLtHandle_t handle, const void* a, const void* b, void* d, bool accumulate,
                  void* workspace, cudaStream_t stream, const std::string& about) const {
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   check(where,

@@ -26,8 +26,9 @@ class CublasLtHandle {
   cublasLtHandle_t handle_ = nullptr;
 };
 
-// D[m, n] (fp32) = op(A)[m, k] op(B)[k, n] (+ bias[m]) (+ D when accumulating), A and B in `operands`
-// (f32, bf16 or f16), accumulating in fp32 with `math`: fma CUBLAS_COMPUTE_32F (never TF32), tf32
+// D[m, n] = op(A)[m, k] op(B)[k, n] (+ bias[m]) (+ D when accumulating), A and B in `operands`
+// (f32, bf16 or f16), C = D in `output` (fp32, or the half type where the plan stores the activation in
+// it: issue 33 item 4; the bias fp32 either way), accumulating in fp32 with `math`: fma CUBLAS_COMPUTE_32F (never TF32), tf32
 // CUBLAS_COMPUTE_32F_FAST_TF32, tensor_op CUBLAS_COMPUTE_32F on half operands.
 class Matmul {
  public:
@@ -37,6 +38,7 @@ class Matmul {
     plan::MathMode math = plan::MathMode::fma;
     bool bias = false;  // the epilogue's (CUBLASLT_EPILOGUE_BIAS): set_bias before the first run
     const plan::AlgorithmRule* rule = nullptr;
+    plan::DType output = plan::DType::f32;  // D's (and C's) type
   };
   // Picks the heuristic's first algorithm within rule->workspace_cap (deterministic: no split-K
   // reduction); none is an error naming `about`.
@@ -50,7 +52,7 @@ class Matmul {
   // The bias vector's address (before the first run; a captured run keeps the one it was captured with).
   void set_bias(const Context& where, const float* bias, const std::string& about) const;
   // Enqueues D = op(A) op(B) (+ bias), or D += ... when `accumulate`.
-  void run(const Context& where, cublasLtHandle_t handle, const void* a, const void* b, float* d, bool accumulate,
+  void run(const Context& where, cublasLtHandle_t handle, const void* a, const void* b, void* d, bool accumulate,
            void* workspace, cudaStream_t stream, const std::string& about) const;
 
  private:

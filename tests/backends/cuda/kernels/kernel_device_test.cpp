@@ -127,8 +127,9 @@ TEST(CudaKernelLaunchersAnywhere, AWorkspaceTooSmallIsRefusedBeforeAnyLaunch) {
   const int64_t rows = 1000, channels = 40;
   const size_t needed = channel_sums_workspace_bytes(1, rows, channels);
   char* small = reinterpret_cast<char*>(8);
-  EXPECT_EQ(batch_norm_sum(nullptr, rows, channels, nullptr, nullptr, small, needed - 1), cudaErrorInvalidValue);
-  EXPECT_EQ(batch_norm_backward_sums(nullptr, rows, channels, nullptr, nullptr, nullptr, nullptr, nullptr, needed),
+  const float* none = nullptr;  // the fp32 overloads (the bf16 ones check alike: one template)
+  EXPECT_EQ(batch_norm_sum(nullptr, rows, channels, none, nullptr, small, needed - 1), cudaErrorInvalidValue);
+  EXPECT_EQ(batch_norm_backward_sums(nullptr, rows, channels, none, none, nullptr, nullptr, nullptr, needed),
             cudaErrorInvalidValue);
   EXPECT_EQ(mse_forward(nullptr, 5000, nullptr, nullptr, nullptr, small, flat_sums_workspace_bytes(5000) - 8),
             cudaErrorInvalidValue);

@@ -411,6 +411,161 @@ TEST(CudaOwnKernels, FusedKernelsInBf16AreTheReferenceOnRoundedInputsRoundedOnce
   fused_bf16_matches<8>(24);
 }
 
+// ---- every body between DeepCAM's convs in bf16 (issue 33 item 4): its fp32 body on the widened ----
+// inputs, each stored result rounded once. The arithmetic is the same, so the bits are: sums (doubles of
+// the same terms in the same order) equal, outputs and accumulated gradients equal after one rounding.
+
+void expect_same_sums(const std::vector<double>& actual, const std::vector<double>& expected, const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (size_t i = 0; i < actual.size(); ++i)
+    ASSERT_EQ(std::bit_cast<uint64_t>(actual[i]), std::bit_cast<uint64_t>(expected[i])) << what << " at " << i;
+}
+
+// A bf16 activation and its widened copy (what the fp32 body reads).
+struct Stored {
+  std::vector<Bf16> half;
+  std::vector<float> wide;
+  Stored(size_t n, uint32_t seed, bool special = true)
+      : half(to_bf16(special ? special_floats(n, seed) : random_floats(n, seed))), wide(to_floats(half)) {}
+};
+
+TEST(CudaOwnKernels, BatchNormPassesInBf16AreTheFp32BodiesOnWidenedInputsRoundedOnce) {
+  for (const int64_t channels : {13, 24}) {
+    const size_t n = static_cast<size_t>(kRows * channels);
+    const Stored x(n, 61, false), dy(n, 62), dx(n, 63, false);
+    const std::vector<float> gamma = random_floats(static_cast<size_t>(channels), 64);
+    const std::vector<float> beta = random_floats(static_cast<size_t>(channels), 65);
+    const std::string what = "bf16 batch norm, C " + std::to_string(channels);
+    // Statistics: the same terms, so the same doubles.
+    expect_same_sums(test::channel_sums(SumTerm<Bf16>{x.half.data(), channels}, 1, kRows, channels),
+                     test::channel_sums(SumTerm<float>{x.wide.data(), channels}, 1, kRows, channels), what + " sum");
+    const Statistics st = training_statistics(x.wide, kRows, channels, gamma, beta);
+    std::vector<double> mean(st.saved.begin(), st.saved.begin() + channels);
+    expect_same_sums(test::channel_sums(BatchNormDeviationTerm<Bf16>{x.half.data(), mean.data(), channels}, 1, kRows, channels),
+                     test::channel_sums(BatchNormDeviationTerm<float>{x.wide.data(), mean.data(), channels}, 1, kRows, channels),
+                     what + " deviations");
+    // Apply, plain and with the ReLU.
+    std::vector<Bf16> y(n), y_relu(n);
+    std::vector<float> expected(n), expected_relu(n);
+    test::each_row_channel(kRows, channels, [&](int64_t r, int64_t c) {
+      batch_norm_apply_at(r, c, channels, x.half.data(), st.scale_shift.data(), y.data());
+      batch_norm_apply_at(r, c, channels, x.wide.data(), st.scale_shift.data(), expected.data());
+    });
+    each_row_vector<1>(kRows, channels, [&](int64_t r, int64_t c) {
+      batch_norm_relu_apply_at<1>(r, c, channels, x.half.data(), st.scale_shift.data(), y_relu.data());
+      batch_norm_relu_apply_at<1>(r, c, channels, x.wide.data(), st.scale_shift.data(), expected_relu.data());
+    });
+    expect_same_bits(y, expected, what + " apply");
+    expect_same_bits(y_relu, expected_relu, what + " apply + relu");
+    // Backward: sums, then dx accumulated into a bf16 gradient (read, added in fp32, rounded once).
+    const BatchNormBackwardTerm<Bf16> half_term{x.half.data(), dy.half.data(), st.saved.data(), channels};
+    const BatchNormBackwardTerm<float> wide_term{x.wide.data(), dy.wide.data(), st.saved.data(), channels};
+    std::vector<double> sums = test::channel_sums(half_term, 1, kRows, channels);
+    expect_same_sums(sums, test::channel_sums(wide_term, 1, kRows, channels), what + " backward sums");
+    const BatchNormReluBackwardTerm<Bf16> half_relu{x.half.data(), dy.half.data(), st.saved.data(), st.scale_shift.data(), channels};
+    const BatchNormReluBackwardTerm<float> wide_relu{x.wide.data(), dy.wide.data(), st.saved.data(), st.scale_shift.data(), channels};
+    expect_same_sums(test::channel_sums(half_relu, 1, kRows, channels), test::channel_sums(wide_relu, 1, kRows, channels),
+                     what + " + relu backward sums");
+    sums.push_back(static_cast<double>(kRows));
+    std::vector<float> coefficients(static_cast<size_t>(3 * channels));
+    each(channels, [&](int64_t c) {
+      batch_norm_backward_coefficients_at(c, channels, sums.data(), gamma.data(), st.saved.data(), coefficients.data());
+    });
+    std::vector<Bf16> d_half = dx.half, d_relu_half = dx.half;
+    std::vector<float> d_wide = dx.wide, d_relu_wide = dx.wide;
+    test::each_row_channel(kRows, channels, [&](int64_t r, int64_t c) {
+      batch_norm_backward_data_at(r, c, channels, x.half.data(), dy.half.data(), st.saved.data(), coefficients.data(),
+                                  d_half.data());
+      batch_norm_backward_data_at(r, c, channels, x.wide.data(), dy.wide.data(), st.saved.data(), coefficients.data(),
+                                  d_wide.data());
+      batch_norm_relu_backward_data_at(r, c, channels, x.half.data(), dy.half.data(), st.saved.data(),
+                                       st.scale_shift.data(), coefficients.data(), d_relu_half.data());
+      batch_norm_relu_backward_data_at(r, c, channels, x.wide.data(), dy.wide.data(), st.saved.data(),
+                                       st.scale_shift.data(), coefficients.data(), d_relu_wide.data());
+    });
+    expect_same_bits(d_half, d_wide, what + " dx");
+    expect_same_bits(d_relu_half, d_relu_wide, what + " + relu dx");
+  }
+}
+
+// relu, add, accumulate: the scalar T body and its V-element body (V = 8 bf16: 16 bytes), over an odd n.
+template <int V>
+void eltwise_bf16_matches(size_t n) {
+  const Stored x(n, 71), b(n, 72), dy(n, 73), dx(n, 74, false);
+  std::vector<Bf16> y(n), sum(n), d_relu = dx.half, d_acc = dx.half;
+  std::vector<float> expected_y(n), expected_sum(n), expected_relu = dx.wide, expected_acc = dx.wide;
+  const auto vectors = static_cast<int64_t>(n) / V;
+  for (int64_t v = 0; v < vectors; ++v) {
+    relu_forward_vec_at<V>(v * V, x.half.data(), y.data());
+    add_forward_vec_at<V>(v * V, x.half.data(), b.half.data(), sum.data());
+    relu_backward_vec_at<V>(v * V, x.half.data(), dy.half.data(), d_relu.data());
+    accumulate_vec_at<V>(v * V, dy.half.data(), d_acc.data());
+  }
+  for (int64_t i = vectors * V; i < static_cast<int64_t>(n); ++i) {  // the launcher's tail: the scalar body
+    relu_forward_at(i, x.half.data(), y.data());
+    add_forward_at(i, x.half.data(), b.half.data(), sum.data());
+    relu_backward_at(i, x.half.data(), dy.half.data(), d_relu.data());
+    accumulate_at(i, dy.half.data(), d_acc.data());
+  }
+  for (int64_t i = 0; i < static_cast<int64_t>(n); ++i) {
+    relu_forward_at(i, x.wide.data(), expected_y.data());
+    add_forward_at(i, x.wide.data(), b.wide.data(), expected_sum.data());
+    relu_backward_at(i, x.wide.data(), dy.wide.data(), expected_relu.data());
+    accumulate_at(i, dy.wide.data(), expected_acc.data());
+  }
+  const std::string what = "bf16 n " + std::to_string(n) + ", V " + std::to_string(V);
+  expect_same_bits(y, expected_y, what + " relu");
+  expect_same_bits(sum, expected_sum, what + " add");
+  expect_same_bits(d_relu, expected_relu, what + " relu backward");
+  expect_same_bits(d_acc, expected_acc, what + " accumulate");
+}
+
+TEST(CudaOwnKernels, EltwiseBodiesInBf16AreTheFp32BodiesOnWidenedInputsRoundedOnce) {
+  eltwise_bf16_matches<1>(1001);
+  eltwise_bf16_matches<8>(1003);
+}
+
+// concat's column copies: a copy is exact; the backward adds dy's band into a bf16 gradient, rounded once.
+TEST(CudaOwnKernels, ConcatInBf16IsTheFp32BodyOnWidenedInputsRoundedOnce) {
+  const int64_t widths[2] = {13, 6}, total = 19;
+  std::vector<Bf16> y(static_cast<size_t>(kRows * total));
+  std::vector<float> expected_y(y.size());
+  const Stored dy(y.size(), 81);
+  int64_t offset = 0;
+  for (const int64_t width : widths) {
+    const size_t n = static_cast<size_t>(kRows * width);
+    const Stored x(n, 82 + static_cast<uint32_t>(width)), dx(n, 84 + static_cast<uint32_t>(width), false);
+    std::vector<Bf16> d_half = dx.half;
+    std::vector<float> d_wide = dx.wide;
+    test::each_row_channel(kRows, width, [&](int64_t r, int64_t c) {
+      copy_columns_at(r, c, width, x.half.data(), total, offset, y.data());
+      copy_columns_at(r, c, width, x.wide.data(), total, offset, expected_y.data());
+      add_columns_at(r, c, width, dy.half.data(), total, offset, d_half.data());
+      add_columns_at(r, c, width, dy.wide.data(), total, offset, d_wide.data());
+    });
+    expect_same_bits(d_half, d_wide, "bf16 concat backward, width " + std::to_string(width));
+    offset += width;
+  }
+  expect_same_bits(y, expected_y, "bf16 concat");
+}
+
+// The depthwise weight gradient's terms read x and dy as stored: the same products, the same sums.
+TEST(CudaOwnKernels, DepthwiseWeightGradientInBf16SumsTheWidenedTerms) {
+  for (const DepthwiseCase& t : depthwise_cases()) {
+    const DepthwiseShape s = depthwise_shape(t.g, t.bias);
+    const int64_t c = s.channels;
+    const Stored x(static_cast<size_t>(s.in_positions() * c), 91), dy(static_cast<size_t>(s.out_positions() * c), 92);
+    const std::string what = std::string("bf16 depthwise dw, ") + t.what;
+    expect_same_sums(test::channel_sums(DepthwiseWeightTerm<Bf16>{s, x.half.data(), dy.half.data()}, 1, s.out_positions(), s.taps() * c),
+                     test::channel_sums(DepthwiseWeightTerm<float>{s, x.wide.data(), dy.wide.data()}, 1, s.out_positions(), s.taps() * c),
+                     what);
+    if (!is_depthwise_3x3(s)) continue;
+    expect_same_sums(test::channel_sums(Depthwise3x3WeightTerm<Bf16>{s, x.half.data(), dy.half.data()}, 1, s.out_positions(), c),
+                     test::channel_sums(Depthwise3x3WeightTerm<float>{s, x.wide.data(), dy.wide.data()}, 1, s.out_positions(), c),
+                     what + " (3x3)");
+  }
+}
+
 // ---- bias + leaky ReLU + max-pool (pool_chain.hpp) -------------------------------------------------
 // The launcher's bodies over every (window, channel), as its 2-D grid runs them, against the unfused
 // chain the model runs otherwise: bias_forward's add, then the reference's leaky_relu and max_pool,
@@ -540,7 +695,7 @@ TEST(CudaOwnKernels, Bf16BiasGradientIsTheChannelSumOfTheWidenedValues) {
   std::uniform_real_distribution<float> u(-3.0f, 3.0f);
   std::vector<float> wide(dz.size());
   for (size_t i = 0; i < dz.size(); ++i) dz[i] = Bf16{float_to_bfloat16(u(gen))}, wide[i] = to_float(dz[i]);
-  const std::vector<double> sums = test::channel_sums(Bf16SumTerm{dz.data(), channels}, 1, rows, channels);
+  const std::vector<double> sums = test::channel_sums(SumTerm<Bf16>{dz.data(), channels}, 1, rows, channels);
   const std::vector<double> expected = test::channel_sums(SumTerm{wide.data(), channels}, 1, rows, channels);
   ASSERT_EQ(sums.size(), expected.size());
   for (size_t c = 0; c < sums.size(); ++c) {
