@@ -3,10 +3,10 @@
 // every CPU of the process's affinity mask, as srun --cpu-bind sets it), and the shared `precision`
 // (fp32 only) and `deterministic` (always: bitwise repeatable for a fixed thread count); anything
 // else is MLPH_INVALID_ARGUMENT.
-#include "mlph/sdk/plugin.hpp"
+#include "mlph/sdk/util/plugin.hpp"
 
-#include "mlph/sdk/backend.hpp"
-#include "mlph/sdk/compute.hpp"
+#include "mlph/sdk/model/backend.hpp"
+#include "mlph/sdk/model/compute.hpp"
 #include "model.hpp"
 
 namespace mlph::a64fx {

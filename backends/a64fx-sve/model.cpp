@@ -1,6 +1,7 @@
 #include "model.hpp"
 
-#include "mlph/sdk/host_executor.hpp"
+#include "mlph/sdk/host/executor.hpp"
+#include "mlph/sdk/program/lower.hpp"
 
 namespace mlph::a64fx {
 namespace {
@@ -11,7 +12,7 @@ const std::string kName = "a64fx-sve backend";
 // The SDK's lowering of every op but the spatial ones (halo_exchange, spatial_gather); batch norm over
 // several ranks is refused too.
 Program lowered(const MLPH_Graph& graph) {
-  Program p = sdk::host::lower_graph(graph, sdk::host::implements({OpKind::halo_exchange, OpKind::spatial_gather}));
+  Program p = sdk::program::lower_graph(graph, sdk::program::implements({OpKind::halo_exchange, OpKind::spatial_gather}));
   for (const Node& node : p.nodes)
     if (node.kind == OpKind::batch_norm && node.batch_norm.group_size != 1)
       fail(MLPH_UNIMPLEMENTED, kName + ": node '" + node.name + "' (batch_norm): group_size " +

@@ -1,4 +1,4 @@
-// The a64fx-sve model: the SDK's host executor (sdk/host_executor.hpp: buffers, steps, the dispatch
+// The a64fx-sve model: the SDK's host executor (sdk/host/executor.hpp: buffers, steps, the dispatch
 // over the op kinds, gradients averaged over the ranks in buckets overlapped with backward,
 // checkpoint state) running the SVE kernels (kernels.hpp), every value in its own buffer aligned to
 // A64FX's 256-byte cache lines.
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kernels.hpp"
-#include "mlph/sdk/backend.hpp"
+#include "mlph/sdk/model/backend.hpp"
 
 namespace mlph::a64fx {
 

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "mlph/sdk/backend.hpp"
+#include "mlph/sdk/model/backend.hpp"
 #include "settings.hpp"
 
 namespace mlph::cuda {

@@ -16,20 +16,20 @@ struct LossScale {
 
 // backend.profile's kind of a node, as mlperf-bench --layers names its rows (a conv is 1x1 or depthwise
 // where it is one), and the FLOPs of one convolution or matmul pass.
-std::string kind_of(const sdk::host::Node& n) {
-  using sdk::host::OpKind;
-  const sdk::host::Window& w = n.window;
+std::string kind_of(const sdk::program::Node& n) {
+  using sdk::program::OpKind;
+  const sdk::program::Window& w = n.window;
   if (n.kind == OpKind::conv && w.groups > 1 && w.groups == w.in_channels) return "depthwise";
   if (n.kind == OpKind::conv && w.taps() == 1) return "1x1";
   if (n.kind == OpKind::relu || n.kind == OpKind::leaky_relu || n.kind == OpKind::tanh) return "activation";
-  for (const auto& op : sdk::host::detail::kOps)
+  for (const auto& op : sdk::program::detail::kOps)
     if (op.kind == n.kind) return std::string(op.name);
   return "op";
 }
 // The least a node's pass moves: its inputs and output once in forward, twice in backward (read again
 // with the output's gradient, the inputs' gradients written), in their planned types.
-double pass_bytes(const sdk::host::Program& program, const plan::DevicePlan& plan, size_t k, bool backward) {
-  const sdk::host::Node& n = program.nodes[k];
+double pass_bytes(const sdk::program::Program& program, const plan::DevicePlan& plan, size_t k, bool backward) {
+  const sdk::program::Node& n = program.nodes[k];
   const auto bytes = [&](int32_t v) {
     return static_cast<double>(program.value(v).numel()) *
            static_cast<double>(plan::bytes_of(plan.precision.values[static_cast<size_t>(v)]));
@@ -38,8 +38,8 @@ double pass_bytes(const sdk::host::Program& program, const plan::DevicePlan& pla
   for (const int32_t v : n.inputs) total += bytes(v);
   return backward ? 2 * total : total;
 }
-double pass_flops(const sdk::host::Node& n) {
-  using sdk::host::OpKind;
+double pass_flops(const sdk::program::Node& n) {
+  using sdk::program::OpKind;
   if (n.kind == OpKind::conv || n.kind == OpKind::conv_transpose) return 2.0 * n.window.macs();
   if (n.kind == OpKind::dense) return 2.0 * static_cast<double>(n.dense.batch * n.dense.in * n.dense.out);
   return 0;
@@ -95,24 +95,24 @@ void CudaModel::upload_step_scalars(const sdk::StepPlan& step) {
   std::byte* out = scalars_pinned_.at<std::byte>(slot * block_.step_bytes);
   std::memcpy(out, &step.micro_step, sizeof step.micro_step);
   std::byte* scalars = out + 16;
-  const sdk::host::OptimizerSpec& o = program_.optimizer;
+  const sdk::program::OptimizerSpec& o = program_.optimizer;
   const uint64_t t = step.step + 1;
   const double lr = step.learning_rate;
   size_t tensor = 0;
-  for (const sdk::host::Param& p : program_.params) {
+  for (const sdk::program::Param& p : program_.params) {
     if (!p.trainable) continue;
     const double decay = o.adam.weight_decay * p.weight_decay;
     switch (o.kind) {
-      case sdk::host::OptimizerKind::sgd_keras:
+      case sdk::program::OptimizerKind::sgd_keras:
         break;
-      case sdk::host::OptimizerKind::adam:
-      case sdk::host::OptimizerKind::adamw: {
+      case sdk::program::OptimizerKind::adam:
+      case sdk::program::OptimizerKind::adamw: {
         const AdamScalars k = adam_scalars(lr, o.adam.beta1, o.adam.beta2, o.adam.eps, t, decay,
-                                           o.kind == sdk::host::OptimizerKind::adamw);
+                                           o.kind == sdk::program::OptimizerKind::adamw);
         std::memcpy(scalars + tensor * sizeof k, &k, sizeof k);
         break;
       }
-      case sdk::host::OptimizerKind::lamb: {
+      case sdk::program::OptimizerKind::lamb: {
         const LambScalars k = lamb_scalars(lr, o.adam.beta1, o.adam.beta2, o.adam.eps, t, decay);
         std::memcpy(scalars + tensor * sizeof k, &k, sizeof k);
         break;
@@ -120,7 +120,7 @@ void CudaModel::upload_step_scalars(const sdk::StepPlan& step) {
     }
     ++tensor;
   }
-  if (o.kind == sdk::host::OptimizerKind::sgd_keras) {
+  if (o.kind == sdk::program::OptimizerKind::sgd_keras) {
     const SgdScalars k = sgd_scalars(lr, o.momentum);
     std::memcpy(scalars, &k, sizeof k);
   }
@@ -293,15 +293,15 @@ void CudaModel::update() {
   std::vector<float*> slots;
   for (int32_t r : m.optimizer_slots) slots.push_back(region(r));
   switch (program_.optimizer.kind) {
-    case sdk::host::OptimizerKind::sgd_keras:
+    case sdk::program::OptimizerKind::sgd_keras:
       check(sgd_keras(s, n, reinterpret_cast<const SgdScalars*>(scalars), g, slots[0], w, nonfinite), "sgd_keras", "the update");
       break;
-    case sdk::host::OptimizerKind::adam:
-    case sdk::host::OptimizerKind::adamw:
+    case sdk::program::OptimizerKind::adam:
+    case sdk::program::OptimizerKind::adamw:
       check(adam(s, block_.trainable, reinterpret_cast<const AdamScalars*>(scalars), g, slots[0], slots[1], w, nonfinite),
             "adam", "the update");
       break;
-    case sdk::host::OptimizerKind::lamb:
+    case sdk::program::OptimizerKind::lamb:
       check(lamb(s, block_.trainable, reinterpret_cast<const LambScalars*>(scalars), program_.optimizer.adam.max_grad_norm, g,
                  slots[0], slots[1], w, at<float>(m.lamb_update), ws, ws_bytes, nonfinite),
             "lamb", "the update");
@@ -318,7 +318,7 @@ void CudaModel::update() {
 void CudaModel::refresh_weights(int32_t value) {
   std::vector<bool> done(program_.values.size(), false);
   for (size_t k = 0; k < program_.nodes.size(); ++k) {
-    const sdk::host::Node& n = program_.nodes[k];
+    const sdk::program::Node& n = program_.nodes[k];
     if (!plan::is_weight_slot(n, 1)) continue;
     const auto w = static_cast<size_t>(n.inputs[1]);
     const plan::Location& copy = plan_.memory.weights[w];
@@ -356,7 +356,7 @@ void CudaModel::synchronize() {
     if (nodes_[k].label_check < 0) continue;
     const int64_t* bad = latched(nodes_[k].label_check);
     if (bad[0] < 0) continue;
-    const sdk::host::Node& n = program_.nodes[k];
+    const sdk::program::Node& n = program_.nodes[k];
     sdk::fail(MLPH_INVALID_ARGUMENT, who_ + ": node '" + n.name + "': label " + std::to_string(bad[1]) +
                                          " at position " + std::to_string(bad[0]) + " of '" +
                                          program_.value(n.inputs[1]).name + "' is outside [0, " +
@@ -414,7 +414,7 @@ void* CudaModel::address_of(const sdk::ParamTensor& tensor) {
 }
 
 namespace {
-bool is_loss_scale_slot(const sdk::ParamTensor& tensor, const sdk::host::Program& p) {
+bool is_loss_scale_slot(const sdk::ParamTensor& tensor, const sdk::program::Program& p) {
   return tensor.kind == sdk::ParamTensor::Kind::optimizer_state && tensor.slot == p.optimizer.state.size();
 }
 }  // namespace

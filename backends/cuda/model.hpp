@@ -6,7 +6,7 @@
 #include <string>
 
 #include "mlph/backend.h"
-#include "mlph/sdk/backend.hpp"
+#include "mlph/sdk/model/backend.hpp"
 #include "settings.hpp"
 
 namespace mlph::cuda {

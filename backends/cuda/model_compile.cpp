@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "mlph/sdk/program/lower.hpp"
 #include "model_impl.hpp"
 
 namespace mlph::cuda {
@@ -10,14 +11,14 @@ namespace {
 constexpr const char* kLossScaleSlot = "loss_scale";
 
 // The state slots a checkpoint takes: the optimizer's, and under fp16 the loss scaler's (see copy_out).
-std::vector<std::string> state_slots(const sdk::host::Program& p, const Settings& settings) {
+std::vector<std::string> state_slots(const sdk::program::Program& p, const Settings& settings) {
   std::vector<std::string> slots = p.optimizer.state;
   if (settings.compute.precision == sdk::Precision::fp16) slots.emplace_back(kLossScaleSlot);
   return slots;
 }
 
-bool reads_labels(const sdk::host::Node& n) {
-  return n.kind == sdk::host::OpKind::softmax_cross_entropy || n.kind == sdk::host::OpKind::iou;
+bool reads_labels(const sdk::program::Node& n) {
+  return n.kind == sdk::program::OpKind::softmax_cross_entropy || n.kind == sdk::program::OpKind::iou;
 }
 
 std::string mib(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
@@ -26,10 +27,10 @@ std::string mib(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
 std::unique_ptr<sdk::Model> compile_model(const MLPH_Graph& graph, const MLPH_CommsHandle* comms,
                                           const ModelSetup& setup) {
-  return std::make_unique<CudaModel>(sdk::host::lower_graph(graph, plan::implemented()), comms, setup);
+  return std::make_unique<CudaModel>(sdk::program::lower_graph(graph, plan::implemented()), comms, setup);
 }
 
-CudaModel::CudaModel(sdk::host::Program program, const MLPH_CommsHandle* comms, const ModelSetup& setup)
+CudaModel::CudaModel(sdk::program::Program program, const MLPH_CommsHandle* comms, const ModelSetup& setup)
     : ModelProtocol(setup.host, kWho, sdk::signature_of(program, state_slots(program, setup.settings))),
       where_(runtime::Context::for_device(setup.device, setup.device_name)),
       device_(setup.device),
@@ -145,7 +146,7 @@ void CudaModel::plan_device() {
 }
 
 void CudaModel::make_conv(size_t k) {
-  const sdk::host::Node& n = program_.nodes[k];
+  const sdk::program::Node& n = program_.nodes[k];
   const plan::ConvPlan& c = *plan_.nodes[k].conv;
   const plan::NodePrecision& precision = plan_.precision.nodes[k];
   const std::string about = node_about(k);
@@ -211,7 +212,7 @@ void CudaModel::make_batch_norm(size_t k) {
 }
 
 void CudaModel::make_dense(size_t k) {
-  const sdk::host::Node& n = program_.nodes[k];
+  const sdk::program::Node& n = program_.nodes[k];
   const plan::DensePlan& dense = *plan_.nodes[k].dense;
   const plan::NodePrecision& precision = plan_.precision.nodes[k];
   NodeRuntime& r = nodes_[k];
@@ -239,8 +240,8 @@ void CudaModel::make_dense(size_t k) {
 
 // Our kernels' scratch at the node's forward and backward steps (reduce.hpp's sizes).
 void CudaModel::own_workspaces(size_t k) {
-  using sdk::host::OpKind;
-  const sdk::host::Node& n = program_.nodes[k];
+  using sdk::program::OpKind;
+  const sdk::program::Node& n = program_.nodes[k];
   NodeRuntime& r = nodes_[k];
   const int64_t rows = n.rows.rows, channels = n.rows.channels;
   const auto c = static_cast<size_t>(channels);
@@ -307,25 +308,25 @@ void CudaModel::lay_out_control_block() {
   size_t scalars = 0;
   const auto tensors = static_cast<size_t>(trainable_chunks_.first_chunk.size() - 1);
   switch (program_.optimizer.kind) {
-    case sdk::host::OptimizerKind::sgd_keras:
+    case sdk::program::OptimizerKind::sgd_keras:
       scalars = sizeof(SgdScalars);
       break;
-    case sdk::host::OptimizerKind::adam:
-    case sdk::host::OptimizerKind::adamw:
+    case sdk::program::OptimizerKind::adam:
+    case sdk::program::OptimizerKind::adamw:
       scalars = tensors * sizeof(AdamScalars);
       break;
-    case sdk::host::OptimizerKind::lamb:
+    case sdk::program::OptimizerKind::lamb:
       scalars = tensors * sizeof(LambScalars);
       break;
   }
   block_.step_bytes = plan::align_up(16 + scalars, plan::kAlignment);  // micro_step, then the optimizer's
   block_.step = l.take(block_.step_bytes);
   for (size_t k = 0; k < nodes_.size(); ++k) {
-    const sdk::host::Node& n = program_.nodes[k];
+    const sdk::program::Node& n = program_.nodes[k];
     if (!reads_labels(n)) continue;
     nodes_[k].label_check = label_checks_++;
     nodes_[k].label_first = l.take(sizeof(int64_t));
-    if (n.kind == sdk::host::OpKind::softmax_cross_entropy)
+    if (n.kind == sdk::program::OpKind::softmax_cross_entropy)
       nodes_[k].class_weights = l.take(n.class_weights.size() * sizeof(float));
   }
   block_.results_bytes = sizeof(StepResults) + 2 * sizeof(int64_t) * static_cast<size_t>(label_checks_);
@@ -360,7 +361,7 @@ void CudaModel::upload_control_block() {
   const std::vector<int64_t> no_bad_label(2 * static_cast<size_t>(label_checks_), -1);
   put(block_.results + sizeof(StepResults), no_bad_label.data(), no_bad_label.size() * sizeof(int64_t));
   for (size_t k = 0; k < nodes_.size(); ++k)
-    if (program_.nodes[k].kind == sdk::host::OpKind::softmax_cross_entropy)
+    if (program_.nodes[k].kind == sdk::program::OpKind::softmax_cross_entropy)
       put(nodes_[k].class_weights, program_.nodes[k].class_weights.data(), program_.nodes[k].class_weights.size() * sizeof(float));
   auto table = [&](const ChunkTable& t, const std::vector<double>& l2, size_t chunks, size_t first, size_t at) {
     put(chunks, t.chunks.data(), t.chunks.size() * sizeof(Chunk));
@@ -385,7 +386,7 @@ void CudaModel::upload_parameters() {
           "cudaMemsetAsync", "the parameters");
   std::vector<std::vector<float>> device(program_.params.size());  // in the device's layout (plan/weights.hpp)
   for (size_t i = 0; i < program_.params.size(); ++i) {
-    const sdk::host::Param& p = program_.params[i];
+    const sdk::program::Param& p = program_.params[i];
     const float* init = p.init.data();
     if (const plan::ParamMap& map = plan_.params[i]; !map.identity()) {
       device[i].resize(p.init.size());
@@ -407,7 +408,7 @@ void CudaModel::upload_parameters() {
             "cudaMemcpyAsync", "the loss scale");
     }
   compute_->synchronize(where_, "uploading the parameters");
-  for (sdk::host::Param& p : program_.params) std::vector<float>().swap(p.init);  // on the device from now on
+  for (sdk::program::Param& p : program_.params) std::vector<float>().swap(p.init);  // on the device from now on
 }
 
 // ---- comms ----
@@ -431,8 +432,8 @@ void CudaModel::bind_comms() {
   // Batch-norm groups (SyncBatchNorm): split node by node, as every rank compiles the same graph.
   std::map<const MLPH_CommsHandle*, bool> bound;
   for (size_t k = 0; k < program_.nodes.size(); ++k) {
-    const sdk::host::Node& n = program_.nodes[k];
-    if (n.kind != sdk::host::OpKind::batch_norm || n.batch_norm.group_size <= 1) continue;
+    const sdk::program::Node& n = program_.nodes[k];
+    if (n.kind != sdk::program::OpKind::batch_norm || n.batch_norm.group_size <= 1) continue;
     nodes_.resize(program_.nodes.size());
     NodeRuntime& r = nodes_[k];
     r.group = rank_groups_.group(n.batch_norm.group_size,

@@ -1,9 +1,9 @@
 // The cuda backend's model: a graph compiled for one GPU, on the SDK's step protocol
-// (sdk/model_protocol.hpp: the accumulation window, the state slots, the checks and their errors are
+// (sdk/model/protocol.hpp: the accumulation window, the state slots, the checks and their errors are
 // the protocol's; this class supplies the device's memory and steps through its hooks).
 //
 // Compile (model_compile.cpp):
-//   1. sdk::host::lower_graph(graph, plan::implemented()), then plan::make_plan without workspaces;
+//   1. sdk::program::lower_graph(graph, plan::implemented()), then plan::make_plan without workspaces;
 //      the device's free memory is checked against that arena first ("needs X GiB, has Y free");
 //   2. per node, the libraries' objects: cuDNN descriptors from the plan's ConvPlan/BatchNormPlan
 //      and each needed pass's algorithm, found on the device and picked by plan::choose within the
@@ -40,9 +40,9 @@
 #include <vector>
 
 #include "kernels/launch.hpp"
-#include "mlph/sdk/comms.hpp"
-#include "mlph/sdk/model_protocol.hpp"
-#include "mlph/sdk/rank_groups.hpp"
+#include "mlph/sdk/comms/rank_groups.hpp"
+#include "mlph/sdk/comms/table.hpp"
+#include "mlph/sdk/model/protocol.hpp"
 #include "model.hpp"
 #include "plan/plan.hpp"
 #include "runtime/cublaslt.hpp"
@@ -93,8 +93,8 @@ struct NodeRuntime {
 
 class CudaModel final : public sdk::ModelProtocol {
  public:
-  // Compiles `program` (sdk::host::lower_graph's, with plan::implemented()).
-  CudaModel(sdk::host::Program program, const MLPH_CommsHandle* comms, const ModelSetup& setup);
+  // Compiles `program` (sdk::program::lower_graph's, with plan::implemented()).
+  CudaModel(sdk::program::Program program, const MLPH_CommsHandle* comms, const ModelSetup& setup);
   ~CudaModel() override;
 
  protected:
@@ -179,7 +179,7 @@ class CudaModel final : public sdk::ModelProtocol {
   const runtime::Context where_;
   const int device_;
   const Settings settings_;
-  sdk::host::Program program_;
+  sdk::program::Program program_;
   plan::DevicePlan plan_;
   std::vector<NodeRuntime> nodes_;
   struct ChosenAlgorithm {

@@ -10,7 +10,7 @@
 namespace mlph::cuda {
 namespace {
 
-using sdk::host::OpKind;
+using sdk::program::OpKind;
 
 FloatType float_type(plan::DType type) {
   return type == plan::DType::bf16 ? FloatType::bf16 : type == plan::DType::f16 ? FloatType::f16 : FloatType::f32;
@@ -62,7 +62,7 @@ void CudaModel::check(cudaError_t error, const char* call, size_t k) const {
 
 void CudaModel::forward(size_t k, bool training) {
   if (plan_.nodes[k].engine == plan::Engine::fused) return;  // done by the node before it
-  const sdk::host::Node& n = program_.nodes[k];
+  const sdk::program::Node& n = program_.nodes[k];
   const plan::NodeMemory& m = plan_.memory.nodes[k];
   const plan::NodePrecision& precision = plan_.precision.nodes[k];
   const NodeRuntime& r = nodes_[k];
@@ -215,7 +215,7 @@ void CudaModel::forward(size_t k, bool training) {
 // The first label outside [0, classes) of this step, kept in the step's results (latched: the host
 // reads it when it next waits for the device, and names the node).
 void CudaModel::check_labels(size_t k) {
-  const sdk::host::Node& n = program_.nodes[k];
+  const sdk::program::Node& n = program_.nodes[k];
   const NodeRuntime& r = nodes_[k];
   const int32_t* labels = at<int32_t>(plan_.memory.nodes[k].reads[1]);
   auto* first = control<int64_t>(r.label_first);
@@ -280,7 +280,7 @@ void CudaModel::conv_forward(size_t k) {
 }
 
 void CudaModel::batch_norm_forward(size_t k, bool training) {
-  const sdk::host::Node& n = program_.nodes[k];
+  const sdk::program::Node& n = program_.nodes[k];
   const plan::NodeMemory& m = plan_.memory.nodes[k];
   const NodeRuntime& r = nodes_[k];
   const cudaStream_t s = stream();
@@ -364,8 +364,8 @@ void CudaModel::group_sum(size_t k, double* sums, int64_t count) {
 
 // A pool chain's geometry (the max-pool's window, the leaky ReLU's slope) and the conv's bias (null: none).
 PoolChainShape CudaModel::chain_shape(size_t k) const {
-  const sdk::host::Node& pool = program_.nodes[k];
-  const sdk::host::Node& act = program_.nodes[static_cast<size_t>(plan_.nodes[k].chain_conv) + 1];
+  const sdk::program::Node& pool = program_.nodes[k];
+  const sdk::program::Node& act = program_.nodes[static_cast<size_t>(plan_.nodes[k].chain_conv) + 1];
   return pool_chain_shape(pool.window, static_cast<float>(act.attr));
 }
 const float* CudaModel::chain_bias(size_t k) const {
@@ -376,7 +376,7 @@ const float* CudaModel::chain_bias(size_t k) const {
 // ---- backward ----
 
 void CudaModel::zero_first_gradients(size_t k) {
-  const sdk::host::Node& n = program_.nodes[k];
+  const sdk::program::Node& n = program_.nodes[k];
   const plan::NodeMemory& m = plan_.memory.nodes[k];
   for (size_t i = 0; i < n.inputs.size(); ++i)
     if (m.gradients[i] && !m.accumulate[i] && !overwrites_gradient(k, i))
@@ -400,7 +400,7 @@ FloatType CudaModel::stored_type(int32_t v) const { return float_type(plan_.prec
 
 void CudaModel::backward(size_t k) {
   if (plan_.nodes[k].engine == plan::Engine::fused) return;  // done by the node before it
-  const sdk::host::Node& n = program_.nodes[k];
+  const sdk::program::Node& n = program_.nodes[k];
   const plan::NodeMemory& m = plan_.memory.nodes[k];
   const NodeRuntime& r = nodes_[k];
   const cudaStream_t s = stream();
@@ -595,7 +595,7 @@ void CudaModel::dense_backward(size_t k) {
 }
 
 void CudaModel::conv_backward(size_t k) {
-  const sdk::host::Node& n = program_.nodes[k];
+  const sdk::program::Node& n = program_.nodes[k];
   const plan::ConvPlan& c = *plan_.nodes[k].conv;
   const plan::NodeMemory& m = plan_.memory.nodes[k];
   const FloatType type = float_type(plan_.precision.nodes[k].data);
@@ -681,7 +681,7 @@ void CudaModel::conv_backward(size_t k) {
 }
 
 void CudaModel::batch_norm_backward(size_t k) {
-  const sdk::host::Node& n = program_.nodes[k];
+  const sdk::program::Node& n = program_.nodes[k];
   const plan::NodeMemory& m = plan_.memory.nodes[k];
   const NodeRuntime& r = nodes_[k];
   const cudaStream_t s = stream();

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <utility>
 
-#include "mlph/sdk/json.hpp"
-#include "mlph/sdk/text.hpp"
+#include "mlph/sdk/util/json.hpp"
+#include "mlph/sdk/util/text.hpp"
 
 namespace mlph::cuda {
 namespace {

@@ -1,6 +1,6 @@
 #include "settings.hpp"
 
-#include "mlph/sdk/error.hpp"
+#include "mlph/sdk/util/error.hpp"
 
 namespace mlph::cuda {
 

@@ -23,8 +23,8 @@
 #include <string>
 
 #include "mlph/comms.h"
-#include "mlph/sdk/compute.hpp"
-#include "mlph/sdk/options.hpp"
+#include "mlph/sdk/model/compute.hpp"
+#include "mlph/sdk/util/options.hpp"
 #include "plan/lowering.hpp"
 
 namespace mlph::cuda {

@@ -10,8 +10,8 @@
 #include <map>
 #include <set>
 
+#include "mlph/sdk/model/protocol.hpp"
 #include "onednn_backend.hpp"
-#include "mlph/sdk/model_protocol.hpp"
 #include "ops.hpp"
 #include "optimizer.hpp"
 
@@ -112,7 +112,7 @@ class OnednnModel final : public sdk::ModelProtocol {
   }
 
  private:
-  // ---- the SDK's step protocol (mlph/sdk/model_protocol.hpp): the steps, and where the state lives ----
+  // ---- the SDK's step protocol (mlph/sdk/model/protocol.hpp): the steps, and where the state lives ----
   void run_train(const MLPH_Tensor* inputs, const sdk::StepPlan& plan) override {
     use_threads();
     load_inputs(inputs);

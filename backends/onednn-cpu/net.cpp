@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "mlph/sdk/error.hpp"
+#include "mlph/sdk/util/error.hpp"
 
 namespace mlph::onednn {
 

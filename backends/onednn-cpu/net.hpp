@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "mlph/graph.h"
-#include "mlph/sdk/validate.hpp"
+#include "mlph/sdk/graph/validate.hpp"
 
 namespace mlph::onednn {
 

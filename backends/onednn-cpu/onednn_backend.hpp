@@ -5,8 +5,8 @@
 #include <memory>
 #include <string>
 
-#include "mlph/sdk/backend.hpp"
-#include "mlph/sdk/compute.hpp"
+#include "mlph/sdk/model/backend.hpp"
+#include "mlph/sdk/model/compute.hpp"
 
 namespace mlph::onednn {
 
@@ -23,7 +23,7 @@ struct BackendOptions {
 
 class OnednnBackend final : public sdk::Backend {
  public:
-  // Options: `threads`, and the shared `precision` (fp32 | bf16) and `deterministic` (mlph/sdk/compute.hpp).
+  // Options: `threads`, and the shared `precision` (fp32 | bf16) and `deterministic` (mlph/sdk/model/compute.hpp).
   // Anything else is MLPH_INVALID_ARGUMENT naming it.
   OnednnBackend(const MLPH_HostApi* host, const sdk::Options& options);
   std::unique_ptr<sdk::Model> compile(const MLPH_Graph& graph, const MLPH_CommsHandle* comms) override;

@@ -4,8 +4,8 @@
 
 #include <memory>
 
-#include "mlph/sdk/batch_norm_groups.hpp"
-#include "mlph/sdk/spatial.hpp"
+#include "mlph/sdk/comms/spatial.hpp"
+#include "mlph/sdk/host/batch_norm_groups.hpp"
 #include "net.hpp"
 
 namespace mlph::onednn {

@@ -4,8 +4,8 @@
 #include <numeric>
 
 #include "channel_walk.hpp"
-#include "mlph/sdk/error.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
+#include "mlph/sdk/util/error.hpp"
 #include "ops.hpp"
 
 namespace mlph::onednn {

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "mlph/common.h"
-#include "mlph/sdk/error.hpp"
+#include "mlph/sdk/util/error.hpp"
 #include "ops.hpp"
 
 namespace mlph::onednn {

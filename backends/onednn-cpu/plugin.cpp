@@ -1,7 +1,7 @@
 // libmlph-backend-onednn-cpu.so: the op catalogue on oneDNN primitives, for CPU-only machines.
 #include <cstdlib>
 
-#include "mlph/sdk/plugin.hpp"
+#include "mlph/sdk/util/plugin.hpp"
 
 #include "onednn_backend.hpp"
 

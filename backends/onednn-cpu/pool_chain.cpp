@@ -7,8 +7,8 @@
 #include <cstring>
 #include <type_traits>
 
-#include "mlph/sdk/error.hpp"
 #include "mlph/sdk/kernels/pool_chain.hpp"
+#include "mlph/sdk/util/error.hpp"
 #include "ops.hpp"
 
 namespace mlph::onednn {

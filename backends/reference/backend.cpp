@@ -1,8 +1,9 @@
 #include "backend.hpp"
 
-#include "mlph/sdk/compute.hpp"
-#include "mlph/sdk/cpus.hpp"
-#include "mlph/sdk/host_executor.hpp"
+#include "mlph/sdk/host/executor.hpp"
+#include "mlph/sdk/model/compute.hpp"
+#include "mlph/sdk/program/lower.hpp"
+#include "mlph/sdk/util/cpus.hpp"
 #include "ops.hpp"
 
 namespace mlph::reference {
@@ -20,7 +21,7 @@ ReferenceBackend::ReferenceBackend(const MLPH_HostApi* host, const sdk::Options&
 
 std::unique_ptr<sdk::Model> ReferenceBackend::compile(const MLPH_Graph& graph, const MLPH_CommsHandle* comms) {
   return std::make_unique<sdk::host::Executor<Kernels>>(
-      host_, comms, sdk::host::lower_graph(graph, sdk::host::implements()), "reference backend", Kernels{pool_, {}});
+      host_, comms, sdk::program::lower_graph(graph, sdk::program::implements()), "reference backend", Kernels{pool_, {}});
 }
 
 }  // namespace mlph::reference

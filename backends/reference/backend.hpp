@@ -3,16 +3,16 @@
 
 #include <memory>
 
-#include "mlph/sdk/backend.hpp"
+#include "mlph/sdk/model/backend.hpp"
 #include "thread_pool.hpp"
 
 namespace mlph::reference {
 
 class ReferenceBackend final : public sdk::Backend {
  public:
-  // Options: `threads` (default: the CPUs this process may run on, sdk/cpus.hpp: what srun --cpu-bind
+  // Options: `threads` (default: the CPUs this process may run on, sdk/util/cpus.hpp: what srun --cpu-bind
   // gave the task), and the shared `precision` (fp32 only) and
-  // `deterministic` (mlph/sdk/compute.hpp). Anything else is MLPH_INVALID_ARGUMENT.
+  // `deterministic` (mlph/sdk/model/compute.hpp). Anything else is MLPH_INVALID_ARGUMENT.
   ReferenceBackend(const MLPH_HostApi* host, const sdk::Options& options);
   std::unique_ptr<sdk::Model> compile(const MLPH_Graph& graph, const MLPH_CommsHandle* comms) override;
 

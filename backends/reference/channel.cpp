@@ -8,7 +8,7 @@
 #include <functional>
 #include <vector>
 
-#include "mlph/sdk/host_kernel_math.hpp"
+#include "mlph/sdk/host/kernel_math.hpp"
 #include "ops.hpp"
 
 namespace mlph::reference {

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "mlph/sdk/host_kernel_math.hpp"
+#include "mlph/sdk/host/kernel_math.hpp"
 #include "ops.hpp"
 
 namespace mlph::reference {

@@ -10,17 +10,17 @@
 #include <memory>
 #include <vector>
 
-#include "mlph/sdk/batch_norm_groups.hpp"
-#include "mlph/sdk/host_program.hpp"
+#include "mlph/sdk/host/batch_norm_groups.hpp"
+#include "mlph/sdk/program/program.hpp"
 #include "thread_pool.hpp"
 
 namespace mlph::reference {
 
-// The ops take the shapes and attributes of the SDK's lowering for host backends (Window, RowsByChannels,
-// DenseShape, BatchNormAttrs, AdamAttrs); the SDK's executor (sdk/host_executor.hpp) runs its Program,
+// The ops take the shapes and attributes of the SDK's lowered program (Window, RowsByChannels,
+// DenseShape, BatchNormAttrs, AdamAttrs); the SDK's executor (sdk/host/executor.hpp) runs its Program,
 // calling each op by name with Kernels::threads() first (the pool; the serial ones ignore it) and, for
 // the conv passes and dense, Kernels::scratch second.
-using namespace sdk::host;
+using namespace sdk::program;
 using sdk::GroupSum;
 
 // ---- conv.cpp, pool.cpp -----------------------------------------------------------------------
@@ -180,7 +180,7 @@ void lamb_update(ThreadPool& pool, int64_t n, double lr, const AdamAttrs& a, uin
 // The L2 norm of n floats, summed in double (repeatable for a fixed thread count).
 double l2_norm(ThreadPool& pool, int64_t n, const float* x);
 
-// What the SDK's host executor runs these ops with (sdk/host_executor.hpp): float32 buffers, the pool
+// What the SDK's host executor runs these ops with (sdk/host/executor.hpp): float32 buffers, the pool
 // (shared with the backend, which the ABI destroys after its models) and one scratch per model.
 struct Kernels {
   using Buffer = std::vector<float>;

@@ -1,6 +1,6 @@
 // libmlph-backend-reference.so: plain C++ for every op, forward and backward. The oracle other
 // backends are checked against, and a CPU backend that trains the mini configs.
-#include "mlph/sdk/plugin.hpp"
+#include "mlph/sdk/util/plugin.hpp"
 
 #include "backend.hpp"
 

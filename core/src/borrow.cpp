@@ -10,8 +10,8 @@
 #include "mlph/core/config.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/core/text_input.hpp"
-#include "mlph/sdk/numbers.hpp"
-#include "mlph/sdk/options.hpp"
+#include "mlph/sdk/util/numbers.hpp"
+#include "mlph/sdk/util/options.hpp"
 
 namespace mlph::core {
 namespace {

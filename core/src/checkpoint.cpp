@@ -5,9 +5,9 @@
 #include "mlph/core/fnv1a.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/core/text_input.hpp"
-#include "mlph/sdk/backend.hpp"
-#include "mlph/sdk/op_schema.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/op_schema.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
+#include "mlph/sdk/model/backend.hpp"
 
 namespace mlph::core {
 namespace {

@@ -11,11 +11,11 @@
 #include "mlph/core/json.hpp"
 #include "mlph/core/tensor_bytes.hpp"
 #include "mlph/core/text_input.hpp"
-#include "mlph/sdk/json.hpp"
-#include "mlph/sdk/numbers.hpp"
-#include "mlph/sdk/op_schema.hpp"
-#include "mlph/sdk/storage.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/op_schema.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
+#include "mlph/sdk/storage/storage.hpp"
+#include "mlph/sdk/util/json.hpp"
+#include "mlph/sdk/util/numbers.hpp"
 
 namespace mlph::core {
 namespace fs = std::filesystem;

@@ -11,7 +11,7 @@
 #include "mlph/core/export.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/core/run_report.hpp"
-#include "mlph/sdk/spatial.hpp"
+#include "mlph/sdk/comms/spatial.hpp"
 
 namespace mlph::core {
 

@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "mlph/core/text_input.hpp"
-#include "mlph/sdk/numbers.hpp"
+#include "mlph/sdk/util/numbers.hpp"
 
 namespace mlph::core {
 namespace {

@@ -13,8 +13,8 @@
 
 #include "mlph/core/crash.hpp"
 #include "mlph/core/host.hpp"
-#include "mlph/sdk/cpus.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
+#include "mlph/sdk/util/cpus.hpp"
 
 namespace mlph::core {
 namespace {

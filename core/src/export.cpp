@@ -10,7 +10,7 @@
 #include "mlph/core/host.hpp"
 #include "mlph/core/npz.hpp"
 #include "mlph/core/tensor_bytes.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
 
 namespace mlph::core {
 namespace {

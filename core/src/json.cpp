@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "mlph/core/text_input.hpp"
-#include "mlph/sdk/json.hpp"
+#include "mlph/sdk/util/json.hpp"
 
 namespace mlph::core {
 

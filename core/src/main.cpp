@@ -12,7 +12,7 @@
 #include "mlph/core/plugin_loader.hpp"
 #include "mlph/core/results_tree.hpp"
 #include "mlph/core/runner.hpp"
-#include "mlph/sdk/numbers.hpp"
+#include "mlph/sdk/util/numbers.hpp"
 
 namespace po = boost::program_options;
 using namespace mlph::core;

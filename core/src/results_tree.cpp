@@ -13,7 +13,7 @@
 #include "mlph/core/shell_script.hpp"
 #include "mlph/core/system_probe.hpp"
 #include "mlph/core/text_input.hpp"
-#include "mlph/sdk/numbers.hpp"
+#include "mlph/sdk/util/numbers.hpp"
 
 namespace mlph::core {
 namespace fs = std::filesystem;

@@ -31,10 +31,10 @@
 #include "mlph/core/session.hpp"
 #include "mlph/core/signals.hpp"
 #include "mlph/core/system_probe.hpp"
-#include "mlph/sdk/backend.hpp"
-#include "mlph/sdk/storage.hpp"
-#include "mlph/sdk/cpus.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
+#include "mlph/sdk/model/backend.hpp"
+#include "mlph/sdk/storage/storage.hpp"
+#include "mlph/sdk/util/cpus.hpp"
 
 namespace mlph::core {
 namespace {

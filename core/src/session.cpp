@@ -8,8 +8,8 @@
 #include "mlph/core/benchmark.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/core/text_input.hpp"
-#include "mlph/sdk/options.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
+#include "mlph/sdk/util/options.hpp"
 
 namespace mlph::core {
 namespace {

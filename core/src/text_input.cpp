@@ -9,7 +9,7 @@
 #include <sstream>
 #include <vector>
 
-#include "mlph/sdk/storage.hpp"
+#include "mlph/sdk/storage/storage.hpp"
 
 namespace mlph::core {
 namespace {

@@ -1,7 +1,7 @@
 // compile_program: the SDK's validator checks the graph against the op catalogue (the same one-line
 // errors as every other backend); what is left here is what this backend itself cannot do, and
 // copying the checked graph into the Program the model runs.
-#include "mlph/sdk/validate.hpp"
+#include "mlph/sdk/graph/validate.hpp"
 #include "model.hpp"
 
 namespace mlp {

@@ -1,13 +1,13 @@
 // The example backend's compiled model: the graph's nodes in order, every value's contents and
 // gradient as float32 arrays on the host, and the optimizer's velocities. One rank. The step protocol
 // (the accumulation window, the checkpoint slots, every check of what the caller hands in) is the
-// SDK's (mlph/sdk/model_protocol.hpp); this model supplies the steps and says where its state lives.
+// SDK's (mlph/sdk/model/protocol.hpp); this model supplies the steps and says where its state lives.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "mlph/sdk/model_protocol.hpp"
+#include "mlph/sdk/model/protocol.hpp"
 
 namespace mlp {
 

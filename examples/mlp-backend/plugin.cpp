@@ -2,15 +2,15 @@
 // SDK (docs/writing-a-backend.md). It runs multilayer perceptrons: the dense, relu, tanh, scale and mse ops
 // and the sgd_keras optimizer with l2 regularization and gradient accumulation, as plain loops on
 // one rank. Everything else it refuses at compile, naming what, as docs/ops.md asks.
-#include "mlph/sdk/backend.hpp"
-#include "mlph/sdk/compute.hpp"
+#include "mlph/sdk/model/backend.hpp"
+#include "mlph/sdk/model/compute.hpp"
 #include "model.hpp"
 
 namespace mlp {
 
 class MlpBackend final : public mlph::sdk::Backend {
  public:
-  // Only the options every backend shares (mlph/sdk/compute.hpp): it computes in fp32, deterministic
+  // Only the options every backend shares (mlph/sdk/model/compute.hpp): it computes in fp32, deterministic
   // whether asked or not. Any other backend.* key given to it is an error naming the key.
   MlpBackend(const MLPH_HostApi* host, const mlph::sdk::Options& options) : host_(host) {
     options.allow_only(mlph::sdk::with_compute_options({}), kName);

@@ -5,8 +5,8 @@
 #include <cstring>
 
 #include "mlph/plugin.h"
-#include "mlph/sdk/backend.hpp"
-#include "mlph/sdk/workload.hpp"
+#include "mlph/sdk/model/backend.hpp"
+#include "mlph/sdk/workload/workload.hpp"
 
 extern "C" int mlph_c_compile_check(void);
 

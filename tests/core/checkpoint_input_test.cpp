@@ -22,8 +22,8 @@
 #include "mlph/core/checkpoint_file.hpp"
 #include "mlph/core/export.hpp"
 #include "mlph/core/npz.hpp"
-#include "mlph/sdk/storage.hpp"
-#include "mlph/sdk/workload.hpp"
+#include "mlph/sdk/storage/storage.hpp"
+#include "mlph/sdk/workload/workload.hpp"
 
 using namespace mlph;
 using namespace mlph::core;

@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "mlph/core/config.hpp"
+#include "mlph/test/error_of.hpp"
 
 using namespace mlph::core;
 
@@ -32,14 +33,8 @@ std::string write_yaml(const std::string& name, const std::string& text) {
   return path.string();
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+// ConfigError is the core's own, not an sdk::Error.
+std::string error_of(const std::function<void()>& f) { return mlph::test::error_of<ConfigError>(f); }
 
 }  // namespace
 

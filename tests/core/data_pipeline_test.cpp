@@ -14,7 +14,7 @@
 
 #include "mlph/core/data_pipeline.hpp"
 #include "mlph/core/host.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
 
 using namespace mlph;
 using namespace mlph::core;

@@ -1,8 +1,8 @@
-// The SDK side of hyperparameter borrowing (sdk/hparams.hpp, sdk/json.hpp): the JSON text views a
+// The SDK side of hyperparameter borrowing (sdk/workload/hparams.hpp, sdk/util/json.hpp): the JSON text views a
 // workload reads and the table walk that names the log key in every error.
 #include <gtest/gtest.h>
 
-#include "mlph/sdk/hparams.hpp"
+#include "mlph/sdk/workload/hparams.hpp"
 
 using namespace mlph;
 

@@ -9,7 +9,7 @@
 
 #include "mlph/core/config.hpp"
 #include "mlph/core/launch.hpp"
-#include "mlph/sdk/cpus.hpp"
+#include "mlph/sdk/util/cpus.hpp"
 
 using namespace mlph::core;
 

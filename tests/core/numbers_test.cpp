@@ -1,4 +1,4 @@
-// Numbers from text (sdk/numbers.hpp) as the core, the workloads' settings and plug-in options read
+// Numbers from text (sdk/util/numbers.hpp) as the core, the workloads' settings and plug-in options read
 // them: integers straight into their final type or refused naming the key and the range, floats
 // finite. Each case here was a silent narrowing or an undefined cast before (issue 16: 1, 14, 16, 17).
 #include <gtest/gtest.h>
@@ -8,23 +8,17 @@
 #include <optional>
 
 #include "mlph/core/config.hpp"
-#include "mlph/sdk/compute.hpp"
-#include "mlph/sdk/hparams.hpp"
-#include "mlph/sdk/numbers.hpp"
-#include "mlph/sdk/options.hpp"
+#include "mlph/sdk/model/compute.hpp"
+#include "mlph/sdk/util/numbers.hpp"
+#include "mlph/sdk/util/options.hpp"
+#include "mlph/sdk/workload/hparams.hpp"
+#include "mlph/test/error_of.hpp"
 
 using namespace mlph;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const sdk::Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using test::error_of;
 
 sdk::Options options(const std::vector<MLPH_KeyValue>& kv) { return sdk::Options(kv.data(), kv.size()); }
 

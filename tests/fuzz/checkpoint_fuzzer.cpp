@@ -19,7 +19,7 @@
 #include "fuzz.hpp"
 #include "mlph/core/checkpoint_file.hpp"
 #include "mlph/core/export.hpp"
-#include "mlph/sdk/workload.hpp"
+#include "mlph/sdk/workload/workload.hpp"
 
 namespace fs = std::filesystem;
 using namespace mlph;

@@ -6,7 +6,7 @@
 
 #include "fuzz.hpp"
 #include "manifest.hpp"
-#include "mlph/sdk/error.hpp"
+#include "mlph/sdk/util/error.hpp"
 
 using namespace mlph::stage;
 

@@ -13,7 +13,7 @@
 
 #include "fuzz.hpp"
 #include "manifest.hpp"
-#include "mlph/sdk/error.hpp"
+#include "mlph/sdk/util/error.hpp"
 
 namespace fs = std::filesystem;
 using namespace mlph::stage;

@@ -15,8 +15,8 @@
 #include "deepcam/settings.hpp"
 #include "mlph/core/benchmark.hpp"
 #include "mlph/core/config.hpp"
-#include "mlph/sdk/hparams.hpp"
-#include "mlph/sdk/options.hpp"
+#include "mlph/sdk/util/options.hpp"
+#include "mlph/sdk/workload/hparams.hpp"
 
 namespace mlph::fuzz {
 

@@ -21,6 +21,7 @@
 
 #include "cli.hpp"
 #include "mlph/core/checkpoint_file.hpp"
+#include "mlph/test/tiny_run.hpp"
 
 using namespace mlph;
 using namespace mlph::test;
@@ -29,8 +30,8 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kCosmoFlowSeedless =
-    "--workload cosmoflow --division open --set data.edge=32 --set train.batch_size=2 --set train.epochs=3 "
-    "--set optimizer.warmup_epochs=0 --set train.target_mae=0.0001 --set backend.threads=2 ";
+    tiny_cosmoflow(2) +
+    "--set train.epochs=3 --set optimizer.warmup_epochs=0 --set train.target_mae=0.0001 --set backend.threads=2 ";
 const std::string kCosmoFlow = kCosmoFlowSeedless + "--seed 1234 ";
 const std::string kCosmoFlowData = "--set data.synthetic.train=8 --set data.synthetic.valid=4 ";
 // 3 micro-batches an epoch in windows of 2: the window of micro-batches 3 and 4 spans the first epoch's end.
@@ -238,13 +239,10 @@ TEST(Stop, WithoutACheckpointDirTheRunStopsAndSaysSo) {
 // in the log. (32 validation samples: the evaluation lasts seconds after the signal.)
 TEST(Stop, SigtermDuringAnEvaluationEndsTheRunStoppedNotSuccessful) {
   const fs::path dir = fresh_dir("stop-in-eval");
-  const std::string flags =
-      "--workload cosmoflow --division open --set data.edge=32 --set train.batch_size=2 --set train.epochs=2 "
-      "--set optimizer.warmup_epochs=0 --set train.target_mae=10 --set backend.threads=1 --seed 1234 ";
-  ASSERT_EQ(run_cli(flags + "--set data.synthetic.train=4 --set data.synthetic.valid=32 --generate-data " +
-                    (dir / "data").string())
-                .exit_code,
-            0);
+  const std::string flags = tiny_cosmoflow(2) +
+                            "--set train.epochs=2 --set optimizer.warmup_epochs=0 --set train.target_mae=10 "
+                            "--set backend.threads=1 --seed 1234 ";
+  ASSERT_EQ(run_cli(flags + generate_data(4, 32, dir / "data")).exit_code, 0);
   const fs::path log = dir / "out" / "result_0.txt";
   const pid_t pid = spawn_cli(flags + "--data " + (dir / "data").string() + " --output " + (dir / "out").string() +
                                   " --checkpoint-dir " + (dir / "ck").string(),

@@ -14,7 +14,7 @@
 #include "mlph/core/checkpoint.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/core/npz.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
 
 using namespace mlph;
 using namespace mlph::test;

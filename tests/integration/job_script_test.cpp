@@ -16,6 +16,7 @@
 
 #include "cli.hpp"
 #include "mlph/core/checkpoint_file.hpp"
+#include "mlph/test/tiny_run.hpp"
 
 using namespace mlph;
 using namespace mlph::test;
@@ -150,13 +151,10 @@ TEST(JobScript, OptionsAreReadAsMlperfRunReadsThemAndNeverDoubled) {
 TEST(JobScript, MpirunExitingOneAfterTheRunSavedIsRequeued) {
   if (!fs::exists(fs::path(MLPH_PLUGIN_DIR) / "libmlph-comms-mpi.so")) GTEST_SKIP() << "no MPI comms plug-in";
   const fs::path dir = fresh_dir("job-script-mpirun");
-  const std::string flags =
-      "--workload cosmoflow --division open --set data.edge=32 --set train.batch_size=2 --set train.epochs=3 "
-      "--set optimizer.warmup_epochs=0 --set train.target_mae=0.0001 --set backend.threads=1 --seed 1234 ";
-  ASSERT_EQ(run_cli(flags + "--set data.synthetic.train=8 --set data.synthetic.valid=4 --generate-data " +
-                    (dir / "data").string())
-                .exit_code,
-            0);
+  const std::string flags = tiny_cosmoflow(2) +
+                            "--set train.epochs=3 --set optimizer.warmup_epochs=0 --set train.target_mae=0.0001 "
+                            "--set backend.threads=1 --seed 1234 ";
+  ASSERT_EQ(run_cli(flags + generate_data(8, 4, dir / "data")).exit_code, 0);
   fs::create_directories(dir / "bin");
   write_program(dir / "bin" / "mpirun",
                 "#!/usr/bin/python3\n"

@@ -7,6 +7,7 @@
 
 #include "cli.hpp"
 #include "mlph/common.h"
+#include "mlph/test/tiny_run.hpp"
 
 using namespace mlph::test;
 namespace fs = std::filesystem;
@@ -14,9 +15,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // A tiny CosmoFlow setup: 32^3 samples, batch 4, open division so the target can be generous.
-const std::string kTiny =
-    "--workload cosmoflow --division open --set data.edge=32 --set train.batch_size=4 --set train.epochs=1 "
-    "--set optimizer.warmup_epochs=0 --seed 1234 ";
+const std::string kTiny = tiny_cosmoflow(4) + "--set train.epochs=1 --set optimizer.warmup_epochs=0 --seed 1234 ";
 
 fs::path generate(const std::string& name, const std::string& format) {
   const fs::path dir = fresh_dir(name);

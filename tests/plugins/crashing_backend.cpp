@@ -8,7 +8,7 @@
 
 #include "backend.hpp"
 #include "forwarding_model.hpp"
-#include "mlph/sdk/backend.hpp"
+#include "mlph/sdk/model/backend.hpp"
 
 namespace {
 

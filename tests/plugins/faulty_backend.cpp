@@ -16,8 +16,8 @@
 
 #include "backend.hpp"
 #include "forwarding_model.hpp"
-#include "mlph/sdk/backend.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
+#include "mlph/sdk/model/backend.hpp"
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "mlph/sdk/backend.hpp"
+#include "mlph/sdk/model/backend.hpp"
 
 namespace mlph::test {
 

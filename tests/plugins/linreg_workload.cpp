@@ -15,11 +15,11 @@
 #include <utility>
 #include <vector>
 
-#include "mlph/sdk/graph.hpp"
-#include "mlph/sdk/json.hpp"
-#include "mlph/sdk/storage.hpp"
-#include "mlph/sdk/tensor.hpp"
-#include "mlph/sdk/workload.hpp"
+#include "mlph/sdk/graph/graph.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
+#include "mlph/sdk/storage/storage.hpp"
+#include "mlph/sdk/util/json.hpp"
+#include "mlph/sdk/workload/workload.hpp"
 
 #ifndef LINREG_ABI_MINOR
 #define LINREG_ABI_MINOR MLPH_ABI_MINOR

@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "mlph/sdk/storage.hpp"
+#include "mlph/sdk/storage/storage.hpp"
 
 namespace {
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-// The SDK's device-collectives extension (sdk/comms.hpp): a C++ comms class that defines the device
+// The SDK's device-collectives extension (sdk/comms/plugin.hpp): a C++ comms class that defines the device
 // calls gets MLPH_DeviceCollectives on its table's extension chain, every communicator (split ones
 // too) takes them, and a backend finds them with find_device_collectives and calls them through
 // DeviceComm. A class without them gets no extension.
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "mlph/core/host.hpp"
-#include "mlph/sdk/comms.hpp"
+#include "mlph/sdk/comms/plugin.hpp"
 
 namespace {
 

@@ -1,15 +1,15 @@
-// The SDK's lowering for host backends (mlph/sdk/host_program.hpp): every op of the catalogue has a
+// The SDK's lowering for host backends (mlph/sdk/program/lower.hpp): every op of the catalogue has a
 // kind, windows are right-aligned into 3-D (a conv_transpose as the conv it is the adjoint of), the
 // attributes land typed, the Program outlives the graph, and what an executor derives from it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
-#include "mlph/sdk/graph.hpp"
-#include "mlph/sdk/host_program.hpp"
+#include "mlph/sdk/graph/graph.hpp"
+#include "mlph/sdk/program/lower.hpp"
 
 using namespace mlph;
-using sdk::host::OpKind;
+using sdk::program::OpKind;
 
 namespace {
 
@@ -22,15 +22,15 @@ std::vector<std::string> sorted(std::vector<std::string> names) {
 
 Ints spatial(const int64_t (&dims)[3]) { return {dims[0], dims[1], dims[2]}; }
 
-const sdk::host::Node& node_named(const sdk::host::Program& p, const std::string& name) {
-  for (const sdk::host::Node& n : p.nodes)
+const sdk::program::Node& node_named(const sdk::program::Program& p, const std::string& name) {
+  for (const sdk::program::Node& n : p.nodes)
     if (n.name == name) return n;
   throw std::runtime_error("no node " + name);
 }
 
 // conv (padding after only) -> batch_norm over 2 ranks -> max_pool -> conv_transpose -> softmax
 // cross-entropy; the builder, and with it every array the graph points to, is gone on return.
-sdk::host::Program lowered_segmentation_graph() {
+sdk::program::Program lowered_segmentation_graph() {
   sdk::GraphBuilder g;
   const int32_t x = g.value("x", MLPH_DTYPE_F32, {2, 6, 6, 3});
   const int32_t w = g.value("w", MLPH_DTYPE_F32, {3, 3, 3, 4}), up = g.value("up", MLPH_DTYPE_F32, {3, 3, 2, 4});
@@ -52,7 +52,7 @@ sdk::host::Program lowered_segmentation_graph() {
                 {{"class_weights", {0.25, 2.0}}}));
   g.optimizer("lamb", {{"beta1", 0.8}, {"beta2", 0.99}, {"eps", 1e-6}, {"weight_decay", 0.01}, {"max_grad_norm", 2.0}});
   g.seed(42);
-  return sdk::host::lower_graph(*g.graph(), sdk::host::implements());
+  return sdk::program::lower_graph(*g.graph(), sdk::program::implements());
 }
 
 }  // namespace
@@ -61,9 +61,9 @@ sdk::host::Program lowered_segmentation_graph() {
 // all of docs/ops.md, and an op added to the catalogue fails here until it is lowered.
 TEST(HostProgram, ImplementsIsTheWholeCatalogueLessWhatIsMissing) {
   const sdk::Implements all = sdk::Implements::everything();
-  EXPECT_EQ(sorted(sdk::host::implements().ops), sorted(all.ops));
-  EXPECT_EQ(sorted(sdk::host::implements().optimizers), sorted(all.optimizers));
-  const sdk::Implements some = sdk::host::implements({OpKind::halo_exchange, OpKind::spatial_gather});
+  EXPECT_EQ(sorted(sdk::program::implements().ops), sorted(all.ops));
+  EXPECT_EQ(sorted(sdk::program::implements().optimizers), sorted(all.optimizers));
+  const sdk::Implements some = sdk::program::implements({OpKind::halo_exchange, OpKind::spatial_gather});
   EXPECT_EQ(some.ops.size(), all.ops.size() - 2);
   EXPECT_FALSE(some.op("halo_exchange"));
   EXPECT_FALSE(some.op("spatial_gather"));
@@ -71,8 +71,8 @@ TEST(HostProgram, ImplementsIsTheWholeCatalogueLessWhatIsMissing) {
 }
 
 TEST(HostProgram, WindowsAreRightAlignedInto3D) {
-  const sdk::host::Program p = lowered_segmentation_graph();
-  const sdk::host::Window& conv = node_named(p, "conv").window;
+  const sdk::program::Program p = lowered_segmentation_graph();
+  const sdk::program::Window& conv = node_named(p, "conv").window;
   EXPECT_EQ(conv.batch, 2);
   EXPECT_EQ(spatial(conv.in), (Ints{1, 6, 6}));
   EXPECT_EQ(spatial(conv.out), (Ints{1, 5, 5}));
@@ -84,7 +84,7 @@ TEST(HostProgram, WindowsAreRightAlignedInto3D) {
   for (int d = 0; d < 3; ++d) EXPECT_EQ(conv.expected_out(d), conv.out[d]) << d;
   EXPECT_EQ(conv.macs(), 2.0 * 25 * 9 * 3 * 4);
 
-  const sdk::host::Window& pool = node_named(p, "pool").window;
+  const sdk::program::Window& pool = node_named(p, "pool").window;
   EXPECT_EQ(spatial(pool.stride), (Ints{1, 2, 2}));
   EXPECT_EQ(pool.in_channels, 4);
   EXPECT_EQ(pool.out_channels, 4);
@@ -93,7 +93,7 @@ TEST(HostProgram, WindowsAreRightAlignedInto3D) {
   EXPECT_EQ(pool.window_offset(1 * 4 + 1 * 2 + 1), ((1 * 5 + 2) * 5 + 2) * 4);
 
   // The transpose [2,2,2,4] -> [2,4,4,2] runs as the conv from its output back to its input.
-  const sdk::host::Window& up = node_named(p, "up").window;
+  const sdk::program::Window& up = node_named(p, "up").window;
   EXPECT_EQ(spatial(up.in), (Ints{1, 4, 4}));
   EXPECT_EQ(spatial(up.out), (Ints{1, 2, 2}));
   EXPECT_EQ(up.in_channels, 2);
@@ -104,9 +104,9 @@ TEST(HostProgram, WindowsAreRightAlignedInto3D) {
 }
 
 TEST(HostProgram, AttributesParametersAndTheOptimizerLandTyped) {
-  const sdk::host::Program p = lowered_segmentation_graph();
+  const sdk::program::Program p = lowered_segmentation_graph();
   ASSERT_EQ(p.nodes.size(), 5u);
-  const sdk::host::Node& bn = node_named(p, "bn");
+  const sdk::program::Node& bn = node_named(p, "bn");
   EXPECT_EQ(bn.kind, OpKind::batch_norm);
   EXPECT_EQ(bn.batch_norm.eps, 1e-3);
   EXPECT_EQ(bn.batch_norm.momentum, 0.1);
@@ -114,7 +114,7 @@ TEST(HostProgram, AttributesParametersAndTheOptimizerLandTyped) {
   EXPECT_EQ(bn.rows.rows, 50);
   EXPECT_EQ(bn.rows.channels, 4);
   EXPECT_EQ(bn.index, 1u);
-  const sdk::host::Node& loss = node_named(p, "loss");
+  const sdk::program::Node& loss = node_named(p, "loss");
   EXPECT_EQ(loss.rows.rows, 32);
   EXPECT_EQ(loss.rows.channels, 2);
   EXPECT_EQ(loss.batch, 2);
@@ -129,7 +129,7 @@ TEST(HostProgram, AttributesParametersAndTheOptimizerLandTyped) {
   EXPECT_EQ(p.params[1].weight_decay, 0.5);
   EXPECT_FALSE(p.params[4].trainable);
 
-  EXPECT_EQ(p.optimizer.kind, sdk::host::OptimizerKind::lamb);
+  EXPECT_EQ(p.optimizer.kind, sdk::program::OptimizerKind::lamb);
   EXPECT_EQ(p.optimizer.state, (std::vector<std::string>{"m", "v"}));
   EXPECT_EQ(p.optimizer.adam.beta1, 0.8);
   EXPECT_EQ(p.optimizer.adam.beta2, 0.99);
@@ -142,14 +142,14 @@ TEST(HostProgram, AttributesParametersAndTheOptimizerLandTyped) {
 // Gradients flow into the values between a trainable parameter and the loss; the trainable
 // parameters' gradients tile one buffer in graph order, each final after the first node reading it.
 TEST(HostProgram, GradientsAndTheirLayout) {
-  const sdk::host::Program p = lowered_segmentation_graph();
+  const sdk::program::Program p = lowered_segmentation_graph();
   const std::vector<bool>& needed = p.needs_gradient;
   std::vector<std::string> with_gradient;
   for (size_t v = 0; v < needed.size(); ++v)
     if (needed[v]) with_gradient.push_back(p.values[v].name);
   EXPECT_EQ(sorted(with_gradient), sorted({"w", "up", "gamma", "beta", "c", "bn", "pool", "t", "loss"}));
 
-  const std::vector<sdk::GradientBuckets::Param> layout = sdk::host::gradient_layout(p);
+  const std::vector<sdk::GradientParam> layout = sdk::program::gradient_layout(p);
   ASSERT_EQ(layout.size(), 4u);  // the running statistics are frozen
   const size_t offsets[] = {0, 108, 180, 184}, counts[] = {108, 72, 4, 4};
   const int64_t first_use[] = {0, 3, 1, 1};  // conv, up, bn, bn
@@ -176,8 +176,8 @@ TEST(HostProgram, SpatialOpsAndWhatABackendLeavesOut) {
   g.eval_outputs({y});
   g.optimizer("sgd_keras", {{"momentum", 0.9}});
 
-  const sdk::host::Program p = sdk::host::lower_graph(*g.graph(), sdk::host::implements());
-  const sdk::host::Node& halo = node_named(p, "halo");
+  const sdk::program::Program p = sdk::program::lower_graph(*g.graph(), sdk::program::implements());
+  const sdk::program::Node& halo = node_named(p, "halo");
   EXPECT_EQ(halo.grid, (Ints{2, 1}));
   EXPECT_EQ(halo.before, (Ints{0, 1}));
   EXPECT_EQ(halo.after, (Ints{1, 1}));
@@ -188,7 +188,7 @@ TEST(HostProgram, SpatialOpsAndWhatABackendLeavesOut) {
   EXPECT_EQ(p.optimizer.state, (std::vector<std::string>{"velocity"}));
 
   try {
-    sdk::host::lower_graph(*g.graph(), sdk::host::implements({OpKind::halo_exchange, OpKind::spatial_gather}));
+    sdk::program::lower_graph(*g.graph(), sdk::program::implements({OpKind::halo_exchange, OpKind::spatial_gather}));
     FAIL() << "lowered an op the backend leaves out";
   } catch (const sdk::Error& e) {
     EXPECT_EQ(e.code(), MLPH_UNIMPLEMENTED);

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "mlph/sdk/model_protocol.hpp"
+#include "mlph/sdk/model/protocol.hpp"
 
 namespace mlph::sdk {
 namespace {

@@ -1,4 +1,4 @@
-// The SDK's graph validator (mlph/sdk/validate.hpp): the one line each rule gives (the bad graphs the
+// The SDK's graph validator (mlph/sdk/graph/validate.hpp): the one line each rule gives (the bad graphs the
 // conformance suite runs on every backend), the defaults and windows it fills in, op-sets, what a
 // backend does not implement, and the real CosmoFlow and DeepCAM graphs.
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 #include <map>
 #include <set>
 
-#include "mlph/sdk/validate.hpp"
+#include "mlph/sdk/graph/validate.hpp"
 #include "tools/conformance/bad_graphs.hpp"
 #include "workloads/cosmoflow/model.hpp"
 #ifdef MLPH_TEST_DEEPCAM

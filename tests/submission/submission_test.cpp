@@ -11,7 +11,8 @@
 
 #include "mlph/core/borrow.hpp"
 #include "mlph/core/plugin_loader.hpp"
-#include "mlph/sdk/json.hpp"
+#include "mlph/sdk/util/json.hpp"
+#include "mlph/test/tiny_run.hpp"
 #include "report.hpp"
 #include "scoring.hpp"
 #include "tree.hpp"
@@ -364,10 +365,9 @@ TEST(Borrow, FromYamlAndClosedRuleViolationsNameTheKey) {
 TEST(EndToEnd, ThreeRunsMakeAScorableTree) {
   const fs::path root = test::fresh_tree("e2e");
   const std::string run_bin = MLPH_BINARY_DIR "/bin/mlperf-run", score_bin = MLPH_BINARY_DIR "/bin/mlperf-score";
-  const std::string tiny = "--workload cosmoflow --division open --set data.edge=32 --set train.batch_size=4 "
-                           "--set train.epochs=1 --set optimizer.warmup_epochs=0 --set train.target_mae=10 ";
-  const Cli gen = run(run_bin + " " + tiny + "--set data.synthetic.train=8 --set data.synthetic.valid=4 --generate-data " +
-                      (root / "data").string());
+  const std::string tiny =
+      test::tiny_cosmoflow(4) + "--set train.epochs=1 --set optimizer.warmup_epochs=0 --set train.target_mae=10 ";
+  const Cli gen = run(run_bin + " " + tiny + test::generate_data(8, 4, root / "data"));
   ASSERT_EQ(gen.code, 0) << gen.output;
   const Cli c = run(run_bin + " " + tiny + "--data " + (root / "data").string() + " --runs 3 --org acme --system box1 " +
                     "--seed 41 --output " + (root / "out").string());

@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "mlph/sdk/storage.hpp"
+#include "mlph/sdk/storage/storage.hpp"
 
 namespace mlph::bench {
 namespace {

@@ -4,7 +4,7 @@
 #include <set>
 #include <string_view>
 
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
 
 namespace mlph::bench {
 namespace {

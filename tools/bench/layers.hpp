@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "mlph/graph.h"
-#include "mlph/sdk/graph.hpp"
+#include "mlph/sdk/graph/graph.hpp"
 
 namespace mlph::bench {
 

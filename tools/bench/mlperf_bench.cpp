@@ -21,18 +21,18 @@
 
 #include "ceiling.hpp"
 #include "layers.hpp"
-#include "peak.hpp"
-#include "spatial.hpp"
-#include "mlph/sdk/backend.hpp"
 #include "mlph/core/config.hpp"
 #include "mlph/core/data_pipeline.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/core/json.hpp"
 #include "mlph/core/session.hpp"
-#include "mlph/sdk/json.hpp"
-#include "mlph/sdk/storage.hpp"
-#include "mlph/sdk/tensor.hpp"
-#include "mlph/sdk/workload.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
+#include "mlph/sdk/model/backend.hpp"
+#include "mlph/sdk/storage/storage.hpp"
+#include "mlph/sdk/util/json.hpp"
+#include "mlph/sdk/workload/workload.hpp"
+#include "peak.hpp"
+#include "spatial.hpp"
 
 namespace po = boost::program_options;
 using namespace mlph;

@@ -5,8 +5,8 @@
 #include <chrono>
 
 #include "mlph/core/host.hpp"
-#include "mlph/sdk/spatial.hpp"
-#include "mlph/sdk/validate.hpp"
+#include "mlph/sdk/comms/spatial.hpp"
+#include "mlph/sdk/graph/validate.hpp"
 
 namespace mlph::bench {
 namespace {

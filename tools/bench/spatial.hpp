@@ -1,6 +1,6 @@
 // What spatial parallelism (parallel.spatial) costs a training step, per rank: the halo exchanges'
 // bytes and time and the gather's, each measured on its own over the sample's ranks with the graph's
-// shapes and the code the host backends run (sdk/spatial.hpp), and the process's peak memory.
+// shapes and the code the host backends run (sdk/comms/spatial.hpp), and the process's peak memory.
 #pragma once
 
 #include "mlph/core/session.hpp"

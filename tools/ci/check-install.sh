@@ -25,15 +25,19 @@ quiet() {
 step "cmake --install $build --prefix $prefix"
 quiet "cmake --install" cmake --install "$build" --prefix "$prefix"
 for file in bin/mlperf-run bin/mlperf-conformance lib/mlperf-hpc-1/libmlph-backend-reference.so \
-            include/mlph/sdk/backend.hpp include/mlph/sdk/host_executor.hpp include/mlph/sdk/host_program.hpp \
-            include/mlph/sdk/model_protocol.hpp include/mlph/sdk/compute.hpp \
+            include/mlph/sdk/model/backend.hpp include/mlph/sdk/host/executor.hpp include/mlph/sdk/program/program.hpp \
+            include/mlph/sdk/model/protocol.hpp include/mlph/sdk/model/compute.hpp include/mlph/sdk/program/program.hpp \
+            include/mlph/sdk/comms/plugin.hpp include/mlph/sdk/kernels/pool_chain.hpp include/mlph/sdk/README.md \
             lib/cmake/mlperf_hpc/mlperf_hpcConfig.cmake share/mlperf-hpc/plot_report.py; do
   [ -e "$prefix/$file" ] || fail "$prefix/$file was not installed"
 done
 # A plug-in may include any SDK header alone: each compiles on its own against the prefix.
-for header in "$prefix"/include/mlph/sdk/*.hpp; do
-  echo "#include \"mlph/sdk/${header##*/}\"" |
-    quiet "compiling ${header#"$prefix/"} alone" c++ -std=c++20 -fsyntax-only -Wall -Wextra -Wpedantic -Werror \
+# The SDK's folders (sdk/README.md) included: find, not a glob of the top folder.
+headers=$(cd "$prefix/include" && find mlph/sdk -name '*.hpp' | sort)
+[ "$(echo "$headers" | wc -l)" -ge 30 ] || fail "only $(echo "$headers" | wc -l) SDK headers installed under $prefix/include/mlph/sdk"
+for header in $headers; do
+  echo "#include \"$header\"" |
+    quiet "compiling $header alone" c++ -std=c++20 -fsyntax-only -Wall -Wextra -Wpedantic -Werror \
       -I"$prefix/include" -x c++ -
 done
 # Every program starts from the prefix (a missing library would exit 127); --help is usage (0 or 2).

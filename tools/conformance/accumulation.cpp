@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "mlph/sdk/backend.hpp"
+#include "mlph/sdk/model/backend.hpp"
 #include "small_model.hpp"
 
 namespace mlph::conformance {

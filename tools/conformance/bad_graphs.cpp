@@ -3,7 +3,7 @@
 #include <functional>
 #include <limits>
 
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
 
 namespace mlph::conformance {
 namespace {

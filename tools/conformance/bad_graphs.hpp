@@ -1,4 +1,4 @@
-// Graphs that break docs/ops.md, one per rule of the SDK's validator (sdk/validate.hpp): the
+// Graphs that break docs/ops.md, one per rule of the SDK's validator (sdk/graph/validate.hpp): the
 // conformance suite compiles each on a backend and expects the validator's own code and line, and
 // tests/sdk pins what that line says. Depends on the SDK only.
 #pragma once
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "mlph/sdk/graph.hpp"
+#include "mlph/sdk/graph/graph.hpp"
 
 namespace mlph::conformance {
 

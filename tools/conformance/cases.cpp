@@ -6,7 +6,7 @@
 #include <functional>
 #include <stdexcept>
 
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
 
 namespace mlph::conformance {
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "mlph/sdk/graph.hpp"
+#include "mlph/sdk/graph/graph.hpp"
 #include "tensor.hpp"
 
 namespace mlph::conformance {

@@ -8,9 +8,9 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "mlph/sdk/backend.hpp"
-#include "mlph/sdk/op_schema.hpp"
 #include "mlph/core/host.hpp"
+#include "mlph/sdk/graph/op_schema.hpp"
+#include "mlph/sdk/model/backend.hpp"
 
 namespace mlph::conformance {
 namespace {

@@ -5,7 +5,7 @@
 
 #include "mlph/core/host.hpp"
 #include "mlph/core/session.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
 
 namespace mlph::conformance {
 namespace fs = std::filesystem;

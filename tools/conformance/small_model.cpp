@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "mlph/core/host.hpp"
-#include "mlph/sdk/backend.hpp"
+#include "mlph/sdk/model/backend.hpp"
 
 namespace mlph::conformance::small {
 namespace {

@@ -5,7 +5,7 @@
 #include <limits>
 #include <stdexcept>
 
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
 
 namespace mlph::conformance {
 

@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "mlph/sdk/backend.hpp"
-#include "mlph/sdk/op_schema.hpp"
+#include "mlph/sdk/graph/op_schema.hpp"
+#include "mlph/sdk/model/backend.hpp"
 #include "small_model.hpp"
 
 namespace mlph::conformance {

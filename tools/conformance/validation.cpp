@@ -6,7 +6,7 @@
 
 #include "bad_graphs.hpp"
 #include "mlph/core/host.hpp"
-#include "mlph/sdk/validate.hpp"
+#include "mlph/sdk/graph/validate.hpp"
 
 namespace mlph::conformance {
 namespace {

@@ -1,4 +1,4 @@
-// mlperf-ops-doc: renders the op catalogue of mlph/sdk/op_schema.hpp as the Markdown tables of
+// mlperf-ops-doc: renders the op catalogue of mlph/sdk/graph/op_schema.hpp as the Markdown tables of
 // docs/ops.md, between its `<!-- ops-doc: NAME begin -->` and `<!-- ops-doc: NAME end -->` markers
 // (the prose around them is written by hand).
 //   mlperf-ops-doc                      prints the tables
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "mlph/sdk/op_schema.hpp"
+#include "mlph/sdk/graph/op_schema.hpp"
 
 namespace {
 
@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
     const std::string current = read(file), fresh = regenerate(current, file);
     if (args[0] == "--check") {
       if (fresh == current) return 0;
-      std::cerr << "mlperf-ops-doc: " << file << " is out of date with mlph/sdk/op_schema.hpp: run " << argv[0]
+      std::cerr << "mlperf-ops-doc: " << file << " is out of date with mlph/sdk/graph/op_schema.hpp: run " << argv[0]
                 << " --write " << file << "\n";
       return 1;
     }

@@ -11,8 +11,8 @@
 #include <set>
 
 #include "mlph/core/text_input.hpp"
-#include "mlph/sdk/json.hpp"
-#include "mlph/sdk/numbers.hpp"
+#include "mlph/sdk/util/json.hpp"
+#include "mlph/sdk/util/numbers.hpp"
 
 namespace mlph::submission {
 namespace fs = std::filesystem;

@@ -6,9 +6,9 @@
 #include "data/bytes.hpp"
 #include "data/npy.hpp"
 #include "data/tfrecord.hpp"
-#include "mlph/sdk/spatial.hpp"
-#include "mlph/sdk/storage.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/comms/spatial.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
+#include "mlph/sdk/storage/storage.hpp"
 
 namespace mlph::cosmoflow {
 using sdk::fail;

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "mlph/sdk/workload.hpp"
 #include "data/npy.hpp"
-#include "mlph/util/gzip.hpp"
 #include "data/sample.hpp"
+#include "mlph/sdk/workload/workload.hpp"
+#include "mlph/util/gzip.hpp"
 #include "settings.hpp"
 
 namespace mlph::cosmoflow {

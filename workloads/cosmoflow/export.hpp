@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "mlph/sdk/export.hpp"
+#include "mlph/sdk/workload/export.hpp"
 
 namespace mlph::cosmoflow {
 

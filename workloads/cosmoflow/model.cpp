@@ -4,8 +4,8 @@
 #include <cmath>
 #include <string>
 
-#include "mlph/sdk/spatial.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/comms/spatial.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
 
 namespace mlph::cosmoflow {
 namespace {

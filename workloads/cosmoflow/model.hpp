@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "mlph/sdk/graph.hpp"
+#include "mlph/sdk/graph/graph.hpp"
 #include "settings.hpp"
 
 namespace mlph::cosmoflow {

@@ -6,7 +6,7 @@
 #include "data/synthetic.hpp"
 #include "dataset.hpp"
 #include "export.hpp"
-#include "mlph/sdk/workload.hpp"
+#include "mlph/sdk/workload/workload.hpp"
 #include "model.hpp"
 #include "schedule.hpp"
 #include "schema.hpp"

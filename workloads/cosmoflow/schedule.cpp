@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "mlph/sdk/json.hpp"
+#include "mlph/sdk/util/json.hpp"
 
 namespace mlph::cosmoflow {
 

@@ -2,8 +2,8 @@
 
 #include <string>
 
-#include "mlph/sdk/error.hpp"
-#include "mlph/sdk/spatial.hpp"
+#include "mlph/sdk/comms/spatial.hpp"
+#include "mlph/sdk/util/error.hpp"
 
 namespace mlph::cosmoflow {
 using sdk::fail;

@@ -3,7 +3,7 @@
 
 #include <span>
 
-#include "mlph/sdk/hparams.hpp"
+#include "mlph/sdk/workload/hparams.hpp"
 
 namespace mlph::deepcam {
 

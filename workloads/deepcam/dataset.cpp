@@ -3,8 +3,8 @@
 
 #include "data/file_order.hpp"
 #include "data/hdf5_io.hpp"
-#include "mlph/sdk/storage.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
+#include "mlph/sdk/storage/storage.hpp"
 
 namespace mlph::deepcam {
 using sdk::fail;

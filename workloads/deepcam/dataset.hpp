@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "data/hdf5_io.hpp"
-#include "mlph/sdk/workload.hpp"
+#include "mlph/sdk/workload/workload.hpp"
 #include "settings.hpp"
 
 namespace mlph::deepcam {

@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "mlph/sdk/export.hpp"
+#include "mlph/sdk/workload/export.hpp"
 
 namespace mlph::deepcam {
 

@@ -4,7 +4,7 @@
 #include <numbers>
 #include <string>
 
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
 
 namespace mlph::deepcam {
 namespace {

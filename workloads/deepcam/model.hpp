@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "mlph/sdk/graph.hpp"
+#include "mlph/sdk/graph/graph.hpp"
 #include "settings.hpp"
 
 namespace mlph::deepcam {

@@ -4,7 +4,7 @@
 #include <map>
 #include <numbers>
 
-#include "mlph/sdk/json.hpp"
+#include "mlph/sdk/util/json.hpp"
 
 namespace mlph::deepcam {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <sstream>
 
-#include "mlph/sdk/error.hpp"
+#include "mlph/sdk/util/error.hpp"
 
 namespace mlph::deepcam {
 namespace {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "mlph/sdk/options.hpp"
+#include "mlph/sdk/util/options.hpp"
 
 namespace mlph::deepcam {
 

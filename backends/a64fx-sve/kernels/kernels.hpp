@@ -11,15 +11,15 @@
 #include <cstdint>
 #include <vector>
 
-#include "mlph/sdk/batch_norm_groups.hpp"
-#include "mlph/sdk/host_program.hpp"
+#include "mlph/sdk/host/batch_norm_groups.hpp"
+#include "mlph/sdk/program/program.hpp"
 
 namespace mlph::a64fx {
 
-// The kernels take the shapes and attributes of the SDK's lowering for host backends (Window, RowsByChannels,
-// DenseShape, BatchNormAttrs, AdamAttrs); the SDK's executor (sdk/host_executor.hpp) runs its Program,
+// The kernels take the shapes and attributes of the SDK's lowered program (Window, RowsByChannels,
+// DenseShape, BatchNormAttrs, AdamAttrs); the SDK's executor (sdk/host/executor.hpp) runs its Program,
 // calling each kernel by name with the Threads first and, for the conv passes and dense, the Scratch second.
-using namespace sdk::host;
+using namespace sdk::program;
 using sdk::GroupSum;
 
 // OpenMP threads for one call; 0 means OpenMP's default.

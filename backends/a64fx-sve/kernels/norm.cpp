@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "kernels.hpp"
-#include "mlph/sdk/host_kernel_math.hpp"
+#include "mlph/sdk/host/kernel_math.hpp"
 #include "reduce.hpp"
 #include "sve.hpp"
 

@@ -106,7 +106,7 @@ struct BroadcastShape {
   }
 };
 
-// From the lowering's full shapes (sdk::host::Node::in_shape, out_shape; the validator allows 8 dims).
+// From the lowering's full shapes (sdk::program::Node::in_shape, out_shape; the validator allows 8 dims).
 inline BroadcastShape broadcast_shape(std::span<const int64_t> in, std::span<const int64_t> out) {
   BroadcastShape s;
   s.rank = static_cast<int32_t>(out.size());

@@ -24,7 +24,7 @@
 
 namespace mlph::cuda {
 
-// Up to 3 spatial dims right-aligned as sdk::host::Window's (a 2-D conv has in[0] = out[0] = 1);
+// Up to 3 spatial dims right-aligned as sdk::program::Window's (a 2-D conv has in[0] = out[0] = 1);
 // padding before each dim (after needs none: positions past x read 0 and out[] bounds the windows).
 struct DepthwiseShape {
   int64_t batch = 1, channels = 1;
@@ -37,7 +37,7 @@ struct DepthwiseShape {
   MLPH_KERNEL int64_t in_positions() const { return batch * in[0] * in[1] * in[2]; }
 };
 
-// From the lowering's window (sdk::host::Window), a template so that nvcc needs no SDK header.
+// From the lowering's window (sdk::program::Window), a template so that nvcc needs no SDK header.
 template <class Window>
 DepthwiseShape depthwise_shape(const Window& w, bool bias) {
   DepthwiseShape s;

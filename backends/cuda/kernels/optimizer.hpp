@@ -1,6 +1,6 @@
 // Optimizer and regularization bodies over the trainable parameters kept as ONE flat float32 buffer
 // (and their gradients, optimizer state and LAMB's update likewise, at the same offsets), tensor by
-// tensor in graph order as sdk::host::gradient_layout lays them out. The reference's arithmetic
+// tensor in graph order as sdk::program::gradient_layout lays them out. The reference's arithmetic
 // (backends/reference/optimizer.cpp, loss.cpp's l2), docs/ops.md's formulas.
 //
 // Fused multi-tensor kernels: the buffer is cut into chunks that never straddle two tensors

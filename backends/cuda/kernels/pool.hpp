@@ -9,7 +9,7 @@
 
 namespace mlph::cuda {
 
-// A pooling window over up to 3 spatial dims, right-aligned as sdk::host::Window's (a 2-D pool has
+// A pooling window over up to 3 spatial dims, right-aligned as sdk::program::Window's (a 2-D pool has
 // in[0] = out[0] = kernel[0] = 1); channels-last x [batch, in..., C], y [batch, out..., C].
 struct PoolShape {
   int64_t batch = 1, channels = 1;
@@ -19,7 +19,7 @@ struct PoolShape {
   MLPH_KERNEL int64_t in_positions() const { return batch * in[0] * in[1] * in[2]; }
 };
 
-// From the lowering's window (sdk::host::Window: batch, in, out, kernel, stride, in_channels), taken as
+// From the lowering's window (sdk::program::Window: batch, in, out, kernel, stride, in_channels), taken as
 // a template so that this header needs no SDK header under nvcc.
 template <class Window>
 PoolShape pool_shape(const Window& w) {

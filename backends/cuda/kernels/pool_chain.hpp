@@ -24,7 +24,7 @@ namespace mlph::cuda {
 
 using sdk::kernels::PoolChainShape;
 
-// From the max-pool's window (sdk::host::Window: kernel == stride, no padding) and the leaky ReLU's
+// From the max-pool's window (sdk::program::Window: kernel == stride, no padding) and the leaky ReLU's
 // slope; taken as a template so that this header needs no SDK host header under nvcc.
 template <class Window>
 PoolChainShape pool_chain_shape(const Window& w, float alpha) {

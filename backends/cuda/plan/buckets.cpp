@@ -7,7 +7,7 @@ namespace mlph::cuda::plan {
 std::vector<Bucket> plan_buckets(const Program& p, const ParamLayout& layout, const Schedule& schedule,
                                  size_t bucket_bytes) {
   // The first node reading each trainable parameter, in graph order (the SDK's host layout knows it).
-  const std::vector<sdk::GradientBuckets::Param> host = sdk::host::gradient_layout(p);
+  const std::vector<sdk::GradientParam> host = sdk::program::gradient_layout(p);
   // The same parameters at their offsets in this backend's (padded) gradient buffer.
   std::vector<sdk::GradientParam> trainable;
   for (const ParamSlot& slot : layout.params)

@@ -27,7 +27,7 @@ void check_weights_are_parameters(const Program& p, const Node& node) {
 }
 
 // cuDNN pads both sides alike: symmetric padding `before` is exact when it yields the same output size.
-bool symmetric_is_exact(const sdk::host::Window& w, size_t e) {
+bool symmetric_is_exact(const sdk::program::Window& w, size_t e) {
   const int64_t span = w.in[e] + 2 * w.pad_before[e] - w.dilation[e] * (w.kernel[e] - 1) - 1;
   return span >= 0 && span / w.stride[e] + 1 == w.out[e];
 }
@@ -56,7 +56,7 @@ void fuse_relus(const Program& p, std::vector<NodeLowering>& lowered) {
 
 // Whether a max-pool window tiles its input with at most 255 taps and no padding
 // (kernels/pool_chain.hpp's pool_chain_takes, without its header).
-bool pool_chain_window(const sdk::host::Window& w) {
+bool pool_chain_window(const sdk::program::Window& w) {
   for (size_t d = 0; d < 3; ++d)
     if (w.kernel[d] != w.stride[d] || w.pad_before[d] != 0 || w.pad_after[d] != 0 || w.dilation[d] != 1 ||
         w.out[d] * w.kernel[d] > w.in[d])
@@ -82,7 +82,7 @@ void fuse_pool_chains(const Program& p, std::vector<NodeLowering>& lowered) {
 
 }  // namespace
 
-sdk::Implements implemented() { return sdk::host::implements({OpKind::halo_exchange, OpKind::spatial_gather}); }
+sdk::Implements implemented() { return sdk::program::implements({OpKind::halo_exchange, OpKind::spatial_gather}); }
 
 const char* name_of(Engine engine) {
   static const char* const names[] = {"cudnn_conv", "cudnn_conv_transpose", "cudnn_batch_norm",
@@ -107,7 +107,7 @@ TensorDesc channels_last(const std::vector<int64_t>& shape) {
 }
 
 ConvPlan plan_conv(const Program& p, const Node& node) {
-  const sdk::host::Window& w = node.window;
+  const sdk::program::Window& w = node.window;
   ConvPlan c;
   c.transpose = node.kind == OpKind::conv_transpose;
   c.spatial = static_cast<int>(p.value(node.inputs[0]).shape.size()) - 2;
@@ -196,19 +196,19 @@ DensePlan plan_dense(const Node& node) {
 
 bool is_pointwise(const Node& node) {
   if (node.kind != OpKind::conv || node.window.groups != 1) return false;
-  const sdk::host::Window& w = node.window;
+  const sdk::program::Window& w = node.window;
   for (size_t e = 0; e < 3; ++e)
     if (w.kernel[e] != 1 || w.stride[e] != 1 || w.pad_before[e] != 0 || w.pad_after[e] != 0) return false;
   return true;
 }
 
 DensePlan plan_pointwise(const Node& node) {
-  const sdk::host::Window& w = node.window;
+  const sdk::program::Window& w = node.window;
   return plan_matmul(w.out_positions(), w.in_channels, w.out_channels, node.has_bias());
 }
 
 bool is_depthwise(const Node& node) {
-  const sdk::host::Window& w = node.window;
+  const sdk::program::Window& w = node.window;
   return node.kind == OpKind::conv && w.groups > 1 && w.groups == w.in_channels && w.groups == w.out_channels;
 }
 

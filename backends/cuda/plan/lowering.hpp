@@ -1,6 +1,6 @@
 // Lowering for the device: which library runs each node, and the parameters of its cuDNN
-// descriptors or cuBLASLt matrix layouts. Pure functions of the host lowering's Program
-// (sdk::host::lower_graph, called with implemented() below).
+// descriptors or cuBLASLt matrix layouts. Pure functions of the SDK's lowered Program
+// (sdk::program::lower_graph, called with implemented() below).
 //
 //   conv            cuDNN convolution (2-D as 4-D tensors, 3-D as 5-D), channels-last as strides;
 //                   strided, dilated, grouped and depthwise alike

@@ -324,7 +324,7 @@ class Planner {
 
   void update() {
     const int s = schedule_.update;
-    if (p_.optimizer.kind == sdk::host::OptimizerKind::lamb && out_.params.trainable_floats > 0) {
+    if (p_.optimizer.kind == sdk::program::OptimizerKind::lamb && out_.params.trainable_floats > 0) {
       out_.lamb_update = {add_region(RegionKind::optimizer_scratch, "lamb update", out_.params.trainable_floats * sizeof(float)), 0};
       touch(out_.lamb_update, s);
     }

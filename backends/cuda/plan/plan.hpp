@@ -1,5 +1,5 @@
-// The cuda backend's plans for one graph, made at compile: pure functions of the host lowering's
-// Program (sdk::host::lower_graph(graph, plan::implemented())) and the backend's options, the same
+// The cuda backend's plans for one graph, made at compile: pure functions of the SDK's lowered
+// Program (sdk::program::lower_graph(graph, plan::implemented())) and the backend's options, the same
 // on every rank and every run. Each part has its own header:
 //   lowering.hpp    which library runs each node; cuDNN descriptors and cuBLASLt layouts
 //   precision.hpp   per value and node the types; fp16's loss scaling

@@ -1,6 +1,6 @@
 #include "types.hpp"
 
-#include "mlph/sdk/error.hpp"
+#include "mlph/sdk/util/error.hpp"
 
 namespace mlph::cuda::plan {
 namespace {
@@ -52,7 +52,7 @@ DType compute_dtype(Precision precision) { return info(precision).compute; }
 MathMode math_of(Precision precision) { return info(precision).math; }
 
 std::string_view op_name(OpKind kind) {
-  for (const auto& op : sdk::host::detail::kOps)
+  for (const auto& op : sdk::program::detail::kOps)
     if (op.kind == kind) return op.name;
   return "?";
 }

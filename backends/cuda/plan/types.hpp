@@ -9,14 +9,14 @@
 #include <string>
 #include <string_view>
 
-#include "mlph/sdk/compute.hpp"
-#include "mlph/sdk/host_program.hpp"
+#include "mlph/sdk/model/compute.hpp"
+#include "mlph/sdk/program/program.hpp"
 
 namespace mlph::cuda::plan {
 
-using sdk::host::Node;
-using sdk::host::OpKind;
-using sdk::host::Program;
+using sdk::program::Node;
+using sdk::program::OpKind;
+using sdk::program::Program;
 
 // Element types of device buffers: the graph's (f32, i16, i32) and the half types of mixed precision.
 enum class DType { f32, f16, bf16, i16, i32 };
@@ -25,7 +25,7 @@ size_t bytes_of(DType type);
 const char* name_of(DType type);
 DType dtype_of(MLPH_DType type);  // a graph value's
 
-// `backend.precision` (sdk/compute.hpp reads it). fp32: no TF32 anywhere; tf32: TF32 math in conv and
+// `backend.precision` (sdk/model/compute.hpp reads it). fp32: no TF32 anywhere; tf32: TF32 math in conv and
 // dense; bf16, fp16: conv and dense in half with fp32 accumulation (fp16 with dynamic loss scaling).
 // fp32 master weights always.
 using Precision = sdk::Precision;

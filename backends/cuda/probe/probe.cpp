@@ -31,8 +31,8 @@
 #include <vector>
 
 #include "kernels/launch.hpp"
-#include "mlph/sdk/error.hpp"
-#include "mlph/sdk/json.hpp"
+#include "mlph/sdk/util/error.hpp"
+#include "mlph/sdk/util/json.hpp"
 #include "runtime/cublaslt.hpp"
 #include "runtime/cuda.hpp"
 #include "runtime/cudnn.hpp"

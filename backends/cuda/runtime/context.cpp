@@ -1,6 +1,6 @@
 #include "context.hpp"
 
-#include "mlph/sdk/error.hpp"
+#include "mlph/sdk/util/error.hpp"
 
 namespace mlph::cuda::runtime {
 

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <utility>
 
-#include "mlph/sdk/error.hpp"
+#include "mlph/sdk/util/error.hpp"
 
 namespace mlph::cuda::runtime {
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <type_traits>
 
-#include "mlph/sdk/comms.hpp"
+#include "mlph/sdk/comms/plugin.hpp"
 
 namespace mlph::comms::nccl {
 

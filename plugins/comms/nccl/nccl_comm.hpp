@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "mlph/sdk/comms.hpp"
+#include "mlph/sdk/comms/plugin.hpp"
 #include "watchdog.hpp"
 
 namespace mlph::comms {

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <exception>
 
-#include "mlph/sdk/error.hpp"
+#include "mlph/sdk/util/error.hpp"
 
 namespace mlph::comms::nccl {
 namespace {

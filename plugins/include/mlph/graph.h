@@ -11,8 +11,8 @@
  *  - conv weights are [spatial..., C_in/groups, C_out] (Keras "DHWIO"), dense weights [in, out];
  *  - shapes include the batch dimension; a graph is compiled for one batch size.
  * The op catalogue (names, inputs, attributes, exact semantics) is docs/ops.md, and as data
- * mlph/sdk/op_schema.hpp; an op a backend does not know is an MLPH_UNIMPLEMENTED error from compile
- * naming the op, never a silent skip. Backends check graphs with mlph/sdk/validate.hpp.
+ * mlph/sdk/graph/op_schema.hpp; an op a backend does not know is an MLPH_UNIMPLEMENTED error from compile
+ * naming the op, never a silent skip. Backends check graphs with mlph/sdk/graph/validate.hpp.
  */
 #ifndef MLPH_GRAPH_H
 #define MLPH_GRAPH_H

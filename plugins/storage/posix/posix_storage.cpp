@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "mlph/sdk/storage.hpp"
+#include "mlph/sdk/storage/storage.hpp"
 
 namespace {
 namespace fs = std::filesystem;

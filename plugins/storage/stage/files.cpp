@@ -8,7 +8,7 @@
 #include <cstring>
 #include <string>
 
-#include "mlph/sdk/error.hpp"
+#include "mlph/sdk/util/error.hpp"
 
 namespace mlph::stage {
 namespace fs = std::filesystem;

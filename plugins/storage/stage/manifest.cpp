@@ -15,7 +15,7 @@
 #include <memory>
 #include <stdexcept>
 
-#include "mlph/sdk/error.hpp"
+#include "mlph/sdk/util/error.hpp"
 
 namespace mlph::stage {
 namespace fs = std::filesystem;

@@ -37,7 +37,7 @@
 
 #include "files.hpp"
 #include "manifest.hpp"
-#include "mlph/sdk/storage.hpp"
+#include "mlph/sdk/storage/storage.hpp"
 #include "mlph/util/gzip.hpp"
 
 namespace {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "mlph/core/host.hpp"
-#include "mlph/sdk/graph.hpp"
+#include "mlph/sdk/graph/graph.hpp"
 #include "onednn_backend.hpp"
 #include "onednn_compare.hpp"
 #include "settings.hpp"  // CosmoFlow's

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "backend.hpp"  // the reference backend
-#include "mlph/sdk/backend.hpp"
 #include "mlph/core/host.hpp"
-#include "mlph/sdk/graph.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/graph.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
+#include "mlph/sdk/model/backend.hpp"
 #include "onednn_backend.hpp"
 
 namespace mlph::onednn::test {

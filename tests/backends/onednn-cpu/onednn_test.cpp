@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "mlph/core/host.hpp"
-#include "mlph/sdk/graph.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/graph.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
 #include "settings.hpp"  // CosmoFlow's (its model.hpp name clashes with the reference's)
 #include "onednn_compare.hpp"
 

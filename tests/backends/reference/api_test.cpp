@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "mlph/sdk/cpus.hpp"
+#include "mlph/sdk/util/cpus.hpp"
 #include "test_util.hpp"
 
 namespace mlph::reference {
@@ -352,7 +352,7 @@ TEST(ReferenceApi, DefaultThreadsFollowTheAffinityMask) {
   EXPECT_EQ(threads, 1u);
 }
 
-// The options every backend shares (sdk/compute.hpp): fp32 only, deterministic whether asked or not,
+// The options every backend shares (sdk/model/compute.hpp): fp32 only, deterministic whether asked or not,
 // and the attributes say so.
 TEST(ReferenceApi, SharedComputeOptions) {
   EXPECT_EQ(create_error({{"precision", "fp32"}, {"deterministic", "1"}}).code, MLPH_OK);
@@ -376,5 +376,5 @@ TEST(ReferenceApi, SharedComputeOptions) {
 }
 
 }  // namespace
-}  // namespace mlph::reference#include "mlph/sdk/backend.hpp"
+}  // namespace mlph::reference#include "mlph/sdk/model/backend.hpp"
 

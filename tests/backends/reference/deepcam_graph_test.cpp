@@ -339,5 +339,5 @@ TEST(ReferenceDeepCamErrors, LabelsMustBeInt32AndAdamNeedsItsHyperparameters) {
 }
 
 }  // namespace
-}  // namespace mlph::reference#include "mlph/sdk/backend.hpp"
+}  // namespace mlph::reference#include "mlph/sdk/model/backend.hpp"
 

@@ -43,7 +43,7 @@ struct TransposeSpec {
   int64_t batch, in[2], ci, co, kernel[2], stride[2], dilation[2], pad_before[2], pad_after[2], output_padding[2];
 };
 
-// The window of the conv it is the adjoint of, as sdk::host::lower_graph builds it.
+// The window of the conv it is the adjoint of, as sdk::program::lower_graph builds it.
 Window transpose_window(const TransposeSpec& s) {
   Window g;
   g.batch = s.batch, g.in_channels = s.co, g.out_channels = s.ci;

@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "backend.hpp"
-#include "mlph/sdk/backend.hpp"
 #include "mlph/core/host.hpp"
-#include "mlph/sdk/graph.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/graph.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
+#include "mlph/sdk/model/backend.hpp"
 
 namespace mlph::reference::test {
 

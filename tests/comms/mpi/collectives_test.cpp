@@ -10,7 +10,7 @@
 
 #include "comms_fixture.hpp"
 #include "halo_check.hpp"
-#include "mlph/sdk/gradient_buckets.hpp"
+#include "mlph/sdk/host/gradient_buckets.hpp"
 
 using mlph::test::HaloCase;
 using mlph::test::LoadedComm;
@@ -257,7 +257,7 @@ TEST(MpiComms, SplitFormsGroupsByColor) {
 TEST(GradientBuckets, AverageInBucketsAsBackwardFinishesThem) {
   const MLPH_CommsHandle handle{sizeof(MLPH_CommsHandle), nullptr, comm().api(), comm().comm()};
   std::vector<float> grads(14);
-  const std::vector<mlph::sdk::GradientBuckets::Param> params = {{0, 3, 0}, {3, 5, 1}, {8, 2, 2}, {10, 4, 3}};
+  const std::vector<mlph::sdk::GradientParam> params = {{0, 3, 0}, {3, 5, 1}, {8, 2, 2}, {10, 4, 3}};
   mlph::sdk::GradientBuckets buckets(mlph::core::host_api(), handle, grads.data(), params, 6 * sizeof(float));
   ASSERT_EQ(buckets.buckets(), 2u);
   for (int step = 0; step < 2; ++step) {  // twice: the object is reused step after step

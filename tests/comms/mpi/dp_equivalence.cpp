@@ -12,11 +12,11 @@
 #include <cstdio>
 #include <vector>
 
-#include "mlph/sdk/backend.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/core/session.hpp"
-#include "mlph/sdk/graph.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/graph.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
+#include "mlph/sdk/model/backend.hpp"
 
 using namespace mlph;
 using namespace mlph::core;

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "../../integration/cli.hpp"
+#include "mlph/test/tiny_run.hpp"
 #include "mpirun.hpp"
 
 using namespace mlph::test;
@@ -57,12 +58,8 @@ TEST(EmulatedDeviceRun, CosmoFlowMiniOnTwoRanksTrainsLikeTheReferenceBackend) {
   const fs::path dir = fresh_dir("emulated-cosmoflow");
   // 20 steps an epoch on each rank: the runner reads the loss every 2nd step only, so the host runs
   // ahead of the device and the pipeline refills batches while earlier steps are queued.
-  const std::string mini = "--workload cosmoflow --division open --set data.edge=32 --set train.batch_size=1 "
-                           "--set optimizer.warmup_epochs=0 --seed 1234 ";
-  ASSERT_EQ(run_cli(mini + "--set data.synthetic.train=40 --set data.synthetic.valid=4 --generate-data " +
-                    (dir / "data").string())
-                .exit_code,
-            0);
+  const std::string mini = tiny_cosmoflow(1) + "--set optimizer.warmup_epochs=0 --seed 1234 ";
+  ASSERT_EQ(run_cli(mini + generate_data(40, 4, dir / "data")).exit_code, 0);
   const std::string run = mini + "--set train.epochs=1 --set train.target_mae=10 --data " + (dir / "data").string() + " ";
   expect_same_training(run, dir, "eval_error");
   // A device backend's gradients are averaged on its stream: comms without device collectives for its
@@ -79,10 +76,7 @@ TEST(EmulatedDeviceRun, DeepCamMiniOnTwoRanksTrainsLikeTheReferenceBackend) {
   if (!fs::exists(fs::path(MLPH_PLUGIN_DIR) / "libmlph-workload-deepcam.so")) GTEST_SKIP() << "deepcam not built (HDF5)";
   const fs::path dir = fresh_dir("emulated-deepcam");
   const std::string mini = "--workload deepcam --set data.height=32 --set data.width=32 ";
-  ASSERT_EQ(run_cli(mini + "--set data.synthetic.train=8 --set data.synthetic.valid=3 --generate-data " +
-                    (dir / "data").string())
-                .exit_code,
-            0);
+  ASSERT_EQ(run_cli(mini + generate_data(8, 3, dir / "data")).exit_code, 0);
   expect_same_training(mini + "--division open --set train.target_iou=0.01 --set train.epochs=1 "
                               "--set train.batch_size=1 --set train.gradient_accumulation_frequency=2 "
                               "--set scheduler.lr_warmup_steps=1 --seed 5 --data " + (dir / "data").string() + " ",

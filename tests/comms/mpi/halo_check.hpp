@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "comms_fixture.hpp"
-#include "mlph/sdk/comms.hpp"
+#include "mlph/sdk/comms/plugin.hpp"
 
 namespace mlph::test {
 

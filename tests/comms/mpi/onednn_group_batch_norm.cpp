@@ -17,8 +17,8 @@
 #include "backend.hpp"  // the reference backend
 #include "mlph/core/host.hpp"
 #include "mlph/core/session.hpp"
-#include "mlph/sdk/graph.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/graph.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
 #include "onednn_backend.hpp"
 
 using namespace mlph;

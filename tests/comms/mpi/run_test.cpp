@@ -14,6 +14,7 @@
 
 #include "../../integration/cli.hpp"
 #include "mlph/core/checkpoint_file.hpp"
+#include "mlph/test/tiny_run.hpp"
 #include "mpirun.hpp"
 
 using namespace mlph::test;
@@ -21,9 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kTiny =
-    "--workload cosmoflow --division open --set data.edge=32 --set train.batch_size=2 --set optimizer.warmup_epochs=0 "
-    "--seed 1234 ";
+const std::string kTiny = tiny_cosmoflow(2) + "--set optimizer.warmup_epochs=0 --seed 1234 ";
 
 std::string mpirun() { return mpirun_2_ranks() + MLPH_BINARY_DIR "/bin/mlperf-run "; }
 
@@ -122,10 +121,7 @@ TEST(MpiRun, DeepCamWithGroupBatchNormAndAccumulation) {
   if (!fs::exists(fs::path(MLPH_PLUGIN_DIR) / "libmlph-workload-deepcam.so")) GTEST_SKIP() << "deepcam not built (HDF5)";
   const fs::path dir = fresh_dir("mpi-deepcam");
   const std::string shape = "--workload deepcam --set data.height=32 --set data.width=32 ";
-  ASSERT_EQ(run_cli(shape + "--set data.synthetic.train=8 --set data.synthetic.valid=3 --generate-data " +
-                    (dir / "data").string())
-                .exit_code,
-            0);
+  ASSERT_EQ(run_cli(shape + generate_data(8, 3, dir / "data")).exit_code, 0);
   const CliResult r = run_command(
       mpirun() + shape + "--comms mpi --division open --set train.target_iou=0.01 --set train.epochs=1 "
                          "--set train.batch_size=1 --set train.batchnorm_group_size=2 "
@@ -150,10 +146,7 @@ TEST(MpiRun, DeepCamWithGroupBatchNormOnOnednnCpu) {
   if (!fs::exists(plugins / "libmlph-backend-onednn-cpu.so")) GTEST_SKIP() << "onednn-cpu not built";
   const fs::path dir = fresh_dir("mpi-deepcam-onednn");
   const std::string shape = "--workload deepcam --set data.height=32 --set data.width=32 ";
-  ASSERT_EQ(run_cli(shape + "--set data.synthetic.train=8 --set data.synthetic.valid=3 --generate-data " +
-                    (dir / "data").string())
-                .exit_code,
-            0);
+  ASSERT_EQ(run_cli(shape + generate_data(8, 3, dir / "data")).exit_code, 0);
   const CliResult r = run_command(
       mpirun() + shape + "--backend onednn-cpu --set backend.threads=1 --comms mpi --division open "
                          "--set train.target_iou=0.01 --set train.epochs=2 --set train.batch_size=1 "
@@ -331,8 +324,7 @@ TEST(MpiRun, DeepCamStoppedInsideAnEpochKeepsEachRanksRunningStatistics) {
   if (!fs::exists(fs::path(MLPH_PLUGIN_DIR) / "libmlph-workload-deepcam.so")) GTEST_SKIP() << "deepcam not built (HDF5)";
   const fs::path dir = fresh_dir("mpi-stop-deepcam");
   const std::string shape = "--workload deepcam --division open --seed 5 --set data.height=32 --set data.width=32 ";
-  ASSERT_EQ(run_cli(shape + "--set data.synthetic.train=6 --set data.synthetic.valid=2 --generate-data " +
-                    (dir / "data").string()).exit_code, 0);
+  ASSERT_EQ(run_cli(shape + generate_data(6, 2, dir / "data")).exit_code, 0);
   const std::string run = shape + "--comms mpi --set backend.threads=1 --set train.batch_size=1 --set train.epochs=1 "
                                   "--set train.target_iou=0.9999 --data " + (dir / "data").string();
   const CliResult whole = run_command(mpirun() + run + " --output " + (dir / "whole").string() + " --export-weights " +

@@ -18,8 +18,8 @@
 #include "mlph/core/data_pipeline.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/core/session.hpp"
-#include "mlph/sdk/backend.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
+#include "mlph/sdk/model/backend.hpp"
 
 using namespace mlph;
 using namespace mlph::core;

@@ -7,7 +7,7 @@
 #include <chrono>
 
 #include "../mpi/comms_fixture.hpp"
-#include "mlph/sdk/comms.hpp"
+#include "mlph/sdk/comms/plugin.hpp"
 
 using mlph::test::LoadedComm;
 

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "../mpi/comms_fixture.hpp"
-#include "mlph/sdk/comms.hpp"
+#include "mlph/sdk/comms/plugin.hpp"
 #include "nccl_comm.hpp"
 
 using mlph::test::LoadedComm;

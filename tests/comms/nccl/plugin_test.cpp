@@ -10,7 +10,8 @@
 #include "../../integration/cli.hpp"
 #include "../mpi/comms_fixture.hpp"
 #include "../mpi/halo_check.hpp"
-#include "mlph/sdk/comms.hpp"
+#include "mlph/sdk/comms/plugin.hpp"
+#include "mlph/test/tiny_run.hpp"
 
 using mlph::test::LoadedComm;
 namespace fs = std::filesystem;
@@ -141,12 +142,8 @@ TEST(NcclPlugin, RefusesUnknownOptionsAndATimeoutThatIsNotPositive) {
 // The core runs a whole (tiny) training on one rank with it: mlperf-run --comms nccl, no launcher.
 TEST(NcclPlugin, MlperfRunTrainsOnOneRankWithIt) {
   const fs::path dir = mlph::test::fresh_dir("nccl-one-rank");
-  const std::string tiny = "--workload cosmoflow --division open --set data.edge=32 --set train.batch_size=2 "
-                           "--set optimizer.warmup_epochs=0 --seed 1234 ";
-  ASSERT_EQ(mlph::test::run_cli(tiny + "--set data.synthetic.train=4 --set data.synthetic.valid=2 --generate-data " +
-                                (dir / "data").string())
-                .exit_code,
-            0);
+  const std::string tiny = mlph::test::tiny_cosmoflow(2) + "--set optimizer.warmup_epochs=0 --seed 1234 ";
+  ASSERT_EQ(mlph::test::run_cli(tiny + mlph::test::generate_data(4, 2, dir / "data")).exit_code, 0);
   const mlph::test::CliResult r =
       mlph::test::run_cli(tiny + "--comms nccl --set comms.timeout_s=60 --set train.epochs=1 --set train.target_mae=10 "
                                  "--data " + (dir / "data").string() + " --output " + (dir / "out").string());

@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "launcher.hpp"
-#include "mlph/sdk/error.hpp"
+#include "mlph/sdk/util/error.hpp"
 #include "watchdog.hpp"
 
 using namespace mlph::comms::nccl;

@@ -16,9 +16,10 @@
 #include "emulated_device.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/core/plugin_loader.hpp"
-#include "mlph/sdk/backend.hpp"
-#include "mlph/sdk/graph.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/graph.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
+#include "mlph/sdk/model/backend.hpp"
+#include "mlph/test/create_args.hpp"
 
 using namespace mlph;
 using mlph::test::CliResult;
@@ -96,12 +97,7 @@ class Loaded {
  public:
   Loaded(const std::filesystem::path& file, const std::string& name, std::vector<MLPH_KeyValue> options = {})
       : plugin_(core::PluginLoader::load_file(file, MLPH_KIND_BACKEND, name)), api_(plugin_.api<MLPH_BackendApi>()) {
-    MLPH_BackendCreateArgs args{};
-    args.struct_size = sizeof args;
-    args.host = core::host_api();
-    args.options = options.data();
-    args.n_options = options.size();
-    args.topology = sdk::single_rank_topology();
+    const MLPH_BackendCreateArgs args = test::single_rank_create_args(core::host_api(), options);
     EXPECT_EQ(said(api_->create_with(&args, &backend_)), "");
     Regression graph;
     EXPECT_EQ(said(api_->compile(backend_, graph.g.graph(), nullptr, &model_)), "");

@@ -29,11 +29,12 @@
 #include <vector>
 
 #include "emulated_device.hpp"
-#include "mlph/sdk/backend.hpp"
-#include "mlph/sdk/comms.hpp"
-#include "mlph/sdk/compute.hpp"
-#include "mlph/sdk/host_executor.hpp"
-#include "mlph/sdk/plugin.hpp"
+#include "mlph/sdk/comms/plugin.hpp"
+#include "mlph/sdk/host/executor.hpp"
+#include "mlph/sdk/model/backend.hpp"
+#include "mlph/sdk/model/compute.hpp"
+#include "mlph/sdk/program/lower.hpp"
+#include "mlph/sdk/util/plugin.hpp"
 #include "ops.hpp"
 
 namespace mlph::emulated {
@@ -67,7 +68,7 @@ uint64_t checksum(const MLPH_Tensor& t) {
 // A model on the emulated device: the host executor, each of its stages run by the stream.
 class Model final : public sdk::host::Executor<Kernels> {
  public:
-  Model(const MLPH_HostApi* host, const MLPH_CommsHandle* comms, sdk::host::Program program, Kernels kernels,
+  Model(const MLPH_HostApi* host, const MLPH_CommsHandle* comms, sdk::program::Program program, Kernels kernels,
         std::shared_ptr<Stream> stream, std::optional<sdk::DeviceComm> device_comm, bool require_pinned)
       : Executor(host, comms, std::move(program), kWho, std::move(kernels), sdk::host::GradientAveraging::by_backend),
         stream_(std::move(stream)),
@@ -189,7 +190,7 @@ class Backend final : public sdk::Backend {
       device_comm.emplace(host_, calls, comms->comm);
       device_comm->bind(device_);
     }
-    sdk::host::Program program = sdk::host::lower_graph(graph, sdk::host::implements());
+    sdk::program::Program program = sdk::program::lower_graph(graph, sdk::program::implements());
     // The executor fills its buffers as it builds them: device memory, so on the stream.
     std::unique_ptr<Model> model;
     stream_->enqueue([&] {

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "emulated_device.hpp"
-#include "mlph/sdk/comms.hpp"
+#include "mlph/sdk/comms/plugin.hpp"
 #include "mpi_transport.hpp"
 
 namespace {

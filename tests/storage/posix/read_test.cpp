@@ -13,7 +13,7 @@
 
 #include "mlph/core/host.hpp"
 #include "mlph/core/plugin_loader.hpp"
-#include "mlph/sdk/storage.hpp"
+#include "mlph/sdk/storage/storage.hpp"
 
 namespace fs = std::filesystem;
 using namespace mlph;

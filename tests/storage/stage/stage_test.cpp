@@ -26,7 +26,7 @@
 #include "manifest.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/core/plugin_loader.hpp"
-#include "mlph/sdk/error.hpp"
+#include "mlph/sdk/util/error.hpp"
 
 namespace fs = std::filesystem;
 using namespace mlph::test;

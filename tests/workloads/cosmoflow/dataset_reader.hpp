@@ -10,8 +10,8 @@
 #include "dataset.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/core/plugin_loader.hpp"
-#include "mlph/sdk/spatial.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/comms/spatial.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
 
 namespace mlph::cosmoflow::test {
 namespace fs = std::filesystem;

@@ -14,8 +14,8 @@
 #include "dataset_reader.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/core/plugin_loader.hpp"
-#include "mlph/sdk/spatial.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/comms/spatial.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
 #include "model.hpp"
 
 using namespace mlph;

@@ -26,7 +26,7 @@
 #include "dataset.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/core/plugin_loader.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
 
 namespace fs = std::filesystem;
 using namespace mlph;

@@ -5,7 +5,7 @@
 #include <map>
 #include <string>
 
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
 #include "model.hpp"
 #include "schedule.hpp"
 #include "settings.hpp"

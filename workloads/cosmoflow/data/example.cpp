@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "bytes.hpp"
-#include "mlph/sdk/text.hpp"
+#include "mlph/sdk/util/text.hpp"
 
 namespace mlph::cosmoflow {
 namespace {

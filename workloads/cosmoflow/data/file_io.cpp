@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <system_error>
 
-#include "mlph/sdk/storage.hpp"
+#include "mlph/sdk/storage/storage.hpp"
 
 namespace mlph::cosmoflow {
 

@@ -9,7 +9,7 @@
 
 #include "bytes.hpp"
 #include "file_io.hpp"
-#include "mlph/sdk/text.hpp"
+#include "mlph/sdk/util/text.hpp"
 
 namespace mlph::cosmoflow {
 namespace {

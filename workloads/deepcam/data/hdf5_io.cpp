@@ -11,7 +11,7 @@
 #include <mutex>
 #include <type_traits>
 
-#include "mlph/sdk/text.hpp"
+#include "mlph/sdk/util/text.hpp"
 
 namespace mlph::deepcam {
 namespace {

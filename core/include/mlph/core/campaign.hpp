@@ -20,7 +20,7 @@ inline constexpr int kMaxRuns = 1000;
 
 // How a Slurm job launches one run's tasks, as bash text: srun with PMIx, a failed task ending the
 // step, and each task's CPUs bound to cores unless MLPERF_SRUN_ARGS gives other srun options. The
-// binding is every backend's default thread count (sdk/cpus.hpp), so the campaign's job array and
+// binding is every backend's default thread count (sdk/util/cpus.hpp), so the campaign's job array and
 // tools/slurm/mlperf.sbatch must launch alike: the array writes this line, the script holds the same
 // one (tests/integration/job_script_test.cpp runs both and compares srun's options).
 inline constexpr const char* kSrunLaunch = "srun --mpi=pmix --kill-on-bad-exit=1 ${MLPERF_SRUN_ARGS:---cpu-bind=cores}";

@@ -22,7 +22,7 @@
 #include "mlph/core/mllog.hpp"
 #include "mlph/core/progress.hpp"
 #include "mlph/core/run_options.hpp"
-#include "mlph/sdk/storage.hpp"
+#include "mlph/sdk/storage/storage.hpp"
 
 namespace mlph::core {
 

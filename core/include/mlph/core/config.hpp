@@ -23,7 +23,7 @@ struct ConfigValue {
   std::string origin;  // "default", "configs/x.yaml:12", "--set"
 };
 
-// Parsed views of YAML text (numbers as sdk/numbers.hpp reads them: an integer of 64 bits, a finite
+// Parsed views of YAML text (numbers as sdk/util/numbers.hpp reads them: an integer of 64 bits, a finite
 // float); throw ConfigError naming `key` and the text.
 double as_number(const std::string& key, const std::string& text);
 long long as_int(const std::string& key, const std::string& text);

@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "mlph/backend.h"
-#include "mlph/storage.h"
 #include "mlph/core/config.hpp"
 #include "mlph/core/plugin_loader.hpp"
-#include "mlph/sdk/spatial.hpp"
+#include "mlph/sdk/comms/spatial.hpp"
+#include "mlph/storage.h"
 #include "mlph/workload.h"
 
 namespace mlph::core {

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "mlph/common.h"
-#include "mlph/sdk/error.hpp"
+#include "mlph/sdk/util/error.hpp"
 
 namespace mlph::core {
 

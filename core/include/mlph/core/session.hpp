@@ -11,7 +11,7 @@
 #include "mlph/core/launch.hpp"
 #include "mlph/core/plugin_loader.hpp"
 #include "mlph/core/run_options.hpp"
-#include "mlph/sdk/spatial.hpp"
+#include "mlph/sdk/comms/spatial.hpp"
 
 namespace mlph::core {
 

@@ -208,7 +208,7 @@ TEST(CudaKernelBodies, DropoutMasksForwardAndBackwardAreTheReferenceBits) {
 constexpr int64_t kRows = 203, kChannels = 37;  // channels not a multiple of the 32-wide tiles
 
 TEST(CudaKernelBodies, ChannelAffineAndShiftScaleMatchTheReference) {
-  const sdk::host::RowsByChannels s{kRows, kChannels};
+  const sdk::program::RowsByChannels s{kRows, kChannels};
   const auto n = static_cast<size_t>(s.size());
   const std::vector<float> x = random_floats(n, 8), dy = random_floats(n, 9), dx0 = random_floats(n, 10);
   const std::vector<float> w = random_floats(kChannels, 11), b = random_floats(kChannels, 12);
@@ -376,7 +376,7 @@ TEST(CudaKernelBodies, BatchNormTrainingForwardMatchesTheReference) {
   const std::vector<float> x = random_floats(static_cast<size_t>(rows * channels), 50, 1.0f, 4.0f);
   const std::vector<float> gamma = random_floats(channels, 51), beta = random_floats(channels, 52);
   const std::vector<float> rm = random_floats(channels, 53), rv = random_floats(channels, 54, 0.5f, 2.0f);
-  const sdk::host::BatchNormAttrs a{1e-3, 0.1, 1};
+  const sdk::program::BatchNormAttrs a{1e-3, 0.1, 1};
   std::vector<float> expected_y(x.size()), expected_saved(2 * channels), expected_rm = rm, expected_rv = rv;
   ref::batch_norm_train_forward(pool(), {rows, channels}, a, x.data(), gamma.data(), beta.data(), expected_rm.data(),
                                 expected_rv.data(), expected_saved.data(), expected_y.data());
@@ -474,9 +474,9 @@ TEST(CudaKernelBodies, BatchNormBackwardMatchesTheReferenceAloneAndInAGroup) {
 
 // ---- max pooling -----------------------------------------------------------------------------------
 
-sdk::host::Window pool_window(int64_t batch, std::array<int64_t, 3> in, std::array<int64_t, 3> kernel,
+sdk::program::Window pool_window(int64_t batch, std::array<int64_t, 3> in, std::array<int64_t, 3> kernel,
                               std::array<int64_t, 3> stride, int64_t channels) {
-  sdk::host::Window g;
+  sdk::program::Window g;
   g.batch = batch, g.in_channels = g.out_channels = channels;
   for (int d = 0; d < 3; ++d) {
     g.in[d] = in[static_cast<size_t>(d)], g.kernel[d] = kernel[static_cast<size_t>(d)];
@@ -488,12 +488,12 @@ sdk::host::Window pool_window(int64_t batch, std::array<int64_t, 3> in, std::arr
 
 TEST(CudaKernelBodies, MaxPoolTiesNansAndOverlapsAreTheReferenceBits) {
   // CosmoFlow's 2x2x2 / 2 (with a ragged edge no window covers), and overlapping 2-D windows.
-  const sdk::host::Window windows[] = {pool_window(2, {5, 6, 7}, {2, 2, 2}, {2, 2, 2}, 3),
+  const sdk::program::Window windows[] = {pool_window(2, {5, 6, 7}, {2, 2, 2}, {2, 2, 2}, 3),
                                        pool_window(2, {1, 7, 9}, {1, 3, 3}, {1, 2, 2}, 5),
                                        pool_window(1, {1, 6, 5}, {1, 2, 2}, {1, 1, 1}, 2)};
   uint32_t seed = 70;
   int tiling = 0;
-  for (const sdk::host::Window& g : windows) {
+  for (const sdk::program::Window& g : windows) {
     const PoolShape s = pool_shape(g);
     // Small integers make ties common; a few NaNs must win their windows (and take the gradient).
     std::mt19937 gen(++seed);
@@ -672,7 +672,7 @@ TEST(CudaKernelBodies, SgdKerasStepsAreTheReferenceBits) {
 
 TEST(CudaKernelBodies, AdamAndAdamWStepsWithPerTensorDecayAreTheReferenceBits) {
   const FlatParams p;
-  const sdk::host::AdamAttrs attrs{0.9, 0.999, 1e-8, 0.01, 1.0};
+  const sdk::program::AdamAttrs attrs{0.9, 0.999, 1e-8, 0.01, 1.0};
   for (bool decoupled : {false, true}) {
     std::vector<float> w = random_floats(static_cast<size_t>(p.n), 120), m(w.size(), 0.0f), v(w.size(), 0.0f);
     std::vector<float> expected_w = w, expected_m = m, expected_v = v;
@@ -701,7 +701,7 @@ TEST(CudaKernelBodies, AdamAndAdamWStepsWithPerTensorDecayAreTheReferenceBits) {
 // LAMB's clip and trust ratios come from sums of squares (the device sums per chunk): within kSumTolerance.
 TEST(CudaKernelBodies, LambStepsWithClippingAndTrustRatiosMatchTheReference) {
   const FlatParams p;
-  const sdk::host::AdamAttrs attrs{0.9, 0.999, 1e-6, 0.01, 0.5};  // max_grad_norm 0.5: the gradients are clipped
+  const sdk::program::AdamAttrs attrs{0.9, 0.999, 1e-6, 0.01, 0.5};  // max_grad_norm 0.5: the gradients are clipped
   std::vector<float> w = random_floats(static_cast<size_t>(p.n), 130), m(w.size(), 0.0f), v(w.size(), 0.0f);
   std::vector<float> expected_w = w, expected_m = m, expected_v = v, update(w.size()), scratch(w.size());
   for (uint64_t t = 1; t <= 3; ++t) {

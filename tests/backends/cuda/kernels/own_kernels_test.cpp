@@ -49,9 +49,9 @@ void expect_near(const std::vector<float>& actual, const std::vector<double>& ex
 
 // A depthwise conv as the graph lowers it: 2-D (or 3-D) right-aligned, padding = dilation (DeepCAM's
 // 'same' separable convs), odd sizes.
-sdk::host::Window depthwise_window(int64_t batch, std::vector<int64_t> in, int64_t channels, int64_t kernel,
+sdk::program::Window depthwise_window(int64_t batch, std::vector<int64_t> in, int64_t channels, int64_t kernel,
                                    int64_t stride, int64_t dilation, int64_t pad) {
-  sdk::host::Window g;
+  sdk::program::Window g;
   g.batch = batch;
   g.in_channels = g.out_channels = g.groups = channels;
   const size_t first = 3 - in.size();
@@ -66,7 +66,7 @@ sdk::host::Window depthwise_window(int64_t batch, std::vector<int64_t> in, int64
 
 struct DepthwiseCase {
   const char* what;
-  sdk::host::Window g;
+  sdk::program::Window g;
   bool bias;
 };
 
@@ -88,7 +88,7 @@ void each_channel_vector(int64_t positions, int64_t channels, Body&& body) {
 
 template <int V>
 void depthwise_forward_matches(const DepthwiseCase& t) {
-  const sdk::host::Window& g = t.g;
+  const sdk::program::Window& g = t.g;
   const DepthwiseShape s = depthwise_shape(g, t.bias);
   const int64_t c = g.in_channels;
   const std::vector<float> x = special_floats(static_cast<size_t>(s.in_positions() * c), 1);
@@ -105,7 +105,7 @@ void depthwise_forward_matches(const DepthwiseCase& t) {
 
 template <int V>
 void depthwise_backward_data_matches(const DepthwiseCase& t) {
-  const sdk::host::Window& g = t.g;
+  const sdk::program::Window& g = t.g;
   const DepthwiseShape s = depthwise_shape(g, t.bias);
   const int64_t c = g.in_channels;
   const std::vector<float> w = special_floats(static_cast<size_t>(s.taps() * c), 4);
@@ -145,7 +145,7 @@ std::vector<double> depthwise_weight_sums(const DepthwiseShape& s, const float* 
 // within 1e-4 of the magnitude of the terms.
 TEST(CudaOwnKernels, DepthwiseWeightGradientIsTheChannelSumOfItsTerms) {
   for (const DepthwiseCase& t : depthwise_cases()) {
-    const sdk::host::Window& g = t.g;
+    const sdk::program::Window& g = t.g;
     const DepthwiseShape s = depthwise_shape(g, t.bias);
     const int64_t c = g.in_channels, taps = s.taps(), rows = s.out_positions();
     const std::vector<float> x = random_floats(static_cast<size_t>(s.in_positions() * c), 7);
@@ -336,7 +336,7 @@ void expect_same_bits(const std::vector<Bf16>& actual, const std::vector<float>&
 
 template <int V>
 void depthwise_bf16_matches(const DepthwiseCase& t) {
-  const sdk::host::Window& g = t.g;
+  const sdk::program::Window& g = t.g;
   const DepthwiseShape s = depthwise_shape(g, t.bias);
   const int64_t c = g.in_channels;
   const std::vector<Bf16> x = to_bf16(special_floats(static_cast<size_t>(s.in_positions() * c), 41));
@@ -582,8 +582,8 @@ struct ChainCase {
   bool bias;
 };
 
-sdk::host::Window chain_window(const ChainCase& t) {
-  sdk::host::Window g;
+sdk::program::Window chain_window(const ChainCase& t) {
+  sdk::program::Window g;
   g.batch = t.batch, g.in_channels = g.out_channels = t.channels;
   const size_t first = 3 - t.in.size();
   for (size_t e = first; e < 3; ++e) {
@@ -613,7 +613,7 @@ struct ChainResult {
   std::vector<float> y, dz;
 };
 template <class Round>
-ChainResult unfused_chain(const ChainCase& t, const sdk::host::Window& g, const std::vector<float>& z,
+ChainResult unfused_chain(const ChainCase& t, const sdk::program::Window& g, const std::vector<float>& z,
                           const std::vector<float>& bias, const std::vector<float>& dy, Round round) {
   const size_t n = z.size(), c = static_cast<size_t>(t.channels);
   std::vector<float> pre = z, act(n), dact(n, 0.0f), dz(n, 0.0f), y(dy.size());
@@ -631,7 +631,7 @@ ChainResult unfused_chain(const ChainCase& t, const sdk::host::Window& g, const 
 
 template <class T>
 void pool_chain_matches(const ChainCase& t, uint32_t seed) {
-  const sdk::host::Window g = chain_window(t);
+  const sdk::program::Window g = chain_window(t);
   ASSERT_TRUE(pool_chain_takes(g)) << t.what;
   const PoolChainShape s = pool_chain_shape(g, t.alpha);
   const size_t zn = static_cast<size_t>(s.batch * s.in[0] * s.in[1] * s.in[2] * s.channels);
@@ -708,9 +708,9 @@ TEST(CudaOwnKernels, Bf16BiasGradientIsTheChannelSumOfTheWidenedValues) {
 
 // Padding, overlapping windows and dilation are the unfused kernels' (pool.hpp): the plan keeps them there.
 TEST(CudaOwnKernels, PoolChainTakesOnlyTilingUnpaddedWindows) {
-  sdk::host::Window g = chain_window(chain_cases()[0]);
+  sdk::program::Window g = chain_window(chain_cases()[0]);
   EXPECT_TRUE(pool_chain_takes(g));
-  sdk::host::Window overlapping = g, padded = g, big = g;
+  sdk::program::Window overlapping = g, padded = g, big = g;
   overlapping.stride[2] = 1;
   padded.pad_before[1] = 1;
   big.kernel[0] = big.stride[0] = 4, big.kernel[1] = big.stride[1] = 8, big.kernel[2] = big.stride[2] = 8;  // 256 taps

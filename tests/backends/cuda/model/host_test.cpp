@@ -5,8 +5,10 @@
 
 #include <functional>
 
-#include "mlph/sdk/backend.hpp"
-#include "mlph/sdk/graph.hpp"
+#include "mlph/sdk/graph/graph.hpp"
+#include "mlph/sdk/model/backend.hpp"
+#include "mlph/sdk/program/lower.hpp"
+#include "mlph/test/error_of.hpp"
 #include "profile_report.hpp"
 #include "settings.hpp"
 #include "step_plan.hpp"
@@ -19,14 +21,7 @@ sdk::Options options(std::vector<std::pair<std::string, std::string>> pairs) {
   return sdk::Options(kv.data(), kv.size());
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const sdk::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using ::mlph::test::error_of;
 
 MLPH_Topology rank(int32_t local_rank, int32_t local_size) {
   MLPH_Topology t = sdk::single_rank_topology();
@@ -156,7 +151,7 @@ struct Mini {
     g.loss(loss);
     g.inputs({x, t});
     g.optimizer("sgd_keras", {{"momentum", 0.9}});
-    program = sdk::host::lower_graph(*g.graph(), plan::implemented());
+    program = sdk::program::lower_graph(*g.graph(), plan::implemented());
     plan = plan::make_plan(program, {sdk::Precision::fp32, false, plan::kDefaultWorkspaceCap, bucket_bytes});
   }
   std::string tasks(CommsPath path, bool update) const { return describe(train_tasks(plan, program, path, update), program); }

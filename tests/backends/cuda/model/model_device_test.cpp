@@ -14,12 +14,13 @@
 #include <memory>
 #include <random>
 
-#include "mlph/test/random.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/core/plugin_loader.hpp"
-#include "mlph/sdk/backend.hpp"
-#include "mlph/sdk/graph.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/graph.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
+#include "mlph/sdk/model/backend.hpp"
+#include "mlph/test/create_args.hpp"
+#include "mlph/test/random.hpp"
 
 namespace {
 
@@ -121,12 +122,7 @@ class Model {
                                                     MLPH_KIND_BACKEND, backend)),
         api_(plugin_.api<MLPH_BackendApi>()),
         graph_(graph) {
-    MLPH_BackendCreateArgs args{};
-    args.struct_size = sizeof args;
-    args.host = mlph::core::host_api();
-    args.options = options.data();
-    args.n_options = options.size();
-    args.topology = mlph::sdk::single_rank_topology();
+    const MLPH_BackendCreateArgs args = mlph::test::single_rank_create_args(mlph::core::host_api(), options);
     ok(api_->create_with(&args, &backend_), backend + " create");
     ok(api_->compile(backend_, &graph, nullptr, &model_), backend + " compile");
   }

@@ -9,7 +9,9 @@
 #include "../../../integration/cli.hpp"
 #include "mlph/core/host.hpp"
 #include "mlph/core/plugin_loader.hpp"
-#include "mlph/sdk/backend.hpp"
+#include "mlph/sdk/model/backend.hpp"
+#include "mlph/test/create_args.hpp"
+#include "mlph/test/tiny_run.hpp"
 
 namespace fs = std::filesystem;
 
@@ -31,12 +33,7 @@ mlph::core::LoadedPlugin load_cuda() {
 
 // create_with's error (code, message), or MLPH_OK and "" with the backend destroyed again.
 std::pair<MLPH_Code, std::string> create(const MLPH_BackendApi* api, std::vector<MLPH_KeyValue> options) {
-  MLPH_BackendCreateArgs args{};
-  args.struct_size = sizeof args;
-  args.host = mlph::core::host_api();
-  args.options = options.data();
-  args.n_options = options.size();
-  args.topology = mlph::sdk::single_rank_topology();
+  const MLPH_BackendCreateArgs args = mlph::test::single_rank_create_args(mlph::core::host_api(), options);
   MLPH_Backend* backend = nullptr;
   MLPH_Error* error = api->create_with(&args, &backend);
   if (!error) {
@@ -95,11 +92,8 @@ TEST(CudaPlugin, MlperfRunWithoutAGpuEndsAbortedWithOneLine) {
   const std::string why = no_device();
   if (why.empty()) GTEST_SKIP() << "a CUDA device is here: tools/gpu's check runs the backend";
   const fs::path dir = mlph::test::fresh_dir("cuda-no-gpu");
-  const std::string tiny = "--workload cosmoflow --division open --set data.edge=32 --set train.batch_size=2 --seed 7 ";
-  ASSERT_EQ(mlph::test::run_cli(tiny + "--set data.synthetic.train=2 --set data.synthetic.valid=2 --generate-data " +
-                                (dir / "data").string())
-                .exit_code,
-            0);
+  const std::string tiny = mlph::test::tiny_cosmoflow(2) + "--seed 7 ";
+  ASSERT_EQ(mlph::test::run_cli(tiny + mlph::test::generate_data(2, 2, dir / "data")).exit_code, 0);
   const mlph::test::CliResult r = mlph::test::run_cli(tiny + "--backend cuda --data " + (dir / "data").string() +
                                                       " --output " + (dir / "out").string());
   EXPECT_EQ(r.exit_code, 1) << r.output;

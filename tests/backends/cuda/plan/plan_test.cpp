@@ -12,8 +12,10 @@
 #include <random>
 #include <set>
 
+#include "mlph/sdk/graph/graph.hpp"
+#include "mlph/sdk/program/lower.hpp"
+#include "mlph/test/error_of.hpp"
 #include "mlph/test/random.hpp"
-#include "mlph/sdk/graph.hpp"
 #include "plan/plan.hpp"
 
 #ifdef MLPH_HAVE_COSMOFLOW
@@ -64,7 +66,7 @@ struct Net {
     g.loss(op("mse", "loss", {prediction, target}, {}));
     g.inputs(inputs);
     g.optimizer("sgd_keras", {{"momentum", 0.9}});
-    return sdk::host::lower_graph(*g.graph(), implements);
+    return sdk::program::lower_graph(*g.graph(), implements);
   }
 };
 
@@ -80,14 +82,7 @@ int32_t value_named(const Program& p, const std::string& name) {
   throw std::runtime_error("no value " + name);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const sdk::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using ::mlph::test::error_of;
 
 // ---- descriptors ---------------------------------------------------------------------------------
 
@@ -779,7 +774,7 @@ Program mini_cosmoflow(int kernel = 3) {
   m.edge = 16, m.n_conv_layers = 2, m.conv_size = 4, m.fc1_size = 8, m.fc2_size = 4, m.kernel_size = kernel;
   sdk::GraphBuilder g;
   cosmoflow::build_model(g, m, 0.9, 2, 7);
-  return sdk::host::lower_graph(*g.graph(), implemented());
+  return sdk::program::lower_graph(*g.graph(), implemented());
 }
 
 TEST(CudaPlanPrecision, Bf16ComputesConvAndDenseInHalfAndEverythingElseInFp32) {
@@ -1152,7 +1147,7 @@ TEST(CudaPlanMemory, LambsUpdateIsScratchOfTheUpdateStepAsLargeAsTheParameters) 
   net.g.loss(net.op("mse", "loss", {h, target}, {}));
   net.g.inputs(net.inputs);
   net.g.optimizer("lamb", {{"beta1", 0.9}, {"beta2", 0.999}, {"eps", 1e-6}, {"weight_decay", 0.01}, {"max_grad_norm", 1.0}});
-  const Program p = sdk::host::lower_graph(*net.g.graph(), implemented());
+  const Program p = sdk::program::lower_graph(*net.g.graph(), implemented());
   const DevicePlan plan = make_plan(p, {});
   const Region& update = region_at(plan.memory, plan.memory.lamb_update);
   EXPECT_EQ(update.kind, RegionKind::optimizer_scratch);
@@ -1317,7 +1312,7 @@ TEST(CudaPlanFigures, CosmoFlow128AtBatch1And4) {
   for (uint32_t batch : {1u, 4u}) {
     sdk::GraphBuilder g;
     cosmoflow::build_model(g, cosmoflow::ModelSettings{}, 0.9, batch, 7);
-    const Program p = sdk::host::lower_graph(*g.graph(), implemented());
+    const Program p = sdk::program::lower_graph(*g.graph(), implemented());
     for (Precision precision : {Precision::fp32, Precision::bf16})
       report("CosmoFlow 128^3 batch " + std::to_string(batch), p, precision);
   }
@@ -1331,7 +1326,7 @@ TEST(CudaPlanFigures, CosmoFlow128AtBatch1And4) {
 TEST(CudaPlanLowering, CosmoFlowsFiveConvLeakyReluPoolBlocksArePoolChainsByDefault) {
   sdk::GraphBuilder g;
   cosmoflow::build_model(g, cosmoflow::ModelSettings{}, 0.9, 2, 7);
-  const Program p = sdk::host::lower_graph(*g.graph(), implemented());
+  const Program p = sdk::program::lower_graph(*g.graph(), implemented());
   for (Precision precision : {Precision::fp32, Precision::bf16}) {
     const DevicePlan plan = make_plan(p, {precision});
     const MemoryPlan& m = plan.memory;
@@ -1389,7 +1384,7 @@ TEST(CudaPlanLowering, CosmoFlowsFiveConvLeakyReluPoolBlocksArePoolChainsByDefau
 TEST(CudaPlanPrecision, Bf16KeepsCosmoFlowsConvBlocksInBf16EndToEnd) {
   sdk::GraphBuilder g;
   cosmoflow::build_model(g, cosmoflow::ModelSettings{}, 0.9, 4, 7);
-  const Program p = sdk::host::lower_graph(*g.graph(), implemented());
+  const Program p = sdk::program::lower_graph(*g.graph(), implemented());
   const DevicePlan fp32 = make_plan(p, {Precision::fp32}), bf16 = make_plan(p, {Precision::bf16});
   for (DType t : fp32.precision.values) EXPECT_NE(t, DType::bf16);
   std::vector<std::string> half;
@@ -1435,7 +1430,7 @@ TEST(CudaPlanPrecision, Bf16KeepsCosmoFlowsConvBlocksInBf16EndToEnd) {
 TEST(CudaPlanLowering, DeepCamRunsNoBatchNormAndNoDepthwiseConvOnCudnnByDefault) {
   sdk::GraphBuilder g;
   deepcam::build_model(g, deepcam::DataSettings{}, deepcam::Normalization::identity(16), deepcam::OptimizerSettings{}, 1, 7);
-  const Program p = sdk::host::lower_graph(*g.graph(), implemented());
+  const Program p = sdk::program::lower_graph(*g.graph(), implemented());
   const DevicePlan plan = make_plan(p, {Precision::bf16});
   size_t batch_norms = 0, depthwise = 0;
   for (size_t k = 0; k < p.nodes.size(); ++k) {
@@ -1478,7 +1473,7 @@ TEST(CudaPlanLowering, DeepCamRunsNoBatchNormAndNoDepthwiseConvOnCudnnByDefault)
 TEST(CudaPlanFigures, DeepCam768x1152AtBatch8) {
   sdk::GraphBuilder g;
   deepcam::build_model(g, deepcam::DataSettings{}, deepcam::Normalization::identity(16), deepcam::OptimizerSettings{}, 8, 7);
-  const Program p = sdk::host::lower_graph(*g.graph(), implemented());
+  const Program p = sdk::program::lower_graph(*g.graph(), implemented());
   for (Precision precision : {Precision::fp32, Precision::bf16}) report("DeepCAM 768x1152 batch 8", p, precision);
   // Issue 33 item 4 asks for bf16 at most 55% of fp32: 52.4% with every activation between DeepCAM's
   // convs in bf16 (plan/precision.cpp); held here so that it does not grow back.
@@ -1497,7 +1492,7 @@ TEST(CudaPlanFigures, DeepCam768x1152AtBatch8) {
 TEST(CudaPlanPrecision, Bf16KeepsDeepCamsActivationsInBf16WithNoCastBetweenNodesThatTakeIt) {
   sdk::GraphBuilder g;
   deepcam::build_model(g, deepcam::DataSettings{}, deepcam::Normalization::identity(16), deepcam::OptimizerSettings{}, 2, 7);
-  const Program p = sdk::host::lower_graph(*g.graph(), implemented());
+  const Program p = sdk::program::lower_graph(*g.graph(), implemented());
   const DevicePlan plan = make_plan(p, {Precision::bf16});
   const MemoryPlan& m = plan.memory;
   size_t half = 0, casts = 0, fp32_batch_norms = 0;
@@ -1550,7 +1545,7 @@ TEST(CudaPlanFigures, Conv1AndLastDeconvArePaddedAndParametersKeepTheModelsShape
   deepcam::build_model(deepcam_graph, deepcam::DataSettings{}, deepcam::Normalization::identity(16), deepcam::OptimizerSettings{}, 8, 7);
   cosmoflow::build_model(cosmoflow_graph, cosmoflow::ModelSettings{}, 0.9, 4, 7);
   for (auto* g : {&cosmoflow_graph, &deepcam_graph}) {
-    const Program p = sdk::host::lower_graph(*g->graph(), implemented());
+    const Program p = sdk::program::lower_graph(*g->graph(), implemented());
     for (Precision precision : {Precision::fp32, Precision::bf16}) {
       const DevicePlan plan = make_plan(p, {precision});
       std::set<std::string> padded;
@@ -1588,7 +1583,7 @@ TEST(CudaPlanFigures, Conv1AndLastDeconvArePaddedAndParametersKeepTheModelsShape
 TEST(CudaPlanFigures, DeepCamsPointwiseConvsAreGemmsAndItsConvShapesRepeat) {
   sdk::GraphBuilder g;
   deepcam::build_model(g, deepcam::DataSettings{}, deepcam::Normalization::identity(16), deepcam::OptimizerSettings{}, 8, 7);
-  const Program p = sdk::host::lower_graph(*g.graph(), implemented());
+  const Program p = sdk::program::lower_graph(*g.graph(), implemented());
   const DevicePlan plan = make_plan(p, {Precision::bf16});
   const std::vector<NodeLowering> cudnn = lower_nodes(p, {Pointwise::cudnn});
   size_t pointwise = 0;

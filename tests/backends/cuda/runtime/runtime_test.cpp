@@ -10,8 +10,10 @@
 #include <functional>
 #include <random>
 
+#include "mlph/sdk/graph/graph.hpp"
+#include "mlph/sdk/program/lower.hpp"
+#include "mlph/test/error_of.hpp"
 #include "mlph/test/random.hpp"
-#include "mlph/sdk/graph.hpp"
 #include "runtime/cublaslt.hpp"
 #include "runtime/cuda.hpp"
 #include "runtime/cudnn.hpp"
@@ -19,14 +21,7 @@
 namespace mlph::cuda::runtime {
 namespace {
 
-std::pair<MLPH_Code, std::string> error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const sdk::Error& e) {
-    return {e.code(), e.what()};
-  }
-  return {MLPH_OK, ""};
-}
+using ::mlph::test::code_and_error_of;
 
 std::string no_device() {
   int count = 0;
@@ -42,22 +37,22 @@ const Context kDevice = Context::for_device(0, "Test GPU");
 TEST(CudaRuntime, AFailingCallIsOneLineNamingTheDeviceTheCallAndWhatFor) {
   EXPECT_EQ(kDevice.line("cudnnConvolutionForward", "node 'conv3'", "CUDNN_STATUS_BAD_PARAM"),
             "cuda backend: device 0 (Test GPU): cudnnConvolutionForward for node 'conv3': CUDNN_STATUS_BAD_PARAM");
-  EXPECT_EQ(error_of([] { check(kDevice, cudaErrorMemoryAllocation, "cudaMalloc", "the model's arena (3.00 GiB)"); }),
+  EXPECT_EQ(code_and_error_of([] { check(kDevice, cudaErrorMemoryAllocation, "cudaMalloc", "the model's arena (3.00 GiB)"); }),
             (std::pair<MLPH_Code, std::string>{MLPH_RESOURCE_EXHAUSTED,
                                                "cuda backend: device 0 (Test GPU): cudaMalloc for the model's arena "
                                                "(3.00 GiB): out of memory (cudaErrorMemoryAllocation)"}));
-  EXPECT_EQ(error_of([] { check(kDevice, cudaErrorIllegalAddress, "cudaStreamSynchronize"); }).first, MLPH_INTERNAL);
-  EXPECT_EQ(error_of([] { check(kDevice, cudaSuccess, "cudaMalloc"); }).first, MLPH_OK);
+  EXPECT_EQ(code_and_error_of([] { check(kDevice, cudaErrorIllegalAddress, "cudaStreamSynchronize"); }).first, MLPH_INTERNAL);
+  EXPECT_EQ(code_and_error_of([] { check(kDevice, cudaSuccess, "cudaMalloc"); }).first, MLPH_OK);
   EXPECT_EQ(gib(size_t{3} << 29), "1.50 GiB");
 }
 
 TEST(CudaRuntime, LibraryStatusesAreNamedAndMapToWhatTheyMean) {
-  const auto [code, message] = error_of([] { check(kDevice, CUDNN_STATUS_NOT_SUPPORTED, "cudnnConvolutionForward", "node 'c'"); });
+  const auto [code, message] = code_and_error_of([] { check(kDevice, CUDNN_STATUS_NOT_SUPPORTED, "cudnnConvolutionForward", "node 'c'"); });
   EXPECT_EQ(code, MLPH_UNIMPLEMENTED);
   EXPECT_EQ(message.rfind("cuda backend: device 0 (Test GPU): cudnnConvolutionForward for node 'c': CUDNN_STATUS_NOT_SUPPORTED", 0), 0u)
       << message;
-  EXPECT_EQ(error_of([] { check(kDevice, CUDNN_STATUS_ALLOC_FAILED, "cudnnFind"); }).first, MLPH_RESOURCE_EXHAUSTED);
-  const auto blas = error_of([] { check(kDevice, CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmul", "node 'd' (forward)"); });
+  EXPECT_EQ(code_and_error_of([] { check(kDevice, CUDNN_STATUS_ALLOC_FAILED, "cudnnFind"); }).first, MLPH_RESOURCE_EXHAUSTED);
+  const auto blas = code_and_error_of([] { check(kDevice, CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmul", "node 'd' (forward)"); });
   EXPECT_EQ(blas.first, MLPH_UNIMPLEMENTED);
   EXPECT_NE(blas.second.find("cublasLtMatmul for node 'd' (forward): CUBLAS_STATUS_NOT_SUPPORTED"), std::string::npos)
       << blas.second;
@@ -69,9 +64,9 @@ TEST(CudaRuntime, LibraryStatusesAreNamedAndMapToWhatTheyMean) {
 TEST(CudaRuntime, WithoutAGpuTheFirstCallsSayWhy) {
   const std::string why = no_device();
   if (why.empty()) GTEST_SKIP() << "a CUDA device is here";
-  EXPECT_EQ(error_of([] { device_count(); }),
+  EXPECT_EQ(code_and_error_of([] { device_count(); }),
             (std::pair<MLPH_Code, std::string>{MLPH_UNAVAILABLE, "cuda backend: no CUDA device: " + why}));
-  const auto [code, message] = error_of([] { CudnnHandle handle(kDevice, nullptr); });
+  const auto [code, message] = code_and_error_of([] { CudnnHandle handle(kDevice, nullptr); });
   EXPECT_NE(code, MLPH_OK);
   EXPECT_EQ(message.rfind("cuda backend: device 0 (Test GPU): cudnnCreate: CUDNN_STATUS_", 0), 0u) << message;
 }
@@ -145,7 +140,7 @@ TEST_F(CudaRuntimeDevice, Fp32ConvolutionFromThePlanIsDocsOpsConvolutionWithoutT
   g.loss(loss);
   g.inputs({x, t});
   g.optimizer("sgd_keras", {{"momentum", 0.0}});
-  const plan::Program p = sdk::host::lower_graph(*g.graph(), plan::implemented());
+  const plan::Program p = sdk::program::lower_graph(*g.graph(), plan::implemented());
   const plan::ConvPlan c = plan::plan_conv(p, p.nodes[0]);
 
   const std::vector<float> xs = random_floats(2 * 5 * 6 * 2, 2), ws = p.params[0].init;
@@ -228,7 +223,7 @@ TEST_F(CudaRuntimeDevice, CudnnBatchNormTrainingKeepsTheUnbiasedRunningVarianceA
 // in fp32 (no TF32) and in bf16 operands with fp32 output.
 TEST_F(CudaRuntimeDevice, CublasLtForwardGemmWithBiasIsTheRowMajorDense) {
   const int64_t batch = 5, in = 7, out = 3;
-  sdk::host::Node node;
+  sdk::program::Node node;
   node.dense = {batch, in, out};
   node.inputs = {0, 1, 2};
   const plan::DensePlan dense = plan::plan_dense(node);

@@ -30,20 +30,12 @@ def run(kit, record, deadline):
     missing = kit.need_cuda_backend()
     for workload, batch, sets, warmup, steps in cases:
         name = f"{kit.backend} {workload} b{batch}"
-        if missing:
-            kit.part(record, name, "SKIP", missing)
-            continue
-        if kit.remaining(deadline) < 20:
-            kit.part(record, name, "SKIP", "out of time")
-            continue
-        rc, text, result = mlperf_bench(kit, workload, batch, sets, warmup, steps, f"{kit.backend}-{workload}-b{batch}",
-                                        [], min(90, kit.remaining(deadline) - 10))
+        result = bench_case(kit, record, deadline, name, missing, 10, (workload, batch, sets, warmup, steps),
+                            f"{kit.backend}-{workload}-b{batch}", [])
         if result:
             ours[(workload, batch)] = result
             rate = batch / result["model"]["train_s"]
             kit.part(record, name, "PASS", f"{rate:.1f} samples/s", samples_per_s=rate)
-        else:
-            kit.part(record, name, "FAIL", ("timed out" if rc is None else f"exit {rc}") + tail_hint(text))
     kit.bench["options"] = option_runs(kit, record, deadline, ours, missing)
     torch_runs = pytorch_peers(kit, record, deadline)
     kit.bench["rows"] = bench_rows(ours, torch_runs, peak)
@@ -52,6 +44,24 @@ def run(kit, record, deadline):
     for row in kit.bench["options"]:
         kit.say(option_line(row))
     return kit.verdict(record, f"{len(kit.bench['rows'])} cases measured")
+
+
+def bench_case(kit, record, deadline, name, missing, reserve, case, tag, option_settings):
+    """One case's mlperf-bench run (case: workload, batch, sets, warmup, steps), leaving `reserve` seconds
+    of the deadline to what follows: its JSON, or None once a SKIP (the backend missing, under reserve + 10
+    seconds left) or a FAIL is recorded under `name`."""
+    if missing:
+        kit.part(record, name, "SKIP", missing)
+        return None
+    if kit.remaining(deadline) < reserve + 10:
+        kit.part(record, name, "SKIP", "out of time")
+        return None
+    workload, batch, sets, warmup, steps = case
+    rc, text, result = mlperf_bench(kit, workload, batch, sets, warmup, steps, tag, option_settings,
+                                    min(90, kit.remaining(deadline) - reserve))
+    if not result:
+        kit.part(record, name, "FAIL", ("timed out" if rc is None else f"exit {rc}") + tail_hint(text))
+    return result
 
 
 def mlperf_bench(kit, workload, batch, sets, warmup, steps, tag, option_settings, limit):
@@ -75,17 +85,9 @@ def option_runs(kit, record, deadline, ours, missing):
     for workload, batch, sets, warmup, steps in kit.sizes["options"]:
         for label, settings in options.bench_variants(workload=workload):
             name = f"{kit.backend} {workload} b{batch} {label}"
-            if missing:
-                kit.part(record, name, "SKIP", missing)
-                continue
-            if kit.remaining(deadline) < 30:
-                kit.part(record, name, "SKIP", "out of time")
-                continue
-            rc, text, result = mlperf_bench(kit, workload, batch, sets, warmup, steps,
-                                            f"{kit.backend}-{workload}-b{batch}-{label.replace('=', '-')}", settings,
-                                            min(90, kit.remaining(deadline) - 20))
+            result = bench_case(kit, record, deadline, name, missing, 20, (workload, batch, sets, warmup, steps),
+                                f"{kit.backend}-{workload}-b{batch}-{label.replace('=', '-')}", settings)
             if not result:
-                kit.part(record, name, "FAIL", ("timed out" if rc is None else f"exit {rc}") + tail_hint(text))
                 continue
             default = ours.get((workload, batch))
             row = option_row(workload, batch, label, settings, batch / result["model"]["train_s"],

@@ -1,5 +1,5 @@
 // For backends: communicators of consecutive ranks split from the run's, once per group size. A
-// spatially split sample's ranks (sdk/spatial.hpp) and batch norm's groups (sdk/batch_norm_groups.hpp)
+// spatially split sample's ranks (sdk/comms/spatial.hpp) and batch norm's groups (sdk/host/batch_norm_groups.hpp)
 // share them: one split per size, in the order the graph's nodes ask, on every rank alike.
 #pragma once
 
@@ -9,8 +9,8 @@
 #include <string>
 
 #include "mlph/comms.h"
-#include "mlph/sdk/comms.hpp"
-#include "mlph/sdk/error.hpp"
+#include "mlph/sdk/comms/table.hpp"
+#include "mlph/sdk/util/error.hpp"
 
 namespace mlph::sdk {
 

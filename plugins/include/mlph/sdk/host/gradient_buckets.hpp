@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "mlph/comms.h"
-#include "mlph/sdk/error.hpp"
-#include "mlph/sdk/gradient_partition.hpp"
+#include "mlph/sdk/program/gradient_partition.hpp"
+#include "mlph/sdk/util/error.hpp"
 
 namespace mlph::sdk {
 

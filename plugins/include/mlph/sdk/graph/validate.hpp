@@ -1,5 +1,5 @@
 // The one graph validator: every backend calls validate_graph at compile, so a graph breaking
-// docs/ops.md (the catalogue in sdk/op_schema.hpp) gets the same one-line error from every backend.
+// docs/ops.md (the catalogue in sdk/graph/op_schema.hpp) gets the same one-line error from every backend.
 // It returns a self-contained, checked copy that backends consume instead of re-parsing the graph:
 // typed attributes with their defaults filled in, convolution and pooling windows worked out, the
 // optimizer's hyperparameters. A backend says only which ops and optimizers it implements.
@@ -18,31 +18,11 @@
 #include <vector>
 
 #include "mlph/graph.h"
-#include "mlph/sdk/error.hpp"
-#include "mlph/sdk/op_schema.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/op_schema.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
+#include "mlph/sdk/util/error.hpp"
 
 namespace mlph::sdk {
-
-struct GraphValue {
-  std::string name;
-  MLPH_DType dtype = MLPH_DTYPE_F32;
-  std::vector<int64_t> shape;
-
-  int64_t numel() const { return sdk::numel(shape.data(), static_cast<int32_t>(shape.size())); }
-  MLPH_Value as_value() const {  // its name points into this GraphValue
-    MLPH_Value v{};
-    v.name = name.c_str();
-    v.dtype = dtype;
-    v.ndim = static_cast<int32_t>(shape.size());
-    std::copy(shape.begin(), shape.end(), v.shape);
-    return v;
-  }
-};
-
-inline std::string shape_string(const std::vector<int64_t>& shape) {
-  return shape_string(shape.data(), static_cast<int32_t>(shape.size()));
-}
 
 // The spatial geometry of a conv, conv_transpose or max_pool node, one entry per spatial dim.
 struct Window {
@@ -126,23 +106,6 @@ inline std::vector<bool> values_needing_gradients(const ValidGraph& g) {
   for (size_t v = 0; v < needed.size(); ++v) needed[v] = from_param[v] && to_loss[v];
   return needed;
 }
-
-// The ops and optimizers a backend implements.
-struct Implements {
-  std::vector<std::string> ops, optimizers;
-
-  // Every op and optimizer of the catalogue.
-  static Implements everything() {
-    Implements all;
-    for (const schema::Op& op : schema::ops()) all.ops.push_back(op.name);
-    for (const schema::Optimizer& o : schema::optimizers()) all.optimizers.push_back(o.name);
-    return all;
-  }
-  bool op(std::string_view name) const { return std::find(ops.begin(), ops.end(), name) != ops.end(); }
-  bool optimizer(std::string_view name) const {
-    return std::find(optimizers.begin(), optimizers.end(), name) != optimizers.end();
-  }
-};
 
 namespace detail {
 

@@ -1,11 +1,13 @@
 // Small helpers over MLPH_Tensor / MLPH_Value for plug-in authors.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "mlph/graph.h"
-#include "mlph/sdk/error.hpp"
+#include "mlph/sdk/util/error.hpp"
 
 namespace mlph::sdk {
 
@@ -25,6 +27,27 @@ inline std::string shape_string(const int64_t* shape, int32_t ndim) {
   }
   s += ']';
   return s;
+}
+
+// A value of a graph, owning its name and shape (the validator's and the lowered program's copy).
+struct GraphValue {
+  std::string name;
+  MLPH_DType dtype = MLPH_DTYPE_F32;
+  std::vector<int64_t> shape;
+
+  int64_t numel() const { return sdk::numel(shape.data(), static_cast<int32_t>(shape.size())); }
+  MLPH_Value as_value() const {  // its name points into this GraphValue
+    MLPH_Value v{};
+    v.name = name.c_str();
+    v.dtype = dtype;
+    v.ndim = static_cast<int32_t>(shape.size());
+    std::copy(shape.begin(), shape.end(), v.shape);
+    return v;
+  }
+};
+
+inline std::string shape_string(const std::vector<int64_t>& shape) {
+  return shape_string(shape.data(), static_cast<int32_t>(shape.size()));
 }
 
 inline MLPH_Tensor host_tensor(MLPH_DType dtype, const int64_t* shape, int32_t ndim, void* data) {

@@ -19,9 +19,9 @@
 #include <utility>
 #include <vector>
 
-#include "mlph/sdk/error.hpp"
-#include "mlph/sdk/options.hpp"
-#include "mlph/sdk/plugin.hpp"
+#include "mlph/sdk/util/error.hpp"
+#include "mlph/sdk/util/options.hpp"
+#include "mlph/sdk/util/plugin.hpp"
 #include "mlph/storage.h"
 
 namespace mlph::sdk {

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "mlph/sdk/host_program.hpp"
+#include "mlph/sdk/program/program.hpp"
 
 namespace mlph::sdk::host {
 
@@ -24,7 +24,7 @@ struct ChannelScaleShift {
 // (channels each, for backward), and the running statistics move by `a.momentum` towards the batch's
 // (its variance unbiased, as PyTorch's).
 inline ChannelScaleShift finish_batch_norm_train(const std::vector<double>& mean, const std::vector<double>& var,
-                                                 double m, BatchNormAttrs a, const float* gamma, const float* beta,
+                                                 double m, program::BatchNormAttrs a, const float* gamma, const float* beta,
                                                  float* running_mean, float* running_var, float* saved) {
   ChannelScaleShift out{std::vector<float>(mean.size()), std::vector<float>(mean.size())};
   for (size_t c = 0; c < mean.size(); ++c) {
@@ -40,7 +40,7 @@ inline ChannelScaleShift finish_batch_norm_train(const std::vector<double>& mean
 }
 
 // Evaluation: the scale and shift from the running statistics.
-inline ChannelScaleShift batch_norm_eval_scale_shift(int64_t channels, BatchNormAttrs a, const float* gamma,
+inline ChannelScaleShift batch_norm_eval_scale_shift(int64_t channels, program::BatchNormAttrs a, const float* gamma,
                                                      const float* beta, const float* running_mean,
                                                      const float* running_var) {
   ChannelScaleShift out{std::vector<float>(static_cast<size_t>(channels)), std::vector<float>(static_cast<size_t>(channels))};

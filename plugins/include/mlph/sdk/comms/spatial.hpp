@@ -14,9 +14,10 @@
 #include <vector>
 
 #include "mlph/comms.h"
-#include "mlph/sdk/comms.hpp"
-#include "mlph/sdk/error.hpp"
-#include "mlph/sdk/rank_groups.hpp"
+#include "mlph/sdk/comms/halo.hpp"
+#include "mlph/sdk/comms/rank_groups.hpp"
+#include "mlph/sdk/comms/table.hpp"
+#include "mlph/sdk/util/error.hpp"
 
 namespace mlph::sdk::spatial {
 

@@ -17,9 +17,9 @@
 #include <utility>
 #include <vector>
 
-#include "mlph/sdk/error.hpp"
-#include "mlph/sdk/json.hpp"
-#include "mlph/sdk/numbers.hpp"
+#include "mlph/sdk/util/error.hpp"
+#include "mlph/sdk/util/json.hpp"
+#include "mlph/sdk/util/numbers.hpp"
 #include "mlph/workload.h"
 
 namespace mlph::sdk {

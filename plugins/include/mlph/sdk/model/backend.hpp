@@ -17,9 +17,9 @@
 #include <type_traits>
 
 #include "mlph/backend.h"
-#include "mlph/sdk/error.hpp"
-#include "mlph/sdk/options.hpp"
-#include "mlph/sdk/plugin.hpp"
+#include "mlph/sdk/util/error.hpp"
+#include "mlph/sdk/util/options.hpp"
+#include "mlph/sdk/util/plugin.hpp"
 
 namespace mlph::sdk {
 

@@ -4,7 +4,7 @@
 // and overrides the virtual members of Workload. Optionally it also has
 //   std::vector<uint64_t> sample_order(uint32_t epoch, uint64_t n);   // ABI 1.2, MLPH_WorkloadApi.sample_order
 //   static sdk::Benchmark benchmark();  // ABI 1.3: MLPH_WorkloadApi.benchmark_info and borrow_hparams
-//   static std::vector<sdk::ExportEntry> reference_layout(const MLPH_Value& param);  // ABI 1.4 (sdk/export.hpp)
+//   static std::vector<sdk::ExportEntry> reference_layout(const MLPH_Value& param);  // ABI 1.4 (sdk/workload/export.hpp)
 #pragma once
 
 #include <algorithm>
@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "mlph/sdk/error.hpp"
-#include "mlph/sdk/export.hpp"
-#include "mlph/sdk/hparams.hpp"
-#include "mlph/sdk/options.hpp"
-#include "mlph/sdk/plugin.hpp"
+#include "mlph/sdk/util/error.hpp"
+#include "mlph/sdk/util/options.hpp"
+#include "mlph/sdk/util/plugin.hpp"
+#include "mlph/sdk/workload/export.hpp"
+#include "mlph/sdk/workload/hparams.hpp"
 #include "mlph/workload.h"
 
 namespace mlph::sdk {
@@ -94,7 +94,7 @@ constexpr auto sample_order_entry() -> MLPH_Error* (*)(MLPH_Workload*, uint32_t,
 struct Benchmark {
   const char* name;                     // submission_benchmark
   uint32_t submission_runs;             // result files a submission needs (the rules)
-  std::span<const HparamRule> hparams;  // the borrowing table (sdk/hparams.hpp); empty: none
+  std::span<const HparamRule> hparams;  // the borrowing table (sdk/workload/hparams.hpp); empty: none
 };
 
 template <class Impl>

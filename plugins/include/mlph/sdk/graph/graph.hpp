@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "mlph/graph.h"
-#include "mlph/sdk/error.hpp"
-#include "mlph/sdk/op_schema.hpp"
+#include "mlph/sdk/graph/op_schema.hpp"
+#include "mlph/sdk/util/error.hpp"
 
 namespace mlph::sdk {
 

@@ -15,8 +15,8 @@
 #include <string_view>
 #include <vector>
 
-#include "mlph/sdk/error.hpp"
-#include "mlph/sdk/options.hpp"
+#include "mlph/sdk/util/error.hpp"
+#include "mlph/sdk/util/options.hpp"
 
 namespace mlph::sdk {
 

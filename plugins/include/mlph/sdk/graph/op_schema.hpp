@@ -1,6 +1,6 @@
 // The op catalogue of docs/ops.md as data: per op its inputs (dtypes, optional or variadic), its
 // output, its attributes (type, how many values, range, default), its shape rule and whether it
-// passes gradients; the optimizers likewise. sdk/validate.hpp checks every graph against it once,
+// passes gradients; the optimizers likewise. sdk/graph/validate.hpp checks every graph against it once,
 // for every backend; tools/ops-doc renders docs/ops.md's tables from it.
 //
 // Op-sets: MLPH_Graph.opset names the catalogue a graph was written against (graph.h). Op-set 1 is
@@ -9,6 +9,7 @@
 // bumps MLPH_OPSET; nothing is ever removed or given a new meaning.
 #pragma once
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -122,7 +123,7 @@ struct Attribute {
 
 // ---- ops ------------------------------------------------------------------------------------------
 
-// The shape rules, each implemented once in sdk/validate.hpp.
+// The shape rules, each implemented once in sdk/graph/validate.hpp.
 enum class ShapeRule {
   elementwise,          // every input as the first; output as the first
   loss,                 // prediction and target alike; scalar output
@@ -342,3 +343,25 @@ inline const Optimizer* find_optimizer(std::string_view name) {
 }
 
 }  // namespace mlph::sdk::schema
+
+namespace mlph::sdk {
+
+// The ops and optimizers a backend implements, by their catalogue names: what validate_graph
+// (validate.hpp) checks a graph against.
+struct Implements {
+  std::vector<std::string> ops, optimizers;
+
+  // Every op and optimizer of the catalogue.
+  static Implements everything() {
+    Implements all;
+    for (const schema::Op& op : schema::ops()) all.ops.push_back(op.name);
+    for (const schema::Optimizer& o : schema::optimizers()) all.optimizers.push_back(o.name);
+    return all;
+  }
+  bool op(std::string_view name) const { return std::find(ops.begin(), ops.end(), name) != ops.end(); }
+  bool optimizer(std::string_view name) const {
+    return std::find(optimizers.begin(), optimizers.end(), name) != optimizers.end();
+  }
+};
+
+}  // namespace mlph::sdk

@@ -35,11 +35,11 @@
 #include <string>
 #include <vector>
 
-#include "mlph/sdk/backend.hpp"
-#include "mlph/sdk/error.hpp"
-#include "mlph/sdk/op_schema.hpp"
-#include "mlph/sdk/tensor.hpp"
-#include "mlph/sdk/validate.hpp"
+#include "mlph/sdk/graph/op_schema.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
+#include "mlph/sdk/graph/validate.hpp"
+#include "mlph/sdk/model/backend.hpp"
+#include "mlph/sdk/util/error.hpp"
 
 namespace mlph::sdk {
 
@@ -54,7 +54,7 @@ struct ModelSignature {
   std::vector<std::string> optimizer_state;  // the optimizer's state slots (op_schema.hpp), in order
 };
 
-// The signature of any checked graph (ValidGraph, sdk::host::Program: values, params with `value`
+// The signature of any checked graph (ValidGraph, sdk::program::Program: values, params with `value`
 // and `trainable`, inputs, eval_outputs) whose optimizer keeps the slots `optimizer_state`.
 template <class Graph>
 ModelSignature signature_of(const Graph& g, std::vector<std::string> optimizer_state) {

@@ -1,13 +1,13 @@
 // One process, one rank: collectives are identities (AVERAGE over one rank too); the halo exchange
 // (and its transpose, halo_accumulate) wraps periodic dims onto this rank and leaves the others' halos
-// untouched. comms/local is this; comms/nccl runs on it when no MPI launcher started the process.
+// untouched. comms/local is this (../local); comms/nccl runs on it when no MPI launcher started the process.
 #pragma once
 
 #include <cstring>
 #include <string>
 #include <utility>
 
-#include "mlph/sdk/comms.hpp"
+#include "mlph/sdk/comms/plugin.hpp"
 
 namespace mlph::comms {
 

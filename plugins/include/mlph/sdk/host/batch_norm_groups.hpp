@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "mlph/sdk/rank_groups.hpp"
+#include "mlph/sdk/comms/rank_groups.hpp"
 
 namespace mlph::sdk {
 

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "mlph/common.h"
-#include "mlph/sdk/error.hpp"
-#include "mlph/sdk/numbers.hpp"
+#include "mlph/sdk/util/error.hpp"
+#include "mlph/sdk/util/numbers.hpp"
 
 namespace mlph::sdk {
 

@@ -1,4 +1,4 @@
-// For host backends that run an sdk::host::Program (host_program.hpp) node by node on kernels of
+// For host backends that run an sdk::program::Program (program/program.hpp) node by node on kernels of
 // their own: everything of a model but the kernels. The step protocol (the window, the state slots,
 // the checks and their errors) is sdk::ModelProtocol's; here are the buffers, the one dispatch over
 // the op kinds, forward and backward, the regularization and the optimizers. Every value has its own
@@ -31,14 +31,14 @@
 #include <string>
 #include <vector>
 
-#include "mlph/sdk/backend.hpp"
-#include "mlph/sdk/batch_norm_groups.hpp"
-#include "mlph/sdk/error.hpp"
-#include "mlph/sdk/gradient_buckets.hpp"
-#include "mlph/sdk/host_program.hpp"
-#include "mlph/sdk/model_protocol.hpp"
-#include "mlph/sdk/rank_groups.hpp"
-#include "mlph/sdk/spatial.hpp"
+#include "mlph/sdk/comms/rank_groups.hpp"
+#include "mlph/sdk/comms/spatial.hpp"
+#include "mlph/sdk/host/batch_norm_groups.hpp"
+#include "mlph/sdk/host/gradient_buckets.hpp"
+#include "mlph/sdk/model/backend.hpp"
+#include "mlph/sdk/model/protocol.hpp"
+#include "mlph/sdk/program/program.hpp"
+#include "mlph/sdk/util/error.hpp"
 
 namespace mlph::sdk::host {
 
@@ -55,11 +55,11 @@ class Executor : public ModelProtocol {
   // Allocates every buffer, moves the parameters' initial contents in and splits the communicators
   // of the batch-norm groups and spatial ops (collective, as compile is). `who` starts every error
   // line ("reference backend"); `comms` may be null (one rank).
-  Executor(const MLPH_HostApi* host, const MLPH_CommsHandle* comms, Program program, std::string who, Kernels kernels,
+  Executor(const MLPH_HostApi* host, const MLPH_CommsHandle* comms, program::Program program, std::string who, Kernels kernels,
            GradientAveraging averaging = GradientAveraging::buckets);
 
  protected:
-  // ---- the protocol's hooks (sdk/model_protocol.hpp) ----
+  // ---- the protocol's hooks (sdk/model/protocol.hpp) ----
   void run_train(const MLPH_Tensor* inputs, const StepPlan& plan) override;
   double last_loss() override { return loss_; }
   void run_eval(const MLPH_Tensor* inputs, MLPH_Tensor* outputs) override;
@@ -76,25 +76,25 @@ class Executor : public ModelProtocol {
   std::span<float> parameter_gradients() { return {param_grads_.data(), param_grads_.size()}; }
 
  private:
-  const ValueInfo& info(int32_t v) const { return program_.value(v); }
+  const program::ValueInfo& info(int32_t v) const { return program_.value(v); }
   int64_t numel(int32_t v) const { return info(v).numel(); }
   float* data(int32_t v) { return values_[static_cast<size_t>(v)].data(); }
   float* grad(int32_t v) const { return grads_[static_cast<size_t>(v)]; }
   const int32_t* labels(int32_t v) const { return int_values_[static_cast<size_t>(v)].data(); }
   // The labels of a softmax_cross_entropy or iou node, checked to lie in [0, C): a clear error naming
   // the node instead of a read out of bounds.
-  const int32_t* checked_labels(const Node& node) const;
+  const int32_t* checked_labels(const program::Node& node) const;
 
   std::vector<GradientBuckets::Param> allocate();
   void build_group_ops();
-  void forward_node(const Node& node, bool training, uint64_t step);
+  void forward_node(const program::Node& node, bool training, uint64_t step);
   void backward(bool apply_update);
-  void backward_node(const Node& node);
+  void backward_node(const program::Node& node);
   double regularize();
   void apply_optimizer(double learning_rate, uint64_t step);
 
   const MLPH_CommsHandle* comms_;
-  Program program_;
+  program::Program program_;
   Kernels kernels_;
   std::vector<Buffer> values_;                    // every float value (int16 inputs are converted on load)
   std::vector<std::vector<int32_t>> int_values_;  // per value: the int32 inputs (labels), empty for the others
@@ -118,7 +118,7 @@ class Executor : public ModelProtocol {
 };
 
 template <class Kernels>
-Executor<Kernels>::Executor(const MLPH_HostApi* host, const MLPH_CommsHandle* comms, Program program,
+Executor<Kernels>::Executor(const MLPH_HostApi* host, const MLPH_CommsHandle* comms, program::Program program,
                             std::string who, Kernels kernels, GradientAveraging averaging)
     : ModelProtocol(host, std::move(who), signature_of(program, program.optimizer.state)),
       comms_(comms),
@@ -138,28 +138,28 @@ Executor<Kernels>::Executor(const MLPH_HostApi* host, const MLPH_CommsHandle* co
 // Returns where each trainable parameter's gradient lies in param_grads_.
 template <class Kernels>
 std::vector<GradientBuckets::Param> Executor<Kernels>::allocate() {
-  Program& p = program_;
-  for (const ValueInfo& v : p.values) {
+  program::Program& p = program_;
+  for (const program::ValueInfo& v : p.values) {
     const auto n = static_cast<size_t>(v.numel());
     values_.emplace_back(v.dtype == MLPH_DTYPE_I32 ? 0 : n, 0.0f);
     int_values_.emplace_back(v.dtype == MLPH_DTYPE_I32 ? n : 0, 0);
   }
   const size_t moments = p.optimizer.state.size();  // sgd_keras: velocity; the Adams: m, v
   size_t largest = 0;
-  for (Param& param : p.params) {
+  for (program::Param& param : p.params) {
     const size_t trained = param.trainable ? param.init.size() : 0;
     std::copy(param.init.begin(), param.init.end(), data(param.value));
     std::vector<float>().swap(param.init);  // the weights live in values_ from now on
     optimizer_state_.emplace_back(moments * trained, 0.0f);
     largest = std::max(largest, trained);
   }
-  if (p.optimizer.kind == OptimizerKind::lamb) lamb_update_.resize(largest);
+  if (p.optimizer.kind == program::OptimizerKind::lamb) lamb_update_.resize(largest);
   // Trainable parameters' gradients are slices of one buffer (allocated before any pointer into it).
-  const std::vector<GradientBuckets::Param> layout = gradient_layout(p);
+  const std::vector<GradientBuckets::Param> layout = program::gradient_layout(p);
   param_grads_.assign(layout.empty() ? 0 : layout.back().offset + layout.back().count, 0.0f);
   grads_.assign(p.values.size(), nullptr);
   auto slice = layout.begin();
-  for (const Param& param : p.params)
+  for (const program::Param& param : p.params)
     if (param.trainable) grads_[static_cast<size_t>(param.value)] = param_grads_.data() + (slice++)->offset;
   for (size_t v = 0; v < p.values.size(); ++v)
     if (p.needs_gradient[v] && !grads_[v]) grads_[v] = other_grads_.emplace_back(values_[v].size(), 0.0f).data();
@@ -171,15 +171,15 @@ std::vector<GradientBuckets::Param> Executor<Kernels>::allocate() {
 // rank compiles the same graph).
 template <class Kernels>
 void Executor<Kernels>::build_group_ops() {
-  for (const Node& node : program_.nodes) {
-    if (node.kind == OpKind::batch_norm)
+  for (const program::Node& node : program_.nodes) {
+    if (node.kind == program::OpKind::batch_norm)
       batch_norm_groups_.join(node.batch_norm.group_size, "node '" + node.name + "' (batch_norm)");
-    if (node.kind != OpKind::halo_exchange && node.kind != OpKind::spatial_gather) continue;
-    const bool halo = node.kind == OpKind::halo_exchange;
+    if (node.kind != program::OpKind::halo_exchange && node.kind != program::OpKind::spatial_gather) continue;
+    const bool halo = node.kind == program::OpKind::halo_exchange;
     const std::string where = "node '" + node.name + "' (" + (halo ? "halo_exchange" : "spatial_gather") +
                               "): grid " + spatial::grid_text(node.grid);
     const MLPH_CommsHandle* group = rank_groups_.group(spatial::ranks(node.grid), where);
-    const ValueInfo& x = info(node.inputs[0]);
+    const program::ValueInfo& x = info(node.inputs[0]);
     if (halo)
       halos_.try_emplace(node.index, host_, group, x.shape, node.grid, node.before, node.after, who_ + ": " + where);
     else
@@ -216,7 +216,7 @@ void Executor<Kernels>::run_train(const MLPH_Tensor* inputs, const StepPlan& pla
 
 template <class Kernels>
 void Executor<Kernels>::forward_backward(const StepPlan& plan) {
-  for (const Node& node : program_.nodes) forward_node(node, true, plan.micro_step);
+  for (const program::Node& node : program_.nodes) forward_node(node, true, plan.micro_step);
   backward(plan.apply_update);
   loss_ = static_cast<double>(data(program_.loss)[0]);
 }
@@ -232,7 +232,7 @@ void Executor<Kernels>::update(const StepPlan& plan) {
 template <class Kernels>
 void Executor<Kernels>::run_eval(const MLPH_Tensor* inputs, MLPH_Tensor* outputs) {
   load_inputs(inputs);
-  for (const Node& node : program_.nodes) forward_node(node, false, 0);
+  for (const program::Node& node : program_.nodes) forward_node(node, false, 0);
   for (size_t i = 0; i < program_.eval_outputs.size(); ++i) {
     const int32_t v = program_.eval_outputs[i];
     if (info(v).dtype == MLPH_DTYPE_I32)
@@ -249,7 +249,7 @@ void Executor<Kernels>::zero_gradients() {
 
 template <class Kernels>
 float* Executor<Kernels>::host_storage(const ParamTensor& tensor) {
-  const Param& p = program_.params[tensor.param];
+  const program::Param& p = program_.params[tensor.param];
   switch (tensor.kind) {
     case ParamTensor::Kind::value:
       return data(p.value);
@@ -262,7 +262,7 @@ float* Executor<Kernels>::host_storage(const ParamTensor& tensor) {
 }
 
 template <class Kernels>
-const int32_t* Executor<Kernels>::checked_labels(const Node& node) const {
+const int32_t* Executor<Kernels>::checked_labels(const program::Node& node) const {
   const int32_t* l = labels(node.inputs[1]);
   const int64_t count = node.rows.rows, classes = node.rows.channels;
   for (int64_t i = 0; i < count; ++i)
@@ -274,7 +274,8 @@ const int32_t* Executor<Kernels>::checked_labels(const Node& node) const {
 }
 
 template <class Kernels>
-void Executor<Kernels>::forward_node(const Node& c, bool training, uint64_t step) {
+void Executor<Kernels>::forward_node(const program::Node& c, bool training, uint64_t step) {
+  using program::OpKind;
   auto&& t = kernels_.threads();
   auto& scratch = kernels_.scratch;
   const float* x = data(c.inputs[0]);
@@ -395,7 +396,8 @@ void Executor<Kernels>::backward(bool apply_update) {
 
 // Accumulates into the gradients of the node's inputs; called only when its output has one.
 template <class Kernels>
-void Executor<Kernels>::backward_node(const Node& c) {
+void Executor<Kernels>::backward_node(const program::Node& c) {
+  using program::OpKind;
   auto&& t = kernels_.threads();
   auto& scratch = kernels_.scratch;
   const float* dy = grad(c.output);
@@ -489,7 +491,7 @@ void Executor<Kernels>::backward_node(const Node& c) {
 template <class Kernels>
 double Executor<Kernels>::regularize() {
   double penalty = 0;
-  for (const Param& p : program_.params) {
+  for (const program::Param& p : program_.params) {
     if (p.l2 == 0.0) continue;
     penalty += l2_penalty(kernels_.threads(), numel(p.value), p.l2, data(p.value));
     if (p.trainable) l2_backward(kernels_.threads(), numel(p.value), p.l2, data(p.value), grad(p.value));
@@ -500,30 +502,30 @@ double Executor<Kernels>::regularize() {
 template <class Kernels>
 void Executor<Kernels>::apply_optimizer(double learning_rate, uint64_t step) {
   auto&& threads = kernels_.threads();
-  const OptimizerSpec& opt = program_.optimizer;
+  const program::OptimizerSpec& opt = program_.optimizer;
   const uint64_t t = step + 1;
   // LAMB clips by the norm of all trainable gradients together (one buffer: param_grads_).
   float clip = 1.0f;
-  if (opt.kind == OptimizerKind::lamb) {
+  if (opt.kind == program::OptimizerKind::lamb) {
     const double norm = l2_norm(threads, static_cast<int64_t>(param_grads_.size()), param_grads_.data());
     if (norm > opt.adam.max_grad_norm) clip = static_cast<float>(norm / opt.adam.max_grad_norm);
   }
   for (size_t i = 0; i < program_.params.size(); ++i) {
-    const Param& p = program_.params[i];
+    const program::Param& p = program_.params[i];
     if (!p.trainable) continue;
     const int64_t n = numel(p.value);
     float* m = optimizer_state_[i].data();
     const double decay = opt.adam.weight_decay * p.weight_decay;
     switch (opt.kind) {
-      case OptimizerKind::sgd_keras:
+      case program::OptimizerKind::sgd_keras:
         sgd_keras_update(threads, n, learning_rate, opt.momentum, grad(p.value), m, data(p.value));
         break;
-      case OptimizerKind::adam:
-      case OptimizerKind::adamw:
-        adam_update(threads, n, learning_rate, opt.adam, t, decay, opt.kind == OptimizerKind::adamw, grad(p.value), m,
+      case program::OptimizerKind::adam:
+      case program::OptimizerKind::adamw:
+        adam_update(threads, n, learning_rate, opt.adam, t, decay, opt.kind == program::OptimizerKind::adamw, grad(p.value), m,
                     m + n, data(p.value));
         break;
-      case OptimizerKind::lamb:
+      case program::OptimizerKind::lamb:
         lamb_update(threads, n, learning_rate, opt.adam, t, decay, clip, grad(p.value), m, m + n, data(p.value),
                     lamb_update_.data());
         break;

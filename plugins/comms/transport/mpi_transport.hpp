@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "mlph/sdk/comms.hpp"
+#include "mlph/sdk/comms/plugin.hpp"
 
 namespace mlph::comms {
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "mlph/sdk/error.hpp"
-#include "mlph/sdk/tensor.hpp"
+#include "mlph/sdk/graph/tensor.hpp"
+#include "mlph/sdk/util/error.hpp"
 #include "mlph/workload.h"
 
 namespace mlph::sdk {

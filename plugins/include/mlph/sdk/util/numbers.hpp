@@ -14,8 +14,8 @@
 #include <string_view>
 #include <utility>
 
-#include "mlph/sdk/error.hpp"
-#include "mlph/sdk/text.hpp"
+#include "mlph/sdk/util/error.hpp"
+#include "mlph/sdk/util/text.hpp"
 
 namespace mlph::sdk {
 namespace detail {
