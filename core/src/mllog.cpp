@@ -3,13 +3,18 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <filesystem>
 #include <stdexcept>
 
 namespace mlph::core {
 
 std::string relative_source(const char* file) {
   std::string path = file;
-#ifdef MLPH_SOURCE_ROOT
+#if defined(MLPH_SOURCE_ROOT) && defined(MLPH_BUILD_ROOT)
+  // A compiler cache may hand the compiler paths relative to the build tree (ccache's base_dir):
+  // those are resolved where the build ran before the source root is taken off.
+  if (!path.empty() && path.front() != '/')
+    path = (std::filesystem::path(MLPH_BUILD_ROOT) / path).lexically_normal().string();
   const std::string root = MLPH_SOURCE_ROOT "/";
   if (path.rfind(root, 0) == 0) path = path.substr(root.size());
 #endif
