@@ -3,7 +3,6 @@
 #include <array>
 #include <bit>
 #include <cstdint>
-#include <cstring>
 #include <cstdio>
 #include <optional>
 #include <stdexcept>
@@ -224,35 +223,29 @@ bool read_tfrecord_sample_in_place(const RangeReader& read, const std::string& n
   const uint64_t x_offset = kHeaderBytes + start;
   const size_t skew = volume > 64 ? copy_skew(x_offset, x_bytes.data()) : 0;  // the first piece holds more than skew
   uint32_t crc = crc32c(std::span(head).first(start));
-  int16_t any_sign = 0;
-  size_t counted = 0;  // counts byte-swapped and sign-checked so far
-  const auto take_counts = [&](size_t placed_bytes) {
-    const std::span<int16_t> counts = out.x.subspan(counted, placed_bytes / sizeof(int16_t) - counted);
-    if constexpr (std::endian::native == std::endian::big)
-      for (int16_t& v : counts) v = byteswap_value(v);
-    for (const int16_t v : counts) any_sign |= v;
-    counted += counts.size();
+  uint8_t high_bytes = 0;  // the OR of the counts' high bytes (little-endian, at odd addresses): bit 7, a negative one
+  const auto place = [&](std::byte* to, const std::byte* from, size_t bytes) {
+    const MovedBytes moved = crc32c_move(to, from, bytes, crc);
+    crc = moved.crc;
+    high_bytes |= moved.odd_or;
   };
   // Each piece is read `skew` bytes early, so that the page cache and the row agree in their
   // addresses modulo 64 (the kernel's copy then runs at full speed), and moved back by skew while
-  // it is in the core's cache; the last skew bytes of x come with the tail.
+  // it is in the core's cache, CRC'd and sign-checked in the same pass; the last skew bytes of x
+  // come with the tail.
   for (size_t done = 0; done < volume; done += kPiece) {
     const std::span<std::byte> piece = x_bytes.subspan(done, std::min(kPiece, volume - done));
     if (!read(x_offset + done - skew, piece)) return false;
     const size_t to = done == 0 ? 0 : done - skew, from = done == 0 ? skew : 0;
-    const std::span<std::byte> placed = x_bytes.subspan(to, piece.size() - from);
-    if (skew) std::memmove(placed.data(), piece.data() + from, placed.size());
-    crc = crc32c(placed, crc);
-    take_counts(to + placed.size());
+    place(x_bytes.data() + to, piece.data() + from, piece.size() - from);
   }
   scratch.resize(static_cast<size_t>(length - start - volume) + kCrcBytes + skew);
   if (!read(x_offset + volume - skew, scratch)) return false;
-  const std::span<const std::byte> last_x = std::span<const std::byte>(scratch).first(skew);
-  std::copy(last_x.begin(), last_x.end(), x_bytes.end() - static_cast<ptrdiff_t>(skew));
-  crc = crc32c(last_x, crc);
-  take_counts(volume);
+  place(x_bytes.data() + volume - skew, scratch.data(), skew);
   const std::span<const std::byte> tail = std::span<const std::byte>(scratch).subspan(skew, scratch.size() - skew - kCrcBytes);
   if (mask_crc(crc32c(tail, crc)) != load_u32(std::span<const std::byte>(scratch).last(kCrcBytes))) return false;
+  if constexpr (std::endian::native == std::endian::big)
+    for (int16_t& v : out.x) v = byteswap_value(v);
   size_t x_at = 0;
   const std::vector<std::byte> rest = without_x(head, tail, *x, x_at);
   const std::string where = record_where(name, 0);
@@ -267,7 +260,7 @@ bool read_tfrecord_sample_in_place(const RangeReader& read, const std::string& n
       !it->second.bytes[0].empty() || it->second.bytes[0].data() != rest.data() + x_at)
     return false;
   take_targets(features, where, out.y);
-  if (any_sign < 0) check_counts(out.x, {0, 0, 0}, {edge, edge, edge}, where);
+  if (high_bytes & 0x80) check_counts(out.x, {0, 0, 0}, {edge, edge, edge}, where);
   return true;
 }
 

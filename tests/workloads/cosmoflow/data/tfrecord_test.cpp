@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "data/example.hpp"
 #include "data/bytes.hpp"
@@ -281,6 +282,10 @@ TEST(CosmoFlowDataTfRecord, APlainRecordIsReadInPlaceAsTheWholeDecodeReadsIt) {
   negative.x[volume_elements(64) - 4] = -2;  // the last voxel's channel 0: in the second piece
   expect_data_error([&] { in_place(encode_tfrecords(Records{encode_sample(negative, 64)})); },
                     {"t/a.tfrecord: record 0: voxel (63, 63, 63) channel 0 holds -2: particle counts cannot be negative"});
+  Sample lowest = s;  // -32768: of the high byte only the top bit set, inside a piece's folded blocks
+  lowest.x[((21 * 64 + 7) * 64 + 5) * 4 + 2] = std::numeric_limits<int16_t>::min();
+  expect_data_error([&] { in_place(encode_tfrecords(Records{encode_sample(lowest, 64)})); },
+                    {"t/a.tfrecord: record 0: voxel (21, 7, 5) channel 2 holds -32768: particle counts cannot be negative"});
 
   const Sample small = pattern_sample(4, 1);  // a whole record within the first bytes read
   std::vector<int16_t> small_x(volume_elements(4));
