@@ -120,32 +120,48 @@ uint32_t crc32c_tables(std::span<const std::byte> data, uint32_t crc) { return c
 
 #if defined(MLPH_CRC32C_X86)
 // Compiled for SSE4.2 whatever the build flags; only called once the CPU is known to have it.
-__attribute__((target("sse4.2"))) uint32_t update_hardware(uint32_t crc, const std::byte* p, size_t n) {
-  uint64_t wide = crc;
+#define MLPH_CRC32_TARGET __attribute__((target("sse4.2")))
+MLPH_CRC32_TARGET inline uint32_t step(uint32_t crc, uint64_t word) { return static_cast<uint32_t>(_mm_crc32_u64(crc, word)); }
+MLPH_CRC32_TARGET inline uint32_t step(uint32_t crc, uint8_t byte) { return _mm_crc32_u8(crc, byte); }
+#elif defined(MLPH_CRC32C_ARM)
+#define MLPH_CRC32_TARGET
+inline uint32_t step(uint32_t crc, uint64_t word) { return __crc32cd(crc, word); }
+inline uint32_t step(uint32_t crc, uint8_t byte) { return __crc32cb(crc, byte); }
+#endif
+
+#if defined(MLPH_CRC32C_X86) || defined(MLPH_CRC32C_ARM)
+// The CPU's crc32 instruction (step: 8 bytes or 1), one loop for both architectures.
+MLPH_CRC32_TARGET uint32_t update_hardware(uint32_t crc, const std::byte* p, size_t n) {
   for (; n >= 8; p += 8, n -= 8) {
     uint64_t word;
     std::memcpy(&word, p, 8);
-    wide = _mm_crc32_u64(wide, word);
+    crc = step(crc, word);
   }
-  auto narrow = static_cast<uint32_t>(wide);
-  for (; n > 0; ++p, --n) narrow = _mm_crc32_u8(narrow, std::to_integer<uint8_t>(*p));
-  return narrow;
+  for (; n > 0; ++p, --n) crc = step(crc, std::to_integer<uint8_t>(*p));
+  return crc;
 }
-__attribute__((target("sse4.2"))) uint32_t crc32c_three_way(uint32_t crc, const std::byte* p, size_t n) {
+MLPH_CRC32_TARGET uint32_t crc32c_three_way(uint32_t crc, const std::byte* p, size_t n) {
   const size_t lane = n / 3 / 8 * 8;
-  uint64_t a = ~crc, b = 0xffffffffu, c = 0xffffffffu;
+  uint32_t a = ~crc, b = 0xffffffffu, c = 0xffffffffu;
   for (size_t i = 0; i < lane; i += 8) {
     uint64_t wa, wb, wc;
     std::memcpy(&wa, p + i, 8);
     std::memcpy(&wb, p + lane + i, 8);
     std::memcpy(&wc, p + 2 * lane + i, 8);
-    a = _mm_crc32_u64(a, wa);
-    b = _mm_crc32_u64(b, wb);
-    c = _mm_crc32_u64(c, wc);
+    a = step(a, wa);
+    b = step(b, wb);
+    c = step(c, wc);
   }
-  const uint32_t last = ~update_hardware(static_cast<uint32_t>(c), p + 3 * lane, n - 3 * lane);
-  return combine(combine(~static_cast<uint32_t>(a), ~static_cast<uint32_t>(b), lane), last, n - 2 * lane);
+  const uint32_t last = ~update_hardware(c, p + 3 * lane, n - 3 * lane);
+  return combine(combine(~a, ~b, lane), last, n - 2 * lane);
 }
+uint32_t crc32c_instruction(std::span<const std::byte> data, uint32_t crc) {
+  if (data.size() >= kThreeWayBytes) return crc32c_three_way(crc, data.data(), data.size());
+  return ~update_hardware(~crc, data.data(), data.size());
+}
+#endif
+
+#if defined(MLPH_CRC32C_X86)
 bool have_instruction() {
 #if defined(__SSE4_2__)
   return true;
@@ -246,10 +262,6 @@ MLPH_FOLD_TARGET MovedBytes fold_avx512(std::byte* dst, const std::byte* src, si
   return {~update_hardware(reg, dst + at, n - at), odd};
 }
 
-uint32_t crc32c_instruction(std::span<const std::byte> data, uint32_t crc) {
-  if (data.size() >= kThreeWayBytes) return crc32c_three_way(crc, data.data(), data.size());
-  return ~update_hardware(~crc, data.data(), data.size());
-}
 uint32_t crc32c_folding(std::span<const std::byte> data, uint32_t crc) {
   if (data.size() < kBlock) return crc32c_instruction(data, crc);
   return fold_avx512<false>(nullptr, data.data(), data.size(), crc).crc;
@@ -272,34 +284,6 @@ std::vector<Crc32cPath> available_paths() {
   return paths;
 }
 #elif defined(MLPH_CRC32C_ARM)
-uint32_t update_hardware(uint32_t crc, const std::byte* p, size_t n) {
-  for (; n >= 8; p += 8, n -= 8) {
-    uint64_t word;
-    std::memcpy(&word, p, 8);
-    crc = __crc32cd(crc, word);
-  }
-  for (; n > 0; ++p, --n) crc = __crc32cb(crc, std::to_integer<uint8_t>(*p));
-  return crc;
-}
-uint32_t crc32c_three_way(uint32_t crc, const std::byte* p, size_t n) {
-  const size_t lane = n / 3 / 8 * 8;
-  uint32_t a = ~crc, b = 0xffffffffu, c = 0xffffffffu;
-  for (size_t i = 0; i < lane; i += 8) {
-    uint64_t wa, wb, wc;
-    std::memcpy(&wa, p + i, 8);
-    std::memcpy(&wb, p + lane + i, 8);
-    std::memcpy(&wc, p + 2 * lane + i, 8);
-    a = __crc32cd(a, wa);
-    b = __crc32cd(b, wb);
-    c = __crc32cd(c, wc);
-  }
-  const uint32_t last = ~update_hardware(c, p + 3 * lane, n - 3 * lane);
-  return combine(combine(~a, ~b, lane), last, n - 2 * lane);
-}
-uint32_t crc32c_instruction(std::span<const std::byte> data, uint32_t crc) {
-  if (data.size() >= kThreeWayBytes) return crc32c_three_way(crc, data.data(), data.size());
-  return ~update_hardware(~crc, data.data(), data.size());
-}
 std::vector<Crc32cPath> available_paths() {
   return {{"tables", crc32c_tables, move_then_check<crc32c_tables>},
           {"crc32 instruction", crc32c_instruction, move_then_check<crc32c_instruction>}};
