@@ -292,26 +292,26 @@ std::vector<Crc32cPath> available_paths() {
 std::vector<Crc32cPath> available_paths() { return {{"tables", crc32c_tables, move_then_check<crc32c_tables>}}; }
 #endif
 
-const Crc32cPath& fastest() {
-  static const Crc32cPath path = crc32c_paths().back();
-  return path;
-}
-
 }  // namespace
 
 uint32_t crc32c_portable(std::span<const std::byte> data, uint32_t crc) {
   return ~update_portable(~crc, data.data(), data.size());
 }
 
-uint32_t crc32c(std::span<const std::byte> data, uint32_t crc) { return fastest().crc(data, crc); }
+uint32_t crc32c(std::span<const std::byte> data, uint32_t crc) { return crc32c_path().crc(data, crc); }
 
 MovedBytes crc32c_move(std::byte* dst, const std::byte* src, size_t n, uint32_t crc) {
-  return fastest().move(dst, src, n, crc);
+  return crc32c_path().move(dst, src, n, crc);
 }
 
 std::span<const Crc32cPath> crc32c_paths() {
   static const std::vector<Crc32cPath> paths = available_paths();
   return paths;
+}
+
+const Crc32cPath& crc32c_path() {
+  static const Crc32cPath path = crc32c_paths().back();
+  return path;
 }
 
 }  // namespace mlph::cosmoflow

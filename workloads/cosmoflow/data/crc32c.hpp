@@ -29,13 +29,15 @@ MovedBytes crc32c_move(std::byte* dst, const std::byte* src, size_t n, uint32_t 
 
 // Every implementation this CPU runs ("tables" always; "crc32 instruction" with SSE4.2 or ARMv8
 // CRC; "vpclmulqdq folding" with AVX-512 and VPCLMULQDQ), for the tests to hold each against the
-// tables. crc32c and crc32c_move use the last of them.
+// tables.
 struct Crc32cPath {
   const char* name;
   uint32_t (*crc)(std::span<const std::byte> data, uint32_t crc);
   MovedBytes (*move)(std::byte* dst, const std::byte* src, size_t n, uint32_t crc);
 };
 std::span<const Crc32cPath> crc32c_paths();
+// The one crc32c and crc32c_move take (the last of crc32c_paths).
+const Crc32cPath& crc32c_path();
 
 // TensorFlow stores CRCs rotated and offset so that a CRC of data holding CRCs stays well distributed.
 constexpr uint32_t mask_crc(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }

@@ -88,6 +88,29 @@ TEST(CosmoFlowDataCrc32c, EveryPathGivesTheKnownVectors) {
   }
 }
 
+// A CPU that can fold must get the folding (else the readers quietly run the slower paths).
+TEST(CosmoFlowDataCrc32c, TheFastestPathThisCpuHasIsTheOneUsed) {
+  std::vector<std::string> names;
+  for (const Crc32cPath& path : crc32c_paths()) names.push_back(path.name);
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (__builtin_cpu_supports("sse4.2")) {
+    EXPECT_EQ(names.at(1), "crc32 instruction");
+  }
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("pclmul")) {
+    EXPECT_EQ(names.back(), "vpclmulqdq folding");
+  }
+#elif defined(__aarch64__) && defined(__ARM_FEATURE_CRC32)
+  EXPECT_EQ(names.back(), "crc32 instruction");
+#endif
+  EXPECT_EQ(crc32c_path().name, names.back());
+  EXPECT_EQ(crc32c_path().crc, crc32c_paths().back().crc);
+  // crc32c and crc32c_move are that path's: the same values as the tables from 256 bytes on too.
+  std::vector<std::byte> data = noise(5000, 31), moved(5000);
+  EXPECT_EQ(crc32c(data), crc32c_portable(data));
+  EXPECT_EQ(crc32c_move(moved.data(), data.data(), data.size(), 5).crc, crc32c_portable(data, 5));
+  EXPECT_EQ(moved, data);
+}
+
 // Each path against the tables at every length to 4100 (the folding's 256-byte blocks, the three
 // chains' 3 KiB, the tails) and 16 alignments, from 0 and from another CRC; and over 1 MiB + 7.
 TEST(CosmoFlowDataCrc32c, EveryPathAgreesWithTheTablesAtEveryLengthAndOffset) {
