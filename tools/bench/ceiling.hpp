@@ -16,8 +16,10 @@ struct PreadCeiling {
   uint64_t bytes = 0;  // timed
 };
 
-// Reads `files` whole, in turn, on `threads` threads, thread t into `slots[t % slots.size()]` (in
-// pieces of its size), until at least `bytes` have been read (at least one file): the first files
+// Reads `files` whole, in turn, on `threads` threads, thread t starting in `slots[t % slots.size()]`
+// and going on through the slots as the readers fill a batch's rows (a file after the previous one,
+// 4 KiB-aligned, in the next slot when the rest of this one is too small; a file larger than a slot
+// in pieces of it), until at least `bytes` have been read (at least one file): the first files
 // that hold `bytes`, after one untimed pass over them that puts them in the page cache. Throws std::runtime_error naming a file
 // that cannot be read.
 PreadCeiling measure_pread_ceiling(const std::vector<std::string>& files, std::span<const std::span<std::byte>> slots,

@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "data/example.hpp"
 #include "data/bytes.hpp"
@@ -281,12 +282,51 @@ TEST(CosmoFlowDataTfRecord, APlainRecordIsReadInPlaceAsTheWholeDecodeReadsIt) {
   negative.x[volume_elements(64) - 4] = -2;  // the last voxel's channel 0: in the second piece
   expect_data_error([&] { in_place(encode_tfrecords(Records{encode_sample(negative, 64)})); },
                     {"t/a.tfrecord: record 0: voxel (63, 63, 63) channel 0 holds -2: particle counts cannot be negative"});
+  Sample lowest = s;  // -32768: of the high byte only the top bit set, inside a piece's folded blocks
+  lowest.x[((21 * 64 + 7) * 64 + 5) * 4 + 2] = std::numeric_limits<int16_t>::min();
+  expect_data_error([&] { in_place(encode_tfrecords(Records{encode_sample(lowest, 64)})); },
+                    {"t/a.tfrecord: record 0: voxel (21, 7, 5) channel 2 holds -32768: particle counts cannot be negative"});
 
   const Sample small = pattern_sample(4, 1);  // a whole record within the first bytes read
   std::vector<int16_t> small_x(volume_elements(4));
   const auto small_file = encode_tfrecords(Records{encode_sample(small, 4)});
   ASSERT_TRUE(read_tfrecord_sample_in_place(ranges_of(small_file), "s", 4, {small_x, y}, scratch));
   EXPECT_EQ(small_x, small.x);
+}
+
+// The in-place read starts each piece a few bytes early so that file and row agree modulo 64, and
+// moves it back: at every alignment of the row (x's value at an even and at an odd file offset),
+// the counts must be the sample's, and a flipped bit anywhere in x (in the first piece, in the
+// bytes the tail read brings, in between) must fail the CRC.
+TEST(CosmoFlowDataTfRecord, InPlaceReadsGiveTheSampleAtEveryRowAlignment) {
+  const Sample s = pattern_sample(64, 9);
+  const auto x_bytes = to_le_bytes(std::span<const int16_t>(s.x));
+  const auto x_first = encode_tfrecords(Records{encode_sample(s, 64)});
+  const auto y_first = encode_tfrecords(Records{ExampleBuilder().floats("y", s.y).bytes("tag", as_bytes("odd")).bytes("x", x_bytes).finish()});
+  std::vector<int16_t> memory(volume_elements(64) + 64);
+  std::array<float, kTargets> y{};
+  std::vector<std::byte> scratch;
+  for (const auto* file : {&x_first, &y_first}) {
+    for (size_t shift = 0; shift < 32; ++shift) {
+      const std::span<int16_t> x = std::span(memory).subspan(shift, volume_elements(64));
+      std::fill(memory.begin(), memory.end(), int16_t{7});
+      ASSERT_TRUE(read_tfrecord_sample_in_place(ranges_of(*file), "t", 64, {x, y}, scratch)) << shift;
+      ASSERT_TRUE(std::equal(x.begin(), x.end(), s.x.begin())) << shift;
+      EXPECT_EQ(memory[shift + volume_elements(64)], 7) << shift;  // nothing written past the row
+      EXPECT_TRUE(shift == 0 || memory[shift - 1] == 7) << shift;  // nor before it
+      EXPECT_EQ(y, s.y);
+    }
+    const auto where = std::search(file->begin(), file->end(), x_bytes.begin(), x_bytes.begin() + 64);
+    const auto x_at = static_cast<size_t>(where - file->begin());
+    for (const size_t flip : {size_t{0}, size_t{1}, size_t{100}, x_bytes.size() / 2, x_bytes.size() - 63, x_bytes.size() - 1}) {
+      std::vector<std::byte> corrupt = *file;
+      corrupt[x_at + flip] ^= std::byte{0x10};
+      for (size_t shift = 0; shift < 32; ++shift)
+        EXPECT_FALSE(read_tfrecord_sample_in_place(ranges_of(corrupt), "t", 64,
+                                                   {std::span(memory).subspan(shift, volume_elements(64)), y}, scratch))
+            << flip << " " << shift;
+    }
+  }
 }
 
 }  // namespace
