@@ -235,16 +235,16 @@ cudaError_t find_bad_label(cudaStream_t stream, int64_t n, const int32_t* labels
 // ---- mixed precision ----
 
 cudaError_t float_to_bfloat16(cudaStream_t stream, int64_t n, const float* x, uint16_t* y) {
-  return each<float_to_bfloat16_at>(stream, n, x, y);
+  return convert(stream, n, FloatType::f32, x, FloatType::bf16, y);
 }
 cudaError_t bfloat16_to_float(cudaStream_t stream, int64_t n, const uint16_t* x, float* y) {
-  return each<bfloat16_to_float_at>(stream, n, x, y);
+  return convert(stream, n, FloatType::bf16, x, FloatType::f32, y);
 }
 cudaError_t float_to_half(cudaStream_t stream, int64_t n, const float* x, uint16_t* y) {
-  return each<float_to_half_at>(stream, n, x, y);
+  return convert(stream, n, FloatType::f32, x, FloatType::f16, y);
 }
 cudaError_t half_to_float(cudaStream_t stream, int64_t n, const uint16_t* x, float* y) {
-  return each<half_to_float_at>(stream, n, x, y);
+  return convert(stream, n, FloatType::f16, x, FloatType::f32, y);
 }
 
 namespace {
@@ -266,9 +266,11 @@ cudaError_t convert(cudaStream_t stream, int64_t n, FloatType from, const void* 
   if (from == to && n > 0)
     return cudaMemcpyAsync(y, x, static_cast<size_t>(n) * (to == FloatType::f32 ? 4 : 2), cudaMemcpyDeviceToDevice,
                            stream);
+  if (aligned_16(x, y)) return each_vectorized<convert_vec_at<8>, convert_at, 8>(stream, n, from, x, to, y);
   return each<convert_at>(stream, n, from, x, to, y);
 }
 cudaError_t convert_add(cudaStream_t stream, int64_t n, FloatType from, const void* dx, float* sum) {
+  if (aligned_16(dx, sum)) return each_vectorized<convert_add_vec_at<8>, convert_add_at, 8>(stream, n, from, dx, sum);
   return each<convert_add_at>(stream, n, from, dx, sum);
 }
 cudaError_t bias_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* b, float* y) {

@@ -285,16 +285,21 @@ inline size_t multi_tensor_workspace_bytes(int64_t chunks, int32_t tensors) {
   return static_cast<size_t>(2 * chunks + 2) * sizeof(double) + static_cast<size_t>(tensors) * sizeof(float);
 }
 
-// n = every trainable element; `scalars`: one SgdScalars on the device.
-[[nodiscard]] cudaError_t sgd_keras(cudaStream_t stream, int64_t n, const SgdScalars* scalars, const float* g,
-                                    float* velocity, float* w, const double* nonfinite);
+// `halves`: per tensor the half copy each new master is rounded into in the same pass (HalfCopy;
+// its data null: none), on the device; null: no tensor has one (fp32).
+// `scalars`: one SgdScalars on the device.
+[[nodiscard]] cudaError_t sgd_keras(cudaStream_t stream, const DeviceChunks& chunks, const SgdScalars* scalars,
+                                    const HalfCopy* halves, const float* g, float* velocity, float* w,
+                                    const double* nonfinite);
 // `scalars`: one AdamScalars per tensor (adam_scalars(...) of its decay), on the device.
 [[nodiscard]] cudaError_t adam(cudaStream_t stream, const DeviceChunks& chunks, const AdamScalars* scalars,
-                               const float* g, float* m, float* v, float* w, const double* nonfinite);
+                               const HalfCopy* halves, const float* g, float* m, float* v, float* w,
+                               const double* nonfinite);
 // `scalars`: one LambScalars per tensor; `update`: scratch as large as the parameters.
 [[nodiscard]] cudaError_t lamb(cudaStream_t stream, const DeviceChunks& chunks, const LambScalars* scalars,
-                               double max_grad_norm, const float* g, float* m, float* v, float* w, float* update,
-                               void* workspace, size_t workspace_bytes, const double* nonfinite);
+                               double max_grad_norm, const HalfCopy* halves, const float* g, float* m, float* v,
+                               float* w, float* update, void* workspace, size_t workspace_bytes,
+                               const double* nonfinite);
 // `l2` per tensor (0: none): dw += 2 * l2 * w (dw may be null) and *penalty = sum over tensors of
 // l2 * sum(w^2), the loss's share of the trainable parameters (a non-trainable one with l2 is the model's).
 [[nodiscard]] cudaError_t l2_regularize(cudaStream_t stream, const DeviceChunks& chunks, const double* l2,
