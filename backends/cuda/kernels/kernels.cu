@@ -15,11 +15,11 @@ cudaError_t relu_fwd(cudaStream_t stream, int64_t n, const T* x, T* y) {
   return each<relu_forward_at<T>>(stream, n, x, y);
 }
 template <class T>
-cudaError_t relu_bwd(cudaStream_t stream, int64_t n, const T* x, const T* dy, T* dx) {
+cudaError_t relu_bwd(cudaStream_t stream, int64_t n, const T* x, const T* dy, T* dx, bool accumulate) {
   constexpr int V = kLanes<T>;
   if (aligned_16(x, dy, dx))
-    return each_vectorized<relu_backward_vec_at<V, T>, relu_backward_at<T>, V>(stream, n, x, dy, dx);
-  return each<relu_backward_at<T>>(stream, n, x, dy, dx);
+    return each_vectorized<relu_backward_vec_at<V, T>, relu_backward_at<T>, V>(stream, n, x, dy, dx, accumulate);
+  return each<relu_backward_at<T>>(stream, n, x, dy, dx, accumulate);
 }
 template <class T>
 cudaError_t add_fwd(cudaStream_t stream, int64_t n, const T* a, const T* b, T* y) {
@@ -28,10 +28,11 @@ cudaError_t add_fwd(cudaStream_t stream, int64_t n, const T* a, const T* b, T* y
   return each<add_forward_at<T>>(stream, n, a, b, y);
 }
 template <class T>
-cudaError_t accumulate_into(cudaStream_t stream, int64_t n, const T* dy, T* dx) {
+cudaError_t accumulate_into(cudaStream_t stream, int64_t n, const T* dy, T* dx, bool accumulate) {
   constexpr int V = kLanes<T>;
-  if (aligned_16(dy, dx)) return each_vectorized<accumulate_vec_at<V, T>, accumulate_at<T>, V>(stream, n, dy, dx);
-  return each<accumulate_at<T>>(stream, n, dy, dx);
+  if (aligned_16(dy, dx))
+    return each_vectorized<accumulate_vec_at<V, T>, accumulate_at<T>, V>(stream, n, dy, dx, accumulate);
+  return each<accumulate_at<T>>(stream, n, dy, dx, accumulate);
 }
 
 int64_t total_width(std::span<const int64_t> widths) {
@@ -94,11 +95,11 @@ cudaError_t leaky_relu_backward(cudaStream_t stream, int64_t n, float alpha, con
 }
 cudaError_t relu_forward(cudaStream_t stream, int64_t n, const float* x, float* y) { return relu_fwd(stream, n, x, y); }
 cudaError_t relu_forward(cudaStream_t stream, int64_t n, const Bf16* x, Bf16* y) { return relu_fwd(stream, n, x, y); }
-cudaError_t relu_backward(cudaStream_t stream, int64_t n, const float* x, const float* dy, float* dx) {
-  return relu_bwd(stream, n, x, dy, dx);
+cudaError_t relu_backward(cudaStream_t stream, int64_t n, const float* x, const float* dy, float* dx, bool accumulate) {
+  return relu_bwd(stream, n, x, dy, dx, accumulate);
 }
-cudaError_t relu_backward(cudaStream_t stream, int64_t n, const Bf16* x, const Bf16* dy, Bf16* dx) {
-  return relu_bwd(stream, n, x, dy, dx);
+cudaError_t relu_backward(cudaStream_t stream, int64_t n, const Bf16* x, const Bf16* dy, Bf16* dx, bool accumulate) {
+  return relu_bwd(stream, n, x, dy, dx, accumulate);
 }
 cudaError_t tanh_forward(cudaStream_t stream, int64_t n, const float* x, float* y) {
   if (aligned_16(x, y)) return each_vectorized<tanh_forward_vec_at<4>, tanh_forward_at, 4>(stream, n, x, y);
@@ -122,8 +123,12 @@ cudaError_t add_forward(cudaStream_t stream, int64_t n, const float* a, const fl
 cudaError_t add_forward(cudaStream_t stream, int64_t n, const Bf16* a, const Bf16* b, Bf16* y) {
   return add_fwd(stream, n, a, b, y);
 }
-cudaError_t accumulate(cudaStream_t stream, int64_t n, const float* dy, float* dx) { return accumulate_into(stream, n, dy, dx); }
-cudaError_t accumulate(cudaStream_t stream, int64_t n, const Bf16* dy, Bf16* dx) { return accumulate_into(stream, n, dy, dx); }
+cudaError_t accumulate(cudaStream_t stream, int64_t n, const float* dy, float* dx, bool accumulate) {
+  return accumulate_into(stream, n, dy, dx, accumulate);
+}
+cudaError_t accumulate(cudaStream_t stream, int64_t n, const Bf16* dy, Bf16* dx, bool accumulate) {
+  return accumulate_into(stream, n, dy, dx, accumulate);
+}
 cudaError_t copy(cudaStream_t stream, int64_t n, const float* x, float* y) {
   if (n <= 0) return cudaSuccess;
   return cudaMemcpyAsync(y, x, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, stream);

@@ -53,7 +53,8 @@ namespace mlph::cuda {
 [[nodiscard]] cudaError_t leaky_relu_backward(cudaStream_t stream, int64_t n, float alpha, const float* x,
                                               const float* dy, float* dx);
 [[nodiscard]] cudaError_t relu_forward(cudaStream_t stream, int64_t n, const float* x, float* y);
-[[nodiscard]] cudaError_t relu_backward(cudaStream_t stream, int64_t n, const float* x, const float* dy, float* dx);
+[[nodiscard]] cudaError_t relu_backward(cudaStream_t stream, int64_t n, const float* x, const float* dy, float* dx,
+                                        bool accumulate = true);
 [[nodiscard]] cudaError_t tanh_forward(cudaStream_t stream, int64_t n, const float* x, float* y);
 // From the forward's output y.
 [[nodiscard]] cudaError_t tanh_backward(cudaStream_t stream, int64_t n, const float* y, const float* dy, float* dx);
@@ -61,7 +62,10 @@ namespace mlph::cuda {
 [[nodiscard]] cudaError_t scale_backward(cudaStream_t stream, int64_t n, float factor, const float* dy, float* dx);
 [[nodiscard]] cudaError_t add_forward(cudaStream_t stream, int64_t n, const float* a, const float* b, float* y);
 // dx += dy: the backward of reshape, of each input of add, of dropout in evaluation.
-[[nodiscard]] cudaError_t accumulate(cudaStream_t stream, int64_t n, const float* dy, float* dx);
+// `accumulate` false (here and in relu_backward, batch norm's and depthwise's data gradients,
+// add_relu_backward's `first` bits): dx's first writer, dx = 0 + ... with no memset before
+// (plan::NodeMemory::zeroed).
+[[nodiscard]] cudaError_t accumulate(cudaStream_t stream, int64_t n, const float* dy, float* dx, bool accumulate = true);
 // y = x (reshape's forward, where the memory plan does not alias them).
 [[nodiscard]] cudaError_t copy(cudaStream_t stream, int64_t n, const float* x, float* y);
 // Dropout in training (evaluation is a copy): `stream_of` = dropout_stream(rate, graph seed, node index);
@@ -132,7 +136,7 @@ namespace mlph::cuda {
 [[nodiscard]] cudaError_t batch_norm_backward_data(cudaStream_t stream, int64_t rows, int64_t channels,
                                                    const float* x, const float* dy, const float* gamma,
                                                    const float* saved, const double* sums, float* coefficients,
-                                                   float* dx);
+                                                   float* dx, bool accumulate = true);
 
 // ---- fused (fused.hpp): batch-norm apply + ReLU, add + ReLU; bits of the two ops one after the other ----
 
@@ -148,12 +152,13 @@ namespace mlph::cuda {
 [[nodiscard]] cudaError_t batch_norm_relu_backward_data(cudaStream_t stream, int64_t rows, int64_t channels,
                                                         const float* x, const float* dy, const float* gamma,
                                                         const float* saved, const float* scale_shift,
-                                                        const double* sums, float* coefficients, float* dx);
+                                                        const double* sums, float* coefficients, float* dx,
+                                                        bool accumulate = true);
 [[nodiscard]] cudaError_t add_relu_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* a,
                                            const float* b, float* y);
-// da, db (either may be null) += the ReLU's gradient, from y.
+// da, db (either may be null) += the ReLU's gradient, from y; `first` bit 0 (da), bit 1 (db): written.
 [[nodiscard]] cudaError_t add_relu_backward(cudaStream_t stream, int64_t rows, int64_t channels, const float* y,
-                                            const float* dy, float* da, float* db);
+                                            const float* dy, float* da, float* db, unsigned first = 0);
 
 // ---- depthwise convolution (depthwise.hpp), weights [taps][C] as the graph keeps them ----
 
@@ -162,7 +167,7 @@ namespace mlph::cuda {
                                             const float* w, const float* b, float* y);
 // dx += the gather of dy through the flipped kernel.
 [[nodiscard]] cudaError_t depthwise_backward_data(cudaStream_t stream, const DepthwiseShape& shape, const float* w,
-                                                  const float* dy, float* dx);
+                                                  const float* dy, float* dx, bool accumulate = true);
 // dw, db (either may be null) += their deterministic channel sums; workspace: depthwise_workspace_bytes.
 [[nodiscard]] cudaError_t depthwise_backward_weights(cudaStream_t stream, const DepthwiseShape& shape, const float* x,
                                                      const float* dy, float* dw, float* db, void* workspace,
@@ -200,9 +205,10 @@ inline size_t depthwise_workspace_bytes(const DepthwiseShape& s) {
 // stored type (plan::PrecisionPlan::values).
 
 [[nodiscard]] cudaError_t relu_forward(cudaStream_t stream, int64_t n, const Bf16* x, Bf16* y);
-[[nodiscard]] cudaError_t relu_backward(cudaStream_t stream, int64_t n, const Bf16* x, const Bf16* dy, Bf16* dx);
+[[nodiscard]] cudaError_t relu_backward(cudaStream_t stream, int64_t n, const Bf16* x, const Bf16* dy, Bf16* dx,
+                                        bool accumulate = true);
 [[nodiscard]] cudaError_t add_forward(cudaStream_t stream, int64_t n, const Bf16* a, const Bf16* b, Bf16* y);
-[[nodiscard]] cudaError_t accumulate(cudaStream_t stream, int64_t n, const Bf16* dy, Bf16* dx);
+[[nodiscard]] cudaError_t accumulate(cudaStream_t stream, int64_t n, const Bf16* dy, Bf16* dx, bool accumulate = true);
 [[nodiscard]] cudaError_t concat_forward(cudaStream_t stream, int64_t rows, std::span<const Bf16* const> inputs,
                                          std::span<const int64_t> widths, Bf16* y);
 [[nodiscard]] cudaError_t concat_backward(cudaStream_t stream, int64_t rows, std::span<Bf16* const> grads,
@@ -218,7 +224,8 @@ inline size_t depthwise_workspace_bytes(const DepthwiseShape& s) {
                                                    size_t workspace_bytes);
 [[nodiscard]] cudaError_t batch_norm_backward_data(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
                                                    const Bf16* dy, const float* gamma, const float* saved,
-                                                   const double* sums, float* coefficients, Bf16* dx);
+                                                   const double* sums, float* coefficients, Bf16* dx,
+                                                   bool accumulate = true);
 [[nodiscard]] cudaError_t batch_norm_relu_apply(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
                                                 const float* scale_shift, Bf16* y);
 [[nodiscard]] cudaError_t batch_norm_relu_backward_sums(cudaStream_t stream, int64_t rows, int64_t channels,
@@ -228,15 +235,16 @@ inline size_t depthwise_workspace_bytes(const DepthwiseShape& s) {
 [[nodiscard]] cudaError_t batch_norm_relu_backward_data(cudaStream_t stream, int64_t rows, int64_t channels,
                                                         const Bf16* x, const Bf16* dy, const float* gamma,
                                                         const float* saved, const float* scale_shift,
-                                                        const double* sums, float* coefficients, Bf16* dx);
+                                                        const double* sums, float* coefficients, Bf16* dx,
+                                                        bool accumulate = true);
 [[nodiscard]] cudaError_t add_relu_forward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* a,
                                            const Bf16* b, Bf16* y);
 [[nodiscard]] cudaError_t add_relu_backward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* y,
-                                            const Bf16* dy, Bf16* da, Bf16* db);
+                                            const Bf16* dy, Bf16* da, Bf16* db, unsigned first = 0);
 [[nodiscard]] cudaError_t depthwise_forward(cudaStream_t stream, const DepthwiseShape& shape, const Bf16* x,
                                             const float* w, const float* b, Bf16* y);
 [[nodiscard]] cudaError_t depthwise_backward_data(cudaStream_t stream, const DepthwiseShape& shape, const float* w,
-                                                  const Bf16* dy, Bf16* dx);
+                                                  const Bf16* dy, Bf16* dx, bool accumulate = true);
 [[nodiscard]] cudaError_t depthwise_backward_weights(cudaStream_t stream, const DepthwiseShape& shape, const Bf16* x,
                                                      const Bf16* dy, float* dw, float* db, void* workspace,
                                                      size_t workspace_bytes);

@@ -313,13 +313,14 @@ cudaError_t bn_backward_sums(cudaStream_t stream, int64_t rows, int64_t channels
 
 template <class T>
 cudaError_t bn_backward_data(cudaStream_t stream, int64_t rows, int64_t channels, const T* x, const T* dy,
-                             const float* gamma, const float* saved, const double* sums, float* coefficients, T* dx) {
+                             const float* gamma, const float* saved, const double* sums, float* coefficients, T* dx,
+                             bool accumulate) {
   if (const cudaError_t e = each<batch_norm_backward_coefficients_at>(stream, channels, channels, sums, gamma, saved,
                                                                       coefficients);
       e != cudaSuccess)
     return e;
   return each_row_channel<batch_norm_backward_data_at<T>>(stream, rows, channels, channels, x, dy, saved,
-                                                          static_cast<const float*>(coefficients), dx);
+                                                          static_cast<const float*>(coefficients), dx, accumulate);
 }
 
 }  // namespace
@@ -394,13 +395,13 @@ cudaError_t batch_norm_backward_params(cudaStream_t stream, int64_t channels, co
 
 cudaError_t batch_norm_backward_data(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
                                      const float* dy, const float* gamma, const float* saved, const double* sums,
-                                     float* coefficients, float* dx) {
-  return bn_backward_data(stream, rows, channels, x, dy, gamma, saved, sums, coefficients, dx);
+                                     float* coefficients, float* dx, bool accumulate) {
+  return bn_backward_data(stream, rows, channels, x, dy, gamma, saved, sums, coefficients, dx, accumulate);
 }
 cudaError_t batch_norm_backward_data(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
                                      const Bf16* dy, const float* gamma, const float* saved, const double* sums,
-                                     float* coefficients, Bf16* dx) {
-  return bn_backward_data(stream, rows, channels, x, dy, gamma, saved, sums, coefficients, dx);
+                                     float* coefficients, Bf16* dx, bool accumulate) {
+  return bn_backward_data(stream, rows, channels, x, dy, gamma, saved, sums, coefficients, dx, accumulate);
 }
 
 // ---- losses and metrics ----
