@@ -262,8 +262,8 @@ void CudaModel::host_allreduce() {
 }
 
 // The update, once the gradients are averaged: fp16 unscales and counts overflows; L2 joins the
-// gradients (and its penalty the loss); the optimizer (skipped on overflow); the loss scale; the
-// device's weight copies remade from the masters.
+// gradients (and its penalty the loss); the optimizer (skipped on overflow), which rounds each new
+// master into its half copy in the same pass (HalfCopy: no cast after the update); the loss scale.
 void CudaModel::update() {
   const plan::MemoryPlan& m = plan_.memory;
   const cudaStream_t s = stream();
@@ -290,19 +290,22 @@ void CudaModel::update() {
                         reinterpret_cast<double*>(results + offsetof(StepResults, state_penalty)), ws, ws_bytes),
           "l2_regularize", "the update (non-trainable parameters)");
   const auto* scalars = control<std::byte>(block_.step) + 16;
+  const HalfCopy* halves = block_.has_halves ? control<HalfCopy>(block_.halves) : nullptr;
   std::vector<float*> slots;
   for (int32_t r : m.optimizer_slots) slots.push_back(region(r));
   switch (program_.optimizer.kind) {
     case sdk::program::OptimizerKind::sgd_keras:
-      check(sgd_keras(s, n, reinterpret_cast<const SgdScalars*>(scalars), g, slots[0], w, nonfinite), "sgd_keras", "the update");
+      check(sgd_keras(s, block_.trainable, reinterpret_cast<const SgdScalars*>(scalars), halves, g, slots[0], w,
+                      nonfinite), "sgd_keras", "the update");
       break;
     case sdk::program::OptimizerKind::adam:
     case sdk::program::OptimizerKind::adamw:
-      check(adam(s, block_.trainable, reinterpret_cast<const AdamScalars*>(scalars), g, slots[0], slots[1], w, nonfinite),
+      check(adam(s, block_.trainable, reinterpret_cast<const AdamScalars*>(scalars), halves, g, slots[0], slots[1], w, nonfinite),
             "adam", "the update");
       break;
     case sdk::program::OptimizerKind::lamb:
-      check(lamb(s, block_.trainable, reinterpret_cast<const LambScalars*>(scalars), program_.optimizer.adam.max_grad_norm, g,
+      check(lamb(s, block_.trainable, reinterpret_cast<const LambScalars*>(scalars), program_.optimizer.adam.max_grad_norm,
+                 halves, g,
                  slots[0], slots[1], w, at<float>(m.lamb_update), ws, ws_bytes, nonfinite),
             "lamb", "the update");
       break;
@@ -310,29 +313,58 @@ void CudaModel::update() {
   if (loss_scale)
     check(update_loss_scale(s, LossScaleRule{}, nonfinite, &loss_scale->scale, &loss_scale->good_steps),
           "update_loss_scale", "the update");
-  refresh_weights();
 }
 
-// The device's half copies of conv and dense weights (bf16, fp16), cast from the fp32 masters, which
-// are in the layout their reader reads already (plan/weights.hpp): all of them, or those of `value` alone.
-void CudaModel::refresh_weights(int32_t value) {
+std::vector<CudaModel::WeightCopy> CudaModel::weight_copies() const {
+  std::vector<WeightCopy> copies;
   std::vector<bool> done(program_.values.size(), false);
   for (size_t k = 0; k < program_.nodes.size(); ++k) {
     const sdk::program::Node& n = program_.nodes[k];
     if (!plan::is_weight_slot(n, 1)) continue;
     const auto w = static_cast<size_t>(n.inputs[1]);
-    const plan::Location& copy = plan_.memory.weights[w];
-    if (!copy || done[w] || (value >= 0 && n.inputs[1] != value)) continue;
+    if (!plan_.memory.weights[w] || done[w]) continue;
     done[w] = true;
     const plan::DType type = plan_.precision.nodes[k].reads[1];
-    const FloatType to = type == plan::DType::bf16 ? FloatType::bf16 : type == plan::DType::f16 ? FloatType::f16 : FloatType::f32;
+    WeightCopy copy{n.inputs[1], type == plan::DType::bf16 ? FloatType::bf16 : type == plan::DType::f16 ? FloatType::f16 : FloatType::f32};
+    if (const auto& conv = plan_.nodes[k].conv; conv && conv->channels)
+      copy.width = conv->channels, copy.padded_width = plan::kTensorCoreChannels;
+    copies.push_back(copy);
+  }
+  return copies;
+}
+
+// Per trainable tensor (make_tables' order), the half copy the update writes; none for the others.
+std::vector<HalfCopy> CudaModel::half_copies() const {
+  const plan::ParamLayout layout = plan::layout_params(program_);
+  std::vector<HalfCopy> by_value(program_.values.size());
+  for (const WeightCopy& c : weight_copies())
+    by_value[static_cast<size_t>(c.value)] = {at(plan_.memory.weights[static_cast<size_t>(c.value)]), 0, c.type, c.width,
+                                              c.padded_width};
+  std::vector<HalfCopy> halves;
+  for (size_t i = 0; i < program_.params.size(); ++i) {
+    if (!layout.params[i].trainable) continue;
+    HalfCopy h = by_value[static_cast<size_t>(program_.params[i].value)];
+    h.offset = static_cast<int64_t>(layout.params[i].offset);
+    halves.push_back(h);
+  }
+  return halves;
+}
+
+// The device's half copies of conv and dense weights (bf16, fp16), cast from the fp32 masters, which
+// are in the layout their reader reads already (plan/weights.hpp): all of them, or those of `value`
+// alone. After the host writes parameters (copy_in, restore); the update writes them itself.
+void CudaModel::refresh_weights(int32_t value) {
+  for (const WeightCopy& c : weight_copies()) {
+    if (value >= 0 && c.value != value) continue;
+    const auto w = static_cast<size_t>(c.value);
     const float* master = at<float>(plan_.memory.values[w]);
-    if (const auto& conv = plan_.nodes[k].conv; conv && conv->channels)  // padded: zero rows past its channels
-      check(channels_copy(stream(), numel(n.inputs[1]) / conv->channels, conv->channels, plan::kTensorCoreChannels,
-                          FloatType::f32, master, to, at(copy), false),
-            "channels_copy", k);
+    void* copy = at(plan_.memory.weights[w]);
+    if (c.width)  // padded: zero rows past its channels
+      check(channels_copy(stream(), numel(c.value) / c.width, c.width, c.padded_width, FloatType::f32, master, c.type, copy,
+                          false),
+            "channels_copy", program_.value(c.value).name);
     else
-      check(convert(stream(), numel(n.inputs[1]), FloatType::f32, master, to, at(copy)), "convert", k);
+      check(convert(stream(), numel(c.value), FloatType::f32, master, c.type, copy), "convert", program_.value(c.value).name);
   }
 }
 

@@ -341,6 +341,8 @@ void CudaModel::lay_out_control_block() {
   };
   table(trainable_chunks_, block_.chunks, block_.first_chunk, block_.l2, block_.trainable);
   table(state_chunks_, block_.state_chunks, block_.state_first_chunk, block_.state_l2, block_.state);
+  block_.has_halves = !weight_copies().empty();
+  if (block_.has_halves) block_.halves = l.take(static_cast<size_t>(block_.trainable.tensors) * sizeof(HalfCopy));
   control_ = runtime::DeviceBuffer(where_, l.bytes, "the model's control block");
   block_.trainable.chunks = control<Chunk>(block_.chunks);
   block_.trainable.first_chunk = control<int64_t>(block_.first_chunk);
@@ -370,6 +372,10 @@ void CudaModel::upload_control_block() {
   };
   table(trainable_chunks_, l2_, block_.chunks, block_.first_chunk, block_.l2);
   table(state_chunks_, state_l2_, block_.state_chunks, block_.state_first_chunk, block_.state_l2);
+  if (block_.has_halves) {
+    const std::vector<HalfCopy> halves = half_copies();
+    put(block_.halves, halves.data(), halves.size() * sizeof(HalfCopy));
+  }
   check(cudaMemcpyAsync(control_.data(), image.data(), image.size(), cudaMemcpyHostToDevice, stream()),
         "cudaMemcpyAsync", "the control block");
   std::memcpy(results_pinned_.data(), image.data() + block_.results, block_.results_bytes);

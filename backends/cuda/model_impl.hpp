@@ -149,6 +149,14 @@ class CudaModel final : public sdk::ModelProtocol {
   void host_allreduce();
   void update();
   void refresh_weights(int32_t value = -1);
+  // The half copies of conv and dense weights (bf16, fp16) and how each is laid out; per value once.
+  struct WeightCopy {
+    int32_t value = 0;
+    FloatType type = FloatType::f32;
+    int64_t width = 0, padded_width = 0;  // padded channels: rows of `width` as rows of `padded_width`
+  };
+  std::vector<WeightCopy> weight_copies() const;
+  std::vector<HalfCopy> half_copies() const;  // per trainable tensor, for the update's own pass
   void wait_for_inputs();
   void* address_of(const sdk::ParamTensor& tensor);
 
@@ -208,6 +216,8 @@ class CudaModel final : public sdk::ModelProtocol {
   struct ControlBlock {
     size_t one = 0, step = 0, step_bytes = 0, results = 0, results_bytes = 0, nonfinite = 0;
     size_t chunks = 0, first_chunk = 0, l2 = 0, state_chunks = 0, state_first_chunk = 0, state_l2 = 0;
+    size_t halves = 0;
+    bool has_halves = false;  // some trainable tensor has a half copy: the update writes it (HalfCopy)
     DeviceChunks trainable, state;
     bool l2_trainable = false, l2_state = false;
   } block_;

@@ -1,10 +1,10 @@
 // The cuda model's work per node: forward (training or evaluation) and backward, enqueued on the
 // compute stream with the plan's memory (plan/memory.hpp NodeMemory) and the node's library objects.
-// Backward accumulates into every gradient (our kernels, cuDNN and cuBLASLt with beta 1): a gradient
-// the plan says is written first is zeroed before (zero_first_gradients), except a cuDNN conv's or a
-// cuBLASLt gemm's dx written straight into it, which is written with beta 0 (overwrites_gradient), and
-// a pool chain's dz, written whole; scratch of the node's own (a half-type dx, cuDNN's dw, a padded
-// gradient) is written with beta 0.
+// Backward accumulates into a gradient someone wrote before (our kernels, cuDNN and cuBLASLt with
+// beta 1). Its first writer overwrites it where it can (plan::first_writer_overwrites: cuDNN's and
+// cuBLASLt's dx with beta 0, our kernels' data gradients with `accumulate` false, a pool chain's dz);
+// the others add into it zeroed first (plan::NodeMemory::zeroed, zero_first_gradients). Scratch of the
+// node's own (a half-type dx, cuDNN's dw, a padded gradient) is written with beta 0.
 #include "model_impl.hpp"
 
 namespace mlph::cuda {
@@ -379,21 +379,17 @@ void CudaModel::zero_first_gradients(size_t k) {
   const sdk::program::Node& n = program_.nodes[k];
   const plan::NodeMemory& m = plan_.memory.nodes[k];
   for (size_t i = 0; i < n.inputs.size(); ++i)
-    if (m.gradients[i] && !m.accumulate[i] && !overwrites_gradient(k, i))
+    if (m.zeroed[i])
       check(cudaMemsetAsync(at(m.gradients[i]), 0,
                             static_cast<size_t>(numel(n.inputs[i])) * plan::bytes_of(plan_.precision.values[static_cast<size_t>(n.inputs[i])]),
                             stream()),
             "cudaMemsetAsync", k);
 }
 
-// A cuDNN conv's or a cuBLASLt gemm's dx written straight into its gradient, which no one wrote before:
-// beta 0 instead of a memset and beta 1 (our kernels add, so theirs are zeroed first).
+// Input i's gradient, which no one wrote before, written by node k's backward rather than added into a
+// zeroed buffer: beta 0 for cuDNN and cuBLASLt, `accumulate` false for our kernels.
 bool CudaModel::overwrites_gradient(size_t k, size_t i) const {
-  const plan::NodeLowering& l = plan_.nodes[k];
-  const plan::NodeMemory& m = plan_.memory.nodes[k];
-  if (i != 0 || m.accumulate.empty() || m.accumulate[0] || (m.gradient_scratch.size() > 0 && m.gradient_scratch[0]))
-    return false;
-  return (l.conv && !l.conv->explicit_padding) || l.engine == plan::Engine::cublaslt_dense;
+  return plan::first_writer_overwrites(program_.nodes[k], plan_.nodes[k], plan_.memory.nodes[k], i);
 }
 
 FloatType CudaModel::stored_type(int32_t v) const { return float_type(plan_.precision.values[static_cast<size_t>(v)]); }
@@ -436,7 +432,8 @@ void CudaModel::backward(size_t k) {
           check(with_stored(type,
                             [&](auto t) {
                               using T = MLPH_STORED(t);
-                              return depthwise_backward_data(s, shape, in(1), at<T>(m.output_gradient), at<T>(m.gradients[0]));
+                              return depthwise_backward_data(s, shape, in(1), at<T>(m.output_gradient), at<T>(m.gradients[0]),
+                                                             !overwrites_gradient(k, 0));
                             }),
                 "depthwise_backward_data", k);
         if (grad(1) || grad(2))
@@ -470,7 +467,8 @@ void CudaModel::backward(size_t k) {
         check(with_stored(stored_type(n.inputs[0]),
                           [&](auto t) {
                             using T = MLPH_STORED(t);
-                            return relu_backward(s, count, at<T>(m.output), at<T>(m.output_gradient), at<T>(m.gradients[0]));
+                            return relu_backward(s, count, at<T>(m.output), at<T>(m.output_gradient), at<T>(m.gradients[0]),
+                                                 !overwrites_gradient(k, 0));
                           }),
               "relu_backward", k);
       break;
@@ -499,8 +497,11 @@ void CudaModel::backward(size_t k) {
         check(with_stored(stored_type(n.inputs[0]),
                           [&](auto t) {
                             using T = MLPH_STORED(t);
+                            // input 1 is written first only where it is not input 0 (add(a, a): a's gradient is
+                            // written by da, then added into by db)
+                            const unsigned first = (overwrites_gradient(k, 0) ? 1u : 0u) | (overwrites_gradient(k, 1) ? 2u : 0u);
                             return add_relu_backward(s, count / c, c, at<T>(rm.output), at<T>(rm.output_gradient),
-                                                     at<T>(m.gradients[0]), at<T>(m.gradients[1]));
+                                                     at<T>(m.gradients[0]), at<T>(m.gradients[1]), first);
                           }),
               "add_relu_backward", k);
         break;
@@ -510,7 +511,8 @@ void CudaModel::backward(size_t k) {
           check(with_stored(stored_type(n.inputs[0]),
                             [&](auto t) {
                               using T = MLPH_STORED(t);
-                              return accumulate(s, count, at<T>(m.output_gradient), at<T>(m.gradients[i]));
+                              return accumulate(s, count, at<T>(m.output_gradient), at<T>(m.gradients[i]),
+                                                !overwrites_gradient(k, i));
                             }),
                 "accumulate", k);
       break;
@@ -729,7 +731,7 @@ void CudaModel::batch_norm_backward(size_t k) {
       check(with_stored(type,
                         [&](auto t) {
                           return batch_norm_relu_backward_data(s, rows, channels, x(t), g(t), in(1), saved, scale_shift, sums,
-                                                               coefficients, dx_of(t));
+                                                               coefficients, dx_of(t), !overwrites_gradient(k, 0));
                         }),
             "batch_norm_relu_backward_data", k);
     return;
@@ -745,7 +747,8 @@ void CudaModel::batch_norm_backward(size_t k) {
   if (dx)
     check(with_stored(type,
                       [&](auto t) {
-                        return batch_norm_backward_data(s, rows, channels, x(t), g(t), in(1), saved, sums, coefficients, dx_of(t));
+                        return batch_norm_backward_data(s, rows, channels, x(t), g(t), in(1), saved, sums, coefficients, dx_of(t),
+                                                        !overwrites_gradient(k, 0));
                       }),
           "batch_norm_backward_data", k);
 }

@@ -33,7 +33,7 @@ struct Task {
     reduce_bucket,  // bucket `index`, on the comms stream once the compute stream is there
     join_buckets,   // the compute stream waits for every bucket's allreduce
     host_allreduce, // the whole gradient buffer through the host (the step waits)
-    update          // average done: regularize, (fp16: unscale, check), optimizer, loss scale, weight copies
+    update          // average done: regularize, (fp16: unscale, check), optimizer (+ half weight copies), loss scale
   };
   Kind kind;
   int32_t index = -1;

@@ -118,10 +118,12 @@ MLPH_KERNEL void batch_norm_backward_coefficients_at(int64_t c, int64_t channels
 // dx += gamma * inverse_std * (dy - mean dy - xhat * mean(dy * xhat)).
 template <class T = float>
 MLPH_KERNEL void batch_norm_backward_data_at(int64_t r, int64_t c, int64_t channels, const T* x, const T* dy,
-                                             const float* saved, const float* coefficients, T* dx) {
+                                             const float* saved, const float* coefficients, T* dx,
+                                             bool accumulate = true) {
   const int64_t i = r * channels + c;
   const float xhat = (to_float(x[i]) - saved[c]) * saved[channels + c];
-  add_into(dx[i], coefficients[2 * channels + c] * (to_float(dy[i]) - coefficients[c] - xhat * coefficients[channels + c]));
+  put_into(dx[i], coefficients[2 * channels + c] * (to_float(dy[i]) - coefficients[c] - xhat * coefficients[channels + c]),
+           accumulate);
 }
 
 }  // namespace mlph::cuda

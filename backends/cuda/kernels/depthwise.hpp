@@ -111,11 +111,11 @@ MLPH_KERNEL int64_t depthwise_source(int64_t i, int64_t k, int64_t stride, int64
 // Input position `pos`, channels [c, c + V): dx += the gather over the flipped kernel's taps.
 template <int V, class T = float>
 MLPH_KERNEL void depthwise_backward_data_at(int64_t pos, int64_t c, const DepthwiseShape& s, const float* w,
-                                            const T* dy, T* dx) {
+                                            const T* dy, T* dx, bool accumulate = true) {
   int64_t n, i[3];
   depthwise_coordinates(pos, s.in, n, i);
   float acc[V];
-  load_channels<V>(dx + pos * s.channels + c, acc);
+  load_gradient<V>(dx + pos * s.channels + c, acc, accumulate);
   const int64_t taps = s.taps();
   int64_t flipped = 0;
   for (int64_t f0 = 0; f0 < s.kernel[0]; ++f0) {

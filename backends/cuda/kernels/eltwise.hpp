@@ -39,8 +39,8 @@ MLPH_KERNEL void relu_forward_at(int64_t i, const T* x, T* y) {
   y[i] = from_float<T>(v < 0.0f ? 0.0f : v);
 }
 template <class T = float>
-MLPH_KERNEL void relu_backward_at(int64_t i, const T* x, const T* dy, T* dx) {
-  add_into(dx[i], to_float(x[i]) > 0 ? to_float(dy[i]) : 0.0f);
+MLPH_KERNEL void relu_backward_at(int64_t i, const T* x, const T* dy, T* dx, bool accumulate = true) {
+  put_into(dx[i], to_float(x[i]) > 0 ? to_float(dy[i]) : 0.0f, accumulate);
 }
 
 MLPH_KERNEL void tanh_forward_at(int64_t i, const float* x, float* y) { y[i] = tanhf(x[i]); }
@@ -59,8 +59,8 @@ MLPH_KERNEL void add_forward_at(int64_t i, const T* a, const T* b, T* y) {
   y[i] = from_float<T>(to_float(a[i]) + to_float(b[i]));
 }
 template <class T = float>
-MLPH_KERNEL void accumulate_at(int64_t i, const T* dy, T* dx) {
-  add_into(dx[i], to_float(dy[i]));
+MLPH_KERNEL void accumulate_at(int64_t i, const T* dy, T* dx, bool accumulate = true) {
+  put_into(dx[i], to_float(dy[i]), accumulate);
 }
 
 // ---- dropout ----
@@ -125,9 +125,9 @@ MLPH_KERNEL void relu_forward_vec_at(int64_t i, const T* x, T* y) {
   store_channels<V>(y + i, yv);
 }
 template <int V, class T = float>
-MLPH_KERNEL void relu_backward_vec_at(int64_t i, const T* x, const T* dy, T* dx) {
+MLPH_KERNEL void relu_backward_vec_at(int64_t i, const T* x, const T* dy, T* dx, bool accumulate = true) {
   float xv[V], gv[V], dv[V];
-  load_channels<V>(x + i, xv), load_channels<V>(dy + i, gv), load_channels<V>(dx + i, dv);
+  load_channels<V>(x + i, xv), load_channels<V>(dy + i, gv), load_gradient<V>(dx + i, dv, accumulate);
   for (int j = 0; j < V; ++j) relu_backward_at(j, xv, gv, dv);
   store_channels<V>(dx + i, dv);
 }
@@ -167,9 +167,9 @@ MLPH_KERNEL void add_forward_vec_at(int64_t i, const T* a, const T* b, T* y) {
   store_channels<V>(y + i, yv);
 }
 template <int V, class T = float>
-MLPH_KERNEL void accumulate_vec_at(int64_t i, const T* dy, T* dx) {
+MLPH_KERNEL void accumulate_vec_at(int64_t i, const T* dy, T* dx, bool accumulate = true) {
   float gv[V], dv[V];
-  load_channels<V>(dy + i, gv), load_channels<V>(dx + i, dv);
+  load_channels<V>(dy + i, gv), load_gradient<V>(dx + i, dv, accumulate);
   for (int j = 0; j < V; ++j) accumulate_at(j, gv, dv);
   store_channels<V>(dx + i, dv);
 }

@@ -64,11 +64,11 @@ struct BatchNormReluBackwardTerm {
 template <class T = float>
 MLPH_KERNEL void batch_norm_relu_backward_data_at(int64_t r, int64_t c, int64_t channels, const T* x, const T* dy,
                                                   const float* saved, const float* scale_shift,
-                                                  const float* coefficients, T* dx) {
+                                                  const float* coefficients, T* dx, bool accumulate = true) {
   const int64_t i = r * channels + c;
   const float g = batch_norm_relu_gradient(r, c, channels, x, scale_shift, dy);
   const float xhat = (to_float(x[i]) - saved[c]) * saved[channels + c];
-  add_into(dx[i], coefficients[2 * channels + c] * (g - coefficients[c] - xhat * coefficients[channels + c]));
+  put_into(dx[i], coefficients[2 * channels + c] * (g - coefficients[c] - xhat * coefficients[channels + c]), accumulate);
 }
 
 // ---- add + ReLU: y = relu(a + b); da += g, db += g with g the ReLU's gradient (from y) ----
@@ -82,19 +82,22 @@ MLPH_KERNEL void add_relu_forward_at(int64_t r, int64_t c, int64_t channels, con
   store_channels<V>(y + r * channels + c, out);
 }
 
-// da, db may be null (an input that needs no gradient).
+// da, db may be null (an input that needs no gradient); `first`: bit 0 da, bit 1 db is written, not
+// added into (its first writer).
 template <int V, class T = float>
-MLPH_KERNEL void add_relu_backward_at(int64_t r, int64_t c, int64_t channels, const T* y, const T* dy, T* da, T* db) {
+MLPH_KERNEL void add_relu_backward_at(int64_t r, int64_t c, int64_t channels, const T* y, const T* dy, T* da, T* db,
+                                      unsigned first = 0) {
   const int64_t i = r * channels + c;
   float yv[V], gv[V], g[V];
   load_channels<V>(y + i, yv);
   load_channels<V>(dy + i, gv);
   for (int j = 0; j < V; ++j) g[j] = relu_gradient(yv[j], gv[j]);
   T* const grads[2] = {da, db};
-  for (T* d : grads) {
+  for (int k = 0; k < 2; ++k) {
+    T* const d = grads[k];
     if (!d) continue;
     float dv[V];
-    load_channels<V>(d + i, dv);
+    load_gradient<V>(d + i, dv, !(first >> k & 1u));
     for (int j = 0; j < V; ++j) dv[j] += g[j];
     store_channels<V>(d + i, dv);
   }

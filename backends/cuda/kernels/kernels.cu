@@ -15,11 +15,11 @@ cudaError_t relu_fwd(cudaStream_t stream, int64_t n, const T* x, T* y) {
   return each<relu_forward_at<T>>(stream, n, x, y);
 }
 template <class T>
-cudaError_t relu_bwd(cudaStream_t stream, int64_t n, const T* x, const T* dy, T* dx) {
+cudaError_t relu_bwd(cudaStream_t stream, int64_t n, const T* x, const T* dy, T* dx, bool accumulate) {
   constexpr int V = kLanes<T>;
   if (aligned_16(x, dy, dx))
-    return each_vectorized<relu_backward_vec_at<V, T>, relu_backward_at<T>, V>(stream, n, x, dy, dx);
-  return each<relu_backward_at<T>>(stream, n, x, dy, dx);
+    return each_vectorized<relu_backward_vec_at<V, T>, relu_backward_at<T>, V>(stream, n, x, dy, dx, accumulate);
+  return each<relu_backward_at<T>>(stream, n, x, dy, dx, accumulate);
 }
 template <class T>
 cudaError_t add_fwd(cudaStream_t stream, int64_t n, const T* a, const T* b, T* y) {
@@ -28,10 +28,11 @@ cudaError_t add_fwd(cudaStream_t stream, int64_t n, const T* a, const T* b, T* y
   return each<add_forward_at<T>>(stream, n, a, b, y);
 }
 template <class T>
-cudaError_t accumulate_into(cudaStream_t stream, int64_t n, const T* dy, T* dx) {
+cudaError_t accumulate_into(cudaStream_t stream, int64_t n, const T* dy, T* dx, bool accumulate) {
   constexpr int V = kLanes<T>;
-  if (aligned_16(dy, dx)) return each_vectorized<accumulate_vec_at<V, T>, accumulate_at<T>, V>(stream, n, dy, dx);
-  return each<accumulate_at<T>>(stream, n, dy, dx);
+  if (aligned_16(dy, dx))
+    return each_vectorized<accumulate_vec_at<V, T>, accumulate_at<T>, V>(stream, n, dy, dx, accumulate);
+  return each<accumulate_at<T>>(stream, n, dy, dx, accumulate);
 }
 
 int64_t total_width(std::span<const int64_t> widths) {
@@ -94,11 +95,11 @@ cudaError_t leaky_relu_backward(cudaStream_t stream, int64_t n, float alpha, con
 }
 cudaError_t relu_forward(cudaStream_t stream, int64_t n, const float* x, float* y) { return relu_fwd(stream, n, x, y); }
 cudaError_t relu_forward(cudaStream_t stream, int64_t n, const Bf16* x, Bf16* y) { return relu_fwd(stream, n, x, y); }
-cudaError_t relu_backward(cudaStream_t stream, int64_t n, const float* x, const float* dy, float* dx) {
-  return relu_bwd(stream, n, x, dy, dx);
+cudaError_t relu_backward(cudaStream_t stream, int64_t n, const float* x, const float* dy, float* dx, bool accumulate) {
+  return relu_bwd(stream, n, x, dy, dx, accumulate);
 }
-cudaError_t relu_backward(cudaStream_t stream, int64_t n, const Bf16* x, const Bf16* dy, Bf16* dx) {
-  return relu_bwd(stream, n, x, dy, dx);
+cudaError_t relu_backward(cudaStream_t stream, int64_t n, const Bf16* x, const Bf16* dy, Bf16* dx, bool accumulate) {
+  return relu_bwd(stream, n, x, dy, dx, accumulate);
 }
 cudaError_t tanh_forward(cudaStream_t stream, int64_t n, const float* x, float* y) {
   if (aligned_16(x, y)) return each_vectorized<tanh_forward_vec_at<4>, tanh_forward_at, 4>(stream, n, x, y);
@@ -122,8 +123,12 @@ cudaError_t add_forward(cudaStream_t stream, int64_t n, const float* a, const fl
 cudaError_t add_forward(cudaStream_t stream, int64_t n, const Bf16* a, const Bf16* b, Bf16* y) {
   return add_fwd(stream, n, a, b, y);
 }
-cudaError_t accumulate(cudaStream_t stream, int64_t n, const float* dy, float* dx) { return accumulate_into(stream, n, dy, dx); }
-cudaError_t accumulate(cudaStream_t stream, int64_t n, const Bf16* dy, Bf16* dx) { return accumulate_into(stream, n, dy, dx); }
+cudaError_t accumulate(cudaStream_t stream, int64_t n, const float* dy, float* dx, bool accumulate) {
+  return accumulate_into(stream, n, dy, dx, accumulate);
+}
+cudaError_t accumulate(cudaStream_t stream, int64_t n, const Bf16* dy, Bf16* dx, bool accumulate) {
+  return accumulate_into(stream, n, dy, dx, accumulate);
+}
 cudaError_t copy(cudaStream_t stream, int64_t n, const float* x, float* y) {
   if (n <= 0) return cudaSuccess;
   return cudaMemcpyAsync(y, x, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, stream);
@@ -235,16 +240,16 @@ cudaError_t find_bad_label(cudaStream_t stream, int64_t n, const int32_t* labels
 // ---- mixed precision ----
 
 cudaError_t float_to_bfloat16(cudaStream_t stream, int64_t n, const float* x, uint16_t* y) {
-  return each<float_to_bfloat16_at>(stream, n, x, y);
+  return convert(stream, n, FloatType::f32, x, FloatType::bf16, y);
 }
 cudaError_t bfloat16_to_float(cudaStream_t stream, int64_t n, const uint16_t* x, float* y) {
-  return each<bfloat16_to_float_at>(stream, n, x, y);
+  return convert(stream, n, FloatType::bf16, x, FloatType::f32, y);
 }
 cudaError_t float_to_half(cudaStream_t stream, int64_t n, const float* x, uint16_t* y) {
-  return each<float_to_half_at>(stream, n, x, y);
+  return convert(stream, n, FloatType::f32, x, FloatType::f16, y);
 }
 cudaError_t half_to_float(cudaStream_t stream, int64_t n, const uint16_t* x, float* y) {
-  return each<half_to_float_at>(stream, n, x, y);
+  return convert(stream, n, FloatType::f16, x, FloatType::f32, y);
 }
 
 namespace {
@@ -266,9 +271,11 @@ cudaError_t convert(cudaStream_t stream, int64_t n, FloatType from, const void* 
   if (from == to && n > 0)
     return cudaMemcpyAsync(y, x, static_cast<size_t>(n) * (to == FloatType::f32 ? 4 : 2), cudaMemcpyDeviceToDevice,
                            stream);
+  if (aligned_16(x, y)) return each_vectorized<convert_vec_at<8>, convert_at, 8>(stream, n, from, x, to, y);
   return each<convert_at>(stream, n, from, x, to, y);
 }
 cudaError_t convert_add(cudaStream_t stream, int64_t n, FloatType from, const void* dx, float* sum) {
+  if (aligned_16(dx, sum)) return each_vectorized<convert_add_vec_at<8>, convert_add_at, 8>(stream, n, from, dx, sum);
   return each<convert_add_at>(stream, n, from, dx, sum);
 }
 cudaError_t bias_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* b, float* y) {

@@ -53,7 +53,8 @@ namespace mlph::cuda {
 [[nodiscard]] cudaError_t leaky_relu_backward(cudaStream_t stream, int64_t n, float alpha, const float* x,
                                               const float* dy, float* dx);
 [[nodiscard]] cudaError_t relu_forward(cudaStream_t stream, int64_t n, const float* x, float* y);
-[[nodiscard]] cudaError_t relu_backward(cudaStream_t stream, int64_t n, const float* x, const float* dy, float* dx);
+[[nodiscard]] cudaError_t relu_backward(cudaStream_t stream, int64_t n, const float* x, const float* dy, float* dx,
+                                        bool accumulate = true);
 [[nodiscard]] cudaError_t tanh_forward(cudaStream_t stream, int64_t n, const float* x, float* y);
 // From the forward's output y.
 [[nodiscard]] cudaError_t tanh_backward(cudaStream_t stream, int64_t n, const float* y, const float* dy, float* dx);
@@ -61,7 +62,10 @@ namespace mlph::cuda {
 [[nodiscard]] cudaError_t scale_backward(cudaStream_t stream, int64_t n, float factor, const float* dy, float* dx);
 [[nodiscard]] cudaError_t add_forward(cudaStream_t stream, int64_t n, const float* a, const float* b, float* y);
 // dx += dy: the backward of reshape, of each input of add, of dropout in evaluation.
-[[nodiscard]] cudaError_t accumulate(cudaStream_t stream, int64_t n, const float* dy, float* dx);
+// `accumulate` false (here and in relu_backward, batch norm's and depthwise's data gradients,
+// add_relu_backward's `first` bits): dx's first writer, dx = 0 + ... with no memset before
+// (plan::NodeMemory::zeroed).
+[[nodiscard]] cudaError_t accumulate(cudaStream_t stream, int64_t n, const float* dy, float* dx, bool accumulate = true);
 // y = x (reshape's forward, where the memory plan does not alias them).
 [[nodiscard]] cudaError_t copy(cudaStream_t stream, int64_t n, const float* x, float* y);
 // Dropout in training (evaluation is a copy): `stream_of` = dropout_stream(rate, graph seed, node index);
@@ -132,7 +136,7 @@ namespace mlph::cuda {
 [[nodiscard]] cudaError_t batch_norm_backward_data(cudaStream_t stream, int64_t rows, int64_t channels,
                                                    const float* x, const float* dy, const float* gamma,
                                                    const float* saved, const double* sums, float* coefficients,
-                                                   float* dx);
+                                                   float* dx, bool accumulate = true);
 
 // ---- fused (fused.hpp): batch-norm apply + ReLU, add + ReLU; bits of the two ops one after the other ----
 
@@ -148,12 +152,13 @@ namespace mlph::cuda {
 [[nodiscard]] cudaError_t batch_norm_relu_backward_data(cudaStream_t stream, int64_t rows, int64_t channels,
                                                         const float* x, const float* dy, const float* gamma,
                                                         const float* saved, const float* scale_shift,
-                                                        const double* sums, float* coefficients, float* dx);
+                                                        const double* sums, float* coefficients, float* dx,
+                                                        bool accumulate = true);
 [[nodiscard]] cudaError_t add_relu_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* a,
                                            const float* b, float* y);
-// da, db (either may be null) += the ReLU's gradient, from y.
+// da, db (either may be null) += the ReLU's gradient, from y; `first` bit 0 (da), bit 1 (db): written.
 [[nodiscard]] cudaError_t add_relu_backward(cudaStream_t stream, int64_t rows, int64_t channels, const float* y,
-                                            const float* dy, float* da, float* db);
+                                            const float* dy, float* da, float* db, unsigned first = 0);
 
 // ---- depthwise convolution (depthwise.hpp), weights [taps][C] as the graph keeps them ----
 
@@ -162,7 +167,7 @@ namespace mlph::cuda {
                                             const float* w, const float* b, float* y);
 // dx += the gather of dy through the flipped kernel.
 [[nodiscard]] cudaError_t depthwise_backward_data(cudaStream_t stream, const DepthwiseShape& shape, const float* w,
-                                                  const float* dy, float* dx);
+                                                  const float* dy, float* dx, bool accumulate = true);
 // dw, db (either may be null) += their deterministic channel sums; workspace: depthwise_workspace_bytes.
 [[nodiscard]] cudaError_t depthwise_backward_weights(cudaStream_t stream, const DepthwiseShape& shape, const float* x,
                                                      const float* dy, float* dw, float* db, void* workspace,
@@ -200,9 +205,10 @@ inline size_t depthwise_workspace_bytes(const DepthwiseShape& s) {
 // stored type (plan::PrecisionPlan::values).
 
 [[nodiscard]] cudaError_t relu_forward(cudaStream_t stream, int64_t n, const Bf16* x, Bf16* y);
-[[nodiscard]] cudaError_t relu_backward(cudaStream_t stream, int64_t n, const Bf16* x, const Bf16* dy, Bf16* dx);
+[[nodiscard]] cudaError_t relu_backward(cudaStream_t stream, int64_t n, const Bf16* x, const Bf16* dy, Bf16* dx,
+                                        bool accumulate = true);
 [[nodiscard]] cudaError_t add_forward(cudaStream_t stream, int64_t n, const Bf16* a, const Bf16* b, Bf16* y);
-[[nodiscard]] cudaError_t accumulate(cudaStream_t stream, int64_t n, const Bf16* dy, Bf16* dx);
+[[nodiscard]] cudaError_t accumulate(cudaStream_t stream, int64_t n, const Bf16* dy, Bf16* dx, bool accumulate = true);
 [[nodiscard]] cudaError_t concat_forward(cudaStream_t stream, int64_t rows, std::span<const Bf16* const> inputs,
                                          std::span<const int64_t> widths, Bf16* y);
 [[nodiscard]] cudaError_t concat_backward(cudaStream_t stream, int64_t rows, std::span<Bf16* const> grads,
@@ -218,7 +224,8 @@ inline size_t depthwise_workspace_bytes(const DepthwiseShape& s) {
                                                    size_t workspace_bytes);
 [[nodiscard]] cudaError_t batch_norm_backward_data(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
                                                    const Bf16* dy, const float* gamma, const float* saved,
-                                                   const double* sums, float* coefficients, Bf16* dx);
+                                                   const double* sums, float* coefficients, Bf16* dx,
+                                                   bool accumulate = true);
 [[nodiscard]] cudaError_t batch_norm_relu_apply(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
                                                 const float* scale_shift, Bf16* y);
 [[nodiscard]] cudaError_t batch_norm_relu_backward_sums(cudaStream_t stream, int64_t rows, int64_t channels,
@@ -228,15 +235,16 @@ inline size_t depthwise_workspace_bytes(const DepthwiseShape& s) {
 [[nodiscard]] cudaError_t batch_norm_relu_backward_data(cudaStream_t stream, int64_t rows, int64_t channels,
                                                         const Bf16* x, const Bf16* dy, const float* gamma,
                                                         const float* saved, const float* scale_shift,
-                                                        const double* sums, float* coefficients, Bf16* dx);
+                                                        const double* sums, float* coefficients, Bf16* dx,
+                                                        bool accumulate = true);
 [[nodiscard]] cudaError_t add_relu_forward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* a,
                                            const Bf16* b, Bf16* y);
 [[nodiscard]] cudaError_t add_relu_backward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* y,
-                                            const Bf16* dy, Bf16* da, Bf16* db);
+                                            const Bf16* dy, Bf16* da, Bf16* db, unsigned first = 0);
 [[nodiscard]] cudaError_t depthwise_forward(cudaStream_t stream, const DepthwiseShape& shape, const Bf16* x,
                                             const float* w, const float* b, Bf16* y);
 [[nodiscard]] cudaError_t depthwise_backward_data(cudaStream_t stream, const DepthwiseShape& shape, const float* w,
-                                                  const Bf16* dy, Bf16* dx);
+                                                  const Bf16* dy, Bf16* dx, bool accumulate = true);
 [[nodiscard]] cudaError_t depthwise_backward_weights(cudaStream_t stream, const DepthwiseShape& shape, const Bf16* x,
                                                      const Bf16* dy, float* dw, float* db, void* workspace,
                                                      size_t workspace_bytes);
@@ -285,16 +293,21 @@ inline size_t multi_tensor_workspace_bytes(int64_t chunks, int32_t tensors) {
   return static_cast<size_t>(2 * chunks + 2) * sizeof(double) + static_cast<size_t>(tensors) * sizeof(float);
 }
 
-// n = every trainable element; `scalars`: one SgdScalars on the device.
-[[nodiscard]] cudaError_t sgd_keras(cudaStream_t stream, int64_t n, const SgdScalars* scalars, const float* g,
-                                    float* velocity, float* w, const double* nonfinite);
+// `halves`: per tensor the half copy each new master is rounded into in the same pass (HalfCopy;
+// its data null: none), on the device; null: no tensor has one (fp32).
+// `scalars`: one SgdScalars on the device.
+[[nodiscard]] cudaError_t sgd_keras(cudaStream_t stream, const DeviceChunks& chunks, const SgdScalars* scalars,
+                                    const HalfCopy* halves, const float* g, float* velocity, float* w,
+                                    const double* nonfinite);
 // `scalars`: one AdamScalars per tensor (adam_scalars(...) of its decay), on the device.
 [[nodiscard]] cudaError_t adam(cudaStream_t stream, const DeviceChunks& chunks, const AdamScalars* scalars,
-                               const float* g, float* m, float* v, float* w, const double* nonfinite);
+                               const HalfCopy* halves, const float* g, float* m, float* v, float* w,
+                               const double* nonfinite);
 // `scalars`: one LambScalars per tensor; `update`: scratch as large as the parameters.
 [[nodiscard]] cudaError_t lamb(cudaStream_t stream, const DeviceChunks& chunks, const LambScalars* scalars,
-                               double max_grad_norm, const float* g, float* m, float* v, float* w, float* update,
-                               void* workspace, size_t workspace_bytes, const double* nonfinite);
+                               double max_grad_norm, const HalfCopy* halves, const float* g, float* m, float* v,
+                               float* w, float* update, void* workspace, size_t workspace_bytes,
+                               const double* nonfinite);
 // `l2` per tensor (0: none): dw += 2 * l2 * w (dw may be null) and *penalty = sum over tensors of
 // l2 * sum(w^2), the loss's share of the trainable parameters (a non-trainable one with l2 is the model's).
 [[nodiscard]] cudaError_t l2_regularize(cudaStream_t stream, const DeviceChunks& chunks, const double* l2,

@@ -39,6 +39,60 @@ MLPH_KERNEL void store_float(FloatType type, void* data, int64_t i, float v) {
   }
 }
 
+// V values from element i (a multiple of V; the buffer 16-byte aligned): on the device one 16-byte
+// access per 4 floats or 8 halves (8 bytes for 4 halves), on the host element by element.
+template <int V>
+MLPH_KERNEL void load_bits16(const uint16_t* p, uint16_t (&h)[V]) {
+#ifdef __CUDA_ARCH__
+  if constexpr (V % 8 == 0) {
+    for (int q = 0; q < V / 8; ++q) {
+      const uint4 u = reinterpret_cast<const uint4*>(p)[q];
+      const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+      for (int w = 0; w < 4; ++w)
+        h[8 * q + 2 * w] = static_cast<uint16_t>(words[w]), h[8 * q + 2 * w + 1] = static_cast<uint16_t>(words[w] >> 16);
+    }
+  } else if constexpr (V % 4 == 0) {
+    for (int q = 0; q < V / 4; ++q) {
+      const uint2 u = reinterpret_cast<const uint2*>(p)[q];
+      h[4 * q] = static_cast<uint16_t>(u.x), h[4 * q + 1] = static_cast<uint16_t>(u.x >> 16);
+      h[4 * q + 2] = static_cast<uint16_t>(u.y), h[4 * q + 3] = static_cast<uint16_t>(u.y >> 16);
+    }
+  } else
+#endif
+  {
+    for (int j = 0; j < V; ++j) h[j] = p[j];
+  }
+}
+template <int V>
+MLPH_KERNEL void store_bits16(uint16_t* p, const uint16_t (&h)[V]) {
+#ifdef __CUDA_ARCH__
+  auto word = [&](int j) { return static_cast<uint32_t>(h[j]) | static_cast<uint32_t>(h[j + 1]) << 16; };
+  if constexpr (V % 8 == 0) {
+    for (int q = 0; q < V / 8; ++q)
+      reinterpret_cast<uint4*>(p)[q] = make_uint4(word(8 * q), word(8 * q + 2), word(8 * q + 4), word(8 * q + 6));
+  } else if constexpr (V % 4 == 0) {
+    for (int q = 0; q < V / 4; ++q) reinterpret_cast<uint2*>(p)[q] = make_uint2(word(4 * q), word(4 * q + 2));
+  } else
+#endif
+  {
+    for (int j = 0; j < V; ++j) p[j] = h[j];
+  }
+}
+template <int V>
+MLPH_KERNEL void load_floats(FloatType type, const void* data, int64_t i, float (&v)[V]) {
+  if (type == FloatType::f32) return load_channels<V>(static_cast<const float*>(data) + i, v);
+  uint16_t h[V];
+  load_bits16<V>(static_cast<const uint16_t*>(data) + i, h);
+  for (int j = 0; j < V; ++j) v[j] = type == FloatType::bf16 ? bfloat16_to_float(h[j]) : half_to_float(h[j]);
+}
+template <int V>
+MLPH_KERNEL void store_floats(FloatType type, void* data, int64_t i, const float (&v)[V]) {
+  if (type == FloatType::f32) return store_channels<V>(static_cast<float*>(data) + i, v);
+  uint16_t h[V];
+  for (int j = 0; j < V; ++j) h[j] = type == FloatType::bf16 ? float_to_bfloat16(v[j]) : float_to_half(v[j]);
+  store_bits16<V>(static_cast<uint16_t*>(data) + i, h);
+}
+
 // ---- casts ----
 
 MLPH_KERNEL void convert_at(int64_t i, FloatType from, const void* x, FloatType to, void* y) {
@@ -46,6 +100,21 @@ MLPH_KERNEL void convert_at(int64_t i, FloatType from, const void* x, FloatType 
 }
 // A gradient written in a half type, added into its fp32 sum.
 MLPH_KERNEL void convert_add_at(int64_t i, FloatType from, const void* dx, float* sum) { sum[i] += load_float(from, dx, i); }
+// The same over V elements from i (a multiple of V), V = 8: 16-byte accesses on both sides.
+template <int V>
+MLPH_KERNEL void convert_vec_at(int64_t i, FloatType from, const void* x, FloatType to, void* y) {
+  float v[V];
+  load_floats<V>(from, x, i, v);
+  store_floats<V>(to, y, i, v);
+}
+template <int V>
+MLPH_KERNEL void convert_add_vec_at(int64_t i, FloatType from, const void* dx, float* sum) {
+  float v[V], s[V];
+  load_floats<V>(from, dx, i, v);
+  load_channels<V>(sum + i, s);
+  for (int j = 0; j < V; ++j) s[j] += v[j];
+  store_channels<V>(sum + i, s);
+}
 
 // ---- bias of a convolution: y[r, c] += b[c]; its gradient is the channel sum of dy (SumTerm) ----
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernel.hpp"
+#include "layout.hpp"  // FloatType, store_float: the half copies
 
 namespace mlph::cuda {
 
@@ -141,6 +142,97 @@ MLPH_KERNEL float lamb_step(const LambScalars& k, double p_square, double u_squa
 }
 
 MLPH_KERNEL void lamb_apply_at(int64_t i, float step, const float* update, float* w) { w[i] -= step * update[i]; }
+
+// ---- the half copy written by the update's own pass (issue 33 item 8) ----
+// Under bf16/fp16 a conv or dense weight read in a half type has a half copy next to its fp32 master
+// (plan::MemoryPlan::weights). The update rounds each new master into it as it writes the master:
+// one read and one write of the master, one write of the copy, no cast pass after the update. A
+// padded copy (plan::pad_channels: rows of `width` master channels as rows of `padded_width`)
+// takes the master's element at its row and channel; its zero channels are written once, by the
+// cast of the host's writes (copy_in, restore), and no update touches them, so they stay zero.
+struct HalfCopy {
+  void* data = nullptr;  // null: the tensor has no half copy (fp32, or not a conv/dense weight)
+  int64_t offset = 0;    // the tensor's first element in the flat buffers
+  FloatType type = FloatType::bf16;
+  int64_t width = 0, padded_width = 0;  // padded: 0 < width < padded_width; 0: the master's layout
+};
+MLPH_KERNEL int64_t half_index(const HalfCopy& h, int64_t i) {
+  const int64_t j = i - h.offset;
+  if (h.width == 0) return j;
+  const int64_t r = j / h.width;  // only CosmoFlow's conv1 (1728 elements): no vector body needs it
+  return r * h.padded_width + (j - r * h.width);
+}
+MLPH_KERNEL void store_half(const HalfCopy& h, int64_t i, float w) {
+  if (h.data) store_float(h.type, h.data, half_index(h, i), w);
+}
+// V new masters from element i (a multiple of V past h.offset): one 8-byte store of 4 halves on the
+// device where the copy is not padded.
+template <int V>
+MLPH_KERNEL void store_halves(const HalfCopy& h, int64_t i, const float (&w)[V]) {
+  if (!h.data) return;
+  if (h.width == 0)
+    store_floats<V>(h.type, h.data, i - h.offset, w);
+  else
+    for (int j = 0; j < V; ++j) store_half(h, i + j, w[j]);
+}
+
+// ---- a chunk's elements, V at a time (issue 33 item 7) ----
+// [begin, head) and [tail, end) one by one, [head, tail) V at a time, head the first multiple of V
+// at or after begin: 16-byte accesses wherever the flat buffers are (the arena aligns them; tensor
+// offsets are multiples of 64 floats, so in practice head = begin and only a tensor's end is scalar).
+struct VectorSplit {
+  int64_t head = 0, tail = 0;
+};
+MLPH_KERNEL VectorSplit vector_split(int64_t begin, int64_t end, int64_t V) {
+  int64_t head = (begin + V - 1) / V * V;
+  if (head > end) head = end;
+  return {head, head + (end - head) / V * V};
+}
+
+// The update bodies with the half copy: the unfused body, then the new master rounded into the copy.
+MLPH_KERNEL void sgd_keras_half_at(int64_t i, const SgdScalars& k, const HalfCopy& h, const float* g, float* velocity,
+                                   float* w) {
+  sgd_keras_at(i, k, g, velocity, w);
+  store_half(h, i, w[i]);
+}
+MLPH_KERNEL void adam_half_at(int64_t i, const AdamScalars& k, const HalfCopy& h, const float* g, float* m, float* v,
+                              float* w) {
+  adam_at(i, k, g, m, v, w);
+  store_half(h, i, w[i]);
+}
+MLPH_KERNEL void lamb_apply_half_at(int64_t i, float step, const HalfCopy& h, const float* update, float* w) {
+  lamb_apply_at(i, step, update, w);
+  store_half(h, i, w[i]);
+}
+
+// The same over V consecutive elements from i (a multiple of V): each array read and written V at a
+// time (16-byte accesses for V = 4), the scalar body on the registers, so the bits are its bits.
+template <int V>
+MLPH_KERNEL void sgd_keras_vec_at(int64_t i, const SgdScalars& k, const HalfCopy& h, const float* g, float* velocity,
+                                  float* w) {
+  float gv[V], vv[V], wv[V];
+  load_channels<V>(g + i, gv), load_channels<V>(velocity + i, vv), load_channels<V>(w + i, wv);
+  for (int j = 0; j < V; ++j) sgd_keras_at(j, k, gv, vv, wv);
+  store_channels<V>(velocity + i, vv), store_channels<V>(w + i, wv);
+  store_halves<V>(h, i, wv);
+}
+template <int V>
+MLPH_KERNEL void adam_vec_at(int64_t i, const AdamScalars& k, const HalfCopy& h, const float* g, float* m, float* v,
+                             float* w) {
+  float gv[V], mv[V], vv[V], wv[V];
+  load_channels<V>(g + i, gv), load_channels<V>(m + i, mv), load_channels<V>(v + i, vv), load_channels<V>(w + i, wv);
+  for (int j = 0; j < V; ++j) adam_at(j, k, gv, mv, vv, wv);
+  store_channels<V>(m + i, mv), store_channels<V>(v + i, vv), store_channels<V>(w + i, wv);
+  store_halves<V>(h, i, wv);
+}
+template <int V>
+MLPH_KERNEL void lamb_apply_vec_at(int64_t i, float step, const HalfCopy& h, const float* update, float* w) {
+  float uv[V], wv[V];
+  load_channels<V>(update + i, uv), load_channels<V>(w + i, wv);
+  for (int j = 0; j < V; ++j) lamb_apply_at(j, step, uv, wv);
+  store_channels<V>(w + i, wv);
+  store_halves<V>(h, i, wv);
+}
 
 // ---- L2 regularization (Keras kernel_regularizer): loss += l2 * sum(w^2), dw += 2 * l2 * w ----
 

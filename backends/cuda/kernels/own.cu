@@ -27,11 +27,12 @@ cudaError_t add_relu_fwd(cudaStream_t stream, int64_t rows, int64_t channels, co
 }
 
 template <class T>
-cudaError_t add_relu_bwd(cudaStream_t stream, int64_t rows, int64_t channels, const T* y, const T* dy, T* da, T* db) {
+cudaError_t add_relu_bwd(cudaStream_t stream, int64_t rows, int64_t channels, const T* y, const T* dy, T* da, T* db,
+                         unsigned first) {
   constexpr int V = kLanes<T>;
   if (aligned_16(channels, V, y, dy, da, db))  // a null pointer is aligned
-    return each_row_vector<add_relu_backward_at<V, T>, V>(stream, rows, channels, channels, y, dy, da, db);
-  return each_row_vector<add_relu_backward_at<1, T>, 1>(stream, rows, channels, channels, y, dy, da, db);
+    return each_row_vector<add_relu_backward_at<V, T>, V>(stream, rows, channels, channels, y, dy, da, db, first);
+  return each_row_vector<add_relu_backward_at<1, T>, 1>(stream, rows, channels, channels, y, dy, da, db, first);
 }
 
 template <class T>
@@ -44,11 +45,14 @@ cudaError_t depthwise_fwd(cudaStream_t stream, const DepthwiseShape& s, const T*
 }
 
 template <class T>
-cudaError_t depthwise_bwd_data(cudaStream_t stream, const DepthwiseShape& s, const float* w, const T* dy, T* dx) {
+cudaError_t depthwise_bwd_data(cudaStream_t stream, const DepthwiseShape& s, const float* w, const T* dy, T* dx,
+                               bool accumulate) {
   constexpr int V = kLanes<T>;
   if (aligned_16(s.channels, V, w, dy, dx))
-    return each_row_vector<depthwise_backward_data_at<V, T>, V>(stream, s.in_positions(), s.channels, s, w, dy, dx);
-  return each_row_vector<depthwise_backward_data_at<1, T>, 1>(stream, s.in_positions(), s.channels, s, w, dy, dx);
+    return each_row_vector<depthwise_backward_data_at<V, T>, V>(stream, s.in_positions(), s.channels, s, w, dy, dx,
+                                                                accumulate);
+  return each_row_vector<depthwise_backward_data_at<1, T>, 1>(stream, s.in_positions(), s.channels, s, w, dy, dx,
+                                                              accumulate);
 }
 
 template <class T>
@@ -82,13 +86,14 @@ cudaError_t bn_relu_backward_sums(cudaStream_t stream, int64_t rows, int64_t cha
 template <class T>
 cudaError_t bn_relu_backward_data(cudaStream_t stream, int64_t rows, int64_t channels, const T* x, const T* dy,
                                   const float* gamma, const float* saved, const float* scale_shift, const double* sums,
-                                  float* coefficients, T* dx) {
+                                  float* coefficients, T* dx, bool accumulate) {
   if (const cudaError_t e = each<batch_norm_backward_coefficients_at>(stream, channels, channels, sums, gamma, saved,
                                                                       coefficients);
       e != cudaSuccess)
     return e;
   return each_row_channel<batch_norm_relu_backward_data_at<T>>(stream, rows, channels, channels, x, dy, saved,
-                                                               scale_shift, static_cast<const float*>(coefficients), dx);
+                                                               scale_shift, static_cast<const float*>(coefficients), dx,
+                                                               accumulate);
 }
 
 // dw, db from x and dy as stored: a deterministic channel sum of the widened products.
@@ -141,14 +146,16 @@ cudaError_t batch_norm_relu_backward_sums(cudaStream_t stream, int64_t rows, int
 cudaError_t batch_norm_relu_backward_data(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
                                           const float* dy, const float* gamma, const float* saved,
                                           const float* scale_shift, const double* sums, float* coefficients,
-                                          float* dx) {
-  return bn_relu_backward_data(stream, rows, channels, x, dy, gamma, saved, scale_shift, sums, coefficients, dx);
+                                          float* dx, bool accumulate) {
+  return bn_relu_backward_data(stream, rows, channels, x, dy, gamma, saved, scale_shift, sums, coefficients, dx,
+                               accumulate);
 }
 cudaError_t batch_norm_relu_backward_data(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
                                           const Bf16* dy, const float* gamma, const float* saved,
                                           const float* scale_shift, const double* sums, float* coefficients,
-                                          Bf16* dx) {
-  return bn_relu_backward_data(stream, rows, channels, x, dy, gamma, saved, scale_shift, sums, coefficients, dx);
+                                          Bf16* dx, bool accumulate) {
+  return bn_relu_backward_data(stream, rows, channels, x, dy, gamma, saved, scale_shift, sums, coefficients, dx,
+                               accumulate);
 }
 
 cudaError_t add_relu_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* a, const float* b,
@@ -160,12 +167,12 @@ cudaError_t add_relu_forward(cudaStream_t stream, int64_t rows, int64_t channels
 }
 
 cudaError_t add_relu_backward(cudaStream_t stream, int64_t rows, int64_t channels, const float* y, const float* dy,
-                              float* da, float* db) {
-  return add_relu_bwd(stream, rows, channels, y, dy, da, db);
+                              float* da, float* db, unsigned first) {
+  return add_relu_bwd(stream, rows, channels, y, dy, da, db, first);
 }
 cudaError_t add_relu_backward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* y, const Bf16* dy,
-                              Bf16* da, Bf16* db) {
-  return add_relu_bwd(stream, rows, channels, y, dy, da, db);
+                              Bf16* da, Bf16* db, unsigned first) {
+  return add_relu_bwd(stream, rows, channels, y, dy, da, db, first);
 }
 
 // ---- pool chain ----
@@ -199,12 +206,12 @@ cudaError_t depthwise_forward(cudaStream_t stream, const DepthwiseShape& s, cons
 }
 
 cudaError_t depthwise_backward_data(cudaStream_t stream, const DepthwiseShape& s, const float* w, const float* dy,
-                                    float* dx) {
-  return depthwise_bwd_data(stream, s, w, dy, dx);
+                                    float* dx, bool accumulate) {
+  return depthwise_bwd_data(stream, s, w, dy, dx, accumulate);
 }
 cudaError_t depthwise_backward_data(cudaStream_t stream, const DepthwiseShape& s, const float* w, const Bf16* dy,
-                                    Bf16* dx) {
-  return depthwise_bwd_data(stream, s, w, dy, dx);
+                                    Bf16* dx, bool accumulate) {
+  return depthwise_bwd_data(stream, s, w, dy, dx, accumulate);
 }
 
 cudaError_t depthwise_backward_weights(cudaStream_t stream, const DepthwiseShape& s, const float* x, const float* dy,

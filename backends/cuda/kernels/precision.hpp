@@ -98,6 +98,13 @@ MLPH_KERNEL void add_into(T& d, float v) {
   d = from_float<T>(to_float(d) + v);
 }
 
+// A gradient's first writer (the plan's accumulate flag false: nothing wrote it before) writes 0 + v,
+// the bits adding into a zeroed buffer gives (-0 becomes +0), with no memset before and no read.
+template <class T>
+MLPH_KERNEL void put_into(T& d, float v, bool accumulate) {
+  d = from_float<T>(accumulate ? to_float(d) + v : 0.0f + v);
+}
+
 template <int V, class T>
 MLPH_KERNEL void load_channels(const T* p, float (&v)[V]) {
 #ifdef __CUDA_ARCH__
@@ -140,6 +147,15 @@ MLPH_KERNEL void store_channels(T* p, const float (&v)[V]) {
   {
     for (int j = 0; j < V; ++j) p[j] = from_float<T>(v[j]);
   }
+}
+
+// A gradient's V channels to add into: read (accumulate), or zeros (its first writer).
+template <int V, class T>
+MLPH_KERNEL void load_gradient(const T* p, float (&v)[V], bool accumulate) {
+  if (accumulate)
+    load_channels<V>(p, v);
+  else
+    for (int j = 0; j < V; ++j) v[j] = 0.0f;
 }
 
 // ---- fp16 dynamic loss scaling ----

@@ -169,31 +169,58 @@ __global__ void lamb_steps_kernel(const double* partial, const int64_t* first_ch
   }
 }
 
-__global__ void lamb_apply_kernel(const Chunk* chunks, int64_t count, const float* steps, const float* update,
-                                  float* w, const double* nonfinite) {
+// A block's share of a chunk: thread t takes its aligned middle V elements at a time (16-byte
+// accesses, a 32-bit count: a chunk is kOptimizerChunk elements at most) and its ends one by one.
+template <int V, class Vector, class One>
+__device__ __forceinline__ void each_in_chunk(const Chunk& chunk, Vector vector, One one) {
+  const VectorSplit split = vector_split(chunk.begin, chunk.end, V);
+  for (int64_t i = chunk.begin + threadIdx.x; i < split.head; i += kThreads) one(i);
+  const auto vectors = static_cast<uint32_t>((split.tail - split.head) / V);
+  for (uint32_t q = threadIdx.x; q < vectors; q += kThreads) vector(split.head + int64_t{q} * V);
+  for (int64_t i = split.tail + threadIdx.x; i < chunk.end; i += kThreads) one(i);
+}
+// The tensor's half copy to write with its masters (none without a table: fp32).
+__device__ __forceinline__ HalfCopy half_copy(const HalfCopy* halves, int32_t tensor) {
+  return halves ? halves[tensor] : HalfCopy{};
+}
+
+__global__ void lamb_apply_kernel(const Chunk* chunks, int64_t count, const float* steps, const HalfCopy* halves,
+                                  const float* update, float* w, const double* nonfinite) {
   if (skipped(nonfinite)) return;
   for (int64_t b = blockIdx.x; b < count; b += gridDim.x) {
     const Chunk chunk = chunks[b];
     const float step = steps[chunk.tensor];
-    for (int64_t i = chunk.begin + threadIdx.x; i < chunk.end; i += kThreads) lamb_apply_at(i, step, update, w);
+    const HalfCopy h = half_copy(halves, chunk.tensor);
+    each_in_chunk<4>(
+        chunk, [&](int64_t i) { lamb_apply_vec_at<4>(i, step, h, update, w); },
+        [&](int64_t i) { lamb_apply_half_at(i, step, h, update, w); });
   }
 }
 
-__global__ void adam_kernel(const Chunk* chunks, int64_t count, const AdamScalars* scalars, const float* g, float* m,
-                            float* v, float* w, const double* nonfinite) {
+__global__ void adam_kernel(const Chunk* chunks, int64_t count, const AdamScalars* scalars, const HalfCopy* halves,
+                            const float* g, float* m, float* v, float* w, const double* nonfinite) {
   if (skipped(nonfinite)) return;
   for (int64_t b = blockIdx.x; b < count; b += gridDim.x) {
     const Chunk chunk = chunks[b];
     const AdamScalars k = scalars[chunk.tensor];
-    for (int64_t i = chunk.begin + threadIdx.x; i < chunk.end; i += kThreads) adam_at(i, k, g, m, v, w);
+    const HalfCopy h = half_copy(halves, chunk.tensor);
+    each_in_chunk<4>(
+        chunk, [&](int64_t i) { adam_vec_at<4>(i, k, h, g, m, v, w); },
+        [&](int64_t i) { adam_half_at(i, k, h, g, m, v, w); });
   }
 }
 
-__global__ void sgd_keras_kernel(int64_t n, const SgdScalars* scalars, const float* g, float* velocity, float* w,
-                                 const double* nonfinite) {
+__global__ void sgd_keras_kernel(const Chunk* chunks, int64_t count, const SgdScalars* scalars, const HalfCopy* halves,
+                                 const float* g, float* velocity, float* w, const double* nonfinite) {
   if (skipped(nonfinite)) return;
   const SgdScalars k = *scalars;
-  for (int64_t i = first_index(); i < n; i += grid_stride()) sgd_keras_at(i, k, g, velocity, w);
+  for (int64_t b = blockIdx.x; b < count; b += gridDim.x) {
+    const Chunk chunk = chunks[b];
+    const HalfCopy h = half_copy(halves, chunk.tensor);
+    each_in_chunk<4>(
+        chunk, [&](int64_t i) { sgd_keras_vec_at<4>(i, k, h, g, velocity, w); },
+        [&](int64_t i) { sgd_keras_half_at(i, k, h, g, velocity, w); });
+  }
 }
 
 // The penalty: sum over tensors in order of l2 * (their sum of squares, over their chunks in order).
@@ -286,13 +313,14 @@ cudaError_t bn_backward_sums(cudaStream_t stream, int64_t rows, int64_t channels
 
 template <class T>
 cudaError_t bn_backward_data(cudaStream_t stream, int64_t rows, int64_t channels, const T* x, const T* dy,
-                             const float* gamma, const float* saved, const double* sums, float* coefficients, T* dx) {
+                             const float* gamma, const float* saved, const double* sums, float* coefficients, T* dx,
+                             bool accumulate) {
   if (const cudaError_t e = each<batch_norm_backward_coefficients_at>(stream, channels, channels, sums, gamma, saved,
                                                                       coefficients);
       e != cudaSuccess)
     return e;
   return each_row_channel<batch_norm_backward_data_at<T>>(stream, rows, channels, channels, x, dy, saved,
-                                                          static_cast<const float*>(coefficients), dx);
+                                                          static_cast<const float*>(coefficients), dx, accumulate);
 }
 
 }  // namespace
@@ -367,13 +395,13 @@ cudaError_t batch_norm_backward_params(cudaStream_t stream, int64_t channels, co
 
 cudaError_t batch_norm_backward_data(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
                                      const float* dy, const float* gamma, const float* saved, const double* sums,
-                                     float* coefficients, float* dx) {
-  return bn_backward_data(stream, rows, channels, x, dy, gamma, saved, sums, coefficients, dx);
+                                     float* coefficients, float* dx, bool accumulate) {
+  return bn_backward_data(stream, rows, channels, x, dy, gamma, saved, sums, coefficients, dx, accumulate);
 }
 cudaError_t batch_norm_backward_data(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
                                      const Bf16* dy, const float* gamma, const float* saved, const double* sums,
-                                     float* coefficients, Bf16* dx) {
-  return bn_backward_data(stream, rows, channels, x, dy, gamma, saved, sums, coefficients, dx);
+                                     float* coefficients, Bf16* dx, bool accumulate) {
+  return bn_backward_data(stream, rows, channels, x, dy, gamma, saved, sums, coefficients, dx, accumulate);
 }
 
 // ---- losses and metrics ----
@@ -409,22 +437,24 @@ cudaError_t iou_forward(cudaStream_t stream, int64_t batch, int64_t rows, int64_
 
 // ---- optimizers and regularization ----
 
-cudaError_t sgd_keras(cudaStream_t stream, int64_t n, const SgdScalars* scalars, const float* g, float* velocity,
-                      float* w, const double* nonfinite) {
-  if (n > 0) sgd_keras_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, scalars, g, velocity, w, nonfinite);
+cudaError_t sgd_keras(cudaStream_t stream, const DeviceChunks& chunks, const SgdScalars* scalars,
+                      const HalfCopy* halves, const float* g, float* velocity, float* w, const double* nonfinite) {
+  if (chunks.count > 0)
+    sgd_keras_kernel<<<chunk_blocks(chunks.count), kThreads, 0, stream>>>(chunks.chunks, chunks.count, scalars, halves,
+                                                                          g, velocity, w, nonfinite);
   return cudaGetLastError();
 }
 
-cudaError_t adam(cudaStream_t stream, const DeviceChunks& chunks, const AdamScalars* scalars, const float* g,
-                 float* m, float* v, float* w, const double* nonfinite) {
+cudaError_t adam(cudaStream_t stream, const DeviceChunks& chunks, const AdamScalars* scalars, const HalfCopy* halves,
+                 const float* g, float* m, float* v, float* w, const double* nonfinite) {
   if (chunks.count > 0)
-    adam_kernel<<<chunk_blocks(chunks.count), kThreads, 0, stream>>>(chunks.chunks, chunks.count, scalars, g, m, v, w,
-                                                                     nonfinite);
+    adam_kernel<<<chunk_blocks(chunks.count), kThreads, 0, stream>>>(chunks.chunks, chunks.count, scalars, halves, g, m,
+                                                                     v, w, nonfinite);
   return cudaGetLastError();
 }
 
 cudaError_t lamb(cudaStream_t stream, const DeviceChunks& chunks, const LambScalars* scalars, double max_grad_norm,
-                 const float* g, float* m, float* v, float* w, float* update, void* workspace,
+                 const HalfCopy* halves, const float* g, float* m, float* v, float* w, float* update, void* workspace,
                  size_t workspace_bytes, const double* nonfinite) {
   if (!fits_multi_tensor(chunks, workspace, workspace_bytes)) return cudaErrorInvalidValue;
   if (chunks.count == 0) return cudaSuccess;
@@ -444,8 +474,8 @@ cudaError_t lamb(cudaStream_t stream, const DeviceChunks& chunks, const LambScal
   lamb_steps_kernel<<<blocks_for(chunks.tensors), kThreads, 0, stream>>>(partial, chunks.first_chunk, chunks.tensors,
                                                                          scalars, steps);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  lamb_apply_kernel<<<chunk_blocks(chunks.count), kThreads, 0, stream>>>(chunks.chunks, chunks.count, steps, update,
-                                                                         w, nonfinite);
+  lamb_apply_kernel<<<chunk_blocks(chunks.count), kThreads, 0, stream>>>(chunks.chunks, chunks.count, steps, halves,
+                                                                         update, w, nonfinite);
   return cudaGetLastError();
 }
 

@@ -124,8 +124,8 @@ struct ConvPlan {
 // cuDNN conv is padded to 8 channels where it is cast anyway, invisibly outside the backend (the
 // fp32 masters, gradients, checkpoints keep the graph's shapes):
 //   conv (CosmoFlow conv1, 4 -> 8): x cast into an 8-channel half buffer, zeros in 4-7; the weights'
-//     half copy [Co, taps, 8] with zero rows (cast from the unpadded masters after each update, so
-//     they stay zero); dw written [Co, taps, 8] and its first channels added into the gradient.
+//     half copy [Co, taps, 8] with zero rows (cast from the unpadded masters after the host's writes;
+//     the update writes the 3 or 4 master channels of each row, so the zeros stay); dw written [Co, taps, 8] and its first channels added into the gradient.
 //     Only when x needs no gradient (a padded dx would need cropping: no graph of ours has one).
 //   conv_transpose (DeepCAM last_deconv, 3 classes -> 8): the adjoint conv's input side is the node's
 //     output: backward-data writes 8 half channels, cropped to 3 as they are cast up (the loss reads

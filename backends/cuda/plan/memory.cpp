@@ -423,6 +423,32 @@ Schedule plan_schedule(const Program& p, const std::vector<NodeLowering>& loweri
   return s;
 }
 
+bool first_writer_overwrites(const Node& node, const NodeLowering& l, const NodeMemory& m, size_t i) {
+  if (i >= m.gradients.size() || !m.gradients[i] || m.accumulate[i]) return false;
+  if (i < m.gradient_scratch.size() && m.gradient_scratch[i]) return false;  // scratch first, then cast and added
+  switch (l.engine) {
+    case Engine::cudnn_conv:
+    case Engine::cudnn_conv_transpose:
+      return i == 0 && l.conv && !l.conv->explicit_padding;  // beta 0
+    case Engine::cublaslt_dense:
+    case Engine::depthwise:  // the gather starts from 0
+    case Engine::pool_chain:  // dz written whole
+      return i == 0;
+    case Engine::kernel:
+      switch (node.kind) {
+        case OpKind::relu:
+        case OpKind::batch_norm:  // the data pass
+          return i == 0;
+        case OpKind::add:  // each input's copy of dy (or add_relu_backward's `first` bits)
+          return true;
+        default:
+          return false;
+      }
+    default:
+      return false;
+  }
+}
+
 ParamLayout layout_params(const Program& p) {
   ParamLayout layout;
   for (const auto& param : p.params) {
@@ -445,7 +471,15 @@ const char* name_of(RegionKind kind) {
 
 MemoryPlan plan_memory(const Program& p, const std::vector<NodeLowering>& lowering, const PrecisionPlan& precision,
                        const Schedule& schedule, const Workspaces& workspaces) {
-  return Planner(p, lowering, precision, schedule, workspaces).run();
+  MemoryPlan plan = Planner(p, lowering, precision, schedule, workspaces).run();
+  for (size_t k = 0; k < p.nodes.size(); ++k) {
+    NodeMemory& m = plan.nodes[k];
+    m.zeroed.assign(m.gradients.size(), false);
+    if (lowering[k].engine == Engine::fused || lowering[k].engine == Engine::alias) continue;  // no backward of their own
+    for (size_t i = 0; i < m.gradients.size(); ++i)
+      m.zeroed[i] = m.gradients[i] && !m.accumulate[i] && !first_writer_overwrites(p.nodes[k], lowering[k], m, i);
+  }
+  return plan;
 }
 
 std::string describe(const MemoryPlan& plan, const Schedule& schedule) {

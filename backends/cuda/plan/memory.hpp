@@ -79,6 +79,7 @@ struct ParamLayout {
 };
 ParamLayout layout_params(const Program& program);
 
+
 enum class RegionKind {
   masters,
   state,
@@ -127,6 +128,10 @@ struct NodeMemory {
   std::vector<Location> gradients;         // per input: its gradient (a parameter's: its slice of the buffer)
   std::vector<Location> gradient_scratch;  // per input: written there first, in the node's type, then cast and added
   std::vector<bool> accumulate;            // per input: add into `gradients` (written before, or a parameter's)
+  // Per input: backward zeroes its gradient first (a memset) because its first writer adds into it.
+  // Not where the first writer overwrites (first_writer_overwrites): cuDNN's and cuBLASLt's dx with
+  // beta 0, our kernels' data gradients written 0 + ... (their `accumulate` false), a pool chain's dz.
+  std::vector<bool> zeroed;
   std::vector<bool> makes_cast;            // per input: forward makes the cast copy `reads` (its first reader)
   Location output_scratch;                 // forward writes its output here first, then casts it up into `output`
   Location output_gradient_cast;           // backward: the output's gradient cast to the node's type
@@ -136,6 +141,10 @@ struct NodeMemory {
   Location forward_workspace, backward_workspace;
   Location winners;  // a pool chain: 1 byte per output element, forward to backward (lowering.hpp)
 };
+
+// Whether node `node`'s backward writes the whole of input i's gradient itself when it is the first
+// writer (accumulate[i] false), so that no memset is needed before it.
+bool first_writer_overwrites(const Node& node, const NodeLowering& lowering, const NodeMemory& memory, size_t i);
 
 // cuDNN/cuBLASLt workspace bytes per node (empty: none), as the algorithms chosen need.
 struct Workspaces {

@@ -23,7 +23,7 @@
 // A node reading a value in a type other than the value's is a cast: the memory plan makes one copy
 // per (value, type), made by the first node reading it, kept for every reader (and backward). Conv
 // and dense weights are never cast this way: the device keeps a copy in the compute type and layout
-// (memory.hpp: weights), made from the fp32 masters after each update; master weights, the gradient
+// (memory.hpp: weights), written by the optimizer's own pass (and cast after the host's writes); master weights, the gradient
 // buffer and the optimizer's state are always fp32.
 #pragma once
 

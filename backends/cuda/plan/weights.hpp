@@ -4,7 +4,8 @@
 //   conv, conv_transpose on cuDNN: the graph's [K..., Ci/g, Co], seen as [rows = taps·Ci/g, cols = Co],
 //     kept as cuDNN's CUDNN_TENSOR_NHWC filter [Co, K..., Ci/g], its transpose [cols, rows]: cuDNN
 //     reads the fp32 masters as they are and backward-filter adds dw into the gradient buffer in place;
-//     bf16/fp16 keep a half copy made by a cast, not a transpose.
+//     bf16/fp16 keep a half copy the optimizer writes as it updates the master (kernels/optimizer.hpp
+//     HalfCopy), not a transpose.
 //   dense and pointwise convs (cuBLASLt) and everything else: the graph's layout.
 // The model's layout is converted only where a tensor crosses the backend's boundary: the initial
 // values, read/write_parameter, read/write_state and read_gradient (checkpoints go through those).

@@ -136,7 +136,7 @@ TEST(CudaKernelLaunchersAnywhere, AWorkspaceTooSmallIsRefusedBeforeAnyLaunch) {
   EXPECT_EQ(iou_forward(nullptr, 3, 10, 4, nullptr, nullptr, nullptr, small, 1 << 20), cudaErrorInvalidValue)
       << "rows must be a multiple of the batch";
   const DeviceChunks chunks{nullptr, 10, nullptr, 3};
-  EXPECT_EQ(lamb(nullptr, chunks, nullptr, 1.0, nullptr, nullptr, nullptr, nullptr, nullptr, small,
+  EXPECT_EQ(lamb(nullptr, chunks, nullptr, 1.0, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, small,
                  multi_tensor_workspace_bytes(10, 3) - 1, nullptr),
             cudaErrorInvalidValue);
   const std::vector<const float*> inputs(2);
@@ -717,12 +717,12 @@ TEST_F(CudaKernelLaunchers, OptimizersOverChunkedBuffersAreTheBodiesBits) {
     const SgdScalars k = sgd_scalars(0.05, 0.9);
     const Device<SgdScalars> dk(std::vector<SgdScalars>{k});
     const Device<float> w(w0), velocity(m0);
-    ok(sgd_keras(kStream, n, dk.get(), dg.get(), velocity.get(), w.get(), nullptr));
+    ok(sgd_keras(kStream, chunks, dk.get(), nullptr, dg.get(), velocity.get(), w.get(), nullptr));
     std::vector<float> hw = w0, hv = m0;
     each(n, [&](int64_t i) { sgd_keras_at(i, k, g.data(), hv.data(), hw.data()); });
     expect_same_bits(w.read(), hw, "sgd_keras weights");
     expect_same_bits(velocity.read(), hv, "sgd_keras velocity");
-    ok(sgd_keras(kStream, n, dk.get(), dg.get(), velocity.get(), w.get(), overflow.get()));
+    ok(sgd_keras(kStream, chunks, dk.get(), nullptr, dg.get(), velocity.get(), w.get(), overflow.get()));
     expect_same_bits(w.read(), hw, "sgd_keras skipped on overflow");
   }
   for (bool decoupled : {false, true}) {  // Adam, AdamW
@@ -730,12 +730,27 @@ TEST_F(CudaKernelLaunchers, OptimizersOverChunkedBuffersAreTheBodiesBits) {
     for (double dcy : decay) k.push_back(adam_scalars(1e-3, 0.9, 0.999, 1e-8, 5, dcy, decoupled));
     const Device<AdamScalars> dk(k);
     const Device<float> w(w0), m(m0), v(v0);
-    ok(adam(kStream, chunks, dk.get(), dg.get(), m.get(), v.get(), w.get(), nullptr));
+    // the half copies written in the same pass: tensor 1 in bf16 (odd length: a scalar tail), tensor 3
+    // in fp16, padded (rows of 3 as rows of 8: 50000 rows; the padding's zeros stay)
+    const Device<uint16_t> half1(static_cast<size_t>(slices[1].count)), half3(std::vector<uint16_t>(400000, 0));
+    std::vector<HalfCopy> halves(slices.size());
+    halves[1] = {half1.get(), slices[1].offset, FloatType::bf16, 0, 0};
+    halves[3] = {half3.get(), slices[3].offset, FloatType::f16, 3, 8};
+    const Device<HalfCopy> dhalves(halves);
+    ok(adam(kStream, chunks, dk.get(), dhalves.get(), dg.get(), m.get(), v.get(), w.get(), nullptr));
     std::vector<float> hw = w0, hm = m0, hv = v0;
     for (const Chunk& c : table.chunks)
       for (int64_t i = c.begin; i < c.end; ++i)
         adam_at(i, k[static_cast<size_t>(c.tensor)], g.data(), hm.data(), hv.data(), hw.data());
     expect_same_bits(w.read(), hw, decoupled ? "adamw weights" : "adam weights");
+    const std::vector<uint16_t> h1 = half1.read(), h3 = half3.read();
+    for (int64_t j = 0; j < slices[1].count; ++j)
+      ASSERT_EQ(h1[static_cast<size_t>(j)], float_to_bfloat16(hw[static_cast<size_t>(slices[1].offset + j)])) << j;
+    for (int64_t j = 0; j < 400000; ++j) {
+      const int64_t r = j / 8, c = j % 8;
+      ASSERT_EQ(h3[static_cast<size_t>(j)], c < 3 ? float_to_half(hw[static_cast<size_t>(slices[3].offset + r * 3 + c)]) : 0)
+          << j;
+    }
     expect_same_bits(m.read(), hm, "adam m");
     expect_same_bits(v.read(), hv, "adam v");
   }
@@ -744,7 +759,7 @@ TEST_F(CudaKernelLaunchers, OptimizersOverChunkedBuffersAreTheBodiesBits) {
     for (double dcy : decay) k.push_back(lamb_scalars(2e-3, 0.9, 0.999, 1e-6, 5, dcy));
     const Device<LambScalars> dk(k);
     const Device<float> w(w0), m(m0), v(v0), update(static_cast<size_t>(n));
-    ok(lamb(kStream, chunks, dk.get(), 1.0, dg.get(), m.get(), v.get(), w.get(), update.get(), ws.get(), ws.bytes,
+    ok(lamb(kStream, chunks, dk.get(), 1.0, nullptr, dg.get(), m.get(), v.get(), w.get(), update.get(), ws.get(), ws.bytes,
             nullptr));
     std::vector<float> hw = w0, hm = m0, hv = v0, hu(static_cast<size_t>(n));
     const std::vector<double> squares =

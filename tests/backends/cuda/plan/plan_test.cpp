@@ -5,6 +5,8 @@
 // algorithm rule; and the plans of the real CosmoFlow and DeepCAM graphs, with their peak bytes.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
@@ -1482,6 +1484,52 @@ TEST(CudaPlanFigures, DeepCam768x1152AtBatch8) {
   std::printf("DeepCAM 768x1152 batch 8 arena: fp32 %.1f MiB, bf16 %.1f MiB = %.1f%% (issue 33's target: 55%%)\n",
               fp32 / 1048576.0, bf16 / 1048576.0, 100.0 * bf16 / fp32);
   EXPECT_LE(bf16 / fp32, 0.53);
+}
+
+// Issue 33 item 4: a gradient's first writer writes it instead of a memset and an add, for our kernels
+// too (relu, add and add + relu, batch norm's data pass, depthwise's gather; cuDNN and cuBLASLt with
+// beta 0 and the pool chain did already). What is still zeroed is printed by op.
+TEST(CudaPlanMemory, DeepCamZeroesNoGradientWhoseFirstWriterOverwrites) {
+  sdk::GraphBuilder g;
+  deepcam::build_model(g, deepcam::DataSettings{}, deepcam::Normalization::identity(16), deepcam::OptimizerSettings{}, 8, 7);
+  const Program p = sdk::program::lower_graph(*g.graph(), implemented());
+  for (Precision precision : {Precision::fp32, Precision::bf16}) {
+    const DevicePlan plan = make_plan(p, {precision});
+    size_t before = 0, before_bytes = 0, after = 0, after_bytes = 0;
+    std::map<std::string, size_t> left;
+    for (size_t k = 0; k < p.nodes.size(); ++k) {
+      const NodeLowering& l = plan.nodes[k];
+      const NodeMemory& m = plan.memory.nodes[k];
+      if (l.engine == Engine::fused || l.engine == Engine::alias) continue;
+      ASSERT_EQ(m.zeroed.size(), m.gradients.size()) << p.nodes[k].name;
+      for (size_t i = 0; i < m.gradients.size(); ++i) {
+        if (!m.gradients[i] || m.accumulate[i] || region_at(plan.memory, m.gradients[i]).kind == RegionKind::gradients) continue;
+        const auto v = static_cast<size_t>(p.nodes[k].inputs[i]);
+        const size_t bytes = static_cast<size_t>(p.values[v].numel()) * bytes_of(plan.precision.values[v]);
+        // before this change: only cuDNN's and cuBLASLt's dx (beta 0) and the pool chain's dz were written
+        const bool scratch = i < m.gradient_scratch.size() && m.gradient_scratch[i];
+        const bool library = i == 0 && !scratch &&
+                             (((l.engine == Engine::cudnn_conv || l.engine == Engine::cudnn_conv_transpose) && l.conv &&
+                               !l.conv->explicit_padding) ||
+                              l.engine == Engine::cublaslt_dense || l.engine == Engine::pool_chain);
+        if (!library) ++before, before_bytes += bytes;
+        if (!m.zeroed[i]) continue;
+        ++after, after_bytes += bytes;
+        ++left[std::string(op_name(p.nodes[k].kind))];
+        const bool ours = (l.engine == Engine::kernel && (p.nodes[k].kind == OpKind::relu || p.nodes[k].kind == OpKind::add ||
+                                                          (p.nodes[k].kind == OpKind::batch_norm && i == 0))) ||
+                          (l.engine == Engine::depthwise && i == 0);
+        EXPECT_FALSE(ours) << p.nodes[k].name << " input " << i << ": its first writer can overwrite";
+      }
+    }
+    std::string by_op;
+    for (const auto& [op, count] : left) by_op += " " + op + " " + std::to_string(count);
+    std::printf("DeepCAM 768x1152 b8 %s: activation gradients zeroed before their first writer: %zu (%.1f MiB), were %zu "
+                "(%.1f MiB); left:%s\n",
+                name_of(precision), after, static_cast<double>(after_bytes) / 1048576.0, before,
+                static_cast<double>(before_bytes) / 1048576.0, by_op.c_str());
+    EXPECT_LT(after * 4, before) << "most memsets are gone";
+  }
 }
 
 // Issue 33 item 4: under bf16 every node of DeepCAM reads its data inputs and writes its output in the
