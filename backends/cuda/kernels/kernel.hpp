@@ -2,7 +2,7 @@
 // a header of this folder, a plain function of its index with plain pointers and sizes, which g++
 // compiles for the CPU tests and nvcc for the device; and a `__global__` wrapper in a .cu file that
 // loops the body over a grid (kernels.cu, reductions.cu). The CPU suite runs every body in a host
-// loop against the reference backend (tests/backends/cuda/kernels/kernel_math_test.cpp).
+// loop against the reference backend (tests/backends/cuda/kernels/math_*_test.cpp, own_*_test.cpp).
 //
 // Bodies use the C math functions (log1pf, tanhf, exp, sqrt...): glibc's on the host, CUDA's on the
 // device. CUDA's transcendental functions are within 1-2 ulp of glibc's, not equal to them; +, -, *,

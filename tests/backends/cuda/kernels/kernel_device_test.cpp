@@ -1,5 +1,5 @@
 // The cuda kernels' launchers (backends/cuda/kernels/launch.hpp) on a GPU, against their bodies run on
-// the CPU in the launchers' order (device_order.hpp; kernel_math_test.cpp checks those bodies against
+// the CPU in the launchers' order (device_order.hpp; math_*_test.cpp checks those bodies against
 // the reference). The kernels are built with --fmad=false and this test without fp contraction, so
 // +, -, *, /, sqrt and every sum must give the same bits on both sides; only CUDA's transcendental
 // functions (log1pf, tanhf, exp, log) differ from glibc's, by an ulp or two, and are compared so.

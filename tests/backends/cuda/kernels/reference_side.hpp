@@ -1,9 +1,14 @@
-// What the host-side kernel tests (kernel_math_test, own_kernels_test) hold the bodies against: the
-// reference backend's thread pool, inputs with the special values, the tolerance of a reordered sum.
+// What the host-side kernel tests (cuda_kernel_math_test, cuda_own_kernels_test) hold the bodies against: the
+// reference backend's thread pool, inputs with the special values, the tolerance of a reordered sum, the
+// same-bits check.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <bit>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "device_order.hpp"
@@ -32,4 +37,29 @@ inline std::vector<float> special_floats(size_t n, uint32_t seed) {
   return v;
 }
 
+// Same bits, NaNs included (the bodies must produce the reference's NaN, not just a NaN).
+inline void expect_same_bits(const std::vector<float>& actual, const std::vector<float>& expected,
+                             const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (size_t i = 0; i < actual.size(); ++i)
+    ASSERT_EQ(std::bit_cast<uint32_t>(actual[i]), std::bit_cast<uint32_t>(expected[i]))
+        << what << " at " << i << ": " << actual[i] << " vs the reference's " << expected[i];
+}
+
 }  // namespace mlph::cuda::test
+
+// What every file of both programs names unqualified.
+namespace mlph::cuda {
+namespace {
+
+namespace ref = mlph::reference;
+using test::each;
+using test::each_row_channel;
+using test::expect_same_bits;
+using test::kSumTolerance;
+using test::pool;
+using test::random_floats;
+using test::special_floats;
+
+}  // namespace
+}  // namespace mlph::cuda
