@@ -94,11 +94,7 @@ cudaError_t leaky_relu_backward(cudaStream_t stream, int64_t n, float alpha, con
   return each<leaky_relu_backward_at>(stream, n, alpha, x, dy, dx);
 }
 cudaError_t relu_forward(cudaStream_t stream, int64_t n, const float* x, float* y) { return relu_fwd(stream, n, x, y); }
-cudaError_t relu_forward(cudaStream_t stream, int64_t n, const Bf16* x, Bf16* y) { return relu_fwd(stream, n, x, y); }
 cudaError_t relu_backward(cudaStream_t stream, int64_t n, const float* x, const float* dy, float* dx, bool accumulate) {
-  return relu_bwd(stream, n, x, dy, dx, accumulate);
-}
-cudaError_t relu_backward(cudaStream_t stream, int64_t n, const Bf16* x, const Bf16* dy, Bf16* dx, bool accumulate) {
   return relu_bwd(stream, n, x, dy, dx, accumulate);
 }
 cudaError_t tanh_forward(cudaStream_t stream, int64_t n, const float* x, float* y) {
@@ -120,13 +116,7 @@ cudaError_t scale_backward(cudaStream_t stream, int64_t n, float factor, const f
 cudaError_t add_forward(cudaStream_t stream, int64_t n, const float* a, const float* b, float* y) {
   return add_fwd(stream, n, a, b, y);
 }
-cudaError_t add_forward(cudaStream_t stream, int64_t n, const Bf16* a, const Bf16* b, Bf16* y) {
-  return add_fwd(stream, n, a, b, y);
-}
 cudaError_t accumulate(cudaStream_t stream, int64_t n, const float* dy, float* dx, bool accumulate) {
-  return accumulate_into(stream, n, dy, dx, accumulate);
-}
-cudaError_t accumulate(cudaStream_t stream, int64_t n, const Bf16* dy, Bf16* dx, bool accumulate) {
   return accumulate_into(stream, n, dy, dx, accumulate);
 }
 cudaError_t copy(cudaStream_t stream, int64_t n, const float* x, float* y) {
@@ -165,16 +155,8 @@ cudaError_t concat_forward(cudaStream_t stream, int64_t rows, std::span<const fl
                            std::span<const int64_t> widths, float* y) {
   return concat_fwd(stream, rows, inputs, widths, y);
 }
-cudaError_t concat_forward(cudaStream_t stream, int64_t rows, std::span<const Bf16* const> inputs,
-                           std::span<const int64_t> widths, Bf16* y) {
-  return concat_fwd(stream, rows, inputs, widths, y);
-}
 cudaError_t concat_backward(cudaStream_t stream, int64_t rows, std::span<float* const> grads,
                             std::span<const int64_t> widths, const float* dy) {
-  return concat_bwd(stream, rows, grads, widths, dy);
-}
-cudaError_t concat_backward(cudaStream_t stream, int64_t rows, std::span<Bf16* const> grads,
-                            std::span<const int64_t> widths, const Bf16* dy) {
   return concat_bwd(stream, rows, grads, widths, dy);
 }
 
@@ -305,5 +287,31 @@ cudaError_t latch_bad_label(cudaStream_t stream, const int64_t* first, const int
   latch_bad_label_kernel<<<1, 1, 0, stream>>>(first, labels, latched);
   return cudaGetLastError();
 }
+
+// The half-storage overloads of launch.hpp (bf16 and fp16: one template each above, instantiated for
+// both types by the one list below).
+#define MLPH_HALF_DEFINITIONS(H) \
+cudaError_t relu_forward(cudaStream_t stream, int64_t n, const H* x, H* y) { return relu_fwd(stream, n, x, y); } \
+cudaError_t relu_backward(cudaStream_t stream, int64_t n, const H* x, const H* dy, H* dx, bool accumulate) {     \
+  return relu_bwd(stream, n, x, dy, dx, accumulate);                                                             \
+}                                                                                                                \
+cudaError_t add_forward(cudaStream_t stream, int64_t n, const H* a, const H* b, H* y) {                          \
+  return add_fwd(stream, n, a, b, y);                                                                            \
+}                                                                                                                \
+cudaError_t accumulate(cudaStream_t stream, int64_t n, const H* dy, H* dx, bool accumulate) {                    \
+  return accumulate_into(stream, n, dy, dx, accumulate);                                                         \
+}                                                                                                                \
+cudaError_t concat_forward(cudaStream_t stream, int64_t rows, std::span<const H* const> inputs,                  \
+                           std::span<const int64_t> widths, H* y) {                                              \
+  return concat_fwd(stream, rows, inputs, widths, y);                                                            \
+}                                                                                                                \
+cudaError_t concat_backward(cudaStream_t stream, int64_t rows, std::span<H* const> grads,                        \
+                            std::span<const int64_t> widths, const H* dy) {                                      \
+  return concat_bwd(stream, rows, grads, widths, dy);                                                            \
+}
+
+MLPH_HALF_DEFINITIONS(Bf16)
+MLPH_HALF_DEFINITIONS(F16)
+#undef MLPH_HALF_DEFINITIONS
 
 }  // namespace mlph::cuda
