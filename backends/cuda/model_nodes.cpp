@@ -523,8 +523,13 @@ void CudaModel::backward(size_t k) {
                         [&](auto t) {
                           using T = MLPH_STORED(t);
                           std::vector<T*> grads;
-                          for (size_t i = 0; i < n.inputs.size(); ++i) grads.push_back(at<T>(m.gradients[i]));
-                          return concat_backward(s, rows, std::span<T* const>(grads), n.widths, at<T>(m.output_gradient));
+                          uint64_t first = 0;  // the inputs whose gradient this node writes first
+                          for (size_t i = 0; i < n.inputs.size(); ++i) {
+                            grads.push_back(at<T>(m.gradients[i]));
+                            if (overwrites_gradient(k, i)) first |= uint64_t{1} << i;
+                          }
+                          return concat_backward(s, rows, std::span<T* const>(grads), n.widths,
+                                                 at<T>(m.output_gradient), first);
                         }),
             "concat_backward", k);
       break;

@@ -56,14 +56,15 @@ cudaError_t concat_fwd(cudaStream_t stream, int64_t rows, std::span<const T* con
 }
 template <class T>
 cudaError_t concat_bwd(cudaStream_t stream, int64_t rows, std::span<T* const> grads, std::span<const int64_t> widths,
-                       const T* dy) {
+                       const T* dy, uint64_t first) {
   if (grads.size() != widths.size()) return cudaErrorInvalidValue;
   const int64_t total = total_width(widths);
   int64_t offset = 0;
   for (size_t k = 0; k < grads.size(); offset += widths[k], ++k) {
     if (!grads[k]) continue;
     if (const cudaError_t e =
-            each_row_channel<add_columns_at<T>>(stream, rows, widths[k], widths[k], dy, total, offset, grads[k]);
+            each_row_channel<add_columns_at<T>>(stream, rows, widths[k], widths[k], dy, total, offset, grads[k],
+                                                !(k < 64 && (first >> k & 1u)));
         e != cudaSuccess)
       return e;
   }
@@ -156,8 +157,8 @@ cudaError_t concat_forward(cudaStream_t stream, int64_t rows, std::span<const fl
   return concat_fwd(stream, rows, inputs, widths, y);
 }
 cudaError_t concat_backward(cudaStream_t stream, int64_t rows, std::span<float* const> grads,
-                            std::span<const int64_t> widths, const float* dy) {
-  return concat_bwd(stream, rows, grads, widths, dy);
+                            std::span<const int64_t> widths, const float* dy, uint64_t first) {
+  return concat_bwd(stream, rows, grads, widths, dy, first);
 }
 
 cudaError_t global_avg_pool_backward(cudaStream_t stream, int64_t batch, int64_t positions, int64_t channels,
@@ -306,8 +307,8 @@ cudaError_t concat_forward(cudaStream_t stream, int64_t rows, std::span<const H*
   return concat_fwd(stream, rows, inputs, widths, y);                                                            \
 }                                                                                                                \
 cudaError_t concat_backward(cudaStream_t stream, int64_t rows, std::span<H* const> grads,                        \
-                            std::span<const int64_t> widths, const H* dy) {                                      \
-  return concat_bwd(stream, rows, grads, widths, dy);                                                            \
+                            std::span<const int64_t> widths, const H* dy, uint64_t first) {                                \
+  return concat_bwd(stream, rows, grads, widths, dy, first);                                                     \
 }
 
 MLPH_HALF_DEFINITIONS(Bf16)

@@ -90,9 +90,10 @@ namespace mlph::cuda {
 // Along channels: inputs[k] [rows, widths[k]] (host arrays of device pointers), y [rows, sum of widths].
 [[nodiscard]] cudaError_t concat_forward(cudaStream_t stream, int64_t rows, std::span<const float* const> inputs,
                                          std::span<const int64_t> widths, float* y);
-// grads[k] += its band of dy; null grads are skipped.
+// grads[k] += its band of dy; null grads are skipped. `first` bit k (k < 64): grads[k] written, 0 + dy
+// (its first writer, no memset before).
 [[nodiscard]] cudaError_t concat_backward(cudaStream_t stream, int64_t rows, std::span<float* const> grads,
-                                          std::span<const int64_t> widths, const float* dy);
+                                          std::span<const int64_t> widths, const float* dy, uint64_t first = 0);
 // x [batch, positions, C] -> y [batch, C]; workspace: channel_sums_workspace_bytes(batch, positions, channels).
 [[nodiscard]] cudaError_t global_avg_pool_forward(cudaStream_t stream, int64_t batch, int64_t positions,
                                                   int64_t channels, const float* x, float* y, void* workspace,
@@ -210,7 +211,7 @@ inline size_t depthwise_workspace_bytes(const DepthwiseShape& s) {
 [[nodiscard]] cudaError_t concat_forward(cudaStream_t stream, int64_t rows, std::span<const H* const> inputs,        \
                                          std::span<const int64_t> widths, H* y);                                     \
 [[nodiscard]] cudaError_t concat_backward(cudaStream_t stream, int64_t rows, std::span<H* const> grads,              \
-                                          std::span<const int64_t> widths, const H* dy);                             \
+                                          std::span<const int64_t> widths, const H* dy, uint64_t first = 0);         \
 [[nodiscard]] cudaError_t batch_norm_sum(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,            \
                                          double* stats, void* workspace, size_t workspace_bytes);                    \
 [[nodiscard]] cudaError_t batch_norm_variance(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,       \

@@ -5,6 +5,7 @@
 // accumulate and first writers. The fp16 rounding itself (float_to_half) is checked in kernel_math_test.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -245,15 +246,22 @@ TYPED_TEST(HalfStorage, ConcatBodiesAreTheFp32BodiesRoundedOnce) {
   for (const int64_t width : widths) {
     const size_t n = static_cast<size_t>(kRows * width);
     const Stored<H> x(n, 52 + static_cast<uint32_t>(width)), dx(n, 54 + static_cast<uint32_t>(width), false);
-    std::vector<H> d = dx.half;
-    std::vector<float> ed = dx.wide;
+    std::vector<H> d = dx.half, d_first(n, H{0x7777u});
+    std::vector<float> ed = dx.wide, ed_first(n, 0.0f), wide_first(n, -3.0f);
     test::each_row_channel(kRows, width, [&](int64_t r, int64_t c) {
       copy_columns_at(r, c, width, x.half.data(), total, offset, y.data());
       copy_columns_at(r, c, width, x.wide.data(), total, offset, ey.data());
       add_columns_at(r, c, width, dy.half.data(), total, offset, d.data());
       add_columns_at(r, c, width, dy.wide.data(), total, offset, ed.data());
+      // The first writer (no memset before): what adding into zeros gives, the garbage never read.
+      add_columns_at(r, c, width, dy.half.data(), total, offset, d_first.data(), false);
+      add_columns_at(r, c, width, dy.wide.data(), total, offset, wide_first.data(), false);
+      add_columns_at(r, c, width, dy.wide.data(), total, offset, ed_first.data());
     });
     expect_rounded_once(d, ed, "concat backward, width " + std::to_string(width));
+    expect_rounded_once(d_first, ed_first, "concat backward's first writer, width " + std::to_string(width));
+    for (size_t i = 0; i < n; ++i)  // fp32 too, -0 included: 0 + -0 is +0
+      ASSERT_EQ(std::bit_cast<uint32_t>(wide_first[i]), std::bit_cast<uint32_t>(ed_first[i])) << "fp32 first writer at " << i;
     offset += width;
   }
   expect_rounded_once(y, ey, "concat");
