@@ -18,11 +18,12 @@ FloatType float_type(plan::DType type) {
 
 constexpr float kOne = 1.0f, kZero = 0.0f;
 
-// f(T*{}) with T the stored type (float, or Bf16 for activations stored in bf16: plan::PrecisionPlan),
-// so that one call site picks our kernels' overload for it.
+// f(T*{}) with T the stored type (float, or Bf16 / F16 for activations stored in bf16 / fp16:
+// plan::PrecisionPlan), so that one call site picks our kernels' overload for it.
 template <class F>
 cudaError_t with_stored(FloatType type, F&& f) {
   if (type == FloatType::bf16) return f(static_cast<Bf16*>(nullptr));
+  if (type == FloatType::f16) return f(static_cast<F16*>(nullptr));
   return f(static_cast<float*>(nullptr));
 }
 #define MLPH_STORED(t) std::remove_pointer_t<decltype(t)>  // the T of with_stored's argument
@@ -122,13 +123,14 @@ void CudaModel::forward(size_t k, bool training) {
       check(scale_forward(s, count, alpha, in(0), y), "scale_forward", k);
       break;
     case OpKind::max_pool:
-      if (plan_.nodes[k].engine == plan::Engine::pool_chain && stored_type(n.output) == FloatType::bf16)  // z, y in bf16
-        check(pool_chain_forward(s, chain_shape(k), at<Bf16>(m.reads[0]), chain_bias(k), at<Bf16>(m.output),
-                                 at<uint8_t>(m.winners)),
+      if (plan_.nodes[k].engine == plan::Engine::pool_chain)  // bias + leaky ReLU + max-pool from the conv's output
+        check(with_stored(stored_type(n.output),  // z and y in one stored type (plan::tied_values)
+                          [&](auto t) {
+                            using T = MLPH_STORED(t);
+                            return pool_chain_forward(s, chain_shape(k), at<T>(m.reads[0]), chain_bias(k),
+                                                      at<T>(m.output), at<uint8_t>(m.winners));
+                          }),
               "pool_chain_forward", k);
-      else if (plan_.nodes[k].engine == plan::Engine::pool_chain)  // bias + leaky ReLU + max-pool from the conv's output
-        check(pool_chain_forward(s, chain_shape(k), in(0), chain_bias(k), y, at<uint8_t>(m.winners)), "pool_chain_forward",
-              k);
       else
         check(max_pool_forward(s, pool_shape(n.window), in(0), y), "max_pool_forward", k);
       break;
@@ -402,14 +404,14 @@ void CudaModel::backward(size_t k) {
   const cudaStream_t s = stream();
   if (plan_.nodes[k].engine == plan::Engine::pool_chain) {  // dz written whole (zeros past the windows too)
     if (!m.gradients[0]) return;
-    if (stored_type(n.output) == FloatType::bf16)
-      check(pool_chain_backward(s, chain_shape(k), at<Bf16>(m.reads[0]), chain_bias(k), at<Bf16>(m.output_gradient),
-                                at<uint8_t>(m.winners), at<Bf16>(m.gradients[0])),
-            "pool_chain_backward", k);
-    else
-      check(pool_chain_backward(s, chain_shape(k), at<float>(m.reads[0]), chain_bias(k), at<float>(m.output_gradient),
-                                at<uint8_t>(m.winners), at<float>(m.gradients[0])),
-            "pool_chain_backward", k);
+    check(with_stored(stored_type(n.output),
+                      [&](auto t) {
+                        using T = MLPH_STORED(t);
+                        return pool_chain_backward(s, chain_shape(k), at<T>(m.reads[0]), chain_bias(k),
+                                                   at<T>(m.output_gradient), at<uint8_t>(m.winners),
+                                                   at<T>(m.gradients[0]));
+                      }),
+          "pool_chain_backward", k);
     return;
   }
   zero_first_gradients(k);
@@ -521,8 +523,13 @@ void CudaModel::backward(size_t k) {
                         [&](auto t) {
                           using T = MLPH_STORED(t);
                           std::vector<T*> grads;
-                          for (size_t i = 0; i < n.inputs.size(); ++i) grads.push_back(at<T>(m.gradients[i]));
-                          return concat_backward(s, rows, std::span<T* const>(grads), n.widths, at<T>(m.output_gradient));
+                          uint64_t first = 0;  // the inputs whose gradient this node writes first
+                          for (size_t i = 0; i < n.inputs.size(); ++i) {
+                            grads.push_back(at<T>(m.gradients[i]));
+                            if (overwrites_gradient(k, i)) first |= uint64_t{1} << i;
+                          }
+                          return concat_backward(s, rows, std::span<T* const>(grads), n.widths,
+                                                 at<T>(m.output_gradient), first);
                         }),
             "concat_backward", k);
       break;
@@ -674,11 +681,12 @@ void CudaModel::conv_backward(size_t k) {
   }
   if (float* db = m.gradients.size() > 2 ? at<float>(m.gradients[2]) : nullptr) {
     const int64_t channels = program_.value(program_.nodes[k].output).shape.back();  // the graph's, never padded
-    if (stored_type(n.output) == FloatType::bf16)  // dy as stored (bf16 activations end to end)
-      check(bias_backward(s, numel(n.output) / channels, channels, at<Bf16>(m.output_gradient), db, ws, ws_bytes),
-            "bias_backward", k);
-    else
-      check(bias_backward(s, numel(n.output) / channels, channels, dy, db, ws, ws_bytes), "bias_backward", k);
+    check(with_stored(stored_type(n.output),  // dy as stored (half activations end to end)
+                      [&](auto t) {
+                        return bias_backward(s, numel(n.output) / channels, channels,
+                                             at<MLPH_STORED(t)>(m.output_gradient), db, ws, ws_bytes);
+                      }),
+          "bias_backward", k);
   }
 }
 

@@ -58,10 +58,12 @@ template <class T = float>
 MLPH_KERNEL void copy_columns_at(int64_t r, int64_t c, int64_t width, const T* x, int64_t total, int64_t offset, T* y) {
   y[r * total + offset + c] = x[r * width + c];
 }
-// dx[r, c] += dy[r, offset + c]: the backward of copy_columns_at.
+// dx[r, c] += dy[r, offset + c]: the backward of copy_columns_at; `accumulate` false: dx's first writer
+// (0 + dy, no memset before: plan::first_writer_overwrites).
 template <class T = float>
-MLPH_KERNEL void add_columns_at(int64_t r, int64_t c, int64_t width, const T* dy, int64_t total, int64_t offset, T* dx) {
-  add_into(dx[r * width + c], to_float(dy[r * total + offset + c]));
+MLPH_KERNEL void add_columns_at(int64_t r, int64_t c, int64_t width, const T* dy, int64_t total, int64_t offset, T* dx,
+                                bool accumulate = true) {
+  put_into(dx[r * width + c], to_float(dy[r * total + offset + c]), accumulate);
 }
 
 // ---- global average pooling: x [batch, positions, C] -> y [batch, C] ----

@@ -56,14 +56,15 @@ cudaError_t concat_fwd(cudaStream_t stream, int64_t rows, std::span<const T* con
 }
 template <class T>
 cudaError_t concat_bwd(cudaStream_t stream, int64_t rows, std::span<T* const> grads, std::span<const int64_t> widths,
-                       const T* dy) {
+                       const T* dy, uint64_t first) {
   if (grads.size() != widths.size()) return cudaErrorInvalidValue;
   const int64_t total = total_width(widths);
   int64_t offset = 0;
   for (size_t k = 0; k < grads.size(); offset += widths[k], ++k) {
     if (!grads[k]) continue;
     if (const cudaError_t e =
-            each_row_channel<add_columns_at<T>>(stream, rows, widths[k], widths[k], dy, total, offset, grads[k]);
+            each_row_channel<add_columns_at<T>>(stream, rows, widths[k], widths[k], dy, total, offset, grads[k],
+                                                !(k < 64 && (first >> k & 1u)));
         e != cudaSuccess)
       return e;
   }
@@ -94,11 +95,7 @@ cudaError_t leaky_relu_backward(cudaStream_t stream, int64_t n, float alpha, con
   return each<leaky_relu_backward_at>(stream, n, alpha, x, dy, dx);
 }
 cudaError_t relu_forward(cudaStream_t stream, int64_t n, const float* x, float* y) { return relu_fwd(stream, n, x, y); }
-cudaError_t relu_forward(cudaStream_t stream, int64_t n, const Bf16* x, Bf16* y) { return relu_fwd(stream, n, x, y); }
 cudaError_t relu_backward(cudaStream_t stream, int64_t n, const float* x, const float* dy, float* dx, bool accumulate) {
-  return relu_bwd(stream, n, x, dy, dx, accumulate);
-}
-cudaError_t relu_backward(cudaStream_t stream, int64_t n, const Bf16* x, const Bf16* dy, Bf16* dx, bool accumulate) {
   return relu_bwd(stream, n, x, dy, dx, accumulate);
 }
 cudaError_t tanh_forward(cudaStream_t stream, int64_t n, const float* x, float* y) {
@@ -120,13 +117,7 @@ cudaError_t scale_backward(cudaStream_t stream, int64_t n, float factor, const f
 cudaError_t add_forward(cudaStream_t stream, int64_t n, const float* a, const float* b, float* y) {
   return add_fwd(stream, n, a, b, y);
 }
-cudaError_t add_forward(cudaStream_t stream, int64_t n, const Bf16* a, const Bf16* b, Bf16* y) {
-  return add_fwd(stream, n, a, b, y);
-}
 cudaError_t accumulate(cudaStream_t stream, int64_t n, const float* dy, float* dx, bool accumulate) {
-  return accumulate_into(stream, n, dy, dx, accumulate);
-}
-cudaError_t accumulate(cudaStream_t stream, int64_t n, const Bf16* dy, Bf16* dx, bool accumulate) {
   return accumulate_into(stream, n, dy, dx, accumulate);
 }
 cudaError_t copy(cudaStream_t stream, int64_t n, const float* x, float* y) {
@@ -165,17 +156,9 @@ cudaError_t concat_forward(cudaStream_t stream, int64_t rows, std::span<const fl
                            std::span<const int64_t> widths, float* y) {
   return concat_fwd(stream, rows, inputs, widths, y);
 }
-cudaError_t concat_forward(cudaStream_t stream, int64_t rows, std::span<const Bf16* const> inputs,
-                           std::span<const int64_t> widths, Bf16* y) {
-  return concat_fwd(stream, rows, inputs, widths, y);
-}
 cudaError_t concat_backward(cudaStream_t stream, int64_t rows, std::span<float* const> grads,
-                            std::span<const int64_t> widths, const float* dy) {
-  return concat_bwd(stream, rows, grads, widths, dy);
-}
-cudaError_t concat_backward(cudaStream_t stream, int64_t rows, std::span<Bf16* const> grads,
-                            std::span<const int64_t> widths, const Bf16* dy) {
-  return concat_bwd(stream, rows, grads, widths, dy);
+                            std::span<const int64_t> widths, const float* dy, uint64_t first) {
+  return concat_bwd(stream, rows, grads, widths, dy, first);
 }
 
 cudaError_t global_avg_pool_backward(cudaStream_t stream, int64_t batch, int64_t positions, int64_t channels,
@@ -305,5 +288,31 @@ cudaError_t latch_bad_label(cudaStream_t stream, const int64_t* first, const int
   latch_bad_label_kernel<<<1, 1, 0, stream>>>(first, labels, latched);
   return cudaGetLastError();
 }
+
+// The half-storage overloads of launch.hpp (bf16 and fp16: one template each above, instantiated for
+// both types by the one list below).
+#define MLPH_HALF_DEFINITIONS(H) \
+cudaError_t relu_forward(cudaStream_t stream, int64_t n, const H* x, H* y) { return relu_fwd(stream, n, x, y); } \
+cudaError_t relu_backward(cudaStream_t stream, int64_t n, const H* x, const H* dy, H* dx, bool accumulate) {     \
+  return relu_bwd(stream, n, x, dy, dx, accumulate);                                                             \
+}                                                                                                                \
+cudaError_t add_forward(cudaStream_t stream, int64_t n, const H* a, const H* b, H* y) {                          \
+  return add_fwd(stream, n, a, b, y);                                                                            \
+}                                                                                                                \
+cudaError_t accumulate(cudaStream_t stream, int64_t n, const H* dy, H* dx, bool accumulate) {                    \
+  return accumulate_into(stream, n, dy, dx, accumulate);                                                         \
+}                                                                                                                \
+cudaError_t concat_forward(cudaStream_t stream, int64_t rows, std::span<const H* const> inputs,                  \
+                           std::span<const int64_t> widths, H* y) {                                              \
+  return concat_fwd(stream, rows, inputs, widths, y);                                                            \
+}                                                                                                                \
+cudaError_t concat_backward(cudaStream_t stream, int64_t rows, std::span<H* const> grads,                        \
+                            std::span<const int64_t> widths, const H* dy, uint64_t first) {                                \
+  return concat_bwd(stream, rows, grads, widths, dy, first);                                                     \
+}
+
+MLPH_HALF_DEFINITIONS(Bf16)
+MLPH_HALF_DEFINITIONS(F16)
+#undef MLPH_HALF_DEFINITIONS
 
 }  // namespace mlph::cuda

@@ -90,9 +90,10 @@ namespace mlph::cuda {
 // Along channels: inputs[k] [rows, widths[k]] (host arrays of device pointers), y [rows, sum of widths].
 [[nodiscard]] cudaError_t concat_forward(cudaStream_t stream, int64_t rows, std::span<const float* const> inputs,
                                          std::span<const int64_t> widths, float* y);
-// grads[k] += its band of dy; null grads are skipped.
+// grads[k] += its band of dy; null grads are skipped. `first` bit k (k < 64): grads[k] written, 0 + dy
+// (its first writer, no memset before).
 [[nodiscard]] cudaError_t concat_backward(cudaStream_t stream, int64_t rows, std::span<float* const> grads,
-                                          std::span<const int64_t> widths, const float* dy);
+                                          std::span<const int64_t> widths, const float* dy, uint64_t first = 0);
 // x [batch, positions, C] -> y [batch, C]; workspace: channel_sums_workspace_bytes(batch, positions, channels).
 [[nodiscard]] cudaError_t global_avg_pool_forward(cudaStream_t stream, int64_t batch, int64_t positions,
                                                   int64_t channels, const float* x, float* y, void* workspace,
@@ -190,67 +191,72 @@ inline size_t depthwise_workspace_bytes(const DepthwiseShape& s) {
 // be null (no bias). y, winner [out positions, C]; the winner is kept for backward.
 [[nodiscard]] cudaError_t pool_chain_forward(cudaStream_t stream, const PoolChainShape& shape, const float* z,
                                              const float* bias, float* y, uint8_t* winner);
-[[nodiscard]] cudaError_t pool_chain_forward(cudaStream_t stream, const PoolChainShape& shape, const Bf16* z,
-                                             const float* bias, Bf16* y, uint8_t* winner);
 // dz WRITTEN (not added): every element of z's windows, and zeros past the last window where the
 // windows do not cover z (pool_chain_covers). The conv's bias gradient is the channel sum of dz.
 [[nodiscard]] cudaError_t pool_chain_backward(cudaStream_t stream, const PoolChainShape& shape, const float* z,
                                               const float* bias, const float* dy, const uint8_t* winner, float* dz);
-[[nodiscard]] cudaError_t pool_chain_backward(cudaStream_t stream, const PoolChainShape& shape, const Bf16* z,
-                                              const float* bias, const Bf16* dy, const uint8_t* winner, Bf16* dz);
-// ---- bf16 storage: the same launchers over activations stored in bf16 (issue 33 item 4) ----
-// Bf16 x, y, dy, dx: each element widened to float as it is read, fp32 arithmetic, each stored result
-// rounded once (a gradient accumulates: read, add in fp32, round once); statistics, scale and shift,
-// sums, weights, biases and their gradients stay fp32. The model calls the overload of each value's
-// stored type (plan::PrecisionPlan::values).
+// ---- half storage: the same launchers over activations stored in bf16 or fp16 (issue 33 item 4) ----
+// H = Bf16 or F16 for x, y, dy, dx: each element widened to float as it is read, fp32 arithmetic, each
+// stored result rounded once (a gradient accumulates: read, add in fp32, round once); statistics, scale
+// and shift, sums, weights, biases and their gradients stay fp32. The model calls the overload of each
+// value's stored type (plan::PrecisionPlan::values). One list for both types (the .cu files define them
+// from one template each the same way). bias_backward: db += the channel sums of a dy stored in half (a
+// pool chain's dz, a conv's dy).
+#define MLPH_HALF_LAUNCHERS(H) \
+[[nodiscard]] cudaError_t relu_forward(cudaStream_t stream, int64_t n, const H* x, H* y);                            \
+[[nodiscard]] cudaError_t relu_backward(cudaStream_t stream, int64_t n, const H* x, const H* dy, H* dx,              \
+                                        bool accumulate = true);                                                     \
+[[nodiscard]] cudaError_t add_forward(cudaStream_t stream, int64_t n, const H* a, const H* b, H* y);                 \
+[[nodiscard]] cudaError_t accumulate(cudaStream_t stream, int64_t n, const H* dy, H* dx, bool accumulate = true);    \
+[[nodiscard]] cudaError_t concat_forward(cudaStream_t stream, int64_t rows, std::span<const H* const> inputs,        \
+                                         std::span<const int64_t> widths, H* y);                                     \
+[[nodiscard]] cudaError_t concat_backward(cudaStream_t stream, int64_t rows, std::span<H* const> grads,              \
+                                          std::span<const int64_t> widths, const H* dy, uint64_t first = 0);         \
+[[nodiscard]] cudaError_t batch_norm_sum(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,            \
+                                         double* stats, void* workspace, size_t workspace_bytes);                    \
+[[nodiscard]] cudaError_t batch_norm_variance(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,       \
+                                              double* stats, void* workspace, size_t workspace_bytes);               \
+[[nodiscard]] cudaError_t batch_norm_apply(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,          \
+                                           const float* scale_shift, H* y);                                          \
+[[nodiscard]] cudaError_t batch_norm_backward_sums(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,  \
+                                                   const H* dy, const float* saved, double* sums, void* workspace,   \
+                                                   size_t workspace_bytes);                                          \
+[[nodiscard]] cudaError_t batch_norm_backward_data(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,  \
+                                                   const H* dy, const float* gamma, const float* saved,              \
+                                                   const double* sums, float* coefficients, H* dx,                   \
+                                                   bool accumulate = true);                                          \
+[[nodiscard]] cudaError_t batch_norm_relu_apply(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,     \
+                                                const float* scale_shift, H* y);                                     \
+[[nodiscard]] cudaError_t batch_norm_relu_backward_sums(cudaStream_t stream, int64_t rows, int64_t channels,         \
+                                                        const H* x, const H* dy, const float* saved,                 \
+                                                        const float* scale_shift, double* sums, void* workspace,     \
+                                                        size_t workspace_bytes);                                     \
+[[nodiscard]] cudaError_t batch_norm_relu_backward_data(cudaStream_t stream, int64_t rows, int64_t channels,         \
+                                                        const H* x, const H* dy, const float* gamma,                 \
+                                                        const float* saved, const float* scale_shift,                \
+                                                        const double* sums, float* coefficients, H* dx,              \
+                                                        bool accumulate = true);                                     \
+[[nodiscard]] cudaError_t add_relu_forward(cudaStream_t stream, int64_t rows, int64_t channels, const H* a,          \
+                                           const H* b, H* y);                                                        \
+[[nodiscard]] cudaError_t add_relu_backward(cudaStream_t stream, int64_t rows, int64_t channels, const H* y,         \
+                                            const H* dy, H* da, H* db, unsigned first = 0);                          \
+[[nodiscard]] cudaError_t depthwise_forward(cudaStream_t stream, const DepthwiseShape& shape, const H* x,            \
+                                            const float* w, const float* b, H* y);                                   \
+[[nodiscard]] cudaError_t depthwise_backward_data(cudaStream_t stream, const DepthwiseShape& shape, const float* w,  \
+                                                  const H* dy, H* dx, bool accumulate = true);                       \
+[[nodiscard]] cudaError_t depthwise_backward_weights(cudaStream_t stream, const DepthwiseShape& shape, const H* x,   \
+                                                     const H* dy, float* dw, float* db, void* workspace,             \
+                                                     size_t workspace_bytes);                                        \
+[[nodiscard]] cudaError_t bias_backward(cudaStream_t stream, int64_t rows, int64_t channels, const H* dy, float* db, \
+                                        void* workspace, size_t workspace_bytes);                                    \
+[[nodiscard]] cudaError_t pool_chain_forward(cudaStream_t stream, const PoolChainShape& shape, const H* z,           \
+                                             const float* bias, H* y, uint8_t* winner);                              \
+[[nodiscard]] cudaError_t pool_chain_backward(cudaStream_t stream, const PoolChainShape& shape, const H* z,          \
+                                              const float* bias, const H* dy, const uint8_t* winner, H* dz);
 
-[[nodiscard]] cudaError_t relu_forward(cudaStream_t stream, int64_t n, const Bf16* x, Bf16* y);
-[[nodiscard]] cudaError_t relu_backward(cudaStream_t stream, int64_t n, const Bf16* x, const Bf16* dy, Bf16* dx,
-                                        bool accumulate = true);
-[[nodiscard]] cudaError_t add_forward(cudaStream_t stream, int64_t n, const Bf16* a, const Bf16* b, Bf16* y);
-[[nodiscard]] cudaError_t accumulate(cudaStream_t stream, int64_t n, const Bf16* dy, Bf16* dx, bool accumulate = true);
-[[nodiscard]] cudaError_t concat_forward(cudaStream_t stream, int64_t rows, std::span<const Bf16* const> inputs,
-                                         std::span<const int64_t> widths, Bf16* y);
-[[nodiscard]] cudaError_t concat_backward(cudaStream_t stream, int64_t rows, std::span<Bf16* const> grads,
-                                          std::span<const int64_t> widths, const Bf16* dy);
-[[nodiscard]] cudaError_t batch_norm_sum(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
-                                         double* stats, void* workspace, size_t workspace_bytes);
-[[nodiscard]] cudaError_t batch_norm_variance(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
-                                              double* stats, void* workspace, size_t workspace_bytes);
-[[nodiscard]] cudaError_t batch_norm_apply(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
-                                           const float* scale_shift, Bf16* y);
-[[nodiscard]] cudaError_t batch_norm_backward_sums(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
-                                                   const Bf16* dy, const float* saved, double* sums, void* workspace,
-                                                   size_t workspace_bytes);
-[[nodiscard]] cudaError_t batch_norm_backward_data(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
-                                                   const Bf16* dy, const float* gamma, const float* saved,
-                                                   const double* sums, float* coefficients, Bf16* dx,
-                                                   bool accumulate = true);
-[[nodiscard]] cudaError_t batch_norm_relu_apply(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
-                                                const float* scale_shift, Bf16* y);
-[[nodiscard]] cudaError_t batch_norm_relu_backward_sums(cudaStream_t stream, int64_t rows, int64_t channels,
-                                                        const Bf16* x, const Bf16* dy, const float* saved,
-                                                        const float* scale_shift, double* sums, void* workspace,
-                                                        size_t workspace_bytes);
-[[nodiscard]] cudaError_t batch_norm_relu_backward_data(cudaStream_t stream, int64_t rows, int64_t channels,
-                                                        const Bf16* x, const Bf16* dy, const float* gamma,
-                                                        const float* saved, const float* scale_shift,
-                                                        const double* sums, float* coefficients, Bf16* dx,
-                                                        bool accumulate = true);
-[[nodiscard]] cudaError_t add_relu_forward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* a,
-                                           const Bf16* b, Bf16* y);
-[[nodiscard]] cudaError_t add_relu_backward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* y,
-                                            const Bf16* dy, Bf16* da, Bf16* db, unsigned first = 0);
-[[nodiscard]] cudaError_t depthwise_forward(cudaStream_t stream, const DepthwiseShape& shape, const Bf16* x,
-                                            const float* w, const float* b, Bf16* y);
-[[nodiscard]] cudaError_t depthwise_backward_data(cudaStream_t stream, const DepthwiseShape& shape, const float* w,
-                                                  const Bf16* dy, Bf16* dx, bool accumulate = true);
-[[nodiscard]] cudaError_t depthwise_backward_weights(cudaStream_t stream, const DepthwiseShape& shape, const Bf16* x,
-                                                     const Bf16* dy, float* dw, float* db, void* workspace,
-                                                     size_t workspace_bytes);
-// db += the channel sums of a dy stored in bf16 (a pool chain's dz, a conv's dy).
-[[nodiscard]] cudaError_t bias_backward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* dy, float* db,
-                                        void* workspace, size_t workspace_bytes);
+MLPH_HALF_LAUNCHERS(Bf16)
+MLPH_HALF_LAUNCHERS(F16)
+#undef MLPH_HALF_LAUNCHERS
 
 // ---- losses and metrics (loss.hpp); the workspace: flat_sums_workspace_bytes(n or rows) ----
 

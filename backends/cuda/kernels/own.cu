@@ -127,18 +127,9 @@ cudaError_t batch_norm_relu_apply(cudaStream_t stream, int64_t rows, int64_t cha
                                   const float* scale_shift, float* y) {
   return bn_relu_apply(stream, rows, channels, x, scale_shift, y);
 }
-cudaError_t batch_norm_relu_apply(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
-                                  const float* scale_shift, Bf16* y) {
-  return bn_relu_apply(stream, rows, channels, x, scale_shift, y);
-}
 
 cudaError_t batch_norm_relu_backward_sums(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
                                           const float* dy, const float* saved, const float* scale_shift, double* sums,
-                                          void* workspace, size_t workspace_bytes) {
-  return bn_relu_backward_sums(stream, rows, channels, x, dy, saved, scale_shift, sums, workspace, workspace_bytes);
-}
-cudaError_t batch_norm_relu_backward_sums(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
-                                          const Bf16* dy, const float* saved, const float* scale_shift, double* sums,
                                           void* workspace, size_t workspace_bytes) {
   return bn_relu_backward_sums(stream, rows, channels, x, dy, saved, scale_shift, sums, workspace, workspace_bytes);
 }
@@ -150,28 +141,14 @@ cudaError_t batch_norm_relu_backward_data(cudaStream_t stream, int64_t rows, int
   return bn_relu_backward_data(stream, rows, channels, x, dy, gamma, saved, scale_shift, sums, coefficients, dx,
                                accumulate);
 }
-cudaError_t batch_norm_relu_backward_data(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
-                                          const Bf16* dy, const float* gamma, const float* saved,
-                                          const float* scale_shift, const double* sums, float* coefficients,
-                                          Bf16* dx, bool accumulate) {
-  return bn_relu_backward_data(stream, rows, channels, x, dy, gamma, saved, scale_shift, sums, coefficients, dx,
-                               accumulate);
-}
 
 cudaError_t add_relu_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* a, const float* b,
                              float* y) {
   return add_relu_fwd(stream, rows, channels, a, b, y);
 }
-cudaError_t add_relu_forward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* a, const Bf16* b, Bf16* y) {
-  return add_relu_fwd(stream, rows, channels, a, b, y);
-}
 
 cudaError_t add_relu_backward(cudaStream_t stream, int64_t rows, int64_t channels, const float* y, const float* dy,
                               float* da, float* db, unsigned first) {
-  return add_relu_bwd(stream, rows, channels, y, dy, da, db, first);
-}
-cudaError_t add_relu_backward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* y, const Bf16* dy,
-                              Bf16* da, Bf16* db, unsigned first) {
   return add_relu_bwd(stream, rows, channels, y, dy, da, db, first);
 }
 
@@ -181,16 +158,8 @@ cudaError_t pool_chain_forward(cudaStream_t stream, const PoolChainShape& s, con
                                uint8_t* winner) {
   return chain_forward(stream, s, z, bias, y, winner);
 }
-cudaError_t pool_chain_forward(cudaStream_t stream, const PoolChainShape& s, const Bf16* z, const float* bias, Bf16* y,
-                               uint8_t* winner) {
-  return chain_forward(stream, s, z, bias, y, winner);
-}
 cudaError_t pool_chain_backward(cudaStream_t stream, const PoolChainShape& s, const float* z, const float* bias,
                                 const float* dy, const uint8_t* winner, float* dz) {
-  return chain_backward(stream, s, z, bias, dy, winner, dz);
-}
-cudaError_t pool_chain_backward(cudaStream_t stream, const PoolChainShape& s, const Bf16* z, const float* bias,
-                                const Bf16* dy, const uint8_t* winner, Bf16* dz) {
   return chain_backward(stream, s, z, bias, dy, winner, dz);
 }
 
@@ -200,17 +169,9 @@ cudaError_t depthwise_forward(cudaStream_t stream, const DepthwiseShape& s, cons
                               const float* b, float* y) {
   return depthwise_fwd(stream, s, x, w, b, y);
 }
-cudaError_t depthwise_forward(cudaStream_t stream, const DepthwiseShape& s, const Bf16* x, const float* w,
-                              const float* b, Bf16* y) {
-  return depthwise_fwd(stream, s, x, w, b, y);
-}
 
 cudaError_t depthwise_backward_data(cudaStream_t stream, const DepthwiseShape& s, const float* w, const float* dy,
                                     float* dx, bool accumulate) {
-  return depthwise_bwd_data(stream, s, w, dy, dx, accumulate);
-}
-cudaError_t depthwise_backward_data(cudaStream_t stream, const DepthwiseShape& s, const float* w, const Bf16* dy,
-                                    Bf16* dx, bool accumulate) {
   return depthwise_bwd_data(stream, s, w, dy, dx, accumulate);
 }
 
@@ -218,9 +179,56 @@ cudaError_t depthwise_backward_weights(cudaStream_t stream, const DepthwiseShape
                                        float* dw, float* db, void* workspace, size_t workspace_bytes) {
   return depthwise_bwd_weights(stream, s, x, dy, dw, db, workspace, workspace_bytes);
 }
-cudaError_t depthwise_backward_weights(cudaStream_t stream, const DepthwiseShape& s, const Bf16* x, const Bf16* dy,
-                                       float* dw, float* db, void* workspace, size_t workspace_bytes) {
-  return depthwise_bwd_weights(stream, s, x, dy, dw, db, workspace, workspace_bytes);
+
+// The half-storage overloads of launch.hpp (bf16 and fp16: one template each above, instantiated for
+// both types by the one list below).
+#define MLPH_HALF_DEFINITIONS(H) \
+cudaError_t batch_norm_relu_apply(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,                   \
+                                  const float* scale_shift, H* y) {                                                  \
+  return bn_relu_apply(stream, rows, channels, x, scale_shift, y);                                                   \
+}                                                                                                                    \
+cudaError_t batch_norm_relu_backward_sums(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,           \
+                                          const H* dy, const float* saved, const float* scale_shift, double* sums,   \
+                                          void* workspace, size_t workspace_bytes) {                                 \
+  return bn_relu_backward_sums(stream, rows, channels, x, dy, saved, scale_shift, sums, workspace, workspace_bytes); \
+}                                                                                                                    \
+cudaError_t batch_norm_relu_backward_data(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,           \
+                                          const H* dy, const float* gamma, const float* saved,                       \
+                                          const float* scale_shift, const double* sums, float* coefficients,         \
+                                          H* dx, bool accumulate) {                                                  \
+  return bn_relu_backward_data(stream, rows, channels, x, dy, gamma, saved, scale_shift, sums, coefficients, dx,     \
+                               accumulate);                                                                          \
+}                                                                                                                    \
+cudaError_t add_relu_forward(cudaStream_t stream, int64_t rows, int64_t channels, const H* a, const H* b, H* y) {    \
+  return add_relu_fwd(stream, rows, channels, a, b, y);                                                              \
+}                                                                                                                    \
+cudaError_t add_relu_backward(cudaStream_t stream, int64_t rows, int64_t channels, const H* y, const H* dy,          \
+                              H* da, H* db, unsigned first) {                                                        \
+  return add_relu_bwd(stream, rows, channels, y, dy, da, db, first);                                                 \
+}                                                                                                                    \
+cudaError_t pool_chain_forward(cudaStream_t stream, const PoolChainShape& s, const H* z, const float* bias, H* y,    \
+                               uint8_t* winner) {                                                                    \
+  return chain_forward(stream, s, z, bias, y, winner);                                                               \
+}                                                                                                                    \
+cudaError_t pool_chain_backward(cudaStream_t stream, const PoolChainShape& s, const H* z, const float* bias,         \
+                                const H* dy, const uint8_t* winner, H* dz) {                                         \
+  return chain_backward(stream, s, z, bias, dy, winner, dz);                                                         \
+}                                                                                                                    \
+cudaError_t depthwise_forward(cudaStream_t stream, const DepthwiseShape& s, const H* x, const float* w,              \
+                              const float* b, H* y) {                                                                \
+  return depthwise_fwd(stream, s, x, w, b, y);                                                                       \
+}                                                                                                                    \
+cudaError_t depthwise_backward_data(cudaStream_t stream, const DepthwiseShape& s, const float* w, const H* dy,       \
+                                    H* dx, bool accumulate) {                                                        \
+  return depthwise_bwd_data(stream, s, w, dy, dx, accumulate);                                                       \
+}                                                                                                                    \
+cudaError_t depthwise_backward_weights(cudaStream_t stream, const DepthwiseShape& s, const H* x, const H* dy,        \
+                                       float* dw, float* db, void* workspace, size_t workspace_bytes) {              \
+  return depthwise_bwd_weights(stream, s, x, dy, dw, db, workspace, workspace_bytes);                                \
 }
+
+MLPH_HALF_DEFINITIONS(Bf16)
+MLPH_HALF_DEFINITIONS(F16)
+#undef MLPH_HALF_DEFINITIONS
 
 }  // namespace mlph::cuda

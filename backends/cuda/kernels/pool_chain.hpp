@@ -10,15 +10,23 @@
 //             other tap; elements past the last window (an odd size) are zeroed by the launcher
 //             first. The conv's bias gradient is then the channel sum of dz, as before.
 //
-// T stores z and dz (float, or bf16 as Bf16: fp32 arithmetic, each stored value rounded once as the
-// unfused bf16 chain rounds it), Y stores y and dy (T by default).
+// T stores z and dz (float, or bf16 / fp16 as Bf16 / F16: fp32 arithmetic, each stored value rounded
+// once as the unfused half chain rounds it), Y stores y and dy (T by default).
 #pragma once
 
 #include <cstdint>
 
 #include "kernel.hpp"
-#include "precision.hpp"  // Bf16
+#include "precision.hpp"  // Bf16, F16
 #include "mlph/sdk/kernels/pool_chain.hpp"
+
+// store_as<T> is the SDK body's one way to round to T: fp16 rounds as float_to_half (nearest even).
+namespace mlph::sdk::kernels {
+template <>
+MLPH_KERNEL cuda::F16 store_as<cuda::F16>(float v) {
+  return cuda::F16{cuda::float_to_half(v)};
+}
+}  // namespace mlph::sdk::kernels
 
 namespace mlph::cuda {
 
@@ -54,6 +62,9 @@ struct ChainStorage<Bf16> {
 };
 template <class T>
 using chain_storage_t = typename ChainStorage<T>::type;
+// fp16 is this backend's own 16-bit type (the SDK has none): the SDK's body reads it through
+// load_float (found by argument-dependent lookup) and writes it through store_as (specialized above).
+MLPH_KERNEL float load_float(F16 v) { return to_float(v); }
 
 // Output position `pos` ([batch, out...] row-major), channel c, as the launcher's 2-D grid calls it (named
 // apart from the SDK's pool_chain_*_at, which argument-dependent lookup would also find).

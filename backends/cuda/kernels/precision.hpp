@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernel.hpp"
 
@@ -74,22 +75,29 @@ MLPH_KERNEL void bfloat16_to_float_at(int64_t i, const uint16_t* x, float* y) { 
 MLPH_KERNEL void float_to_half_at(int64_t i, const float* x, uint16_t* y) { y[i] = float_to_half(x[i]); }
 MLPH_KERNEL void half_to_float_at(int64_t i, const uint16_t* x, float* y) { y[i] = half_to_float(x[i]); }
 
-// ---- storage: activations in float or bf16 (issue 33 item 4), arithmetic in fp32 ----
+// ---- storage: activations in float, bf16 or fp16 (issue 33 item 4), arithmetic in fp32 ----
 
-// V elements from p as floats, and back: float or bf16 storage (Bf16, the rounding above), fp32
-// arithmetic. On the device whole 16-byte vectors where V allows (4 floats, 8 bf16; the caller
-// guarantees the alignment).
+// V elements from p as floats, and back: float, bf16 (Bf16) or fp16 (F16) storage, each with the
+// rounding above (nearest even), fp32 arithmetic. On the device whole 16-byte vectors where V allows
+// (4 floats, 8 halves; the caller guarantees the alignment). The half types are distinct structs of
+// their bits, so that one body templated on T serves both and no overload mixes them up.
 struct Bf16 {
+  uint16_t bits;
+};
+struct F16 {
   uint16_t bits;
 };
 MLPH_KERNEL float to_float(float v) { return v; }
 MLPH_KERNEL float to_float(Bf16 v) { return bfloat16_to_float(v.bits); }
+MLPH_KERNEL float to_float(F16 v) { return half_to_float(v.bits); }
 template <class T>
 MLPH_KERNEL T from_float(float v) {
   if constexpr (sizeof(T) == sizeof(float))
     return v;
-  else
+  else if constexpr (std::is_same_v<T, Bf16>)
     return Bf16{float_to_bfloat16(v)};
+  else
+    return F16{float_to_half(v)};
 }
 
 // d += v in fp32, rounded once into d's type: a gradient stored in bf16 accumulating a term.
@@ -118,8 +126,8 @@ MLPH_KERNEL void load_channels(const T* p, float (&v)[V]) {
       const uint4 u = reinterpret_cast<const uint4*>(p)[q];
       const uint32_t words[4] = {u.x, u.y, u.z, u.w};
       for (int h = 0; h < 4; ++h) {
-        v[8 * q + 2 * h] = bits_float(words[h] << 16);
-        v[8 * q + 2 * h + 1] = bits_float(words[h] & 0xffff0000u);
+        v[8 * q + 2 * h] = to_float(T{static_cast<uint16_t>(words[h] & 0xffffu)});
+        v[8 * q + 2 * h + 1] = to_float(T{static_cast<uint16_t>(words[h] >> 16)});
       }
     }
   } else
@@ -138,8 +146,8 @@ MLPH_KERNEL void store_channels(T* p, const float (&v)[V]) {
     for (int q = 0; q < V / 8; ++q) {
       uint32_t words[4];
       for (int h = 0; h < 4; ++h)
-        words[h] = static_cast<uint32_t>(float_to_bfloat16(v[8 * q + 2 * h])) |
-                   static_cast<uint32_t>(float_to_bfloat16(v[8 * q + 2 * h + 1])) << 16;
+        words[h] = static_cast<uint32_t>(from_float<T>(v[8 * q + 2 * h]).bits) |
+                   static_cast<uint32_t>(from_float<T>(v[8 * q + 2 * h + 1]).bits) << 16;
       reinterpret_cast<uint4*>(p)[q] = make_uint4(words[0], words[1], words[2], words[3]);
     }
   } else

@@ -329,10 +329,6 @@ cudaError_t bias_backward(cudaStream_t stream, int64_t rows, int64_t channels, c
                           void* workspace, size_t workspace_bytes) {
   return bias_bwd(stream, rows, channels, dy, db, workspace, workspace_bytes);
 }
-cudaError_t bias_backward(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* dy, float* db,
-                          void* workspace, size_t workspace_bytes) {
-  return bias_bwd(stream, rows, channels, dy, db, workspace, workspace_bytes);
-}
 
 // ---- batch normalization ----
 
@@ -340,16 +336,8 @@ cudaError_t batch_norm_sum(cudaStream_t stream, int64_t rows, int64_t channels, 
                            void* workspace, size_t workspace_bytes) {
   return bn_sum(stream, rows, channels, x, stats, workspace, workspace_bytes);
 }
-cudaError_t batch_norm_sum(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x, double* stats,
-                           void* workspace, size_t workspace_bytes) {
-  return bn_sum(stream, rows, channels, x, stats, workspace, workspace_bytes);
-}
 
 cudaError_t batch_norm_variance(cudaStream_t stream, int64_t rows, int64_t channels, const float* x, double* stats,
-                                void* workspace, size_t workspace_bytes) {
-  return bn_variance(stream, rows, channels, x, stats, workspace, workspace_bytes);
-}
-cudaError_t batch_norm_variance(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x, double* stats,
                                 void* workspace, size_t workspace_bytes) {
   return bn_variance(stream, rows, channels, x, stats, workspace, workspace_bytes);
 }
@@ -372,18 +360,9 @@ cudaError_t batch_norm_apply(cudaStream_t stream, int64_t rows, int64_t channels
                              const float* scale_shift, float* y) {
   return each_row_channel<batch_norm_apply_at<float>>(stream, rows, channels, channels, x, scale_shift, y);
 }
-cudaError_t batch_norm_apply(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
-                             const float* scale_shift, Bf16* y) {
-  return each_row_channel<batch_norm_apply_at<Bf16>>(stream, rows, channels, channels, x, scale_shift, y);
-}
 
 cudaError_t batch_norm_backward_sums(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
                                      const float* dy, const float* saved, double* sums, void* workspace,
-                                     size_t workspace_bytes) {
-  return bn_backward_sums(stream, rows, channels, x, dy, saved, sums, workspace, workspace_bytes);
-}
-cudaError_t batch_norm_backward_sums(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
-                                     const Bf16* dy, const float* saved, double* sums, void* workspace,
                                      size_t workspace_bytes) {
   return bn_backward_sums(stream, rows, channels, x, dy, saved, sums, workspace, workspace_bytes);
 }
@@ -396,11 +375,6 @@ cudaError_t batch_norm_backward_params(cudaStream_t stream, int64_t channels, co
 cudaError_t batch_norm_backward_data(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
                                      const float* dy, const float* gamma, const float* saved, const double* sums,
                                      float* coefficients, float* dx, bool accumulate) {
-  return bn_backward_data(stream, rows, channels, x, dy, gamma, saved, sums, coefficients, dx, accumulate);
-}
-cudaError_t batch_norm_backward_data(cudaStream_t stream, int64_t rows, int64_t channels, const Bf16* x,
-                                     const Bf16* dy, const float* gamma, const float* saved, const double* sums,
-                                     float* coefficients, Bf16* dx, bool accumulate) {
   return bn_backward_data(stream, rows, channels, x, dy, gamma, saved, sums, coefficients, dx, accumulate);
 }
 
@@ -495,5 +469,39 @@ cudaError_t unscale_gradients(cudaStream_t stream, int64_t n, float* g, const fl
                               void* workspace, size_t workspace_bytes) {
   return flat_sums(stream, UnscaleTerm{g, scale}, n, StoreDouble{nonfinite}, workspace, workspace_bytes);
 }
+
+// The half-storage overloads of launch.hpp (bf16 and fp16: one template each above, instantiated for
+// both types by the one list below).
+#define MLPH_HALF_DEFINITIONS(H) \
+cudaError_t bias_backward(cudaStream_t stream, int64_t rows, int64_t channels, const H* dy, float* db,          \
+                          void* workspace, size_t workspace_bytes) {                                            \
+  return bias_bwd(stream, rows, channels, dy, db, workspace, workspace_bytes);                                  \
+}                                                                                                               \
+cudaError_t batch_norm_sum(cudaStream_t stream, int64_t rows, int64_t channels, const H* x, double* stats,      \
+                           void* workspace, size_t workspace_bytes) {                                           \
+  return bn_sum(stream, rows, channels, x, stats, workspace, workspace_bytes);                                  \
+}                                                                                                               \
+cudaError_t batch_norm_variance(cudaStream_t stream, int64_t rows, int64_t channels, const H* x, double* stats, \
+                                void* workspace, size_t workspace_bytes) {                                      \
+  return bn_variance(stream, rows, channels, x, stats, workspace, workspace_bytes);                             \
+}                                                                                                               \
+cudaError_t batch_norm_apply(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,                   \
+                             const float* scale_shift, H* y) {                                                  \
+  return each_row_channel<batch_norm_apply_at<H>>(stream, rows, channels, channels, x, scale_shift, y);         \
+}                                                                                                               \
+cudaError_t batch_norm_backward_sums(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,           \
+                                     const H* dy, const float* saved, double* sums, void* workspace,            \
+                                     size_t workspace_bytes) {                                                  \
+  return bn_backward_sums(stream, rows, channels, x, dy, saved, sums, workspace, workspace_bytes);              \
+}                                                                                                               \
+cudaError_t batch_norm_backward_data(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,           \
+                                     const H* dy, const float* gamma, const float* saved, const double* sums,   \
+                                     float* coefficients, H* dx, bool accumulate) {                             \
+  return bn_backward_data(stream, rows, channels, x, dy, gamma, saved, sums, coefficients, dx, accumulate);     \
+}
+
+MLPH_HALF_DEFINITIONS(Bf16)
+MLPH_HALF_DEFINITIONS(F16)
+#undef MLPH_HALF_DEFINITIONS
 
 }  // namespace mlph::cuda

@@ -441,6 +441,8 @@ bool first_writer_overwrites(const Node& node, const NodeLowering& l, const Node
           return i == 0;
         case OpKind::add:  // each input's copy of dy (or add_relu_backward's `first` bits)
           return true;
+        case OpKind::concat:  // each input's band of dy (concat_backward's `first` bits: 64 of them)
+          return i < 64;
         default:
           return false;
       }

@@ -19,8 +19,10 @@ bool compute_op(OpKind op) {
 // writes D in fp32 unless its output is stored in half (takes_half below: D set to the half type).
 bool writes_half(Engine engine) { return engine == Engine::cudnn_conv || engine == Engine::cudnn_conv_transpose; }
 
-// bf16 activations end to end (issue 33 item 4): a value is stored in bf16 where the node writing it
-// and every node reading it take the half type as stored (half_values below). Per engine, "takes
+// Half activations end to end (issue 33 item 4): under bf16 or fp16 a value is stored in that type where
+// the node writing it and every node reading it take the half type as stored (half_values below); the
+// rule is the same for both (every body below is templated on the stored type, cuDNN and cuBLASLt take
+// either), so "bf16" below reads "the compute type". Per engine, "takes
 // stored half":
 //   cuDNN conv and conv_transpose   no explicit padding, no padded channels on that side, no bias of its
 //                                   own to add (or the pool chain's): x, y, dy and dx in the half type
@@ -157,10 +159,11 @@ PrecisionPlan plan_precision(const Program& p, Precision precision, const std::v
   plan.loss_scaling = precision == Precision::fp16;
   for (const auto& v : p.values) plan.values.push_back(dtype_of(v.dtype));  // every value as declared
   const DType compute = compute_dtype(precision);
-  if (compute == DType::bf16) {  // activations in bf16 where every end takes it (half_values)
+  const bool half_storage = compute == DType::bf16 || compute == DType::f16;
+  if (half_storage) {  // activations in the half type where every end takes it (half_values), bf16 or fp16 alike
     const std::vector<bool> half = half_values(p, lowering);
     for (size_t v = 0; v < half.size(); ++v)
-      if (half[v]) plan.values[v] = DType::bf16;
+      if (half[v]) plan.values[v] = compute;
   }
   for (size_t k = 0; k < p.nodes.size(); ++k) {
     const Node& node = p.nodes[k];
@@ -173,8 +176,9 @@ PrecisionPlan plan_precision(const Program& p, Precision precision, const std::v
     }
     const int64_t relu = lowering[k].fused_relu;  // what the node writes: a fused relu's output
     const DType out = plan.values[static_cast<size_t>(relu >= 0 ? p.nodes[static_cast<size_t>(relu)].output : node.output)];
-    if (op && out == DType::bf16) n.writes = DType::bf16;  // cuBLASLt's D in bf16 (writes_half_value)
-    if (!op && out == DType::bf16) n.data = n.writes = DType::bf16;  // our kernels' T: the stored type
+    const bool half_out = half_storage && out == compute;
+    if (op && half_out) n.writes = compute;  // cuBLASLt's D in the half type (writes_half_value)
+    if (!op && half_out) n.data = n.writes = compute;  // our kernels' T: the stored type
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       const DType stored = plan.values[static_cast<size_t>(node.inputs[i])];
       n.reads.push_back(op && i != kBiasSlot && stored == DType::f32 ? compute : stored);

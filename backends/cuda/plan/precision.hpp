@@ -1,7 +1,7 @@
 // The precision plan (`backend.precision`): per value the type it is stored in, per node the type
 // it reads each input in and writes its output in; and fp16's dynamic loss scaling.
 //
-// Under bf16 an activation is stored in bf16 where the node writing it and every node reading it take
+// Under bf16 (and fp16 alike, in fp16) an activation is stored in bf16 where the node writing it and every node reading it take
 // bf16 as stored (issue 33 item 4, so far): cuDNN convs (no explicit padding, no padded input side, no
 // bias of their own to add) and pool chains (lowering.hpp) - CosmoFlow's conv blocks: each conv writes
 // its z in bf16, the chain pools it into a bf16 y the next conv reads, their gradients bf16 alike, no

@@ -35,7 +35,7 @@ TEST(CudaPlanFigures, CosmoFlow128AtBatch1And4) {
 #ifdef MLPH_HAVE_DEEPCAM
 TEST(CudaPlanFigures, DeepCam768x1152AtBatch8) {
   const Program p = deepcam_program(8);
-  for (Precision precision : {Precision::fp32, Precision::bf16}) report("DeepCAM 768x1152 batch 8", p, precision);
+  for (Precision precision : {Precision::fp32, Precision::bf16, Precision::fp16}) report("DeepCAM 768x1152 batch 8", p, precision);
   // Issue 33 item 4 asks for bf16 at most 55% of fp32: 52.4% with every activation between DeepCAM's
   // convs in bf16 (plan/precision.cpp); held here so that it does not grow back.
   const double fp32 = static_cast<double>(make_plan(p, {Precision::fp32}).memory.arena_bytes);

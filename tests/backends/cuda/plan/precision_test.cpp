@@ -24,8 +24,9 @@ TEST(CudaPlanPrecision, Bf16ComputesConvAndDenseInHalfAndEverythingElseInFp32) {
     // feeds the dense layers.
     const std::set<std::string> half = {"conv1", "conv1.pool"};
     for (size_t v = 0; v < p.values.size(); ++v)
-      EXPECT_EQ(plan.values[v], precision == Precision::bf16 && half.count(p.values[v].name) ? DType::bf16
-                                                                                             : dtype_of(p.values[v].dtype))
+      EXPECT_EQ(plan.values[v], compute_dtype(precision) != DType::f32 && half.count(p.values[v].name)
+                                    ? compute_dtype(precision)  // bf16 or fp16 alike (issue 33 item 4)
+                                    : dtype_of(p.values[v].dtype))
           << p.values[v].name << " " << name_of(precision);
     EXPECT_EQ(plan.loss_scaling, precision == Precision::fp16);
   }
