@@ -185,15 +185,31 @@ void CudaModel::forward(size_t k, bool training) {
                         }),
             "concat_forward", k);
       break;
-    case OpKind::global_avg_pool:
-      check(global_avg_pool_forward(s, n.batch, rows / n.batch, channels, in(0), y, ws, ws_bytes),
+    case OpKind::global_avg_pool:  // x and y in one stored type (plan/precision.cpp: ties)
+      check(with_stored(stored_type(n.output),
+                        [&](auto t) {
+                          using T = MLPH_STORED(t);
+                          return global_avg_pool_forward(s, n.batch, rows / n.batch, channels, at<T>(m.reads[0]),
+                                                         at<T>(m.output), ws, ws_bytes);
+                        }),
             "global_avg_pool_forward", k);
       break;
-    case OpKind::broadcast:
-      check(broadcast_forward(s, broadcast_shape(n.in_shape, n.out_shape), in(0), y), "broadcast_forward", k);
+    case OpKind::broadcast:  // x and y in one stored type
+      check(with_stored(stored_type(n.output),
+                        [&](auto t) {
+                          using T = MLPH_STORED(t);
+                          return broadcast_forward(s, broadcast_shape(n.in_shape, n.out_shape), at<T>(m.reads[0]),
+                                                   at<T>(m.output));
+                        }),
+            "broadcast_forward", k);
       break;
-    case OpKind::channel_affine:
-      check(channel_affine_forward(s, rows, channels, in(0), in(1), in(2), y), "channel_affine_forward", k);
+    case OpKind::channel_affine:  // x and y as stored (one type), w and b fp32
+      check(with_stored(stored_type(n.output),
+                        [&](auto t) {
+                          using T = MLPH_STORED(t);
+                          return channel_affine_forward(s, rows, channels, at<T>(m.reads[0]), in(1), in(2), at<T>(m.output));
+                        }),
+            "channel_affine_forward", k);
       break;
     case OpKind::shift_scale:
       check(shift_scale_forward(s, rows, channels, in(0), in(1), in(2), y), "shift_scale_forward", k);
@@ -533,14 +549,35 @@ void CudaModel::backward(size_t k) {
                         }),
             "concat_backward", k);
       break;
-    case OpKind::global_avg_pool:
-      if (dx) check(global_avg_pool_backward(s, n.batch, rows / n.batch, channels, dy, dx), "global_avg_pool_backward", k);
+    case OpKind::global_avg_pool:  // dy and dx as stored (x's and y's one type)
+      if (dx)
+        check(with_stored(stored_type(n.output),
+                          [&](auto t) {
+                            using T = MLPH_STORED(t);
+                            return global_avg_pool_backward(s, n.batch, rows / n.batch, channels,
+                                                            at<T>(m.output_gradient), at<T>(m.gradients[0]),
+                                                            !overwrites_gradient(k, 0));
+                          }),
+              "global_avg_pool_backward", k);
       break;
     case OpKind::broadcast:
-      if (dx) check(broadcast_backward(s, broadcast_shape(n.in_shape, n.out_shape), dy, dx), "broadcast_backward", k);
+      if (dx)
+        check(with_stored(stored_type(n.output),
+                          [&](auto t) {
+                            using T = MLPH_STORED(t);
+                            return broadcast_backward(s, broadcast_shape(n.in_shape, n.out_shape), at<T>(m.output_gradient),
+                                                      at<T>(m.gradients[0]), !overwrites_gradient(k, 0));
+                          }),
+              "broadcast_backward", k);
       break;
-    case OpKind::channel_affine:
-      check(channel_affine_backward(s, rows, channels, in(0), in(1), dy, dx, grad(1), grad(2), ws, ws_bytes),
+    case OpKind::channel_affine:  // x, dy and dx as stored (one type); dw, db fp32
+      check(with_stored(stored_type(n.output),
+                        [&](auto t) {
+                          using T = MLPH_STORED(t);
+                          return channel_affine_backward(s, rows, channels, at<T>(m.reads[0]), in(1),
+                                                         at<T>(m.output_gradient), at<T>(m.gradients[0]), grad(1),
+                                                         grad(2), ws, ws_bytes, !overwrites_gradient(k, 0));
+                        }),
             "channel_affine_backward", k);
       break;
     case OpKind::softmax_cross_entropy:

@@ -71,6 +71,24 @@ cudaError_t concat_bwd(cudaStream_t stream, int64_t rows, std::span<T* const> gr
   return cudaSuccess;
 }
 
+// Global average pooling's backward and broadcast over x, y (and their gradients) stored as T.
+template <class T>
+cudaError_t global_avg_pool_bwd(cudaStream_t stream, int64_t batch, int64_t positions, int64_t channels, const T* dy,
+                                T* dx, bool accumulate) {
+  const float inverse = 1.0f / static_cast<float>(positions);
+  return each_row_channel<global_avg_pool_backward_at<T>>(stream, batch * positions, channels, channels, positions,
+                                                          inverse, dy, dx, accumulate);
+}
+template <class T>
+cudaError_t broadcast_fwd(cudaStream_t stream, const BroadcastShape& shape, const T* x, T* y) {
+  return each_row_channel<broadcast_forward_at<T>>(stream, shape.out_rows(), shape.channels(), shape, x, y);
+}
+template <class T>
+cudaError_t broadcast_bwd(cudaStream_t stream, const BroadcastShape& shape, const T* dy, T* dx, bool accumulate) {
+  return each_row_channel<broadcast_backward_at<T>>(stream, shape.in_rows(), shape.channels(), shape, dy, dx,
+                                                    accumulate);
+}
+
 }  // namespace
 
 // ---- element-wise ----
@@ -145,7 +163,7 @@ cudaError_t dropout_mask(cudaStream_t stream, int64_t n, const DropoutStream& st
 
 cudaError_t channel_affine_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
                                    const float* w, const float* b, float* y) {
-  return each_row_channel<channel_affine_forward_at>(stream, rows, channels, channels, x, w, b, y);
+  return each_row_channel<channel_affine_forward_at<float>>(stream, rows, channels, channels, x, w, b, y);
 }
 cudaError_t shift_scale_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
                                 const float* shift, const float* scale, float* y) {
@@ -162,17 +180,16 @@ cudaError_t concat_backward(cudaStream_t stream, int64_t rows, std::span<float* 
 }
 
 cudaError_t global_avg_pool_backward(cudaStream_t stream, int64_t batch, int64_t positions, int64_t channels,
-                                     const float* dy, float* dx) {
-  const float inverse = 1.0f / static_cast<float>(positions);
-  return each_row_channel<global_avg_pool_backward_at>(stream, batch * positions, channels, channels, positions,
-                                                       inverse, dy, dx);
+                                     const float* dy, float* dx, bool accumulate) {
+  return global_avg_pool_bwd(stream, batch, positions, channels, dy, dx, accumulate);
 }
 
 cudaError_t broadcast_forward(cudaStream_t stream, const BroadcastShape& shape, const float* x, float* y) {
-  return each_row_channel<broadcast_forward_at>(stream, shape.out_rows(), shape.channels(), shape, x, y);
+  return broadcast_fwd(stream, shape, x, y);
 }
-cudaError_t broadcast_backward(cudaStream_t stream, const BroadcastShape& shape, const float* dy, float* dx) {
-  return each_row_channel<broadcast_backward_at>(stream, shape.in_rows(), shape.channels(), shape, dy, dx);
+cudaError_t broadcast_backward(cudaStream_t stream, const BroadcastShape& shape, const float* dy, float* dx,
+                               bool accumulate) {
+  return broadcast_bwd(stream, shape, dy, dx, accumulate);
 }
 
 // ---- max pooling ----
@@ -309,6 +326,21 @@ cudaError_t concat_forward(cudaStream_t stream, int64_t rows, std::span<const H*
 cudaError_t concat_backward(cudaStream_t stream, int64_t rows, std::span<H* const> grads,                        \
                             std::span<const int64_t> widths, const H* dy, uint64_t first) {                                \
   return concat_bwd(stream, rows, grads, widths, dy, first);                                                     \
+}                                                                                                                \
+cudaError_t global_avg_pool_backward(cudaStream_t stream, int64_t batch, int64_t positions, int64_t channels,    \
+                                     const H* dy, H* dx, bool accumulate) {                                      \
+  return global_avg_pool_bwd(stream, batch, positions, channels, dy, dx, accumulate);                            \
+}                                                                                                                \
+cudaError_t channel_affine_forward(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,             \
+                                   const float* w, const float* b, H* y) {                                       \
+  return each_row_channel<channel_affine_forward_at<H>>(stream, rows, channels, channels, x, w, b, y);           \
+}                                                                                                                \
+cudaError_t broadcast_forward(cudaStream_t stream, const BroadcastShape& shape, const H* x, H* y) {              \
+  return broadcast_fwd(stream, shape, x, y);                                                                     \
+}                                                                                                                \
+cudaError_t broadcast_backward(cudaStream_t stream, const BroadcastShape& shape, const H* dy, H* dx,            \
+                               bool accumulate) {                                                                \
+  return broadcast_bwd(stream, shape, dy, dx, accumulate);                                                       \
 }
 
 MLPH_HALF_DEFINITIONS(Bf16)

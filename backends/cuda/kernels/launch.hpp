@@ -82,9 +82,10 @@ namespace mlph::cuda {
 [[nodiscard]] cudaError_t channel_affine_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
                                                  const float* w, const float* b, float* y);
 // dx, dw, db may be null; the workspace serves dw and db (channel_sums_workspace_bytes(1, rows, channels)).
+// `accumulate` false: dx written first (0 + dy * w, no memset before).
 [[nodiscard]] cudaError_t channel_affine_backward(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
                                                   const float* w, const float* dy, float* dx, float* dw, float* db,
-                                                  void* workspace, size_t workspace_bytes);
+                                                  void* workspace, size_t workspace_bytes, bool accumulate = true);
 [[nodiscard]] cudaError_t shift_scale_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
                                               const float* shift, const float* scale, float* y);
 // Along channels: inputs[k] [rows, widths[k]] (host arrays of device pointers), y [rows, sum of widths].
@@ -98,13 +99,14 @@ namespace mlph::cuda {
 [[nodiscard]] cudaError_t global_avg_pool_forward(cudaStream_t stream, int64_t batch, int64_t positions,
                                                   int64_t channels, const float* x, float* y, void* workspace,
                                                   size_t workspace_bytes);
+// `accumulate` false (here and in broadcast_backward): dx's first writer, 0 + ... with no memset before.
 [[nodiscard]] cudaError_t global_avg_pool_backward(cudaStream_t stream, int64_t batch, int64_t positions,
-                                                   int64_t channels, const float* dy, float* dx);
+                                                   int64_t channels, const float* dy, float* dx, bool accumulate = true);
 // broadcast_shape(node.in_shape, node.out_shape).
 [[nodiscard]] cudaError_t broadcast_forward(cudaStream_t stream, const BroadcastShape& shape, const float* x,
                                             float* y);
 [[nodiscard]] cudaError_t broadcast_backward(cudaStream_t stream, const BroadcastShape& shape, const float* dy,
-                                             float* dx);
+                                             float* dx, bool accumulate = true);
 
 // ---- batch normalization (batch_norm.hpp: the passes, the stats layout, where a group's allreduce goes) ----
 // workspace: channel_sums_workspace_bytes(1, rows, channels).
@@ -212,6 +214,19 @@ inline size_t depthwise_workspace_bytes(const DepthwiseShape& s) {
                                          std::span<const int64_t> widths, H* y);                                     \
 [[nodiscard]] cudaError_t concat_backward(cudaStream_t stream, int64_t rows, std::span<H* const> grads,              \
                                           std::span<const int64_t> widths, const H* dy, uint64_t first = 0);         \
+[[nodiscard]] cudaError_t global_avg_pool_forward(cudaStream_t stream, int64_t batch, int64_t positions,             \
+                                                  int64_t channels, const H* x, H* y, void* workspace,               \
+                                                  size_t workspace_bytes);                                           \
+[[nodiscard]] cudaError_t global_avg_pool_backward(cudaStream_t stream, int64_t batch, int64_t positions,            \
+                                                   int64_t channels, const H* dy, H* dx, bool accumulate = true);    \
+[[nodiscard]] cudaError_t channel_affine_forward(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,     \
+                                                 const float* w, const float* b, H* y);                              \
+[[nodiscard]] cudaError_t channel_affine_backward(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,    \
+                                                  const float* w, const H* dy, H* dx, float* dw, float* db,          \
+                                                  void* workspace, size_t workspace_bytes, bool accumulate = true);  \
+[[nodiscard]] cudaError_t broadcast_forward(cudaStream_t stream, const BroadcastShape& shape, const H* x, H* y);     \
+[[nodiscard]] cudaError_t broadcast_backward(cudaStream_t stream, const BroadcastShape& shape, const H* dy, H* dx,   \
+                                             bool accumulate = true);                                                \
 [[nodiscard]] cudaError_t batch_norm_sum(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,            \
                                          double* stats, void* workspace, size_t workspace_bytes);                    \
 [[nodiscard]] cudaError_t batch_norm_variance(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,       \
