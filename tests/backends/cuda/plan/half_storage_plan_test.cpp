@@ -102,6 +102,8 @@ TEST(CudaPlanHalfStorage, DeepCamZeroesNoConcatGradient) {
                 name_of(precision), concats, written, by_op.c_str());
     EXPECT_GE(written, 7u);  // the 7 that were memsets (DeepCamZeroesNoGradientWhoseFirstWriterOverwrites)
     EXPECT_EQ(left.count("concat"), 0u);
+    for (const char* op : {"broadcast", "global_avg_pool", "channel_affine"})  // their data gradient written first
+      EXPECT_EQ(left.count(op), 0u) << op;
   }
 }
 #endif
