@@ -212,7 +212,12 @@ void CudaModel::forward(size_t k, bool training) {
             "channel_affine_forward", k);
       break;
     case OpKind::shift_scale:
-      check(shift_scale_forward(s, rows, channels, in(0), in(1), in(2), y), "shift_scale_forward", k);
+      check(with_stored(stored_type(n.output),  // x fp32 (the graph's input), y as stored
+                        [&](auto t) {
+                          using T = MLPH_STORED(t);
+                          return shift_scale_forward(s, rows, channels, in(0), in(1), in(2), at<T>(m.output));
+                        }),
+            "shift_scale_forward", k);
       break;
     case OpKind::softmax_cross_entropy:
       check_labels(k);

@@ -50,9 +50,12 @@ MLPH_KERNEL void channel_affine_params_at(int64_t c, int64_t channels, const dou
 
 // ---- shift_scale: y = (x - shift[c]) * scale[c] (preprocessing: no gradient) ----
 
+// x: the graph's input (fp32); y in T, the stored type of what reads it (a conv in bf16: no cast copy),
+// computed in fp32 and rounded once.
+template <class T = float>
 MLPH_KERNEL void shift_scale_forward_at(int64_t r, int64_t c, int64_t channels, const float* x, const float* shift,
-                                        const float* scale, float* y) {
-  y[r * channels + c] = (x[r * channels + c] - shift[c]) * scale[c];
+                                        const float* scale, T* y) {
+  y[r * channels + c] = from_float<T>((x[r * channels + c] - shift[c]) * scale[c]);
 }
 
 // ---- concat along channels: one launch per input, each a band of columns of y ----

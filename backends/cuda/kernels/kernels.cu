@@ -167,7 +167,7 @@ cudaError_t channel_affine_forward(cudaStream_t stream, int64_t rows, int64_t ch
 }
 cudaError_t shift_scale_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
                                 const float* shift, const float* scale, float* y) {
-  return each_row_channel<shift_scale_forward_at>(stream, rows, channels, channels, x, shift, scale, y);
+  return each_row_channel<shift_scale_forward_at<float>>(stream, rows, channels, channels, x, shift, scale, y);
 }
 
 cudaError_t concat_forward(cudaStream_t stream, int64_t rows, std::span<const float* const> inputs,
@@ -334,6 +334,10 @@ cudaError_t global_avg_pool_backward(cudaStream_t stream, int64_t batch, int64_t
 cudaError_t channel_affine_forward(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,             \
                                    const float* w, const float* b, H* y) {                                       \
   return each_row_channel<channel_affine_forward_at<H>>(stream, rows, channels, channels, x, w, b, y);           \
+}                                                                                                                \
+cudaError_t shift_scale_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,            \
+                                const float* shift, const float* scale, H* y) {                                  \
+  return each_row_channel<shift_scale_forward_at<H>>(stream, rows, channels, channels, x, shift, scale, y);      \
 }                                                                                                                \
 cudaError_t broadcast_forward(cudaStream_t stream, const BroadcastShape& shape, const H* x, H* y) {              \
   return broadcast_fwd(stream, shape, x, y);                                                                     \

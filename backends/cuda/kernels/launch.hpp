@@ -224,6 +224,8 @@ inline size_t depthwise_workspace_bytes(const DepthwiseShape& s) {
 [[nodiscard]] cudaError_t channel_affine_backward(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,    \
                                                   const float* w, const H* dy, H* dx, float* dw, float* db,          \
                                                   void* workspace, size_t workspace_bytes, bool accumulate = true);  \
+[[nodiscard]] cudaError_t shift_scale_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,   \
+                                              const float* shift, const float* scale, H* y);                         \
 [[nodiscard]] cudaError_t broadcast_forward(cudaStream_t stream, const BroadcastShape& shape, const H* x, H* y);     \
 [[nodiscard]] cudaError_t broadcast_backward(cudaStream_t stream, const BroadcastShape& shape, const H* dy, H* dx,   \
                                              bool accumulate = true);                                                \

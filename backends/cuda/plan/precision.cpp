@@ -31,7 +31,8 @@ bool writes_half(Engine engine) { return engine == Engine::cudnn_conv || engine 
 //   our kernels: batch_norm, relu, add, concat, global_avg_pool, broadcast, channel_affine (bodies on
 //                                   the stored type); a relu fused into its batch norm or add; a pool
 //                                   chain and the leaky ReLU inside it
-// Everything else (the losses, metrics, the input's shift_scale...) reads
+//   shift_scale (the input's normalization) y only: x fp32 (a graph input), y as T
+// Everything else (the losses, metrics...) reads
 // and writes fp32: a value one of them reads stays fp32. Our kernels take ONE stored type for their
 // activations (ties below): a batch norm's x and y, an add's or concat's inputs and output, a fused
 // relu's output and its producer's inputs, a pool chain's z and y, a global pooling's or a broadcast's
@@ -89,8 +90,8 @@ bool writes_half_value(const Node& node, const NodeLowering& l) {
     case Engine::fused:
     case Engine::pool_chain:
       return true;
-    case Engine::kernel:
-      return kernel_takes_half(node);
+    case Engine::kernel:  // shift_scale: y only (its x is fp32: reads_half_value), so no tie
+      return kernel_takes_half(node) || node.kind == OpKind::shift_scale;
     default:
       return false;
   }

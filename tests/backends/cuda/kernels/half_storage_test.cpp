@@ -367,6 +367,21 @@ TYPED_TEST(HalfStorage, ChannelAffineBodiesAreTheFp32BodiesRoundedOnce) {
     ASSERT_EQ(std::bit_cast<uint64_t>(sums[i]), std::bit_cast<uint64_t>(wide[i])) << "channel_affine sums at " << i;
 }
 
+// The input's normalization: x fp32 (a graph input), y written in H for the conv that reads it.
+TYPED_TEST(HalfStorage, ShiftScaleWritesTheFp32ResultRoundedOnce) {
+  using H = TypeParam;
+  const int64_t rows = kBatch * kPositions;
+  const size_t n = static_cast<size_t>(rows * kChannels);
+  const std::vector<float> x = half_edges(n, 91), shift = random_floats(kChannels, 92), scale = random_floats(kChannels, 93);
+  std::vector<H> y(n);
+  std::vector<float> ey(n);
+  test::each_row_channel(rows, kChannels, [&](int64_t r, int64_t c) {
+    shift_scale_forward_at(r, c, kChannels, x.data(), shift.data(), scale.data(), y.data());
+    shift_scale_forward_at(r, c, kChannels, x.data(), shift.data(), scale.data(), ey.data());
+  });
+  expect_rounded_once(y, ey, "shift_scale");
+}
+
 // The pool chain (the SDK's body) in fp16 through this backend's load_float / store_as overloads. It
 // rounds as the unfused fp16 chain stores: pre = z + bias rounded, the activation rounded. So y is the
 // fp32 chain's y on the rounded pre (no bias) rounded once (rounding is monotonic: the max of the

@@ -206,15 +206,15 @@ TEST(CudaPlanPrecision, Bf16KeepsDeepCamsActivationsInBf16WithNoCastBetweenNodes
     // affine and the broadcast took the half type.
     fp32_batch_norms += n.kind == OpKind::batch_norm && out == DType::f32;
     if (n.kind == OpKind::global_avg_pool || n.kind == OpKind::broadcast || n.kind == OpKind::channel_affine ||
-        n.kind == OpKind::concat) {
-      EXPECT_EQ(out, DType::bf16) << n.name;  // the image-pool branch and the ASPP concat
+        n.kind == OpKind::concat || n.kind == OpKind::shift_scale) {
+      EXPECT_EQ(out, DType::bf16) << n.name;  // the image-pool branch, the ASPP concat, the input's normalization
     }
   }
   EXPECT_EQ(fp32_batch_norms, 0u);
   std::printf("DeepCAM b2 bf16: %zu of %zu values stored in bf16, %zu cast reads (of fp32 values)\n", half,
               p.values.size(), casts);
   EXPECT_GE(half, 317u);
-  EXPECT_LE(casts, 2u);
+  EXPECT_LE(casts, 1u);  // the one left: decoder.conv3's output (its bias) read by last_deconv
   expect_no_overlap(m, plan.schedule);
 }
 #endif
