@@ -35,6 +35,71 @@ cudaError_t accumulate_into(cudaStream_t stream, int64_t n, const T* dy, T* dx, 
   return each<accumulate_at<T>>(stream, n, dy, dx, accumulate);
 }
 
+// leaky ReLU, tanh, scale, dropout and copies over T, as relu above.
+template <class T>
+cudaError_t leaky_relu_fwd(cudaStream_t stream, int64_t n, float alpha, const T* x, T* y) {
+  constexpr int V = kLanes<T>;
+  if (aligned_16(x, y))
+    return each_vectorized<leaky_relu_forward_vec_at<V, T>, leaky_relu_forward_at<T>, V>(stream, n, alpha, x, y);
+  return each<leaky_relu_forward_at<T>>(stream, n, alpha, x, y);
+}
+template <class T>
+cudaError_t leaky_relu_bwd(cudaStream_t stream, int64_t n, float alpha, const T* x, const T* dy, T* dx, bool accumulate) {
+  constexpr int V = kLanes<T>;
+  if (aligned_16(x, dy, dx))
+    return each_vectorized<leaky_relu_backward_vec_at<V, T>, leaky_relu_backward_at<T>, V>(stream, n, alpha, x, dy, dx,
+                                                                                         accumulate);
+  return each<leaky_relu_backward_at<T>>(stream, n, alpha, x, dy, dx, accumulate);
+}
+template <class T>
+cudaError_t tanh_fwd(cudaStream_t stream, int64_t n, const T* x, T* y) {
+  constexpr int V = kLanes<T>;
+  if (aligned_16(x, y)) return each_vectorized<tanh_forward_vec_at<V, T>, tanh_forward_at<T>, V>(stream, n, x, y);
+  return each<tanh_forward_at<T>>(stream, n, x, y);
+}
+template <class T>
+cudaError_t tanh_bwd(cudaStream_t stream, int64_t n, const T* y, const T* dy, T* dx, bool accumulate) {
+  constexpr int V = kLanes<T>;
+  if (aligned_16(y, dy, dx))
+    return each_vectorized<tanh_backward_vec_at<V, T>, tanh_backward_at<T>, V>(stream, n, y, dy, dx, accumulate);
+  return each<tanh_backward_at<T>>(stream, n, y, dy, dx, accumulate);
+}
+template <class T>
+cudaError_t scale_fwd(cudaStream_t stream, int64_t n, float factor, const T* x, T* y) {
+  constexpr int V = kLanes<T>;
+  if (aligned_16(x, y)) return each_vectorized<scale_forward_vec_at<V, T>, scale_forward_at<T>, V>(stream, n, factor, x, y);
+  return each<scale_forward_at<T>>(stream, n, factor, x, y);
+}
+template <class T>
+cudaError_t scale_bwd(cudaStream_t stream, int64_t n, float factor, const T* dy, T* dx, bool accumulate) {
+  constexpr int V = kLanes<T>;
+  if (aligned_16(dy, dx))
+    return each_vectorized<scale_backward_vec_at<V, T>, scale_backward_at<T>, V>(stream, n, factor, dy, dx, accumulate);
+  return each<scale_backward_at<T>>(stream, n, factor, dy, dx, accumulate);
+}
+template <class T>
+cudaError_t dropout_fwd(cudaStream_t stream, int64_t n, const DropoutStream& d, const uint64_t* micro_step, const T* x,
+                        T* y) {
+  constexpr int V = kLanes<T>;
+  if (aligned_16(x, y))
+    return each_vectorized<dropout_forward_vec_at<V, T>, dropout_forward_at<T>, V>(stream, n, d, micro_step, x, y);
+  return each<dropout_forward_at<T>>(stream, n, d, micro_step, x, y);
+}
+template <class T>
+cudaError_t dropout_bwd(cudaStream_t stream, int64_t n, const DropoutStream& d, const uint64_t* micro_step, const T* dy,
+                        T* dx, bool accumulate) {
+  constexpr int V = kLanes<T>;
+  if (aligned_16(dy, dx))
+    return each_vectorized<dropout_backward_vec_at<V, T>, dropout_backward_at<T>, V>(stream, n, d, micro_step, dy, dx,
+                                                                                   accumulate);
+  return each<dropout_backward_at<T>>(stream, n, d, micro_step, dy, dx, accumulate);
+}
+template <class T>
+cudaError_t copy_values(cudaStream_t stream, int64_t n, const T* x, T* y) {
+  if (n <= 0) return cudaSuccess;
+  return cudaMemcpyAsync(y, x, static_cast<size_t>(n) * sizeof(T), cudaMemcpyDeviceToDevice, stream);
+}
+
 int64_t total_width(std::span<const int64_t> widths) {
   int64_t total = 0;
   for (int64_t w : widths) total += w;
@@ -103,34 +168,25 @@ cudaError_t int16_to_float(cudaStream_t stream, int64_t n, const int16_t* x, flo
   return each<int16_to_float_at>(stream, n, x, y);
 }
 cudaError_t leaky_relu_forward(cudaStream_t stream, int64_t n, float alpha, const float* x, float* y) {
-  if (aligned_16(x, y)) return each_vectorized<leaky_relu_forward_vec_at<4>, leaky_relu_forward_at, 4>(stream, n, alpha, x, y);
-  return each<leaky_relu_forward_at>(stream, n, alpha, x, y);
+  return leaky_relu_fwd(stream, n, alpha, x, y);
 }
 cudaError_t leaky_relu_backward(cudaStream_t stream, int64_t n, float alpha, const float* x, const float* dy,
-                                float* dx) {
-  if (aligned_16(x, dy, dx))
-    return each_vectorized<leaky_relu_backward_vec_at<4>, leaky_relu_backward_at, 4>(stream, n, alpha, x, dy, dx);
-  return each<leaky_relu_backward_at>(stream, n, alpha, x, dy, dx);
+                                float* dx, bool accumulate) {
+  return leaky_relu_bwd(stream, n, alpha, x, dy, dx, accumulate);
 }
 cudaError_t relu_forward(cudaStream_t stream, int64_t n, const float* x, float* y) { return relu_fwd(stream, n, x, y); }
 cudaError_t relu_backward(cudaStream_t stream, int64_t n, const float* x, const float* dy, float* dx, bool accumulate) {
   return relu_bwd(stream, n, x, dy, dx, accumulate);
 }
-cudaError_t tanh_forward(cudaStream_t stream, int64_t n, const float* x, float* y) {
-  if (aligned_16(x, y)) return each_vectorized<tanh_forward_vec_at<4>, tanh_forward_at, 4>(stream, n, x, y);
-  return each<tanh_forward_at>(stream, n, x, y);
-}
-cudaError_t tanh_backward(cudaStream_t stream, int64_t n, const float* y, const float* dy, float* dx) {
-  if (aligned_16(y, dy, dx)) return each_vectorized<tanh_backward_vec_at<4>, tanh_backward_at, 4>(stream, n, y, dy, dx);
-  return each<tanh_backward_at>(stream, n, y, dy, dx);
+cudaError_t tanh_forward(cudaStream_t stream, int64_t n, const float* x, float* y) { return tanh_fwd(stream, n, x, y); }
+cudaError_t tanh_backward(cudaStream_t stream, int64_t n, const float* y, const float* dy, float* dx, bool accumulate) {
+  return tanh_bwd(stream, n, y, dy, dx, accumulate);
 }
 cudaError_t scale_forward(cudaStream_t stream, int64_t n, float factor, const float* x, float* y) {
-  if (aligned_16(x, y)) return each_vectorized<scale_forward_vec_at<4>, scale_forward_at, 4>(stream, n, factor, x, y);
-  return each<scale_forward_at>(stream, n, factor, x, y);
+  return scale_fwd(stream, n, factor, x, y);
 }
-cudaError_t scale_backward(cudaStream_t stream, int64_t n, float factor, const float* dy, float* dx) {
-  if (aligned_16(dy, dx)) return each_vectorized<scale_backward_vec_at<4>, scale_backward_at, 4>(stream, n, factor, dy, dx);
-  return each<scale_backward_at>(stream, n, factor, dy, dx);
+cudaError_t scale_backward(cudaStream_t stream, int64_t n, float factor, const float* dy, float* dx, bool accumulate) {
+  return scale_bwd(stream, n, factor, dy, dx, accumulate);
 }
 cudaError_t add_forward(cudaStream_t stream, int64_t n, const float* a, const float* b, float* y) {
   return add_fwd(stream, n, a, b, y);
@@ -138,21 +194,14 @@ cudaError_t add_forward(cudaStream_t stream, int64_t n, const float* a, const fl
 cudaError_t accumulate(cudaStream_t stream, int64_t n, const float* dy, float* dx, bool accumulate) {
   return accumulate_into(stream, n, dy, dx, accumulate);
 }
-cudaError_t copy(cudaStream_t stream, int64_t n, const float* x, float* y) {
-  if (n <= 0) return cudaSuccess;
-  return cudaMemcpyAsync(y, x, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, stream);
-}
+cudaError_t copy(cudaStream_t stream, int64_t n, const float* x, float* y) { return copy_values(stream, n, x, y); }
 cudaError_t dropout_forward(cudaStream_t stream, int64_t n, const DropoutStream& stream_of, const uint64_t* micro_step,
                             const float* x, float* y) {
-  if (aligned_16(x, y))
-    return each_vectorized<dropout_forward_vec_at<4>, dropout_forward_at, 4>(stream, n, stream_of, micro_step, x, y);
-  return each<dropout_forward_at>(stream, n, stream_of, micro_step, x, y);
+  return dropout_fwd(stream, n, stream_of, micro_step, x, y);
 }
 cudaError_t dropout_backward(cudaStream_t stream, int64_t n, const DropoutStream& stream_of,
-                             const uint64_t* micro_step, const float* dy, float* dx) {
-  if (aligned_16(dy, dx))
-    return each_vectorized<dropout_backward_vec_at<4>, dropout_backward_at, 4>(stream, n, stream_of, micro_step, dy, dx);
-  return each<dropout_backward_at>(stream, n, stream_of, micro_step, dy, dx);
+                             const uint64_t* micro_step, const float* dy, float* dx, bool accumulate) {
+  return dropout_bwd(stream, n, stream_of, micro_step, dy, dx, accumulate);
 }
 cudaError_t dropout_mask(cudaStream_t stream, int64_t n, const DropoutStream& stream_of, const uint64_t* micro_step,
                          float* mask) {
@@ -318,6 +367,32 @@ cudaError_t add_forward(cudaStream_t stream, int64_t n, const H* a, const H* b, 
 }                                                                                                                \
 cudaError_t accumulate(cudaStream_t stream, int64_t n, const H* dy, H* dx, bool accumulate) {                    \
   return accumulate_into(stream, n, dy, dx, accumulate);                                                         \
+}                                                                                                                \
+cudaError_t leaky_relu_forward(cudaStream_t stream, int64_t n, float alpha, const H* x, H* y) {                 \
+  return leaky_relu_fwd(stream, n, alpha, x, y);                                                                 \
+}                                                                                                                \
+cudaError_t leaky_relu_backward(cudaStream_t stream, int64_t n, float alpha, const H* x, const H* dy, H* dx,     \
+                                bool accumulate) {                                                               \
+  return leaky_relu_bwd(stream, n, alpha, x, dy, dx, accumulate);                                                \
+}                                                                                                                \
+cudaError_t tanh_forward(cudaStream_t stream, int64_t n, const H* x, H* y) { return tanh_fwd(stream, n, x, y); } \
+cudaError_t tanh_backward(cudaStream_t stream, int64_t n, const H* y, const H* dy, H* dx, bool accumulate) {     \
+  return tanh_bwd(stream, n, y, dy, dx, accumulate);                                                             \
+}                                                                                                                \
+cudaError_t scale_forward(cudaStream_t stream, int64_t n, float factor, const H* x, H* y) {                      \
+  return scale_fwd(stream, n, factor, x, y);                                                                     \
+}                                                                                                                \
+cudaError_t scale_backward(cudaStream_t stream, int64_t n, float factor, const H* dy, H* dx, bool accumulate) {  \
+  return scale_bwd(stream, n, factor, dy, dx, accumulate);                                                       \
+}                                                                                                                \
+cudaError_t copy(cudaStream_t stream, int64_t n, const H* x, H* y) { return copy_values(stream, n, x, y); }      \
+cudaError_t dropout_forward(cudaStream_t stream, int64_t n, const DropoutStream& stream_of,                      \
+                            const uint64_t* micro_step, const H* x, H* y) {                                      \
+  return dropout_fwd(stream, n, stream_of, micro_step, x, y);                                                    \
+}                                                                                                                \
+cudaError_t dropout_backward(cudaStream_t stream, int64_t n, const DropoutStream& stream_of,                     \
+                             const uint64_t* micro_step, const H* dy, H* dx, bool accumulate) {                  \
+  return dropout_bwd(stream, n, stream_of, micro_step, dy, dx, accumulate);                                      \
 }                                                                                                                \
 cudaError_t concat_forward(cudaStream_t stream, int64_t rows, std::span<const H* const> inputs,                  \
                            std::span<const int64_t> widths, H* y) {                                              \

@@ -51,15 +51,17 @@ namespace mlph::cuda {
 [[nodiscard]] cudaError_t int16_to_float(cudaStream_t stream, int64_t n, const int16_t* x, float* y);
 [[nodiscard]] cudaError_t leaky_relu_forward(cudaStream_t stream, int64_t n, float alpha, const float* x, float* y);
 [[nodiscard]] cudaError_t leaky_relu_backward(cudaStream_t stream, int64_t n, float alpha, const float* x,
-                                              const float* dy, float* dx);
+                                              const float* dy, float* dx, bool accumulate = true);
 [[nodiscard]] cudaError_t relu_forward(cudaStream_t stream, int64_t n, const float* x, float* y);
 [[nodiscard]] cudaError_t relu_backward(cudaStream_t stream, int64_t n, const float* x, const float* dy, float* dx,
                                         bool accumulate = true);
 [[nodiscard]] cudaError_t tanh_forward(cudaStream_t stream, int64_t n, const float* x, float* y);
 // From the forward's output y.
-[[nodiscard]] cudaError_t tanh_backward(cudaStream_t stream, int64_t n, const float* y, const float* dy, float* dx);
+[[nodiscard]] cudaError_t tanh_backward(cudaStream_t stream, int64_t n, const float* y, const float* dy, float* dx,
+                                        bool accumulate = true);
 [[nodiscard]] cudaError_t scale_forward(cudaStream_t stream, int64_t n, float factor, const float* x, float* y);
-[[nodiscard]] cudaError_t scale_backward(cudaStream_t stream, int64_t n, float factor, const float* dy, float* dx);
+[[nodiscard]] cudaError_t scale_backward(cudaStream_t stream, int64_t n, float factor, const float* dy, float* dx,
+                                         bool accumulate = true);
 [[nodiscard]] cudaError_t add_forward(cudaStream_t stream, int64_t n, const float* a, const float* b, float* y);
 // dx += dy: the backward of reshape, of each input of add, of dropout in evaluation.
 // `accumulate` false (here and in relu_backward, batch norm's and depthwise's data gradients,
@@ -73,7 +75,8 @@ namespace mlph::cuda {
 [[nodiscard]] cudaError_t dropout_forward(cudaStream_t stream, int64_t n, const DropoutStream& stream_of,
                                           const uint64_t* micro_step, const float* x, float* y);
 [[nodiscard]] cudaError_t dropout_backward(cudaStream_t stream, int64_t n, const DropoutStream& stream_of,
-                                           const uint64_t* micro_step, const float* dy, float* dx);
+                                           const uint64_t* micro_step, const float* dy, float* dx,
+                                           bool accumulate = true);
 [[nodiscard]] cudaError_t dropout_mask(cudaStream_t stream, int64_t n, const DropoutStream& stream_of,
                                        const uint64_t* micro_step, float* mask);
 
@@ -205,6 +208,20 @@ inline size_t depthwise_workspace_bytes(const DepthwiseShape& s) {
 // from one template each the same way). bias_backward: db += the channel sums of a dy stored in half (a
 // pool chain's dz, a conv's dy).
 #define MLPH_HALF_LAUNCHERS(H) \
+[[nodiscard]] cudaError_t leaky_relu_forward(cudaStream_t stream, int64_t n, float alpha, const H* x, H* y);         \
+[[nodiscard]] cudaError_t leaky_relu_backward(cudaStream_t stream, int64_t n, float alpha, const H* x, const H* dy,  \
+                                              H* dx, bool accumulate = true);                                        \
+[[nodiscard]] cudaError_t tanh_forward(cudaStream_t stream, int64_t n, const H* x, H* y);                            \
+[[nodiscard]] cudaError_t tanh_backward(cudaStream_t stream, int64_t n, const H* y, const H* dy, H* dx,              \
+                                        bool accumulate = true);                                                     \
+[[nodiscard]] cudaError_t scale_forward(cudaStream_t stream, int64_t n, float factor, const H* x, H* y);             \
+[[nodiscard]] cudaError_t scale_backward(cudaStream_t stream, int64_t n, float factor, const H* dy, H* dx,           \
+                                         bool accumulate = true);                                                    \
+[[nodiscard]] cudaError_t copy(cudaStream_t stream, int64_t n, const H* x, H* y);                                    \
+[[nodiscard]] cudaError_t dropout_forward(cudaStream_t stream, int64_t n, const DropoutStream& stream_of,             \
+                                          const uint64_t* micro_step, const H* x, H* y);                             \
+[[nodiscard]] cudaError_t dropout_backward(cudaStream_t stream, int64_t n, const DropoutStream& stream_of,            \
+                                           const uint64_t* micro_step, const H* dy, H* dx, bool accumulate = true);  \
 [[nodiscard]] cudaError_t relu_forward(cudaStream_t stream, int64_t n, const H* x, H* y);                            \
 [[nodiscard]] cudaError_t relu_backward(cudaStream_t stream, int64_t n, const H* x, const H* dy, H* dx,              \
                                         bool accumulate = true);                                                     \

@@ -28,7 +28,8 @@ bool writes_half(Engine engine) { return engine == Engine::cudnn_conv || engine 
 //                                   own to add (or the pool chain's): x, y, dy and dx in the half type
 //   cuBLASLt (dense, pointwise conv) no bias: A = x read as stored, D = y (and dx) written in bf16
 //   depthwise (our kernel)          x, y, dy, dx as T (depthwise.hpp; weights and dw fp32)
-//   our kernels: batch_norm, relu, add, concat, global_avg_pool, broadcast, channel_affine (bodies on
+//   our kernels: batch_norm, relu, leaky_relu, tanh, scale, dropout, add, concat, global_avg_pool,
+//                                   broadcast, channel_affine (bodies on
 //                                   the stored type); a relu fused into its batch norm or add; a pool
 //                                   chain and the leaky ReLU inside it
 //   shift_scale (the input's normalization) y only: x fp32 (a graph input), y as T
@@ -56,6 +57,10 @@ bool kernel_takes_half(const Node& node) {
     case OpKind::global_avg_pool:
     case OpKind::broadcast:
     case OpKind::channel_affine:  // x and y; w and b fp32
+    case OpKind::leaky_relu:
+    case OpKind::tanh:
+    case OpKind::scale:
+    case OpKind::dropout:
       return true;
     default:
       return false;

@@ -116,6 +116,73 @@ void eltwise_matches(size_t n) {
   expect_rounded_once(d_first, efirst, what + " first writer");
 }
 
+// One element-wise op: forward f(i, x, y), backward g(i, src, dy, dx, accumulate) (src: what the body
+// reads, x or y), their V bodies fv, gv over the whole vectors and the scalar ones on the tail, in H;
+// against the scalar fp32 bodies on the widened values: added into dx, and first-written (garbage
+// before it; in fp32 the bits of adding into zeros, -0 included).
+template <class H, int V, class F, class FV, class G, class GV>
+void unary_matches(size_t n, const std::string& name, F f, FV fv, G g, GV gv) {
+  const Stored<H> x(n, 21), dy(n, 22), dx(n, 23, false);
+  std::vector<H> y(n), d = dx.half, d_first(n, H{0x5555u});
+  std::vector<float> ey(n), ed = dx.wide, efirst(n, 0.0f), wide_first(n, -3.0f);
+  const auto count = static_cast<int64_t>(n), vectors = count / V;
+  for (int64_t v = 0; v < vectors; ++v) {
+    fv(v * V, x.half.data(), y.data());
+    gv(v * V, x.half.data(), dy.half.data(), d.data(), true);
+    gv(v * V, x.half.data(), dy.half.data(), d_first.data(), false);
+  }
+  for (int64_t i = vectors * V; i < count; ++i) {
+    f(i, x.half.data(), y.data());
+    g(i, x.half.data(), dy.half.data(), d.data(), true);
+    g(i, x.half.data(), dy.half.data(), d_first.data(), false);
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    f(i, x.wide.data(), ey.data());
+    g(i, x.wide.data(), dy.wide.data(), ed.data(), true);
+    g(i, x.wide.data(), dy.wide.data(), efirst.data(), true);
+    g(i, x.wide.data(), dy.wide.data(), wide_first.data(), false);
+  }
+  const std::string what = name + ", n " + std::to_string(n) + ", V " + std::to_string(V);
+  expect_rounded_once(y, ey, what + " forward");
+  expect_rounded_once(d, ed, what + " backward");
+  expect_rounded_once(d_first, efirst, what + " backward's first writer");
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_EQ(std::bit_cast<uint32_t>(wide_first[i]), std::bit_cast<uint32_t>(efirst[i])) << what << " fp32 first writer at " << i;
+}
+
+// leaky ReLU, tanh, scale and dropout (issue 33: CosmoFlow's and DeepCAM's last fp32 element-wise ops).
+constexpr float alpha = 0.3f, factor = -1.75f;  // leaky ReLU's slope, scale's factor
+template <class H, int V>
+void activations_match(size_t n) {
+  unary_matches<H, V>(
+      n, "leaky_relu", [](int64_t i, auto* x, auto* y) { leaky_relu_forward_at(i, alpha, x, y); },
+      [](int64_t i, auto* x, auto* y) { leaky_relu_forward_vec_at<V>(i, alpha, x, y); },
+      [](int64_t i, auto* x, auto* dy, auto* dx, bool a) { leaky_relu_backward_at(i, alpha, x, dy, dx, a); },
+      [](int64_t i, auto* x, auto* dy, auto* dx, bool a) { leaky_relu_backward_vec_at<V>(i, alpha, x, dy, dx, a); });
+  unary_matches<H, V>(
+      n, "tanh", [](int64_t i, auto* x, auto* y) { tanh_forward_at(i, x, y); },
+      [](int64_t i, auto* x, auto* y) { tanh_forward_vec_at<V>(i, x, y); },
+      [](int64_t i, auto* y, auto* dy, auto* dx, bool a) { tanh_backward_at(i, y, dy, dx, a); },
+      [](int64_t i, auto* y, auto* dy, auto* dx, bool a) { tanh_backward_vec_at<V>(i, y, dy, dx, a); });
+  unary_matches<H, V>(
+      n, "scale", [](int64_t i, auto* x, auto* y) { scale_forward_at(i, factor, x, y); },
+      [](int64_t i, auto* x, auto* y) { scale_forward_vec_at<V>(i, factor, x, y); },
+      [](int64_t i, auto*, auto* dy, auto* dx, bool a) { scale_backward_at(i, factor, dy, dx, a); },
+      [](int64_t i, auto*, auto* dy, auto* dx, bool a) { scale_backward_vec_at<V>(i, factor, dy, dx, a); });
+  const DropoutStream d = dropout_stream(0.3, 42, 5);
+  const uint64_t step = 3;
+  unary_matches<H, V>(
+      n, "dropout", [&](int64_t i, auto* x, auto* y) { dropout_forward_at(i, d, &step, x, y); },
+      [&](int64_t i, auto* x, auto* y) { dropout_forward_vec_at<V>(i, d, &step, x, y); },
+      [&](int64_t i, auto*, auto* dy, auto* dx, bool a) { dropout_backward_at(i, d, &step, dy, dx, a); },
+      [&](int64_t i, auto*, auto* dy, auto* dx, bool a) { dropout_backward_vec_at<V>(i, d, &step, dy, dx, a); });
+}
+
+TYPED_TEST(HalfStorage, ActivationBodiesAreTheFp32BodiesRoundedOnce) {
+  activations_match<TypeParam, 1>(1001);
+  activations_match<TypeParam, 8>(1001);  // 125 vectors of 8 and a tail of 1
+}
+
 TYPED_TEST(HalfStorage, EltwiseBodiesAreTheFp32BodiesRoundedOnce) {
   eltwise_matches<TypeParam, 1>(1001);
   eltwise_matches<TypeParam, 8>(1003);
