@@ -11,88 +11,74 @@ namespace {
 template <class T>
 cudaError_t relu_fwd(cudaStream_t stream, int64_t n, const T* x, T* y) {
   constexpr int V = kLanes<T>;
-  if (aligned_16(x, y)) return each_vectorized<relu_forward_vec_at<V, T>, relu_forward_at<T>, V>(stream, n, x, y);
-  return each<relu_forward_at<T>>(stream, n, x, y);
+  return each_aligned<relu_forward_vec_at<V, T>, relu_forward_at<T>, V>(stream, n, aligned_16(x, y), x, y);
 }
 template <class T>
 cudaError_t relu_bwd(cudaStream_t stream, int64_t n, const T* x, const T* dy, T* dx, bool accumulate) {
   constexpr int V = kLanes<T>;
-  if (aligned_16(x, dy, dx))
-    return each_vectorized<relu_backward_vec_at<V, T>, relu_backward_at<T>, V>(stream, n, x, dy, dx, accumulate);
-  return each<relu_backward_at<T>>(stream, n, x, dy, dx, accumulate);
+  return each_aligned<relu_backward_vec_at<V, T>, relu_backward_at<T>, V>(stream, n,
+                      aligned_16(x, dy, dx), x, dy, dx, accumulate);
 }
 template <class T>
 cudaError_t add_fwd(cudaStream_t stream, int64_t n, const T* a, const T* b, T* y) {
   constexpr int V = kLanes<T>;
-  if (aligned_16(a, b, y)) return each_vectorized<add_forward_vec_at<V, T>, add_forward_at<T>, V>(stream, n, a, b, y);
-  return each<add_forward_at<T>>(stream, n, a, b, y);
+  return each_aligned<add_forward_vec_at<V, T>, add_forward_at<T>, V>(stream, n, aligned_16(a, b, y), a, b, y);
 }
 template <class T>
 cudaError_t accumulate_into(cudaStream_t stream, int64_t n, const T* dy, T* dx, bool accumulate) {
   constexpr int V = kLanes<T>;
-  if (aligned_16(dy, dx))
-    return each_vectorized<accumulate_vec_at<V, T>, accumulate_at<T>, V>(stream, n, dy, dx, accumulate);
-  return each<accumulate_at<T>>(stream, n, dy, dx, accumulate);
+  return each_aligned<accumulate_vec_at<V, T>, accumulate_at<T>, V>(stream, n, aligned_16(dy, dx), dy, dx, accumulate);
 }
 
 // leaky ReLU, tanh, scale, dropout and copies over T, as relu above.
 template <class T>
 cudaError_t leaky_relu_fwd(cudaStream_t stream, int64_t n, float alpha, const T* x, T* y) {
   constexpr int V = kLanes<T>;
-  if (aligned_16(x, y))
-    return each_vectorized<leaky_relu_forward_vec_at<V, T>, leaky_relu_forward_at<T>, V>(stream, n, alpha, x, y);
-  return each<leaky_relu_forward_at<T>>(stream, n, alpha, x, y);
+  return each_aligned<leaky_relu_forward_vec_at<V, T>, leaky_relu_forward_at<T>, V>(stream, n,
+                      aligned_16(x, y), alpha, x, y);
 }
 template <class T>
-cudaError_t leaky_relu_bwd(cudaStream_t stream, int64_t n, float alpha, const T* x, const T* dy, T* dx, bool accumulate) {
+cudaError_t leaky_relu_bwd(cudaStream_t stream, int64_t n, float alpha, const T* x, const T* dy, T* dx,
+                           bool accumulate) {
   constexpr int V = kLanes<T>;
-  if (aligned_16(x, dy, dx))
-    return each_vectorized<leaky_relu_backward_vec_at<V, T>, leaky_relu_backward_at<T>, V>(stream, n, alpha, x, dy, dx,
-                                                                                         accumulate);
-  return each<leaky_relu_backward_at<T>>(stream, n, alpha, x, dy, dx, accumulate);
+  return each_aligned<leaky_relu_backward_vec_at<V, T>, leaky_relu_backward_at<T>, V>(stream, n,
+                      aligned_16(x, dy, dx), alpha, x, dy, dx, accumulate);
 }
 template <class T>
 cudaError_t tanh_fwd(cudaStream_t stream, int64_t n, const T* x, T* y) {
   constexpr int V = kLanes<T>;
-  if (aligned_16(x, y)) return each_vectorized<tanh_forward_vec_at<V, T>, tanh_forward_at<T>, V>(stream, n, x, y);
-  return each<tanh_forward_at<T>>(stream, n, x, y);
+  return each_aligned<tanh_forward_vec_at<V, T>, tanh_forward_at<T>, V>(stream, n, aligned_16(x, y), x, y);
 }
 template <class T>
 cudaError_t tanh_bwd(cudaStream_t stream, int64_t n, const T* y, const T* dy, T* dx, bool accumulate) {
   constexpr int V = kLanes<T>;
-  if (aligned_16(y, dy, dx))
-    return each_vectorized<tanh_backward_vec_at<V, T>, tanh_backward_at<T>, V>(stream, n, y, dy, dx, accumulate);
-  return each<tanh_backward_at<T>>(stream, n, y, dy, dx, accumulate);
+  return each_aligned<tanh_backward_vec_at<V, T>, tanh_backward_at<T>, V>(stream, n,
+                      aligned_16(y, dy, dx), y, dy, dx, accumulate);
 }
 template <class T>
 cudaError_t scale_fwd(cudaStream_t stream, int64_t n, float factor, const T* x, T* y) {
   constexpr int V = kLanes<T>;
-  if (aligned_16(x, y)) return each_vectorized<scale_forward_vec_at<V, T>, scale_forward_at<T>, V>(stream, n, factor, x, y);
-  return each<scale_forward_at<T>>(stream, n, factor, x, y);
+  return each_aligned<scale_forward_vec_at<V, T>, scale_forward_at<T>, V>(stream, n, aligned_16(x, y), factor, x, y);
 }
 template <class T>
 cudaError_t scale_bwd(cudaStream_t stream, int64_t n, float factor, const T* dy, T* dx, bool accumulate) {
   constexpr int V = kLanes<T>;
-  if (aligned_16(dy, dx))
-    return each_vectorized<scale_backward_vec_at<V, T>, scale_backward_at<T>, V>(stream, n, factor, dy, dx, accumulate);
-  return each<scale_backward_at<T>>(stream, n, factor, dy, dx, accumulate);
+  return each_aligned<scale_backward_vec_at<V, T>, scale_backward_at<T>, V>(stream, n,
+                      aligned_16(dy, dx), factor, dy, dx, accumulate);
 }
 template <class T>
 cudaError_t dropout_fwd(cudaStream_t stream, int64_t n, const DropoutStream& d, const uint64_t* micro_step, const T* x,
                         T* y) {
   constexpr int V = kLanes<T>;
-  if (aligned_16(x, y))
-    return each_vectorized<dropout_forward_vec_at<V, T>, dropout_forward_at<T>, V>(stream, n, d, micro_step, x, y);
-  return each<dropout_forward_at<T>>(stream, n, d, micro_step, x, y);
+  return each_aligned<dropout_forward_vec_at<V, T>, dropout_forward_at<T>, V>(stream, n,
+                      aligned_16(x, y), d, micro_step, x, y);
 }
 template <class T>
 cudaError_t dropout_bwd(cudaStream_t stream, int64_t n, const DropoutStream& d, const uint64_t* micro_step, const T* dy,
                         T* dx, bool accumulate) {
   constexpr int V = kLanes<T>;
-  if (aligned_16(dy, dx))
-    return each_vectorized<dropout_backward_vec_at<V, T>, dropout_backward_at<T>, V>(stream, n, d, micro_step, dy, dx,
-                                                                                   accumulate);
-  return each<dropout_backward_at<T>>(stream, n, d, micro_step, dy, dx, accumulate);
+  return each_aligned<dropout_backward_vec_at<V, T>, dropout_backward_at<T>, V>(stream, n,
+                      aligned_16(dy, dx), d, micro_step, dy, dx, accumulate);
 }
 template <class T>
 cudaError_t copy_values(cudaStream_t stream, int64_t n, const T* x, T* y) {
