@@ -108,8 +108,13 @@ void CudaModel::forward(size_t k, bool training) {
       else
         conv_forward(k);
       break;
-    case OpKind::leaky_relu:
-      check(leaky_relu_forward(s, count, alpha, in(0), y), "leaky_relu_forward", k);
+    case OpKind::leaky_relu:  // x and y in one stored type (and so tanh, scale, dropout)
+      check(with_stored(stored_type(n.output),
+                        [&](auto t) {
+                          using T = MLPH_STORED(t);
+                          return leaky_relu_forward(s, count, alpha, at<T>(m.reads[0]), at<T>(m.output));
+                        }),
+            "leaky_relu_forward", k);
       break;
     case OpKind::relu:
       check(with_stored(stored_type(n.inputs[0]),
@@ -117,10 +122,17 @@ void CudaModel::forward(size_t k, bool training) {
             "relu_forward", k);
       break;
     case OpKind::tanh:
-      check(tanh_forward(s, count, in(0), y), "tanh_forward", k);
+      check(with_stored(stored_type(n.output),
+                        [&](auto t) { return tanh_forward(s, count, at<MLPH_STORED(t)>(m.reads[0]), at<MLPH_STORED(t)>(m.output)); }),
+            "tanh_forward", k);
       break;
     case OpKind::scale:
-      check(scale_forward(s, count, alpha, in(0), y), "scale_forward", k);
+      check(with_stored(stored_type(n.output),
+                        [&](auto t) {
+                          using T = MLPH_STORED(t);
+                          return scale_forward(s, count, alpha, at<T>(m.reads[0]), at<T>(m.output));
+                        }),
+            "scale_forward", k);
       break;
     case OpKind::max_pool:
       if (plan_.nodes[k].engine == plan::Engine::pool_chain)  // bias + leaky ReLU + max-pool from the conv's output
@@ -140,12 +152,15 @@ void CudaModel::forward(size_t k, bool training) {
       dense_forward(k);
       break;
     case OpKind::dropout:
-      if (training && n.attr != 0.0)
-        check(dropout_forward(s, count, dropout_stream(n.attr, program_.seed, n.index), control<uint64_t>(block_.step),
-                              in(0), y),
-              "dropout_forward", k);
-      else
-        check(copy(s, count, in(0), y), "copy", k);
+      check(with_stored(stored_type(n.output),
+                        [&](auto t) {
+                          using T = MLPH_STORED(t);
+                          if (training && n.attr != 0.0)
+                            return dropout_forward(s, count, dropout_stream(n.attr, program_.seed, n.index),
+                                                   control<uint64_t>(block_.step), at<T>(m.reads[0]), at<T>(m.output));
+                          return copy(s, count, at<T>(m.reads[0]), at<T>(m.output));
+                        }),
+            training && n.attr != 0.0 ? "dropout_forward" : "copy", k);
       break;
     case OpKind::mse:
       check(mse_forward(s, numel(n.inputs[0]), in(0), in(1), y, ws, ws_bytes), "mse_forward", k);
@@ -185,18 +200,39 @@ void CudaModel::forward(size_t k, bool training) {
                         }),
             "concat_forward", k);
       break;
-    case OpKind::global_avg_pool:
-      check(global_avg_pool_forward(s, n.batch, rows / n.batch, channels, in(0), y, ws, ws_bytes),
+    case OpKind::global_avg_pool:  // x and y in one stored type (plan/precision.cpp: ties)
+      check(with_stored(stored_type(n.output),
+                        [&](auto t) {
+                          using T = MLPH_STORED(t);
+                          return global_avg_pool_forward(s, n.batch, rows / n.batch, channels, at<T>(m.reads[0]),
+                                                         at<T>(m.output), ws, ws_bytes);
+                        }),
             "global_avg_pool_forward", k);
       break;
-    case OpKind::broadcast:
-      check(broadcast_forward(s, broadcast_shape(n.in_shape, n.out_shape), in(0), y), "broadcast_forward", k);
+    case OpKind::broadcast:  // x and y in one stored type
+      check(with_stored(stored_type(n.output),
+                        [&](auto t) {
+                          using T = MLPH_STORED(t);
+                          return broadcast_forward(s, broadcast_shape(n.in_shape, n.out_shape), at<T>(m.reads[0]),
+                                                   at<T>(m.output));
+                        }),
+            "broadcast_forward", k);
       break;
-    case OpKind::channel_affine:
-      check(channel_affine_forward(s, rows, channels, in(0), in(1), in(2), y), "channel_affine_forward", k);
+    case OpKind::channel_affine:  // x and y as stored (one type), w and b fp32
+      check(with_stored(stored_type(n.output),
+                        [&](auto t) {
+                          using T = MLPH_STORED(t);
+                          return channel_affine_forward(s, rows, channels, at<T>(m.reads[0]), in(1), in(2), at<T>(m.output));
+                        }),
+            "channel_affine_forward", k);
       break;
     case OpKind::shift_scale:
-      check(shift_scale_forward(s, rows, channels, in(0), in(1), in(2), y), "shift_scale_forward", k);
+      check(with_stored(stored_type(n.output),  // x fp32 (the graph's input), y as stored
+                        [&](auto t) {
+                          using T = MLPH_STORED(t);
+                          return shift_scale_forward(s, rows, channels, in(0), in(1), in(2), at<T>(m.output));
+                        }),
+            "shift_scale_forward", k);
       break;
     case OpKind::softmax_cross_entropy:
       check_labels(k);
@@ -418,7 +454,6 @@ void CudaModel::backward(size_t k) {
   auto in = [&](size_t i) { return at<float>(m.reads[i]); };
   auto grad = [&](size_t i) { return i < m.gradients.size() ? at<float>(m.gradients[i]) : nullptr; };
   const float* dy = at<float>(m.output_gradient);
-  const float* y = at<float>(m.output);
   float* dx = grad(0);
   const int64_t count = numel(n.output), rows = n.rows.rows, channels = n.rows.channels;
   void* ws = at(m.backward_workspace);
@@ -462,7 +497,15 @@ void CudaModel::backward(size_t k) {
       check(mse_backward(s, numel(n.inputs[0]), in(0), in(1), dy, dx, grad(1)), "mse_backward", k);
       break;
     case OpKind::leaky_relu:  // from its output when alpha >= 0 (the plan keeps that), else its input
-      if (dx) check(leaky_relu_backward(s, count, alpha, n.attr >= 0 ? y : in(0), dy, dx), "leaky_relu_backward", k);
+      if (dx)
+        check(with_stored(stored_type(n.output),
+                          [&](auto t) {
+                            using T = MLPH_STORED(t);
+                            return leaky_relu_backward(s, count, alpha, at<T>(n.attr >= 0 ? m.output : m.reads[0]),
+                                                       at<T>(m.output_gradient), at<T>(m.gradients[0]),
+                                                       !overwrites_gradient(k, 0));
+                          }),
+              "leaky_relu_backward", k);
       break;
     case OpKind::relu:  // y > 0 exactly where x > 0
       if (dx)
@@ -475,19 +518,37 @@ void CudaModel::backward(size_t k) {
               "relu_backward", k);
       break;
     case OpKind::tanh:
-      if (dx) check(tanh_backward(s, count, y, dy, dx), "tanh_backward", k);
+      if (dx)
+        check(with_stored(stored_type(n.output),
+                          [&](auto t) {
+                            using T = MLPH_STORED(t);
+                            return tanh_backward(s, count, at<T>(m.output), at<T>(m.output_gradient), at<T>(m.gradients[0]),
+                                                 !overwrites_gradient(k, 0));
+                          }),
+              "tanh_backward", k);
       break;
     case OpKind::scale:
-      if (dx) check(scale_backward(s, count, alpha, dy, dx), "scale_backward", k);
+      if (dx)
+        check(with_stored(stored_type(n.output),
+                          [&](auto t) {
+                            using T = MLPH_STORED(t);
+                            return scale_backward(s, count, alpha, at<T>(m.output_gradient), at<T>(m.gradients[0]),
+                                                  !overwrites_gradient(k, 0));
+                          }),
+              "scale_backward", k);
       break;
     case OpKind::dropout:
       if (!dx) break;
-      if (n.attr != 0.0)
-        check(dropout_backward(s, count, dropout_stream(n.attr, program_.seed, n.index), control<uint64_t>(block_.step),
-                               dy, dx),
-              "dropout_backward", k);
-      else
-        check(accumulate(s, count, dy, dx), "accumulate", k);
+      check(with_stored(stored_type(n.output),
+                        [&](auto t) {
+                          using T = MLPH_STORED(t);
+                          if (n.attr != 0.0)
+                            return dropout_backward(s, count, dropout_stream(n.attr, program_.seed, n.index),
+                                                    control<uint64_t>(block_.step), at<T>(m.output_gradient),
+                                                    at<T>(m.gradients[0]), !overwrites_gradient(k, 0));
+                          return accumulate(s, count, at<T>(m.output_gradient), at<T>(m.gradients[0]), !overwrites_gradient(k, 0));
+                        }),
+            n.attr != 0.0 ? "dropout_backward" : "accumulate", k);
       break;
     case OpKind::batch_norm:
       batch_norm_backward(k);
@@ -533,14 +594,35 @@ void CudaModel::backward(size_t k) {
                         }),
             "concat_backward", k);
       break;
-    case OpKind::global_avg_pool:
-      if (dx) check(global_avg_pool_backward(s, n.batch, rows / n.batch, channels, dy, dx), "global_avg_pool_backward", k);
+    case OpKind::global_avg_pool:  // dy and dx as stored (x's and y's one type)
+      if (dx)
+        check(with_stored(stored_type(n.output),
+                          [&](auto t) {
+                            using T = MLPH_STORED(t);
+                            return global_avg_pool_backward(s, n.batch, rows / n.batch, channels,
+                                                            at<T>(m.output_gradient), at<T>(m.gradients[0]),
+                                                            !overwrites_gradient(k, 0));
+                          }),
+              "global_avg_pool_backward", k);
       break;
     case OpKind::broadcast:
-      if (dx) check(broadcast_backward(s, broadcast_shape(n.in_shape, n.out_shape), dy, dx), "broadcast_backward", k);
+      if (dx)
+        check(with_stored(stored_type(n.output),
+                          [&](auto t) {
+                            using T = MLPH_STORED(t);
+                            return broadcast_backward(s, broadcast_shape(n.in_shape, n.out_shape), at<T>(m.output_gradient),
+                                                      at<T>(m.gradients[0]), !overwrites_gradient(k, 0));
+                          }),
+              "broadcast_backward", k);
       break;
-    case OpKind::channel_affine:
-      check(channel_affine_backward(s, rows, channels, in(0), in(1), dy, dx, grad(1), grad(2), ws, ws_bytes),
+    case OpKind::channel_affine:  // x, dy and dx as stored (one type); dw, db fp32
+      check(with_stored(stored_type(n.output),
+                        [&](auto t) {
+                          using T = MLPH_STORED(t);
+                          return channel_affine_backward(s, rows, channels, at<T>(m.reads[0]), in(1),
+                                                         at<T>(m.output_gradient), at<T>(m.gradients[0]), grad(1),
+                                                         grad(2), ws, ws_bytes, !overwrites_gradient(k, 0));
+                        }),
             "channel_affine_backward", k);
       break;
     case OpKind::softmax_cross_entropy:

@@ -17,23 +17,28 @@ namespace mlph::cuda {
 
 // ---- channel_affine: y = x * w[c] + b[c] (DeepCAM's TrainableAffine) ----
 
-MLPH_KERNEL void channel_affine_forward_at(int64_t r, int64_t c, int64_t channels, const float* x, const float* w,
-                                           const float* b, float* y) {
-  y[r * channels + c] = x[r * channels + c] * w[c] + b[c];
+// T: the stored type of x and y (and of dy and dx: one type), w and b fp32; fp32 arithmetic, rounded once.
+template <class T = float>
+MLPH_KERNEL void channel_affine_forward_at(int64_t r, int64_t c, int64_t channels, const T* x, const float* w,
+                                           const float* b, T* y) {
+  y[r * channels + c] = from_float<T>(to_float(x[r * channels + c]) * w[c] + b[c]);
 }
-MLPH_KERNEL void channel_affine_backward_data_at(int64_t r, int64_t c, int64_t channels, const float* w,
-                                                 const float* dy, float* dx) {
-  dx[r * channels + c] += dy[r * channels + c] * w[c];
+// `accumulate` false: dx's first writer (0 + v, no memset before: plan::first_writer_overwrites).
+template <class T = float>
+MLPH_KERNEL void channel_affine_backward_data_at(int64_t r, int64_t c, int64_t channels, const float* w, const T* dy,
+                                                 T* dx, bool accumulate = true) {
+  put_into(dx[r * channels + c], to_float(dy[r * channels + c]) * w[c], accumulate);
 }
-// Summed over rows: {dy * x, dy} per channel, the gradients of w and b.
+// Summed over rows: {dy * x, dy} per channel, the gradients of w and b (x and dy widened from T).
+template <class T = float>
 struct ChannelAffineParamTerm {
   static constexpr int K = 2;
-  const float* x;
-  const float* dy;
+  const T* x;
+  const T* dy;
   int64_t channels;
   MLPH_KERNEL void operator()(int64_t r, int64_t c, double* t) const {
-    const double g = dy[r * channels + c];
-    t[0] = g * x[r * channels + c];
+    const double g = to_float(dy[r * channels + c]);
+    t[0] = g * to_float(x[r * channels + c]);
     t[1] = g;
   }
 };
@@ -45,9 +50,12 @@ MLPH_KERNEL void channel_affine_params_at(int64_t c, int64_t channels, const dou
 
 // ---- shift_scale: y = (x - shift[c]) * scale[c] (preprocessing: no gradient) ----
 
+// x: the graph's input (fp32); y in T, the stored type of what reads it (a conv in bf16: no cast copy),
+// computed in fp32 and rounded once.
+template <class T = float>
 MLPH_KERNEL void shift_scale_forward_at(int64_t r, int64_t c, int64_t channels, const float* x, const float* shift,
-                                        const float* scale, float* y) {
-  y[r * channels + c] = (x[r * channels + c] - shift[c]) * scale[c];
+                                        const float* scale, T* y) {
+  y[r * channels + c] = from_float<T>((x[r * channels + c] - shift[c]) * scale[c]);
 }
 
 // ---- concat along channels: one launch per input, each a band of columns of y ----
@@ -78,13 +86,17 @@ struct SumTerm {
   MLPH_KERNEL void operator()(int64_t r, int64_t c, double* t) const { t[0] = to_float(x[r * channels + c]); }
 };
 // y[n, c] from the sum over n's positions, divided in double as the reference does. Index n * C + c.
-MLPH_KERNEL void global_avg_pool_finish_at(int64_t i, int64_t positions, const double* sums, float* y) {
-  y[i] = static_cast<float>(sums[i] / static_cast<double>(positions));
+// T: the stored type of x and y (one type: plan::tied_values): the fp32 mean, rounded once into T.
+template <class T = float>
+MLPH_KERNEL void global_avg_pool_finish_at(int64_t i, int64_t positions, const double* sums, T* y) {
+  y[i] = from_float<T>(static_cast<float>(sums[i] / static_cast<double>(positions)));
 }
 // dx[n, p, c] += dy[n, c] / positions, as the float `inverse` = 1.0f / positions the reference multiplies by.
+// `accumulate` false: dx's first writer (0 + v, no memset before: plan::first_writer_overwrites).
+template <class T = float>
 MLPH_KERNEL void global_avg_pool_backward_at(int64_t r, int64_t c, int64_t channels, int64_t positions, float inverse,
-                                             const float* dy, float* dx) {
-  dx[r * channels + c] += dy[r / positions * channels + c] * inverse;
+                                             const T* dy, T* dx, bool accumulate = true) {
+  put_into(dx[r * channels + c], to_float(dy[r / positions * channels + c]) * inverse, accumulate);
 }
 
 // ---- broadcast: the size-1 dims of x repeated (DeepCAM's ASPP pooling branch) ----
@@ -128,15 +140,21 @@ MLPH_KERNEL int64_t broadcast_source_row(const BroadcastShape& s, int64_t r) {
   return index;
 }
 
-MLPH_KERNEL void broadcast_forward_at(int64_t r, int64_t c, const BroadcastShape& s, const float* x, float* y) {
+// T: x and y in one stored type (a copy: exact in every type).
+template <class T = float>
+MLPH_KERNEL void broadcast_forward_at(int64_t r, int64_t c, const BroadcastShape& s, const T* x, T* y) {
   const int64_t channels = s.channels();
   y[r * channels + c] = x[broadcast_source_row(s, r) * channels + c];
 }
 
 // dx[q, c] += dy[r, c] for every output row r that repeats x's row q, in increasing r: the same
 // additions, in the same order, as the reference's loop over r, with no two threads writing one
-// element (no atomics: the same bits every run).
-MLPH_KERNEL void broadcast_backward_at(int64_t q, int64_t c, const BroadcastShape& s, const float* dy, float* dx) {
+// element (no atomics: the same bits every run). Summed in fp32 and rounded once into T (a half
+// gradient: one rounding, not one per repeat). `accumulate` false: dx's first writer, the sum starting
+// from +0 instead of dx (the bits of the zeroed buffer's: -0 + +0 is +0), no memset before.
+template <class T = float>
+MLPH_KERNEL void broadcast_backward_at(int64_t q, int64_t c, const BroadcastShape& s, const T* dy, T* dx,
+                                       bool accumulate = true) {
   const int64_t channels = s.channels();
   int64_t coord[8] = {}, repeats = 1, rest = q;  // q's coordinates in x; how many output rows repeat it
   for (int32_t d = s.rank - 1; d-- > 0;) {
@@ -144,7 +162,7 @@ MLPH_KERNEL void broadcast_backward_at(int64_t q, int64_t c, const BroadcastShap
     rest /= s.in[d];
     if (s.in[d] == 1) repeats *= s.out[d];
   }
-  float sum = dx[q * channels + c];
+  float sum = accumulate ? to_float(dx[q * channels + c]) : 0.0f;
   for (int64_t j = 0; j < repeats; ++j) {
     // j's digits fill the repeated dims, the last one fastest: r (row-major over out) grows with j.
     int64_t digits = j, r = 0, stride = 1;
@@ -154,9 +172,9 @@ MLPH_KERNEL void broadcast_backward_at(int64_t q, int64_t c, const BroadcastShap
       r += o * stride;
       stride *= s.out[d];
     }
-    sum += dy[r * channels + c];
+    sum += to_float(dy[r * channels + c]);
   }
-  dx[q * channels + c] = sum;
+  dx[q * channels + c] = from_float<T>(sum);
 }
 
 }  // namespace mlph::cuda

@@ -23,11 +23,17 @@ MLPH_KERNEL void int16_to_float_at(int64_t i, const int16_t* x, float* y) { y[i]
 
 // ---- activations ----
 
-MLPH_KERNEL void leaky_relu_forward_at(int64_t i, float alpha, const float* x, float* y) {
-  y[i] = x[i] > 0 ? x[i] : alpha * x[i];
+// leaky ReLU, tanh, scale and dropout take T as relu does (below): x, y, dy and dx in one stored type,
+// fp32 arithmetic, each stored result rounded once; `accumulate` false: dx's first writer (0 + v).
+template <class T = float>
+MLPH_KERNEL void leaky_relu_forward_at(int64_t i, float alpha, const T* x, T* y) {
+  const float v = to_float(x[i]);
+  y[i] = from_float<T>(v > 0 ? v : alpha * v);
 }
-MLPH_KERNEL void leaky_relu_backward_at(int64_t i, float alpha, const float* x, const float* dy, float* dx) {
-  dx[i] += x[i] > 0 ? dy[i] : alpha * dy[i];
+template <class T = float>
+MLPH_KERNEL void leaky_relu_backward_at(int64_t i, float alpha, const T* x, const T* dy, T* dx, bool accumulate = true) {
+  const float g = to_float(dy[i]);
+  put_into(dx[i], to_float(x[i]) > 0 ? g : alpha * g, accumulate);
 }
 
 // max(x, 0) with the NaN kept: NaN < 0 is false. -0 stays -0, as std::max(-0.0f, 0.0f) returns its first.
@@ -43,14 +49,25 @@ MLPH_KERNEL void relu_backward_at(int64_t i, const T* x, const T* dy, T* dx, boo
   put_into(dx[i], to_float(x[i]) > 0 ? to_float(dy[i]) : 0.0f, accumulate);
 }
 
-MLPH_KERNEL void tanh_forward_at(int64_t i, const float* x, float* y) { y[i] = tanhf(x[i]); }
-// From the forward's output: dtanh/dx = 1 - y^2.
-MLPH_KERNEL void tanh_backward_at(int64_t i, const float* y, const float* dy, float* dx) {
-  dx[i] += dy[i] * (1.0f - y[i] * y[i]);
+template <class T = float>
+MLPH_KERNEL void tanh_forward_at(int64_t i, const T* x, T* y) {
+  y[i] = from_float<T>(tanhf(to_float(x[i])));
+}
+// From the forward's output (as stored): dtanh/dx = 1 - y^2.
+template <class T = float>
+MLPH_KERNEL void tanh_backward_at(int64_t i, const T* y, const T* dy, T* dx, bool accumulate = true) {
+  const float v = to_float(y[i]);
+  put_into(dx[i], to_float(dy[i]) * (1.0f - v * v), accumulate);
 }
 
-MLPH_KERNEL void scale_forward_at(int64_t i, float factor, const float* x, float* y) { y[i] = factor * x[i]; }
-MLPH_KERNEL void scale_backward_at(int64_t i, float factor, const float* dy, float* dx) { dx[i] += factor * dy[i]; }
+template <class T = float>
+MLPH_KERNEL void scale_forward_at(int64_t i, float factor, const T* x, T* y) {
+  y[i] = from_float<T>(factor * to_float(x[i]));
+}
+template <class T = float>
+MLPH_KERNEL void scale_backward_at(int64_t i, float factor, const T* dy, T* dx, bool accumulate = true) {
+  put_into(dx[i], factor * to_float(dy[i]), accumulate);
+}
 
 // ---- add, and the backward of copies (reshape, add, dropout in evaluation) ----
 
@@ -87,12 +104,14 @@ MLPH_KERNEL float dropout_mask_value(const DropoutStream& d, uint64_t micro_step
 MLPH_KERNEL void dropout_mask_at(int64_t i, DropoutStream d, const uint64_t* micro_step, float* mask) {
   mask[i] = dropout_mask_value(d, *micro_step, i);
 }
-MLPH_KERNEL void dropout_forward_at(int64_t i, DropoutStream d, const uint64_t* micro_step, const float* x, float* y) {
-  y[i] = x[i] * dropout_mask_value(d, *micro_step, i);
+template <class T = float>
+MLPH_KERNEL void dropout_forward_at(int64_t i, DropoutStream d, const uint64_t* micro_step, const T* x, T* y) {
+  y[i] = from_float<T>(to_float(x[i]) * dropout_mask_value(d, *micro_step, i));
 }
-MLPH_KERNEL void dropout_backward_at(int64_t i, DropoutStream d, const uint64_t* micro_step, const float* dy,
-                                     float* dx) {
-  dx[i] += dy[i] * dropout_mask_value(d, *micro_step, i);
+template <class T = float>
+MLPH_KERNEL void dropout_backward_at(int64_t i, DropoutStream d, const uint64_t* micro_step, const T* dy, T* dx,
+                                     bool accumulate = true) {
+  put_into(dx[i], to_float(dy[i]) * dropout_mask_value(d, *micro_step, i), accumulate);
 }
 
 // ---- the same bodies over V consecutive elements [i, i + V) (issue 33 item 7) ----
@@ -101,21 +120,22 @@ MLPH_KERNEL void dropout_backward_at(int64_t i, DropoutStream d, const uint64_t*
 // body applied to the registers element by element, so the bits are the scalar body's by construction.
 // (The launchers run the scalar body on the last n % V elements.)
 
-template <int V>
-MLPH_KERNEL void leaky_relu_forward_vec_at(int64_t i, float alpha, const float* x, float* y) {
+template <int V, class T = float>
+MLPH_KERNEL void leaky_relu_forward_vec_at(int64_t i, float alpha, const T* x, T* y) {
   float xv[V], yv[V];
   load_channels<V>(x + i, xv);
   for (int j = 0; j < V; ++j) leaky_relu_forward_at(j, alpha, xv, yv);
   store_channels<V>(y + i, yv);
 }
-template <int V>
-MLPH_KERNEL void leaky_relu_backward_vec_at(int64_t i, float alpha, const float* x, const float* dy, float* dx) {
+template <int V, class T = float>
+MLPH_KERNEL void leaky_relu_backward_vec_at(int64_t i, float alpha, const T* x, const T* dy, T* dx,
+                                            bool accumulate = true) {
   float xv[V], gv[V], dv[V];
-  load_channels<V>(x + i, xv), load_channels<V>(dy + i, gv), load_channels<V>(dx + i, dv);
+  load_channels<V>(x + i, xv), load_channels<V>(dy + i, gv), load_gradient<V>(dx + i, dv, accumulate);
   for (int j = 0; j < V; ++j) leaky_relu_backward_at(j, alpha, xv, gv, dv);
   store_channels<V>(dx + i, dv);
 }
-// relu, add and accumulate take T as their scalar bodies (V = 8 bf16 is 16 bytes): registers in fp32,
+// Each takes T as its scalar body (V = 8 halves is 16 bytes): registers in fp32,
 // each result rounded once as it is stored, so the bits are the scalar T body's.
 template <int V, class T = float>
 MLPH_KERNEL void relu_forward_vec_at(int64_t i, const T* x, T* y) {
@@ -131,31 +151,31 @@ MLPH_KERNEL void relu_backward_vec_at(int64_t i, const T* x, const T* dy, T* dx,
   for (int j = 0; j < V; ++j) relu_backward_at(j, xv, gv, dv);
   store_channels<V>(dx + i, dv);
 }
-template <int V>
-MLPH_KERNEL void tanh_forward_vec_at(int64_t i, const float* x, float* y) {
+template <int V, class T = float>
+MLPH_KERNEL void tanh_forward_vec_at(int64_t i, const T* x, T* y) {
   float xv[V], yv[V];
   load_channels<V>(x + i, xv);
   for (int j = 0; j < V; ++j) tanh_forward_at(j, xv, yv);
   store_channels<V>(y + i, yv);
 }
-template <int V>
-MLPH_KERNEL void tanh_backward_vec_at(int64_t i, const float* y, const float* dy, float* dx) {
+template <int V, class T = float>
+MLPH_KERNEL void tanh_backward_vec_at(int64_t i, const T* y, const T* dy, T* dx, bool accumulate = true) {
   float yv[V], gv[V], dv[V];
-  load_channels<V>(y + i, yv), load_channels<V>(dy + i, gv), load_channels<V>(dx + i, dv);
+  load_channels<V>(y + i, yv), load_channels<V>(dy + i, gv), load_gradient<V>(dx + i, dv, accumulate);
   for (int j = 0; j < V; ++j) tanh_backward_at(j, yv, gv, dv);
   store_channels<V>(dx + i, dv);
 }
-template <int V>
-MLPH_KERNEL void scale_forward_vec_at(int64_t i, float factor, const float* x, float* y) {
+template <int V, class T = float>
+MLPH_KERNEL void scale_forward_vec_at(int64_t i, float factor, const T* x, T* y) {
   float xv[V], yv[V];
   load_channels<V>(x + i, xv);
   for (int j = 0; j < V; ++j) scale_forward_at(j, factor, xv, yv);
   store_channels<V>(y + i, yv);
 }
-template <int V>
-MLPH_KERNEL void scale_backward_vec_at(int64_t i, float factor, const float* dy, float* dx) {
+template <int V, class T = float>
+MLPH_KERNEL void scale_backward_vec_at(int64_t i, float factor, const T* dy, T* dx, bool accumulate = true) {
   float gv[V], dv[V];
-  load_channels<V>(dy + i, gv), load_channels<V>(dx + i, dv);
+  load_channels<V>(dy + i, gv), load_gradient<V>(dx + i, dv, accumulate);
   for (int j = 0; j < V; ++j) scale_backward_at(j, factor, gv, dv);
   store_channels<V>(dx + i, dv);
 }
@@ -174,19 +194,19 @@ MLPH_KERNEL void accumulate_vec_at(int64_t i, const T* dy, T* dx, bool accumulat
   store_channels<V>(dx + i, dv);
 }
 // Dropout's mask is drawn by the element's own index: the scalar expressions with i + j.
-template <int V>
-MLPH_KERNEL void dropout_forward_vec_at(int64_t i, DropoutStream d, const uint64_t* micro_step, const float* x, float* y) {
+template <int V, class T = float>
+MLPH_KERNEL void dropout_forward_vec_at(int64_t i, DropoutStream d, const uint64_t* micro_step, const T* x, T* y) {
   float xv[V], yv[V];
   load_channels<V>(x + i, xv);
   const uint64_t step = *micro_step;
   for (int j = 0; j < V; ++j) yv[j] = xv[j] * dropout_mask_value(d, step, i + j);
   store_channels<V>(y + i, yv);
 }
-template <int V>
-MLPH_KERNEL void dropout_backward_vec_at(int64_t i, DropoutStream d, const uint64_t* micro_step, const float* dy,
-                                         float* dx) {
+template <int V, class T = float>
+MLPH_KERNEL void dropout_backward_vec_at(int64_t i, DropoutStream d, const uint64_t* micro_step, const T* dy, T* dx,
+                                         bool accumulate = true) {
   float gv[V], dv[V];
-  load_channels<V>(dy + i, gv), load_channels<V>(dx + i, dv);
+  load_channels<V>(dy + i, gv), load_gradient<V>(dx + i, dv, accumulate);
   const uint64_t step = *micro_step;
   for (int j = 0; j < V; ++j) dv[j] += gv[j] * dropout_mask_value(d, step, i + j);
   store_channels<V>(dx + i, dv);

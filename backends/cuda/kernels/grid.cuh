@@ -93,6 +93,14 @@ cudaError_t each_vectorized(cudaStream_t stream, int64_t n, Args... args) {
 // Few channels (losses' classes, CosmoFlow's 4 input channels) would leave most of a 2-D block's
 // lanes idle: one flat index then, split by a 32-bit division where it fits (HOPPER.md: no 64-bit
 // division per element).
+// each_vectorized where `aligned` (aligned_16 of every buffer the bodies access), each<Body> otherwise:
+// the launch of every element-wise op over a stored type T (V = kLanes<T>, 16 bytes).
+template <auto VectorBody, auto Body, int V, class... Args>
+cudaError_t each_aligned(cudaStream_t stream, int64_t n, bool aligned, Args... args) {
+  if (aligned) return each_vectorized<VectorBody, Body, V>(stream, n, args...);
+  return each<Body>(stream, n, args...);
+}
+
 template <auto Body, class... Args>
 __global__ void each_row_channel_flat_kernel(int64_t rows, int64_t channels, Args... args) {
   const int64_t n = rows * channels;

@@ -11,28 +11,79 @@ namespace {
 template <class T>
 cudaError_t relu_fwd(cudaStream_t stream, int64_t n, const T* x, T* y) {
   constexpr int V = kLanes<T>;
-  if (aligned_16(x, y)) return each_vectorized<relu_forward_vec_at<V, T>, relu_forward_at<T>, V>(stream, n, x, y);
-  return each<relu_forward_at<T>>(stream, n, x, y);
+  return each_aligned<relu_forward_vec_at<V, T>, relu_forward_at<T>, V>(stream, n, aligned_16(x, y), x, y);
 }
 template <class T>
 cudaError_t relu_bwd(cudaStream_t stream, int64_t n, const T* x, const T* dy, T* dx, bool accumulate) {
   constexpr int V = kLanes<T>;
-  if (aligned_16(x, dy, dx))
-    return each_vectorized<relu_backward_vec_at<V, T>, relu_backward_at<T>, V>(stream, n, x, dy, dx, accumulate);
-  return each<relu_backward_at<T>>(stream, n, x, dy, dx, accumulate);
+  return each_aligned<relu_backward_vec_at<V, T>, relu_backward_at<T>, V>(stream, n,
+                      aligned_16(x, dy, dx), x, dy, dx, accumulate);
 }
 template <class T>
 cudaError_t add_fwd(cudaStream_t stream, int64_t n, const T* a, const T* b, T* y) {
   constexpr int V = kLanes<T>;
-  if (aligned_16(a, b, y)) return each_vectorized<add_forward_vec_at<V, T>, add_forward_at<T>, V>(stream, n, a, b, y);
-  return each<add_forward_at<T>>(stream, n, a, b, y);
+  return each_aligned<add_forward_vec_at<V, T>, add_forward_at<T>, V>(stream, n, aligned_16(a, b, y), a, b, y);
 }
 template <class T>
 cudaError_t accumulate_into(cudaStream_t stream, int64_t n, const T* dy, T* dx, bool accumulate) {
   constexpr int V = kLanes<T>;
-  if (aligned_16(dy, dx))
-    return each_vectorized<accumulate_vec_at<V, T>, accumulate_at<T>, V>(stream, n, dy, dx, accumulate);
-  return each<accumulate_at<T>>(stream, n, dy, dx, accumulate);
+  return each_aligned<accumulate_vec_at<V, T>, accumulate_at<T>, V>(stream, n, aligned_16(dy, dx), dy, dx, accumulate);
+}
+
+// leaky ReLU, tanh, scale, dropout and copies over T, as relu above.
+template <class T>
+cudaError_t leaky_relu_fwd(cudaStream_t stream, int64_t n, float alpha, const T* x, T* y) {
+  constexpr int V = kLanes<T>;
+  return each_aligned<leaky_relu_forward_vec_at<V, T>, leaky_relu_forward_at<T>, V>(stream, n,
+                      aligned_16(x, y), alpha, x, y);
+}
+template <class T>
+cudaError_t leaky_relu_bwd(cudaStream_t stream, int64_t n, float alpha, const T* x, const T* dy, T* dx,
+                           bool accumulate) {
+  constexpr int V = kLanes<T>;
+  return each_aligned<leaky_relu_backward_vec_at<V, T>, leaky_relu_backward_at<T>, V>(stream, n,
+                      aligned_16(x, dy, dx), alpha, x, dy, dx, accumulate);
+}
+template <class T>
+cudaError_t tanh_fwd(cudaStream_t stream, int64_t n, const T* x, T* y) {
+  constexpr int V = kLanes<T>;
+  return each_aligned<tanh_forward_vec_at<V, T>, tanh_forward_at<T>, V>(stream, n, aligned_16(x, y), x, y);
+}
+template <class T>
+cudaError_t tanh_bwd(cudaStream_t stream, int64_t n, const T* y, const T* dy, T* dx, bool accumulate) {
+  constexpr int V = kLanes<T>;
+  return each_aligned<tanh_backward_vec_at<V, T>, tanh_backward_at<T>, V>(stream, n,
+                      aligned_16(y, dy, dx), y, dy, dx, accumulate);
+}
+template <class T>
+cudaError_t scale_fwd(cudaStream_t stream, int64_t n, float factor, const T* x, T* y) {
+  constexpr int V = kLanes<T>;
+  return each_aligned<scale_forward_vec_at<V, T>, scale_forward_at<T>, V>(stream, n, aligned_16(x, y), factor, x, y);
+}
+template <class T>
+cudaError_t scale_bwd(cudaStream_t stream, int64_t n, float factor, const T* dy, T* dx, bool accumulate) {
+  constexpr int V = kLanes<T>;
+  return each_aligned<scale_backward_vec_at<V, T>, scale_backward_at<T>, V>(stream, n,
+                      aligned_16(dy, dx), factor, dy, dx, accumulate);
+}
+template <class T>
+cudaError_t dropout_fwd(cudaStream_t stream, int64_t n, const DropoutStream& d, const uint64_t* micro_step, const T* x,
+                        T* y) {
+  constexpr int V = kLanes<T>;
+  return each_aligned<dropout_forward_vec_at<V, T>, dropout_forward_at<T>, V>(stream, n,
+                      aligned_16(x, y), d, micro_step, x, y);
+}
+template <class T>
+cudaError_t dropout_bwd(cudaStream_t stream, int64_t n, const DropoutStream& d, const uint64_t* micro_step, const T* dy,
+                        T* dx, bool accumulate) {
+  constexpr int V = kLanes<T>;
+  return each_aligned<dropout_backward_vec_at<V, T>, dropout_backward_at<T>, V>(stream, n,
+                      aligned_16(dy, dx), d, micro_step, dy, dx, accumulate);
+}
+template <class T>
+cudaError_t copy_values(cudaStream_t stream, int64_t n, const T* x, T* y) {
+  if (n <= 0) return cudaSuccess;
+  return cudaMemcpyAsync(y, x, static_cast<size_t>(n) * sizeof(T), cudaMemcpyDeviceToDevice, stream);
 }
 
 int64_t total_width(std::span<const int64_t> widths) {
@@ -71,6 +122,24 @@ cudaError_t concat_bwd(cudaStream_t stream, int64_t rows, std::span<T* const> gr
   return cudaSuccess;
 }
 
+// Global average pooling's backward and broadcast over x, y (and their gradients) stored as T.
+template <class T>
+cudaError_t global_avg_pool_bwd(cudaStream_t stream, int64_t batch, int64_t positions, int64_t channels, const T* dy,
+                                T* dx, bool accumulate) {
+  const float inverse = 1.0f / static_cast<float>(positions);
+  return each_row_channel<global_avg_pool_backward_at<T>>(stream, batch * positions, channels, channels, positions,
+                                                          inverse, dy, dx, accumulate);
+}
+template <class T>
+cudaError_t broadcast_fwd(cudaStream_t stream, const BroadcastShape& shape, const T* x, T* y) {
+  return each_row_channel<broadcast_forward_at<T>>(stream, shape.out_rows(), shape.channels(), shape, x, y);
+}
+template <class T>
+cudaError_t broadcast_bwd(cudaStream_t stream, const BroadcastShape& shape, const T* dy, T* dx, bool accumulate) {
+  return each_row_channel<broadcast_backward_at<T>>(stream, shape.in_rows(), shape.channels(), shape, dy, dx,
+                                                    accumulate);
+}
+
 }  // namespace
 
 // ---- element-wise ----
@@ -85,34 +154,25 @@ cudaError_t int16_to_float(cudaStream_t stream, int64_t n, const int16_t* x, flo
   return each<int16_to_float_at>(stream, n, x, y);
 }
 cudaError_t leaky_relu_forward(cudaStream_t stream, int64_t n, float alpha, const float* x, float* y) {
-  if (aligned_16(x, y)) return each_vectorized<leaky_relu_forward_vec_at<4>, leaky_relu_forward_at, 4>(stream, n, alpha, x, y);
-  return each<leaky_relu_forward_at>(stream, n, alpha, x, y);
+  return leaky_relu_fwd(stream, n, alpha, x, y);
 }
 cudaError_t leaky_relu_backward(cudaStream_t stream, int64_t n, float alpha, const float* x, const float* dy,
-                                float* dx) {
-  if (aligned_16(x, dy, dx))
-    return each_vectorized<leaky_relu_backward_vec_at<4>, leaky_relu_backward_at, 4>(stream, n, alpha, x, dy, dx);
-  return each<leaky_relu_backward_at>(stream, n, alpha, x, dy, dx);
+                                float* dx, bool accumulate) {
+  return leaky_relu_bwd(stream, n, alpha, x, dy, dx, accumulate);
 }
 cudaError_t relu_forward(cudaStream_t stream, int64_t n, const float* x, float* y) { return relu_fwd(stream, n, x, y); }
 cudaError_t relu_backward(cudaStream_t stream, int64_t n, const float* x, const float* dy, float* dx, bool accumulate) {
   return relu_bwd(stream, n, x, dy, dx, accumulate);
 }
-cudaError_t tanh_forward(cudaStream_t stream, int64_t n, const float* x, float* y) {
-  if (aligned_16(x, y)) return each_vectorized<tanh_forward_vec_at<4>, tanh_forward_at, 4>(stream, n, x, y);
-  return each<tanh_forward_at>(stream, n, x, y);
-}
-cudaError_t tanh_backward(cudaStream_t stream, int64_t n, const float* y, const float* dy, float* dx) {
-  if (aligned_16(y, dy, dx)) return each_vectorized<tanh_backward_vec_at<4>, tanh_backward_at, 4>(stream, n, y, dy, dx);
-  return each<tanh_backward_at>(stream, n, y, dy, dx);
+cudaError_t tanh_forward(cudaStream_t stream, int64_t n, const float* x, float* y) { return tanh_fwd(stream, n, x, y); }
+cudaError_t tanh_backward(cudaStream_t stream, int64_t n, const float* y, const float* dy, float* dx, bool accumulate) {
+  return tanh_bwd(stream, n, y, dy, dx, accumulate);
 }
 cudaError_t scale_forward(cudaStream_t stream, int64_t n, float factor, const float* x, float* y) {
-  if (aligned_16(x, y)) return each_vectorized<scale_forward_vec_at<4>, scale_forward_at, 4>(stream, n, factor, x, y);
-  return each<scale_forward_at>(stream, n, factor, x, y);
+  return scale_fwd(stream, n, factor, x, y);
 }
-cudaError_t scale_backward(cudaStream_t stream, int64_t n, float factor, const float* dy, float* dx) {
-  if (aligned_16(dy, dx)) return each_vectorized<scale_backward_vec_at<4>, scale_backward_at, 4>(stream, n, factor, dy, dx);
-  return each<scale_backward_at>(stream, n, factor, dy, dx);
+cudaError_t scale_backward(cudaStream_t stream, int64_t n, float factor, const float* dy, float* dx, bool accumulate) {
+  return scale_bwd(stream, n, factor, dy, dx, accumulate);
 }
 cudaError_t add_forward(cudaStream_t stream, int64_t n, const float* a, const float* b, float* y) {
   return add_fwd(stream, n, a, b, y);
@@ -120,21 +180,14 @@ cudaError_t add_forward(cudaStream_t stream, int64_t n, const float* a, const fl
 cudaError_t accumulate(cudaStream_t stream, int64_t n, const float* dy, float* dx, bool accumulate) {
   return accumulate_into(stream, n, dy, dx, accumulate);
 }
-cudaError_t copy(cudaStream_t stream, int64_t n, const float* x, float* y) {
-  if (n <= 0) return cudaSuccess;
-  return cudaMemcpyAsync(y, x, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, stream);
-}
+cudaError_t copy(cudaStream_t stream, int64_t n, const float* x, float* y) { return copy_values(stream, n, x, y); }
 cudaError_t dropout_forward(cudaStream_t stream, int64_t n, const DropoutStream& stream_of, const uint64_t* micro_step,
                             const float* x, float* y) {
-  if (aligned_16(x, y))
-    return each_vectorized<dropout_forward_vec_at<4>, dropout_forward_at, 4>(stream, n, stream_of, micro_step, x, y);
-  return each<dropout_forward_at>(stream, n, stream_of, micro_step, x, y);
+  return dropout_fwd(stream, n, stream_of, micro_step, x, y);
 }
 cudaError_t dropout_backward(cudaStream_t stream, int64_t n, const DropoutStream& stream_of,
-                             const uint64_t* micro_step, const float* dy, float* dx) {
-  if (aligned_16(dy, dx))
-    return each_vectorized<dropout_backward_vec_at<4>, dropout_backward_at, 4>(stream, n, stream_of, micro_step, dy, dx);
-  return each<dropout_backward_at>(stream, n, stream_of, micro_step, dy, dx);
+                             const uint64_t* micro_step, const float* dy, float* dx, bool accumulate) {
+  return dropout_bwd(stream, n, stream_of, micro_step, dy, dx, accumulate);
 }
 cudaError_t dropout_mask(cudaStream_t stream, int64_t n, const DropoutStream& stream_of, const uint64_t* micro_step,
                          float* mask) {
@@ -145,11 +198,11 @@ cudaError_t dropout_mask(cudaStream_t stream, int64_t n, const DropoutStream& st
 
 cudaError_t channel_affine_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
                                    const float* w, const float* b, float* y) {
-  return each_row_channel<channel_affine_forward_at>(stream, rows, channels, channels, x, w, b, y);
+  return each_row_channel<channel_affine_forward_at<float>>(stream, rows, channels, channels, x, w, b, y);
 }
 cudaError_t shift_scale_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
                                 const float* shift, const float* scale, float* y) {
-  return each_row_channel<shift_scale_forward_at>(stream, rows, channels, channels, x, shift, scale, y);
+  return each_row_channel<shift_scale_forward_at<float>>(stream, rows, channels, channels, x, shift, scale, y);
 }
 
 cudaError_t concat_forward(cudaStream_t stream, int64_t rows, std::span<const float* const> inputs,
@@ -162,17 +215,16 @@ cudaError_t concat_backward(cudaStream_t stream, int64_t rows, std::span<float* 
 }
 
 cudaError_t global_avg_pool_backward(cudaStream_t stream, int64_t batch, int64_t positions, int64_t channels,
-                                     const float* dy, float* dx) {
-  const float inverse = 1.0f / static_cast<float>(positions);
-  return each_row_channel<global_avg_pool_backward_at>(stream, batch * positions, channels, channels, positions,
-                                                       inverse, dy, dx);
+                                     const float* dy, float* dx, bool accumulate) {
+  return global_avg_pool_bwd(stream, batch, positions, channels, dy, dx, accumulate);
 }
 
 cudaError_t broadcast_forward(cudaStream_t stream, const BroadcastShape& shape, const float* x, float* y) {
-  return each_row_channel<broadcast_forward_at>(stream, shape.out_rows(), shape.channels(), shape, x, y);
+  return broadcast_fwd(stream, shape, x, y);
 }
-cudaError_t broadcast_backward(cudaStream_t stream, const BroadcastShape& shape, const float* dy, float* dx) {
-  return each_row_channel<broadcast_backward_at>(stream, shape.in_rows(), shape.channels(), shape, dy, dx);
+cudaError_t broadcast_backward(cudaStream_t stream, const BroadcastShape& shape, const float* dy, float* dx,
+                               bool accumulate) {
+  return broadcast_bwd(stream, shape, dy, dx, accumulate);
 }
 
 // ---- max pooling ----
@@ -302,6 +354,32 @@ cudaError_t add_forward(cudaStream_t stream, int64_t n, const H* a, const H* b, 
 cudaError_t accumulate(cudaStream_t stream, int64_t n, const H* dy, H* dx, bool accumulate) {                    \
   return accumulate_into(stream, n, dy, dx, accumulate);                                                         \
 }                                                                                                                \
+cudaError_t leaky_relu_forward(cudaStream_t stream, int64_t n, float alpha, const H* x, H* y) {                 \
+  return leaky_relu_fwd(stream, n, alpha, x, y);                                                                 \
+}                                                                                                                \
+cudaError_t leaky_relu_backward(cudaStream_t stream, int64_t n, float alpha, const H* x, const H* dy, H* dx,     \
+                                bool accumulate) {                                                               \
+  return leaky_relu_bwd(stream, n, alpha, x, dy, dx, accumulate);                                                \
+}                                                                                                                \
+cudaError_t tanh_forward(cudaStream_t stream, int64_t n, const H* x, H* y) { return tanh_fwd(stream, n, x, y); } \
+cudaError_t tanh_backward(cudaStream_t stream, int64_t n, const H* y, const H* dy, H* dx, bool accumulate) {     \
+  return tanh_bwd(stream, n, y, dy, dx, accumulate);                                                             \
+}                                                                                                                \
+cudaError_t scale_forward(cudaStream_t stream, int64_t n, float factor, const H* x, H* y) {                      \
+  return scale_fwd(stream, n, factor, x, y);                                                                     \
+}                                                                                                                \
+cudaError_t scale_backward(cudaStream_t stream, int64_t n, float factor, const H* dy, H* dx, bool accumulate) {  \
+  return scale_bwd(stream, n, factor, dy, dx, accumulate);                                                       \
+}                                                                                                                \
+cudaError_t copy(cudaStream_t stream, int64_t n, const H* x, H* y) { return copy_values(stream, n, x, y); }      \
+cudaError_t dropout_forward(cudaStream_t stream, int64_t n, const DropoutStream& stream_of,                      \
+                            const uint64_t* micro_step, const H* x, H* y) {                                      \
+  return dropout_fwd(stream, n, stream_of, micro_step, x, y);                                                    \
+}                                                                                                                \
+cudaError_t dropout_backward(cudaStream_t stream, int64_t n, const DropoutStream& stream_of,                     \
+                             const uint64_t* micro_step, const H* dy, H* dx, bool accumulate) {                  \
+  return dropout_bwd(stream, n, stream_of, micro_step, dy, dx, accumulate);                                      \
+}                                                                                                                \
 cudaError_t concat_forward(cudaStream_t stream, int64_t rows, std::span<const H* const> inputs,                  \
                            std::span<const int64_t> widths, H* y) {                                              \
   return concat_fwd(stream, rows, inputs, widths, y);                                                            \
@@ -309,6 +387,25 @@ cudaError_t concat_forward(cudaStream_t stream, int64_t rows, std::span<const H*
 cudaError_t concat_backward(cudaStream_t stream, int64_t rows, std::span<H* const> grads,                        \
                             std::span<const int64_t> widths, const H* dy, uint64_t first) {                                \
   return concat_bwd(stream, rows, grads, widths, dy, first);                                                     \
+}                                                                                                                \
+cudaError_t global_avg_pool_backward(cudaStream_t stream, int64_t batch, int64_t positions, int64_t channels,    \
+                                     const H* dy, H* dx, bool accumulate) {                                      \
+  return global_avg_pool_bwd(stream, batch, positions, channels, dy, dx, accumulate);                            \
+}                                                                                                                \
+cudaError_t channel_affine_forward(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,             \
+                                   const float* w, const float* b, H* y) {                                       \
+  return each_row_channel<channel_affine_forward_at<H>>(stream, rows, channels, channels, x, w, b, y);           \
+}                                                                                                                \
+cudaError_t shift_scale_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,            \
+                                const float* shift, const float* scale, H* y) {                                  \
+  return each_row_channel<shift_scale_forward_at<H>>(stream, rows, channels, channels, x, shift, scale, y);      \
+}                                                                                                                \
+cudaError_t broadcast_forward(cudaStream_t stream, const BroadcastShape& shape, const H* x, H* y) {              \
+  return broadcast_fwd(stream, shape, x, y);                                                                     \
+}                                                                                                                \
+cudaError_t broadcast_backward(cudaStream_t stream, const BroadcastShape& shape, const H* dy, H* dx,            \
+                               bool accumulate) {                                                                \
+  return broadcast_bwd(stream, shape, dy, dx, accumulate);                                                       \
 }
 
 MLPH_HALF_DEFINITIONS(Bf16)

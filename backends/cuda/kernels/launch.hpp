@@ -51,15 +51,17 @@ namespace mlph::cuda {
 [[nodiscard]] cudaError_t int16_to_float(cudaStream_t stream, int64_t n, const int16_t* x, float* y);
 [[nodiscard]] cudaError_t leaky_relu_forward(cudaStream_t stream, int64_t n, float alpha, const float* x, float* y);
 [[nodiscard]] cudaError_t leaky_relu_backward(cudaStream_t stream, int64_t n, float alpha, const float* x,
-                                              const float* dy, float* dx);
+                                              const float* dy, float* dx, bool accumulate = true);
 [[nodiscard]] cudaError_t relu_forward(cudaStream_t stream, int64_t n, const float* x, float* y);
 [[nodiscard]] cudaError_t relu_backward(cudaStream_t stream, int64_t n, const float* x, const float* dy, float* dx,
                                         bool accumulate = true);
 [[nodiscard]] cudaError_t tanh_forward(cudaStream_t stream, int64_t n, const float* x, float* y);
 // From the forward's output y.
-[[nodiscard]] cudaError_t tanh_backward(cudaStream_t stream, int64_t n, const float* y, const float* dy, float* dx);
+[[nodiscard]] cudaError_t tanh_backward(cudaStream_t stream, int64_t n, const float* y, const float* dy, float* dx,
+                                        bool accumulate = true);
 [[nodiscard]] cudaError_t scale_forward(cudaStream_t stream, int64_t n, float factor, const float* x, float* y);
-[[nodiscard]] cudaError_t scale_backward(cudaStream_t stream, int64_t n, float factor, const float* dy, float* dx);
+[[nodiscard]] cudaError_t scale_backward(cudaStream_t stream, int64_t n, float factor, const float* dy, float* dx,
+                                         bool accumulate = true);
 [[nodiscard]] cudaError_t add_forward(cudaStream_t stream, int64_t n, const float* a, const float* b, float* y);
 // dx += dy: the backward of reshape, of each input of add, of dropout in evaluation.
 // `accumulate` false (here and in relu_backward, batch norm's and depthwise's data gradients,
@@ -73,7 +75,8 @@ namespace mlph::cuda {
 [[nodiscard]] cudaError_t dropout_forward(cudaStream_t stream, int64_t n, const DropoutStream& stream_of,
                                           const uint64_t* micro_step, const float* x, float* y);
 [[nodiscard]] cudaError_t dropout_backward(cudaStream_t stream, int64_t n, const DropoutStream& stream_of,
-                                           const uint64_t* micro_step, const float* dy, float* dx);
+                                           const uint64_t* micro_step, const float* dy, float* dx,
+                                           bool accumulate = true);
 [[nodiscard]] cudaError_t dropout_mask(cudaStream_t stream, int64_t n, const DropoutStream& stream_of,
                                        const uint64_t* micro_step, float* mask);
 
@@ -82,9 +85,10 @@ namespace mlph::cuda {
 [[nodiscard]] cudaError_t channel_affine_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
                                                  const float* w, const float* b, float* y);
 // dx, dw, db may be null; the workspace serves dw and db (channel_sums_workspace_bytes(1, rows, channels)).
+// `accumulate` false: dx written first (0 + dy * w, no memset before).
 [[nodiscard]] cudaError_t channel_affine_backward(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
                                                   const float* w, const float* dy, float* dx, float* dw, float* db,
-                                                  void* workspace, size_t workspace_bytes);
+                                                  void* workspace, size_t workspace_bytes, bool accumulate = true);
 [[nodiscard]] cudaError_t shift_scale_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
                                               const float* shift, const float* scale, float* y);
 // Along channels: inputs[k] [rows, widths[k]] (host arrays of device pointers), y [rows, sum of widths].
@@ -98,13 +102,14 @@ namespace mlph::cuda {
 [[nodiscard]] cudaError_t global_avg_pool_forward(cudaStream_t stream, int64_t batch, int64_t positions,
                                                   int64_t channels, const float* x, float* y, void* workspace,
                                                   size_t workspace_bytes);
+// `accumulate` false (here and in broadcast_backward): dx's first writer, 0 + ... with no memset before.
 [[nodiscard]] cudaError_t global_avg_pool_backward(cudaStream_t stream, int64_t batch, int64_t positions,
-                                                   int64_t channels, const float* dy, float* dx);
+                                                   int64_t channels, const float* dy, float* dx, bool accumulate = true);
 // broadcast_shape(node.in_shape, node.out_shape).
 [[nodiscard]] cudaError_t broadcast_forward(cudaStream_t stream, const BroadcastShape& shape, const float* x,
                                             float* y);
 [[nodiscard]] cudaError_t broadcast_backward(cudaStream_t stream, const BroadcastShape& shape, const float* dy,
-                                             float* dx);
+                                             float* dx, bool accumulate = true);
 
 // ---- batch normalization (batch_norm.hpp: the passes, the stats layout, where a group's allreduce goes) ----
 // workspace: channel_sums_workspace_bytes(1, rows, channels).
@@ -203,6 +208,20 @@ inline size_t depthwise_workspace_bytes(const DepthwiseShape& s) {
 // from one template each the same way). bias_backward: db += the channel sums of a dy stored in half (a
 // pool chain's dz, a conv's dy).
 #define MLPH_HALF_LAUNCHERS(H) \
+[[nodiscard]] cudaError_t leaky_relu_forward(cudaStream_t stream, int64_t n, float alpha, const H* x, H* y);         \
+[[nodiscard]] cudaError_t leaky_relu_backward(cudaStream_t stream, int64_t n, float alpha, const H* x, const H* dy,  \
+                                              H* dx, bool accumulate = true);                                        \
+[[nodiscard]] cudaError_t tanh_forward(cudaStream_t stream, int64_t n, const H* x, H* y);                            \
+[[nodiscard]] cudaError_t tanh_backward(cudaStream_t stream, int64_t n, const H* y, const H* dy, H* dx,              \
+                                        bool accumulate = true);                                                     \
+[[nodiscard]] cudaError_t scale_forward(cudaStream_t stream, int64_t n, float factor, const H* x, H* y);             \
+[[nodiscard]] cudaError_t scale_backward(cudaStream_t stream, int64_t n, float factor, const H* dy, H* dx,           \
+                                         bool accumulate = true);                                                    \
+[[nodiscard]] cudaError_t copy(cudaStream_t stream, int64_t n, const H* x, H* y);                                    \
+[[nodiscard]] cudaError_t dropout_forward(cudaStream_t stream, int64_t n, const DropoutStream& stream_of,             \
+                                          const uint64_t* micro_step, const H* x, H* y);                             \
+[[nodiscard]] cudaError_t dropout_backward(cudaStream_t stream, int64_t n, const DropoutStream& stream_of,            \
+                                           const uint64_t* micro_step, const H* dy, H* dx, bool accumulate = true);  \
 [[nodiscard]] cudaError_t relu_forward(cudaStream_t stream, int64_t n, const H* x, H* y);                            \
 [[nodiscard]] cudaError_t relu_backward(cudaStream_t stream, int64_t n, const H* x, const H* dy, H* dx,              \
                                         bool accumulate = true);                                                     \
@@ -212,6 +231,21 @@ inline size_t depthwise_workspace_bytes(const DepthwiseShape& s) {
                                          std::span<const int64_t> widths, H* y);                                     \
 [[nodiscard]] cudaError_t concat_backward(cudaStream_t stream, int64_t rows, std::span<H* const> grads,              \
                                           std::span<const int64_t> widths, const H* dy, uint64_t first = 0);         \
+[[nodiscard]] cudaError_t global_avg_pool_forward(cudaStream_t stream, int64_t batch, int64_t positions,             \
+                                                  int64_t channels, const H* x, H* y, void* workspace,               \
+                                                  size_t workspace_bytes);                                           \
+[[nodiscard]] cudaError_t global_avg_pool_backward(cudaStream_t stream, int64_t batch, int64_t positions,            \
+                                                   int64_t channels, const H* dy, H* dx, bool accumulate = true);    \
+[[nodiscard]] cudaError_t channel_affine_forward(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,     \
+                                                 const float* w, const float* b, H* y);                              \
+[[nodiscard]] cudaError_t channel_affine_backward(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,    \
+                                                  const float* w, const H* dy, H* dx, float* dw, float* db,          \
+                                                  void* workspace, size_t workspace_bytes, bool accumulate = true);  \
+[[nodiscard]] cudaError_t shift_scale_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,   \
+                                              const float* shift, const float* scale, H* y);                         \
+[[nodiscard]] cudaError_t broadcast_forward(cudaStream_t stream, const BroadcastShape& shape, const H* x, H* y);     \
+[[nodiscard]] cudaError_t broadcast_backward(cudaStream_t stream, const BroadcastShape& shape, const H* dy, H* dx,   \
+                                             bool accumulate = true);                                                \
 [[nodiscard]] cudaError_t batch_norm_sum(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,            \
                                          double* stats, void* workspace, size_t workspace_bytes);                    \
 [[nodiscard]] cudaError_t batch_norm_variance(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,       \

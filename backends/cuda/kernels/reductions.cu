@@ -244,33 +244,52 @@ bool fits_multi_tensor(const DeviceChunks& chunks, void* workspace, size_t bytes
 
 // ---- per channel ----
 
-cudaError_t channel_affine_backward(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
-                                    const float* w, const float* dy, float* dx, float* dw, float* db, void* workspace,
-                                    size_t workspace_bytes) {
+namespace {
+// x, dy and dx stored as T (one type), w, dw and db fp32.
+template <class T>
+cudaError_t channel_affine_bwd(cudaStream_t stream, int64_t rows, int64_t channels, const T* x, const float* w,
+                               const T* dy, T* dx, float* dw, float* db, void* workspace, size_t workspace_bytes,
+                               bool accumulate) {
   const ChannelScratch scratch = channel_scratch(workspace, workspace_bytes, 1, rows, channels);
   if ((dw || db) && !scratch.fits) return cudaErrorInvalidValue;
   if (dx)
-    if (const cudaError_t e = each_row_channel<channel_affine_backward_data_at>(stream, rows, channels, channels, w, dy,
-                                                                               dx);
+    if (const cudaError_t e = each_row_channel<channel_affine_backward_data_at<T>>(stream, rows, channels, channels, w,
+                                                                                  dy, dx, accumulate);
         e != cudaSuccess)
       return e;
   if (!dw && !db) return cudaSuccess;
-  if (const cudaError_t e = channel_sums(stream, ChannelAffineParamTerm{x, dy, channels}, 1, rows, channels,
+  if (const cudaError_t e = channel_sums(stream, ChannelAffineParamTerm<T>{x, dy, channels}, 1, rows, channels,
                                          scratch.sums, workspace, workspace_bytes);
       e != cudaSuccess)
     return e;
   return each<channel_affine_params_at>(stream, channels, channels, static_cast<const double*>(scratch.sums), dw, db);
 }
+}  // namespace
 
-cudaError_t global_avg_pool_forward(cudaStream_t stream, int64_t batch, int64_t positions, int64_t channels,
-                                    const float* x, float* y, void* workspace, size_t workspace_bytes) {
+cudaError_t channel_affine_backward(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
+                                    const float* w, const float* dy, float* dx, float* dw, float* db, void* workspace,
+                                    size_t workspace_bytes, bool accumulate) {
+  return channel_affine_bwd(stream, rows, channels, x, w, dy, dx, dw, db, workspace, workspace_bytes, accumulate);
+}
+
+namespace {
+// x and y stored as T (one type): the sums in double from x widened, the mean rounded once into T.
+template <class T>
+cudaError_t global_avg_pool_fwd(cudaStream_t stream, int64_t batch, int64_t positions, int64_t channels, const T* x,
+                                T* y, void* workspace, size_t workspace_bytes) {
   const ChannelScratch scratch = channel_scratch(workspace, workspace_bytes, batch, positions, channels);
-  if (const cudaError_t e = channel_sums(stream, SumTerm<float>{x, channels}, batch, positions, channels, scratch.sums,
+  if (const cudaError_t e = channel_sums(stream, SumTerm<T>{x, channels}, batch, positions, channels, scratch.sums,
                                          workspace, workspace_bytes);
       e != cudaSuccess)
     return e;
-  return each<global_avg_pool_finish_at>(stream, batch * channels, positions, static_cast<const double*>(scratch.sums),
-                                         y);
+  return each<global_avg_pool_finish_at<T>>(stream, batch * channels, positions,
+                                            static_cast<const double*>(scratch.sums), y);
+}
+}  // namespace
+
+cudaError_t global_avg_pool_forward(cudaStream_t stream, int64_t batch, int64_t positions, int64_t channels,
+                                    const float* x, float* y, void* workspace, size_t workspace_bytes) {
+  return global_avg_pool_fwd(stream, batch, positions, channels, x, y, workspace, workspace_bytes);
 }
 
 // Activations and their gradients stored as T (float, or Bf16: bf16 activations, issue 33 item 4): one
@@ -498,6 +517,15 @@ cudaError_t batch_norm_backward_data(cudaStream_t stream, int64_t rows, int64_t 
                                      const H* dy, const float* gamma, const float* saved, const double* sums,   \
                                      float* coefficients, H* dx, bool accumulate) {                             \
   return bn_backward_data(stream, rows, channels, x, dy, gamma, saved, sums, coefficients, dx, accumulate);     \
+}                                                                                                               \
+cudaError_t global_avg_pool_forward(cudaStream_t stream, int64_t batch, int64_t positions, int64_t channels,    \
+                                    const H* x, H* y, void* workspace, size_t workspace_bytes) {                \
+  return global_avg_pool_fwd(stream, batch, positions, channels, x, y, workspace, workspace_bytes);             \
+}                                                                                                               \
+cudaError_t channel_affine_backward(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,            \
+                                    const float* w, const H* dy, H* dx, float* dw, float* db, void* workspace,  \
+                                    size_t workspace_bytes, bool accumulate) {                                  \
+  return channel_affine_bwd(stream, rows, channels, x, w, dy, dx, dw, db, workspace, workspace_bytes, accumulate); \
 }
 
 MLPH_HALF_DEFINITIONS(Bf16)

@@ -443,6 +443,14 @@ bool first_writer_overwrites(const Node& node, const NodeLowering& l, const Node
           return true;
         case OpKind::concat:  // each input's band of dy (concat_backward's `first` bits: 64 of them)
           return i < 64;
+        case OpKind::global_avg_pool:  // dy / positions at every element of x
+        case OpKind::broadcast:        // each element of x: its repeats' sum, from 0
+        case OpKind::channel_affine:   // dy * w (dw, db: fp32 parameter gradients, added)
+        case OpKind::leaky_relu:
+        case OpKind::tanh:
+        case OpKind::scale:
+        case OpKind::dropout:          // dy * mask, or dy (evaluation)
+          return i == 0;
         default:
           return false;
       }

@@ -28,17 +28,25 @@ bool writes_half(Engine engine) { return engine == Engine::cudnn_conv || engine 
 //                                   own to add (or the pool chain's): x, y, dy and dx in the half type
 //   cuBLASLt (dense, pointwise conv) no bias: A = x read as stored, D = y (and dx) written in bf16
 //   depthwise (our kernel)          x, y, dy, dx as T (depthwise.hpp; weights and dw fp32)
-//   our kernels: batch_norm, relu, add, concat (their Bf16 bodies); a relu fused into its batch norm
-//                                   or add; a pool chain and the leaky ReLU inside it
-// Everything else (the losses, metrics, global pooling, broadcast, the input's shift_scale...) reads
+//   our kernels: batch_norm, relu, leaky_relu, tanh, scale, dropout, add, concat, global_avg_pool,
+//                                   broadcast, channel_affine (bodies on
+//                                   the stored type); a relu fused into its batch norm or add; a pool
+//                                   chain and the leaky ReLU inside it
+//   shift_scale (the input's normalization) y only: x fp32 (a graph input), y as T
+// Everything else (the losses, metrics...) reads
 // and writes fp32: a value one of them reads stays fp32. Our kernels take ONE stored type for their
 // activations (ties below): a batch norm's x and y, an add's or concat's inputs and output, a fused
-// relu's output and its producer's inputs, a pool chain's z and y. (cuDNN and cuBLASLt take x and y in
+// relu's output and its producer's inputs, a pool chain's z and y, a global pooling's or a broadcast's
+// x and y, a channel affine's x and y. (cuDNN and cuBLASLt take x and y in
 // either type: they cut the ties, so that one fp32 reader does not make a whole network fp32.
 // cuBLASLt's dx is D of its own gemm, in the gradient's stored type.)
 bool conv_takes_half(const NodeLowering& l) {
   return (l.engine == Engine::cudnn_conv || l.engine == Engine::cudnn_conv_transpose) && l.conv &&
          !l.conv->explicit_padding;
+}
+// Our kernels whose inputs past the first are fp32 parameters (gamma and beta, w and b).
+bool has_parameters(const Node& node) {
+  return node.kind == OpKind::batch_norm || node.kind == OpKind::channel_affine;
 }
 bool kernel_takes_half(const Node& node) {
   switch (node.kind) {
@@ -46,6 +54,13 @@ bool kernel_takes_half(const Node& node) {
     case OpKind::relu:
     case OpKind::add:
     case OpKind::concat:
+    case OpKind::global_avg_pool:
+    case OpKind::broadcast:
+    case OpKind::channel_affine:  // x and y; w and b fp32
+    case OpKind::leaky_relu:
+    case OpKind::tanh:
+    case OpKind::scale:
+    case OpKind::dropout:
       return true;
     default:
       return false;
@@ -63,7 +78,7 @@ bool reads_half_value(const Node& node, const NodeLowering& l, size_t slot) {
     case Engine::fused:
       return true;
     case Engine::kernel:
-      return kernel_takes_half(node) && (node.kind != OpKind::batch_norm || slot == 0);
+      return kernel_takes_half(node) && (!has_parameters(node) || slot == 0);
     default:
       return false;
   }
@@ -80,8 +95,8 @@ bool writes_half_value(const Node& node, const NodeLowering& l) {
     case Engine::fused:
     case Engine::pool_chain:
       return true;
-    case Engine::kernel:
-      return kernel_takes_half(node);
+    case Engine::kernel:  // shift_scale: y only (its x is fp32: reads_half_value), so no tie
+      return kernel_takes_half(node) || node.kind == OpKind::shift_scale;
     default:
       return false;
   }
@@ -100,7 +115,7 @@ std::vector<std::vector<size_t>> tied_values(const Program& p, const std::vector
     } else if (l.engine == Engine::depthwise) {
       tie = {v(node.inputs[0]), v(node.output)};
     } else if (l.engine == Engine::kernel && kernel_takes_half(node)) {
-      const size_t data = node.kind == OpKind::batch_norm ? 1 : node.inputs.size();
+      const size_t data = has_parameters(node) ? 1 : node.inputs.size();
       for (size_t i = 0; i < data; ++i) tie.push_back(v(node.inputs[i]));
       // A fused relu's output is what this node writes (its own output is never stored).
       tie.push_back(v(l.fused_relu >= 0 ? p.nodes[static_cast<size_t>(l.fused_relu)].output : node.output));

@@ -116,6 +116,73 @@ void eltwise_matches(size_t n) {
   expect_rounded_once(d_first, efirst, what + " first writer");
 }
 
+// One element-wise op: forward f(i, x, y), backward g(i, src, dy, dx, accumulate) (src: what the body
+// reads, x or y), their V bodies fv, gv over the whole vectors and the scalar ones on the tail, in H;
+// against the scalar fp32 bodies on the widened values: added into dx, and first-written (garbage
+// before it; in fp32 the bits of adding into zeros, -0 included).
+template <class H, int V, class F, class FV, class G, class GV>
+void unary_matches(size_t n, const std::string& name, F f, FV fv, G g, GV gv) {
+  const Stored<H> x(n, 21), dy(n, 22), dx(n, 23, false);
+  std::vector<H> y(n), d = dx.half, d_first(n, H{0x5555u});
+  std::vector<float> ey(n), ed = dx.wide, efirst(n, 0.0f), wide_first(n, -3.0f);
+  const auto count = static_cast<int64_t>(n), vectors = count / V;
+  for (int64_t v = 0; v < vectors; ++v) {
+    fv(v * V, x.half.data(), y.data());
+    gv(v * V, x.half.data(), dy.half.data(), d.data(), true);
+    gv(v * V, x.half.data(), dy.half.data(), d_first.data(), false);
+  }
+  for (int64_t i = vectors * V; i < count; ++i) {
+    f(i, x.half.data(), y.data());
+    g(i, x.half.data(), dy.half.data(), d.data(), true);
+    g(i, x.half.data(), dy.half.data(), d_first.data(), false);
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    f(i, x.wide.data(), ey.data());
+    g(i, x.wide.data(), dy.wide.data(), ed.data(), true);
+    g(i, x.wide.data(), dy.wide.data(), efirst.data(), true);
+    g(i, x.wide.data(), dy.wide.data(), wide_first.data(), false);
+  }
+  const std::string what = name + ", n " + std::to_string(n) + ", V " + std::to_string(V);
+  expect_rounded_once(y, ey, what + " forward");
+  expect_rounded_once(d, ed, what + " backward");
+  expect_rounded_once(d_first, efirst, what + " backward's first writer");
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_EQ(std::bit_cast<uint32_t>(wide_first[i]), std::bit_cast<uint32_t>(efirst[i])) << what << " fp32 first writer at " << i;
+}
+
+// leaky ReLU, tanh, scale and dropout (issue 33: CosmoFlow's and DeepCAM's last fp32 element-wise ops).
+constexpr float alpha = 0.3f, factor = -1.75f;  // leaky ReLU's slope, scale's factor
+template <class H, int V>
+void activations_match(size_t n) {
+  unary_matches<H, V>(
+      n, "leaky_relu", [](int64_t i, auto* x, auto* y) { leaky_relu_forward_at(i, alpha, x, y); },
+      [](int64_t i, auto* x, auto* y) { leaky_relu_forward_vec_at<V>(i, alpha, x, y); },
+      [](int64_t i, auto* x, auto* dy, auto* dx, bool a) { leaky_relu_backward_at(i, alpha, x, dy, dx, a); },
+      [](int64_t i, auto* x, auto* dy, auto* dx, bool a) { leaky_relu_backward_vec_at<V>(i, alpha, x, dy, dx, a); });
+  unary_matches<H, V>(
+      n, "tanh", [](int64_t i, auto* x, auto* y) { tanh_forward_at(i, x, y); },
+      [](int64_t i, auto* x, auto* y) { tanh_forward_vec_at<V>(i, x, y); },
+      [](int64_t i, auto* y, auto* dy, auto* dx, bool a) { tanh_backward_at(i, y, dy, dx, a); },
+      [](int64_t i, auto* y, auto* dy, auto* dx, bool a) { tanh_backward_vec_at<V>(i, y, dy, dx, a); });
+  unary_matches<H, V>(
+      n, "scale", [](int64_t i, auto* x, auto* y) { scale_forward_at(i, factor, x, y); },
+      [](int64_t i, auto* x, auto* y) { scale_forward_vec_at<V>(i, factor, x, y); },
+      [](int64_t i, auto*, auto* dy, auto* dx, bool a) { scale_backward_at(i, factor, dy, dx, a); },
+      [](int64_t i, auto*, auto* dy, auto* dx, bool a) { scale_backward_vec_at<V>(i, factor, dy, dx, a); });
+  const DropoutStream d = dropout_stream(0.3, 42, 5);
+  const uint64_t step = 3;
+  unary_matches<H, V>(
+      n, "dropout", [&](int64_t i, auto* x, auto* y) { dropout_forward_at(i, d, &step, x, y); },
+      [&](int64_t i, auto* x, auto* y) { dropout_forward_vec_at<V>(i, d, &step, x, y); },
+      [&](int64_t i, auto*, auto* dy, auto* dx, bool a) { dropout_backward_at(i, d, &step, dy, dx, a); },
+      [&](int64_t i, auto*, auto* dy, auto* dx, bool a) { dropout_backward_vec_at<V>(i, d, &step, dy, dx, a); });
+}
+
+TYPED_TEST(HalfStorage, ActivationBodiesAreTheFp32BodiesRoundedOnce) {
+  activations_match<TypeParam, 1>(1001);
+  activations_match<TypeParam, 8>(1001);  // 125 vectors of 8 and a tail of 1
+}
+
 TYPED_TEST(HalfStorage, EltwiseBodiesAreTheFp32BodiesRoundedOnce) {
   eltwise_matches<TypeParam, 1>(1001);
   eltwise_matches<TypeParam, 8>(1003);
@@ -265,6 +332,121 @@ TYPED_TEST(HalfStorage, ConcatBodiesAreTheFp32BodiesRoundedOnce) {
     offset += width;
   }
   expect_rounded_once(y, ey, "concat");
+}
+
+// The first writer's fp32 bits, -0 included (0 + -0 is +0): those of adding into zeros.
+void expect_same_fp32_bits(const std::vector<float>& actual, const std::vector<float>& expected, const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (size_t i = 0; i < actual.size(); ++i)
+    ASSERT_EQ(std::bit_cast<uint32_t>(actual[i]), std::bit_cast<uint32_t>(expected[i])) << what << " at " << i;
+}
+
+// DeepCAM's image-pool branch (issue 33's last fp32 values): global average pooling, channel affine and
+// broadcast over x, y, dy and dx stored in H; sums in double (pooling, the affine's parameters) from
+// the widened values, each stored result rounded once. Backward: added into a half gradient, and as the
+// first writer (garbage before it, never read).
+constexpr int64_t kBatch = 3, kPositions = 35, kChannels = 13;  // 7 x 5 positions; channels not a multiple of 8
+
+TYPED_TEST(HalfStorage, GlobalAvgPoolBodiesAreTheFp32BodiesRoundedOnce) {
+  using H = TypeParam;
+  const size_t n = static_cast<size_t>(kBatch * kPositions * kChannels), pooled = static_cast<size_t>(kBatch * kChannels);
+  const Stored<H> x(n, 61), dy(pooled, 62), dx(n, 63, false);
+  const std::vector<double> sums = test::channel_sums(SumTerm<H>{x.half.data(), kChannels}, kBatch, kPositions, kChannels);
+  const std::vector<double> wide_sums =
+      test::channel_sums(SumTerm<float>{x.wide.data(), kChannels}, kBatch, kPositions, kChannels);
+  std::vector<H> y(pooled);
+  std::vector<float> ey(pooled);
+  for (int64_t i = 0; i < static_cast<int64_t>(pooled); ++i) {
+    global_avg_pool_finish_at(i, kPositions, sums.data(), y.data());
+    global_avg_pool_finish_at(i, kPositions, wide_sums.data(), ey.data());
+  }
+  expect_rounded_once(y, ey, "global_avg_pool forward");
+  const float inverse = 1.0f / static_cast<float>(kPositions);
+  std::vector<H> d = dx.half, d_first(n, H{0x7777u});
+  std::vector<float> ed = dx.wide, ed_first(n, 0.0f), wide_first(n, -3.0f);
+  test::each_row_channel(kBatch * kPositions, kChannels, [&](int64_t r, int64_t c) {
+    global_avg_pool_backward_at(r, c, kChannels, kPositions, inverse, dy.half.data(), d.data());
+    global_avg_pool_backward_at(r, c, kChannels, kPositions, inverse, dy.wide.data(), ed.data());
+    global_avg_pool_backward_at(r, c, kChannels, kPositions, inverse, dy.half.data(), d_first.data(), false);
+    global_avg_pool_backward_at(r, c, kChannels, kPositions, inverse, dy.wide.data(), wide_first.data(), false);
+    global_avg_pool_backward_at(r, c, kChannels, kPositions, inverse, dy.wide.data(), ed_first.data());
+  });
+  expect_rounded_once(d, ed, "global_avg_pool backward");
+  expect_rounded_once(d_first, ed_first, "global_avg_pool backward's first writer");
+  expect_same_fp32_bits(wide_first, ed_first, "global_avg_pool's fp32 first writer");
+}
+
+TYPED_TEST(HalfStorage, BroadcastBodiesAreTheFp32BodiesRoundedOnce) {
+  using H = TypeParam;
+  const BroadcastShape s = broadcast_shape(std::vector<int64_t>{kBatch, 1, 1, kChannels},
+                                           std::vector<int64_t>{kBatch, 7, 5, kChannels});
+  const size_t in = static_cast<size_t>(kBatch * kChannels), out = static_cast<size_t>(kBatch * kPositions * kChannels);
+  const Stored<H> x(in, 71), dy(out, 72), dx(in, 73, false);
+  std::vector<H> y(out);
+  std::vector<float> ey(out);
+  test::each_row_channel(s.out_rows(), kChannels, [&](int64_t r, int64_t c) {
+    broadcast_forward_at(r, c, s, x.half.data(), y.data());
+    broadcast_forward_at(r, c, s, x.wide.data(), ey.data());
+  });
+  expect_rounded_once(y, ey, "broadcast forward");
+  std::vector<H> d = dx.half, d_first(in, H{0x7777u});
+  std::vector<float> ed = dx.wide, ed_first(in, 0.0f), wide_first(in, -3.0f);
+  test::each_row_channel(s.in_rows(), kChannels, [&](int64_t q, int64_t c) {
+    broadcast_backward_at(q, c, s, dy.half.data(), d.data());
+    broadcast_backward_at(q, c, s, dy.wide.data(), ed.data());
+    broadcast_backward_at(q, c, s, dy.half.data(), d_first.data(), false);
+    broadcast_backward_at(q, c, s, dy.wide.data(), wide_first.data(), false);
+    broadcast_backward_at(q, c, s, dy.wide.data(), ed_first.data());
+  });
+  expect_rounded_once(d, ed, "broadcast backward (35 repeats summed in fp32, rounded once)");
+  expect_rounded_once(d_first, ed_first, "broadcast backward's first writer");
+  expect_same_fp32_bits(wide_first, ed_first, "broadcast's fp32 first writer");
+}
+
+TYPED_TEST(HalfStorage, ChannelAffineBodiesAreTheFp32BodiesRoundedOnce) {
+  using H = TypeParam;
+  const int64_t rows = kBatch * kPositions;
+  const size_t n = static_cast<size_t>(rows * kChannels);
+  const Stored<H> x(n, 81), dy(n, 82), dx(n, 83, false);
+  const std::vector<float> w = random_floats(kChannels, 84), b = random_floats(kChannels, 85);
+  std::vector<H> y(n), d = dx.half, d_first(n, H{0x7777u});
+  std::vector<float> ey(n), ed = dx.wide, ed_first(n, 0.0f), wide_first(n, -3.0f);
+  test::each_row_channel(rows, kChannels, [&](int64_t r, int64_t c) {
+    channel_affine_forward_at(r, c, kChannels, x.half.data(), w.data(), b.data(), y.data());
+    channel_affine_forward_at(r, c, kChannels, x.wide.data(), w.data(), b.data(), ey.data());
+    channel_affine_backward_data_at(r, c, kChannels, w.data(), dy.half.data(), d.data());
+    channel_affine_backward_data_at(r, c, kChannels, w.data(), dy.wide.data(), ed.data());
+    channel_affine_backward_data_at(r, c, kChannels, w.data(), dy.half.data(), d_first.data(), false);
+    channel_affine_backward_data_at(r, c, kChannels, w.data(), dy.wide.data(), wide_first.data(), false);
+    channel_affine_backward_data_at(r, c, kChannels, w.data(), dy.wide.data(), ed_first.data());
+  });
+  expect_rounded_once(y, ey, "channel_affine forward");
+  expect_rounded_once(d, ed, "channel_affine dx");
+  expect_rounded_once(d_first, ed_first, "channel_affine dx's first writer");
+  expect_same_fp32_bits(wide_first, ed_first, "channel_affine's fp32 first writer");
+  // dw and db (fp32): the same double sums as from the widened x and dy.
+  const std::vector<double> sums =
+      test::channel_sums(ChannelAffineParamTerm<H>{x.half.data(), dy.half.data(), kChannels}, 1, rows, kChannels);
+  const std::vector<double> wide =
+      test::channel_sums(ChannelAffineParamTerm<float>{x.wide.data(), dy.wide.data(), kChannels}, 1, rows, kChannels);
+  ASSERT_EQ(sums.size(), wide.size());
+  for (size_t i = 0; i < sums.size(); ++i)
+    ASSERT_EQ(std::bit_cast<uint64_t>(sums[i]), std::bit_cast<uint64_t>(wide[i])) << "channel_affine sums at " << i;
+}
+
+// The input's normalization: x fp32 (a graph input), y written in H for the conv that reads it.
+TYPED_TEST(HalfStorage, ShiftScaleWritesTheFp32ResultRoundedOnce) {
+  using H = TypeParam;
+  const int64_t rows = kBatch * kPositions;
+  const size_t n = static_cast<size_t>(rows * kChannels);
+  const std::vector<float> x = half_edges(n, 91), shift = random_floats(kChannels, 92), scale = random_floats(kChannels, 93);
+  std::vector<H> y(n);
+  std::vector<float> ey(n);
+  test::each_row_channel(rows, kChannels, [&](int64_t r, int64_t c) {
+    shift_scale_forward_at(r, c, kChannels, x.data(), shift.data(), scale.data(), y.data());
+    shift_scale_forward_at(r, c, kChannels, x.data(), shift.data(), scale.data(), ey.data());
+  });
+  expect_rounded_once(y, ey, "shift_scale");
 }
 
 // The pool chain (the SDK's body) in fp16 through this backend's load_float / store_as overloads. It

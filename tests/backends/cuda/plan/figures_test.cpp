@@ -36,13 +36,14 @@ TEST(CudaPlanFigures, CosmoFlow128AtBatch1And4) {
 TEST(CudaPlanFigures, DeepCam768x1152AtBatch8) {
   const Program p = deepcam_program(8);
   for (Precision precision : {Precision::fp32, Precision::bf16, Precision::fp16}) report("DeepCAM 768x1152 batch 8", p, precision);
-  // Issue 33 item 4 asks for bf16 at most 55% of fp32: 52.4% with every activation between DeepCAM's
-  // convs in bf16 (plan/precision.cpp); held here so that it does not grow back.
+  // Issue 33 item 4 asks for bf16 at most 55% of fp32: 52.0% with every activation between DeepCAM's
+  // convs in bf16, the image-pool branch and the ASPP's batch norms included (plan/precision.cpp);
+  // held here so that it does not grow back.
   const double fp32 = static_cast<double>(make_plan(p, {Precision::fp32}).memory.arena_bytes);
   const double bf16 = static_cast<double>(make_plan(p, {Precision::bf16}).memory.arena_bytes);
   std::printf("DeepCAM 768x1152 batch 8 arena: fp32 %.1f MiB, bf16 %.1f MiB = %.1f%% (issue 33's target: 55%%)\n",
               fp32 / 1048576.0, bf16 / 1048576.0, 100.0 * bf16 / fp32);
-  EXPECT_LE(bf16 / fp32, 0.53);
+  EXPECT_LE(bf16 / fp32, 0.521);
 }
 
 // The real graphs in bf16: CosmoFlow's conv1 and DeepCAM's last_deconv padded to 8 channels, nothing else;

@@ -73,7 +73,7 @@ TEST(CudaPlanHalfStorage, Fp16StoresDeepCamAsBf16DoesWithinTheTarget) {
   const double fp16 = static_cast<double>(make_plan(p, {Precision::fp16}).memory.arena_bytes);
   std::printf("DeepCAM 768x1152 batch 8 arena: fp32 %.1f MiB, fp16 %.1f MiB = %.1f%%\n", fp32 / 1048576.0,
               fp16 / 1048576.0, 100.0 * fp16 / fp32);
-  EXPECT_LE(fp16 / fp32, 0.55);
+  EXPECT_LE(fp16 / fp32, 0.521);  // 52.0% (was 52.4% with the image-pool branch in fp32)
 }
 
 // Issue 33's last items: concat writes each input's gradient first (its band of dy, 0 + dy) instead of
@@ -102,6 +102,8 @@ TEST(CudaPlanHalfStorage, DeepCamZeroesNoConcatGradient) {
                 name_of(precision), concats, written, by_op.c_str());
     EXPECT_GE(written, 7u);  // the 7 that were memsets (DeepCamZeroesNoGradientWhoseFirstWriterOverwrites)
     EXPECT_EQ(left.count("concat"), 0u);
+    for (const char* op : {"broadcast", "global_avg_pool", "channel_affine"})  // their data gradient written first
+      EXPECT_EQ(left.count(op), 0u) << op;
   }
 }
 #endif
