@@ -2,7 +2,8 @@
 // compute stream with the plan's memory (plan/memory.hpp NodeMemory) and the node's library objects.
 // Backward accumulates into a gradient someone wrote before (our kernels, cuDNN and cuBLASLt with
 // beta 1). Its first writer overwrites it where it can (plan::first_writer_overwrites: cuDNN's and
-// cuBLASLt's dx with beta 0, our kernels' data gradients with `accumulate` false, a pool chain's dz);
+// cuBLASLt's dx with beta 0 or cast over it, our kernels' data gradients and the losses' with
+// `accumulate` false, a pool chain's dz);
 // the others add into it zeroed first (plan::NodeMemory::zeroed, zero_first_gradients). Scratch of the
 // node's own (a half-type dx, cuDNN's dw, a padded gradient) is written with beta 0.
 #include "model_impl.hpp"
@@ -494,7 +495,9 @@ void CudaModel::backward(size_t k) {
       if (dx) check(max_pool_backward(s, pool_shape(n.window), in(0), dy, dx), "max_pool_backward", k);
       break;
     case OpKind::mse:
-      check(mse_backward(s, numel(n.inputs[0]), in(0), in(1), dy, dx, grad(1)), "mse_backward", k);
+      check(mse_backward(s, numel(n.inputs[0]), in(0), in(1), dy, dx, grad(1),
+                         (overwrites_gradient(k, 0) ? 1u : 0u) | (overwrites_gradient(k, 1) ? 2u : 0u)),
+            "mse_backward", k);
       break;
     case OpKind::leaky_relu:  // from its output when alpha >= 0 (the plan keeps that), else its input
       if (dx)
@@ -628,7 +631,7 @@ void CudaModel::backward(size_t k) {
     case OpKind::softmax_cross_entropy:
       if (dx)
         check(softmax_cross_entropy_backward(s, rows, channels, in(0), at<int32_t>(m.reads[1]),
-                                             control<float>(r.class_weights), dy, dx),
+                                             control<float>(r.class_weights), dy, dx, !overwrites_gradient(k, 0)),
               "softmax_cross_entropy_backward", k);
       break;
     default:  // preprocessing and metrics pass no gradient; reshape is an alias
@@ -740,7 +743,7 @@ void CudaModel::conv_backward(size_t k) {
     mark("cudnnConvolutionForward");
   }
   if (dx && dx_written != dx && !(!c.transpose && c.explicit_padding))
-    check(convert_add(s, static_cast<int64_t>(dx_count), type, dx_written, dx), "convert_add", k);
+    check(convert_add(s, static_cast<int64_t>(dx_count), type, dx_written, dx, !overwrites_gradient(k, 0)), "convert_add", k);
   // dw in cuDNN's layout, the masters' (plan/weights.hpp): fp32 added into the gradient buffer in place;
   // half types written into the node's scratch, then cast and added.
   if (float* dw = at<float>(m.gradients[1])) {

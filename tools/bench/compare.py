@@ -126,13 +126,11 @@ def main():
     p.add_argument("--warmup", type=int, default=1, help="untimed steps before the timed ones")
     p.add_argument("--no-layers", action="store_true", help="time the whole model only")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
-                   help="bf16: backend.precision=bf16 for our backends, torch.autocast for PyTorch (CosmoFlow)")
+                   help="bf16: backend.precision=bf16 for our backends, torch.autocast for PyTorch")
     p.add_argument("--markdown", help="also write the tables to FILE")
     args = p.parse_args()
     if args.batch is None:
         args.batch = WORKLOADS[args.workload]["batch"]
-    if args.precision == "bf16" and args.workload != "cosmoflow":
-        p.error("--precision bf16: only CosmoFlow's PyTorch peer takes --bf16 so far")
     text = tables(*measure(args), args)
     print("\n" + text)
     if args.markdown:

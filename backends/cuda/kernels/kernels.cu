@@ -244,14 +244,14 @@ cudaError_t max_pool_backward(cudaStream_t stream, const PoolShape& shape, const
 // ---- losses' backward passes (their forward passes are sums: reductions.cu) ----
 
 cudaError_t mse_backward(cudaStream_t stream, int64_t n, const float* prediction, const float* target,
-                         const float* dloss, float* dprediction, float* dtarget) {
-  return each<mse_backward_at>(stream, n, n, dloss, prediction, target, dprediction, dtarget);
+                         const float* dloss, float* dprediction, float* dtarget, unsigned first) {
+  return each<mse_backward_at>(stream, n, n, dloss, prediction, target, dprediction, dtarget, first);
 }
 cudaError_t softmax_cross_entropy_backward(cudaStream_t stream, int64_t rows, int64_t classes, const float* logits,
                                            const int32_t* labels, const float* class_weights, const float* dloss,
-                                           float* dlogits) {
+                                           float* dlogits, bool accumulate) {
   return each<softmax_cross_entropy_backward_at>(stream, rows, rows, classes, logits, labels, class_weights, dloss,
-                                                 dlogits);
+                                                 dlogits, accumulate);
 }
 
 namespace {
@@ -309,9 +309,10 @@ cudaError_t convert(cudaStream_t stream, int64_t n, FloatType from, const void* 
   if (aligned_16(x, y)) return each_vectorized<convert_vec_at<8>, convert_at, 8>(stream, n, from, x, to, y);
   return each<convert_at>(stream, n, from, x, to, y);
 }
-cudaError_t convert_add(cudaStream_t stream, int64_t n, FloatType from, const void* dx, float* sum) {
-  if (aligned_16(dx, sum)) return each_vectorized<convert_add_vec_at<8>, convert_add_at, 8>(stream, n, from, dx, sum);
-  return each<convert_add_at>(stream, n, from, dx, sum);
+cudaError_t convert_add(cudaStream_t stream, int64_t n, FloatType from, const void* dx, float* sum, bool accumulate) {
+  if (aligned_16(dx, sum))
+    return each_vectorized<convert_add_vec_at<8>, convert_add_at, 8>(stream, n, from, dx, sum, accumulate);
+  return each<convert_add_at>(stream, n, from, dx, sum, accumulate);
 }
 cudaError_t bias_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* b, float* y) {
   return each_row_channel<bias_forward_at>(stream, rows, channels, channels, b, y);

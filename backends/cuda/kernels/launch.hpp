@@ -296,9 +296,9 @@ MLPH_HALF_LAUNCHERS(F16)
 
 [[nodiscard]] cudaError_t mse_forward(cudaStream_t stream, int64_t n, const float* prediction, const float* target,
                                       float* loss, void* workspace, size_t workspace_bytes);
-// dprediction, dtarget may be null.
+// dprediction, dtarget may be null; `first` bit 0 (dprediction), bit 1 (dtarget): written first.
 [[nodiscard]] cudaError_t mse_backward(cudaStream_t stream, int64_t n, const float* prediction, const float* target,
-                                       const float* dloss, float* dprediction, float* dtarget);
+                                       const float* dloss, float* dprediction, float* dtarget, unsigned first = 0);
 [[nodiscard]] cudaError_t abs_error_sum(cudaStream_t stream, int64_t n, const float* prediction, const float* target,
                                         float* sum, void* workspace, size_t workspace_bytes);
 // logits [rows, C], labels [rows], class_weights [C] (device).
@@ -309,7 +309,7 @@ MLPH_HALF_LAUNCHERS(F16)
 [[nodiscard]] cudaError_t softmax_cross_entropy_backward(cudaStream_t stream, int64_t rows, int64_t classes,
                                                          const float* logits, const int32_t* labels,
                                                          const float* class_weights, const float* dloss,
-                                                         float* dlogits);
+                                                         float* dlogits, bool accumulate = true);
 // iou [batch] of logits [rows, C] (rows / batch pixels a sample); workspace:
 // channel_sums_workspace_bytes(batch, rows / batch, classes).
 [[nodiscard]] cudaError_t iou_forward(cudaStream_t stream, int64_t batch, int64_t rows, int64_t classes,
@@ -370,8 +370,10 @@ inline size_t multi_tensor_workspace_bytes(int64_t chunks, int32_t tensors) {
 
 // y = x converted (f32, bf16, f16 either way; the same type is a copy).
 [[nodiscard]] cudaError_t convert(cudaStream_t stream, int64_t n, FloatType from, const void* x, FloatType to, void* y);
-// sum += dx converted to fp32: a gradient written in a half type, added into its fp32 sum.
-[[nodiscard]] cudaError_t convert_add(cudaStream_t stream, int64_t n, FloatType from, const void* dx, float* sum);
+// sum += dx converted to fp32: a gradient written in a half type, added into its fp32 sum
+// (`accumulate` false: sum's first writer, 0 + dx).
+[[nodiscard]] cudaError_t convert_add(cudaStream_t stream, int64_t n, FloatType from, const void* dx, float* sum,
+                                      bool accumulate = true);
 // y [rows, C] += b[c] (a convolution's bias).
 [[nodiscard]] cudaError_t bias_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* b, float* y);
 // db += the sum of dy over rows; workspace: channel_sums_workspace_bytes(1, rows, channels).

@@ -98,8 +98,10 @@ MLPH_KERNEL void store_floats(FloatType type, void* data, int64_t i, const float
 MLPH_KERNEL void convert_at(int64_t i, FloatType from, const void* x, FloatType to, void* y) {
   store_float(to, y, i, load_float(from, x, i));
 }
-// A gradient written in a half type, added into its fp32 sum.
-MLPH_KERNEL void convert_add_at(int64_t i, FloatType from, const void* dx, float* sum) { sum[i] += load_float(from, dx, i); }
+// A gradient written in a half type, added into its fp32 sum (`accumulate` false: its first writer, 0 + dx).
+MLPH_KERNEL void convert_add_at(int64_t i, FloatType from, const void* dx, float* sum, bool accumulate = true) {
+  put_into(sum[i], load_float(from, dx, i), accumulate);
+}
 // The same over V elements from i (a multiple of V), V = 8: 16-byte accesses on both sides.
 template <int V>
 MLPH_KERNEL void convert_vec_at(int64_t i, FloatType from, const void* x, FloatType to, void* y) {
@@ -108,10 +110,10 @@ MLPH_KERNEL void convert_vec_at(int64_t i, FloatType from, const void* x, FloatT
   store_floats<V>(to, y, i, v);
 }
 template <int V>
-MLPH_KERNEL void convert_add_vec_at(int64_t i, FloatType from, const void* dx, float* sum) {
+MLPH_KERNEL void convert_add_vec_at(int64_t i, FloatType from, const void* dx, float* sum, bool accumulate = true) {
   float v[V], s[V];
   load_floats<V>(from, dx, i, v);
-  load_channels<V>(sum + i, s);
+  load_gradient<V>(sum + i, s, accumulate);
   for (int j = 0; j < V; ++j) s[j] += v[j];
   store_channels<V>(sum + i, s);
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernel.hpp"
+#include "precision.hpp"
 
 namespace mlph::cuda {
 
@@ -25,13 +26,14 @@ struct MseTerm {
 MLPH_KERNEL float mse_loss(double sum, int64_t n) { return static_cast<float>(sum / static_cast<double>(n)); }
 
 // dprediction += 2 * dloss * (p - t) / n, dtarget -= the same (either may be null). dloss is the loss's
-// gradient in device memory (1, or the loss scale).
+// gradient in device memory (1, or the loss scale). `first` bit 0 (dprediction), bit 1 (dtarget): this
+// node is that gradient's first writer (0 + g: the bits of a memset and an add, without the memset).
 MLPH_KERNEL void mse_backward_at(int64_t i, int64_t n, const float* dloss, const float* prediction,
-                                 const float* target, float* dprediction, float* dtarget) {
+                                 const float* target, float* dprediction, float* dtarget, unsigned first = 0) {
   const float scale = 2.0f * *dloss / static_cast<float>(n);
   const float g = scale * (prediction[i] - target[i]);
-  if (dprediction) dprediction[i] += g;
-  if (dtarget) dtarget[i] -= g;
+  if (dprediction) put_into(dprediction[i], g, !(first & 1u));
+  if (dtarget) put_into(dtarget[i], -g, !(first & 2u));  // d - g is d + (-g) exactly
 }
 
 struct AbsErrorTerm {
@@ -82,18 +84,23 @@ MLPH_KERNEL float softmax_cross_entropy_loss(double sum, int64_t rows) {
   return static_cast<float>(sum / static_cast<double>(rows));
 }
 
-// dlogits[r, :] += dloss * w[l] / rows * (softmax(z) - onehot(l)), one row per thread.
+// dlogits[r, :] += dloss * w[l] / rows * (softmax(z) - onehot(l)), one row per thread; `accumulate`
+// false: dlogits' first writer (0 + v, and 0 in a row whose label is bad).
 MLPH_KERNEL void softmax_cross_entropy_backward_at(int64_t r, int64_t rows, int64_t classes, const float* logits,
                                                    const int32_t* labels, const float* class_weights,
-                                                   const float* dloss, float* dlogits) {
+                                                   const float* dloss, float* dlogits, bool accumulate = true) {
   const int32_t label = labels[r];
-  if (!label_ok(label, classes)) return;
+  float* dz = dlogits + r * classes;
+  if (!label_ok(label, classes)) {
+    for (int64_t c = 0; c < classes && !accumulate; ++c) dz[c] = 0.0f;
+    return;
+  }
   const float* z = logits + r * classes;
   const double scale = static_cast<double>(*dloss) / static_cast<double>(rows);
   const double lse = log_sum_exp(z, classes), weight = scale * class_weights[label];
   for (int64_t c = 0; c < classes; ++c) {
     const double p = exp(static_cast<double>(z[c]) - lse) - (c == label ? 1.0 : 0.0);
-    dlogits[r * classes + c] += static_cast<float>(weight * p);
+    put_into(dz[c], static_cast<float>(weight * p), accumulate);
   }
 }
 

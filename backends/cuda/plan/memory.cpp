@@ -425,17 +425,22 @@ Schedule plan_schedule(const Program& p, const std::vector<NodeLowering>& loweri
 
 bool first_writer_overwrites(const Node& node, const NodeLowering& l, const NodeMemory& m, size_t i) {
   if (i >= m.gradients.size() || !m.gradients[i] || m.accumulate[i]) return false;
-  if (i < m.gradient_scratch.size() && m.gradient_scratch[i]) return false;  // scratch first, then cast and added
+  if (l.engine == Engine::cudnn_conv || l.engine == Engine::cudnn_conv_transpose)
+    // beta 0 into dx, or into its scratch (a half type: then cast over dx, convert_add's `accumulate`
+    // false). Not a conv's explicitly padded x: its gradient is cropped out of d(padded x) and added.
+    return i == 0 && l.conv && !(l.conv->explicit_padding && !l.conv->transpose);
+  if (i < m.gradient_scratch.size() && m.gradient_scratch[i]) return false;  // no body of ours casts it over dx
   switch (l.engine) {
-    case Engine::cudnn_conv:
-    case Engine::cudnn_conv_transpose:
-      return i == 0 && l.conv && !l.conv->explicit_padding;  // beta 0
     case Engine::cublaslt_dense:
     case Engine::depthwise:  // the gather starts from 0
     case Engine::pool_chain:  // dz written whole
       return i == 0;
     case Engine::kernel:
       switch (node.kind) {
+        case OpKind::mse:  // `first` bits
+          return true;
+        case OpKind::softmax_cross_entropy:  // dlogits, 0 in a row whose label is bad
+          return i == 0;
         case OpKind::relu:
         case OpKind::batch_norm:  // the data pass
           return i == 0;

@@ -130,7 +130,8 @@ struct NodeMemory {
   std::vector<bool> accumulate;            // per input: add into `gradients` (written before, or a parameter's)
   // Per input: backward zeroes its gradient first (a memset) because its first writer adds into it.
   // Not where the first writer overwrites (first_writer_overwrites): cuDNN's and cuBLASLt's dx with
-  // beta 0, our kernels' data gradients written 0 + ... (their `accumulate` false), a pool chain's dz.
+  // beta 0 (or cast over it from a half scratch), our kernels' data gradients and the losses' written
+  // 0 + ... (their `accumulate` false), a pool chain's dz.
   std::vector<bool> zeroed;
   std::vector<bool> makes_cast;            // per input: forward makes the cast copy `reads` (its first reader)
   Location output_scratch;                 // forward writes its output here first, then casts it up into `output`

@@ -645,6 +645,11 @@ TEST_F(CudaKernelLaunchers, LossesAndIouMatchTheBodies) {
   each(n, [&](int64_t i) { mse_backward_at(i, n, &half, p.data(), t.data(), gp.data(), gt.data()); });
   expect_same_bits(dgp.read(), gp, "mse backward, prediction");
   expect_same_bits(dgt.read(), gt, "mse backward, target");
+  ok(mse_backward(kStream, n, dp_in.get(), dt_in.get(), dloss.get(), dgp.get(), dgt.get(), 3u));  // both written first
+  std::fill(gp.begin(), gp.end(), 0.0f), std::fill(gt.begin(), gt.end(), 0.0f);
+  each(n, [&](int64_t i) { mse_backward_at(i, n, &half, p.data(), t.data(), gp.data(), gt.data()); });
+  expect_same_bits(dgp.read(), gp, "mse backward, prediction written first");
+  expect_same_bits(dgt.read(), gt, "mse backward, target written first");
 
   // DeepCAM's 3 classes: exp and log are CUDA's on the device.
   const int64_t rows = 400'001, classes = 3;
@@ -672,6 +677,16 @@ TEST_F(CudaKernelLaunchers, LossesAndIouMatchTheBodies) {
   const std::vector<float> device_dz = ddz.read();
   for (size_t i = 0; i < dz.size(); ++i)
     expect_relative(device_dz[i], dz[i], 1e-6, "softmax_cross_entropy backward (CUDA's exp and log)");
+  ok(softmax_cross_entropy_backward(kStream, rows, classes, dlogits_in.get(), dlabels.get(), dweights.get(),
+                                    dloss.get(), ddz.get(), false));  // the first writer: what dz held is gone
+  std::vector<float> written(dz.size(), 0.0f);
+  each(rows, [&](int64_t r) {
+    softmax_cross_entropy_backward_at(r, rows, classes, logits.data(), labels.data(), weights.data(), &half,
+                                      written.data());
+  });
+  const std::vector<float> device_written = ddz.read();
+  for (size_t i = 0; i < written.size(); ++i)
+    expect_relative(device_written[i], written[i], 1e-6, "softmax_cross_entropy backward written first");
 
   const int64_t batch = 4;
   const Device<float> iou(static_cast<size_t>(batch));
@@ -859,6 +874,10 @@ TEST_F(CudaKernelLaunchers, LayoutAndTypeLaunchersAreTheBodiesBits) {
   ok(convert_add(kStream, kN, FloatType::f16, halves.get(), sum.get()));
   each(kN, [&](int64_t i) { convert_add_at(i, FloatType::f16, h.data(), expected.data()); });
   expect_same_bits(sum.read(), expected, "cast and add");
+  ok(convert_add(kStream, kN, FloatType::f16, halves.get(), sum.get(), false));  // the first writer: 0 + x
+  std::fill(expected.begin(), expected.end(), 0.0f);
+  each(kN, [&](int64_t i) { convert_add_at(i, FloatType::f16, h.data(), expected.data()); });
+  expect_same_bits(sum.read(), expected, "cast written first");
   // Bias forward and its gradient (a channel sum, in the device's order).
   const int64_t rows = 70001, channels = 24;
   const std::vector<float> b = random_floats(channels, 81), dy = random_floats(rows * channels, 82);

@@ -73,6 +73,39 @@ TEST(CudaKernelBodies, CrossEntropyWithALabelOutOfRangeIsNanAndReadsNothingOutsi
   EXPECT_TRUE(label_ok(2, classes));
 }
 
+// The losses as their input's first writer (plan::first_writer_overwrites): over whatever the
+// gradient held, the bits of a memset and the adding body, a row with a bad label included (zeros).
+TEST(CudaKernelBodies, LossesAsFirstWritersAreAMemsetAndAnAdd) {
+  const int64_t n = 1001;
+  const std::vector<float> p = random_floats(n, 84), t = random_floats(n, 85);
+  const float dloss = 0.75f;
+  for (unsigned first : {1u, 2u, 3u}) {
+    std::vector<float> dp = random_floats(n, 86), dt = random_floats(n, 87), expected_dp = dp, expected_dt = dt;
+    if (first & 1u) std::fill(expected_dp.begin(), expected_dp.end(), 0.0f);
+    if (first & 2u) std::fill(expected_dt.begin(), expected_dt.end(), 0.0f);
+    each(n, [&](int64_t i) { mse_backward_at(i, n, &dloss, p.data(), t.data(), expected_dp.data(), expected_dt.data()); });
+    each(n, [&](int64_t i) { mse_backward_at(i, n, &dloss, p.data(), t.data(), dp.data(), dt.data(), first); });
+    expect_same_bits(dp, expected_dp, "mse backward, prediction written first");
+    expect_same_bits(dt, expected_dt, "mse backward, target written first");
+  }
+
+  const int64_t rows = 501, classes = 3;
+  const std::vector<float> logits = random_floats(static_cast<size_t>(rows * classes), 96, -6.0f, 6.0f);
+  std::vector<int32_t> labels = random_labels(static_cast<size_t>(rows), static_cast<int32_t>(classes), 97);
+  labels[7] = 3, labels[400] = -1;  // bad: no gradient, so zeros in a gradient written first
+  const std::vector<float> weights = random_floats(static_cast<size_t>(classes), 98, 0.1f, 5.0f);
+  std::vector<float> dz = random_floats(logits.size(), 99), expected(logits.size(), 0.0f);
+  each(rows, [&](int64_t r) {
+    softmax_cross_entropy_backward_at(r, rows, classes, logits.data(), labels.data(), weights.data(), &dloss,
+                                      expected.data());
+    softmax_cross_entropy_backward_at(r, rows, classes, logits.data(), labels.data(), weights.data(), &dloss, dz.data(),
+                                      false);
+  });
+  expect_same_bits(dz, expected, "softmax_cross_entropy backward written first");
+  EXPECT_EQ(dz[7 * classes + 1], 0.0f);
+  EXPECT_NE(dz[8 * classes + 1], 0.0f);
+}
+
 TEST(CudaKernelBodies, IouCountsAndScoresAreTheReferenceBits) {
   // 4 classes: ties in the logits (the lowest class wins), and class 3 never predicted nor labelled in
   // sample 0 (it counts 1/C).

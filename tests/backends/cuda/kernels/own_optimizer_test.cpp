@@ -136,6 +136,12 @@ TEST(CudaOwnKernels, CastVectorsAreTheScalarCastsBits) {
     for (int64_t i = 0; i + 8 <= n; i += 8) convert_add_vec_at<8>(i, from, source.data(), sum.data());
     for (int64_t i = n / 8 * 8; i < n; ++i) convert_add_at(i, from, source.data(), sum.data());
     expect_same_bits(sum, expected_sum, "convert_add");
+    // The first writer (accumulate false) over what the sum held: 0 + dx, a memset's and an add's bits.
+    std::vector<float> zeros(static_cast<size_t>(n), 0.0f), written = sum0;
+    each(n, [&](int64_t i) { convert_add_at(i, from, source.data(), zeros.data()); });
+    for (int64_t i = 0; i + 8 <= n; i += 8) convert_add_vec_at<8>(i, from, source.data(), written.data(), false);
+    for (int64_t i = n / 8 * 8; i < n; ++i) convert_add_at(i, from, source.data(), written.data(), false);
+    expect_same_bits(written, zeros, "convert_add written first");
   }
 }
 
