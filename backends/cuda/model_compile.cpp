@@ -72,13 +72,19 @@ CudaModel::CudaModel(sdk::program::Program program, const MLPH_CommsHandle* comm
   upload_parameters();
   refresh_weights();
   for (size_t k = 0; k < nodes_.size(); ++k)  // the cuBLASLt bias epilogue's vector, now that it has a place
-    if (nodes_[k].dense && program_.nodes[k].has_bias())
+    if (nodes_[k].dense && bias_in_epilogue(k))
       nodes_[k].gemms[0].set_bias(where_, at<float>(plan_.memory.nodes[k].reads[2]), node_about(k));
   policy_ = GraphPolicy(settings_.graphs && path_ != CommsPath::host);
   compute_->synchronize(where_, "compile");
 }
 
 std::string CudaModel::node_about(size_t k) const { return "node '" + program_.nodes[k].name + "'"; }
+
+// cuBLASLt adds a dense node's bias in its epilogue where D is fp32; on a half D our kernel adds it
+// to y as stored (the epilogue's fp32 bias with a half D is not among the combinations relied on).
+bool CudaModel::bias_in_epilogue(size_t k) const {
+  return program_.nodes[k].has_bias() && plan_.precision.nodes[k].writes == plan::DType::f32;
+}
 
 // ---- the plan, the libraries' algorithms, the workspaces ----
 
@@ -232,7 +238,7 @@ void CudaModel::make_dense(size_t k) {
                                     plan::DType::f32};
     s.output = outputs[g];
     s.math = precision.math;
-    s.bias = g == 0 && dense.bias;
+    s.bias = g == 0 && bias_in_epilogue(k);
     s.rule = &plan_.algorithms;
     r.gemms[g] = runtime::Matmul(where_, cublaslt_->get(), s, node_about(k) + passes[g]);
   }

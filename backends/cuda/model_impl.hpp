@@ -127,6 +127,7 @@ class CudaModel final : public sdk::ModelProtocol {
   void conv_forward(size_t k);
   void conv_backward(size_t k);
   void dense_forward(size_t k);   // a dense node or a pointwise conv, on cuBLASLt
+  bool bias_in_epilogue(size_t k) const;
   void dense_backward(size_t k);
   void batch_norm_forward(size_t k, bool training);
   void batch_norm_backward(size_t k);

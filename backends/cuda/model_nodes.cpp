@@ -20,14 +20,13 @@ FloatType float_type(plan::DType type) {
 constexpr float kOne = 1.0f, kZero = 0.0f;
 
 // f(T*{}) with T the stored type (float, or Bf16 / F16 for activations stored in bf16 / fp16:
-// plan::PrecisionPlan), so that one call site picks our kernels' overload for it.
+// plan::PrecisionPlan), so that one call site, a lambda [&]<class T>(T*), picks our kernels' overload for it.
 template <class F>
 cudaError_t with_stored(FloatType type, F&& f) {
   if (type == FloatType::bf16) return f(static_cast<Bf16*>(nullptr));
   if (type == FloatType::f16) return f(static_cast<F16*>(nullptr));
   return f(static_cast<float*>(nullptr));
 }
-#define MLPH_STORED(t) std::remove_pointer_t<decltype(t)>  // the T of with_stored's argument
 
 // backend.batch_norm=cudnn: the persistent spatial mode for training (cuDNN's faster path for NHWC;
 // deterministic, its docs say, through scaled integer atomics that may overflow to Inf/NaN on extreme
@@ -98,8 +97,7 @@ void CudaModel::forward(size_t k, bool training) {
     case OpKind::conv_transpose:
       if (plan_.nodes[k].engine == plan::Engine::depthwise)  // our kernel: bias included, no cast, no copy
         check(with_stored(stored_type(n.inputs[0]),
-                          [&](auto t) {
-                            using T = MLPH_STORED(t);
+                          [&]<class T>(T*) {
                             return depthwise_forward(s, depthwise_shape(n.window, n.has_bias()), at<T>(m.reads[0]), in(1),
                                                      n.has_bias() ? in(2) : nullptr, at<T>(m.output));
                           }),
@@ -111,26 +109,24 @@ void CudaModel::forward(size_t k, bool training) {
       break;
     case OpKind::leaky_relu:  // x and y in one stored type (and so tanh, scale, dropout)
       check(with_stored(stored_type(n.output),
-                        [&](auto t) {
-                          using T = MLPH_STORED(t);
+                        [&]<class T>(T*) {
                           return leaky_relu_forward(s, count, alpha, at<T>(m.reads[0]), at<T>(m.output));
                         }),
             "leaky_relu_forward", k);
       break;
     case OpKind::relu:
       check(with_stored(stored_type(n.inputs[0]),
-                        [&](auto t) { return relu_forward(s, count, at<MLPH_STORED(t)>(m.reads[0]), at<MLPH_STORED(t)>(m.output)); }),
+                        [&]<class T>(T*) { return relu_forward(s, count, at<T>(m.reads[0]), at<T>(m.output)); }),
             "relu_forward", k);
       break;
     case OpKind::tanh:
       check(with_stored(stored_type(n.output),
-                        [&](auto t) { return tanh_forward(s, count, at<MLPH_STORED(t)>(m.reads[0]), at<MLPH_STORED(t)>(m.output)); }),
+                        [&]<class T>(T*) { return tanh_forward(s, count, at<T>(m.reads[0]), at<T>(m.output)); }),
             "tanh_forward", k);
       break;
     case OpKind::scale:
       check(with_stored(stored_type(n.output),
-                        [&](auto t) {
-                          using T = MLPH_STORED(t);
+                        [&]<class T>(T*) {
                           return scale_forward(s, count, alpha, at<T>(m.reads[0]), at<T>(m.output));
                         }),
             "scale_forward", k);
@@ -138,8 +134,7 @@ void CudaModel::forward(size_t k, bool training) {
     case OpKind::max_pool:
       if (plan_.nodes[k].engine == plan::Engine::pool_chain)  // bias + leaky ReLU + max-pool from the conv's output
         check(with_stored(stored_type(n.output),  // z and y in one stored type (plan::tied_values)
-                          [&](auto t) {
-                            using T = MLPH_STORED(t);
+                          [&]<class T>(T*) {
                             return pool_chain_forward(s, chain_shape(k), at<T>(m.reads[0]), chain_bias(k),
                                                       at<T>(m.output), at<uint8_t>(m.winners));
                           }),
@@ -154,8 +149,7 @@ void CudaModel::forward(size_t k, bool training) {
       break;
     case OpKind::dropout:
       check(with_stored(stored_type(n.output),
-                        [&](auto t) {
-                          using T = MLPH_STORED(t);
+                        [&]<class T>(T*) {
                           if (training && n.attr != 0.0)
                             return dropout_forward(s, count, dropout_stream(n.attr, program_.seed, n.index),
                                                    control<uint64_t>(block_.step), at<T>(m.reads[0]), at<T>(m.output));
@@ -176,16 +170,14 @@ void CudaModel::forward(size_t k, bool training) {
       if (const int64_t relu = plan_.nodes[k].fused_relu; relu >= 0) {  // the relu's output in the same pass
         const int64_t c = program_.value(n.output).shape.back();
         check(with_stored(stored_type(n.inputs[0]),
-                          [&](auto t) {
-                            using T = MLPH_STORED(t);
+                          [&]<class T>(T*) {
                             return add_relu_forward(s, count / c, c, at<T>(m.reads[0]), at<T>(m.reads[1]),
                                                     at<T>(plan_.memory.nodes[static_cast<size_t>(relu)].output));
                           }),
               "add_relu_forward", k);
       } else {
         check(with_stored(stored_type(n.inputs[0]),
-                          [&](auto t) {
-                            using T = MLPH_STORED(t);
+                          [&]<class T>(T*) {
                             return add_forward(s, count, at<T>(m.reads[0]), at<T>(m.reads[1]), at<T>(m.output));
                           }),
               "add_forward", k);
@@ -193,8 +185,7 @@ void CudaModel::forward(size_t k, bool training) {
       break;
     case OpKind::concat:
       check(with_stored(stored_type(n.output),
-                        [&](auto t) {
-                          using T = MLPH_STORED(t);
+                        [&]<class T>(T*) {
                           std::vector<const T*> parts;
                           for (size_t i = 0; i < n.inputs.size(); ++i) parts.push_back(at<T>(m.reads[i]));
                           return concat_forward(s, rows, std::span<const T* const>(parts), n.widths, at<T>(m.output));
@@ -203,8 +194,7 @@ void CudaModel::forward(size_t k, bool training) {
       break;
     case OpKind::global_avg_pool:  // x and y in one stored type (plan/precision.cpp: ties)
       check(with_stored(stored_type(n.output),
-                        [&](auto t) {
-                          using T = MLPH_STORED(t);
+                        [&]<class T>(T*) {
                           return global_avg_pool_forward(s, n.batch, rows / n.batch, channels, at<T>(m.reads[0]),
                                                          at<T>(m.output), ws, ws_bytes);
                         }),
@@ -212,8 +202,7 @@ void CudaModel::forward(size_t k, bool training) {
       break;
     case OpKind::broadcast:  // x and y in one stored type
       check(with_stored(stored_type(n.output),
-                        [&](auto t) {
-                          using T = MLPH_STORED(t);
+                        [&]<class T>(T*) {
                           return broadcast_forward(s, broadcast_shape(n.in_shape, n.out_shape), at<T>(m.reads[0]),
                                                    at<T>(m.output));
                         }),
@@ -221,16 +210,14 @@ void CudaModel::forward(size_t k, bool training) {
       break;
     case OpKind::channel_affine:  // x and y as stored (one type), w and b fp32
       check(with_stored(stored_type(n.output),
-                        [&](auto t) {
-                          using T = MLPH_STORED(t);
+                        [&]<class T>(T*) {
                           return channel_affine_forward(s, rows, channels, at<T>(m.reads[0]), in(1), in(2), at<T>(m.output));
                         }),
             "channel_affine_forward", k);
       break;
     case OpKind::shift_scale:
       check(with_stored(stored_type(n.output),  // x fp32 (the graph's input), y as stored
-                        [&](auto t) {
-                          using T = MLPH_STORED(t);
+                        [&]<class T>(T*) {
                           return shift_scale_forward(s, rows, channels, in(0), in(1), in(2), at<T>(m.output));
                         }),
             "shift_scale_forward", k);
@@ -313,8 +300,14 @@ void CudaModel::conv_forward(size_t k) {
   else if (written != y)
     check(convert(s, numel(program_.nodes[k].output), type, written, FloatType::f32, y), "convert", k);
   if (c.bias && !plan_.nodes[k].bias_in_chain) {  // else the pool chain after it adds the bias as it reads y
-    const int64_t channels = program_.value(program_.nodes[k].output).shape.back();  // the graph's, never padded
-    check(bias_forward(s, numel(program_.nodes[k].output) / channels, channels, at<float>(m.reads[2]), y), "bias_forward", k);
+    const int32_t out = program_.nodes[k].output;
+    const int64_t channels = program_.value(out).shape.back();  // the graph's, never padded
+    check(with_stored(stored_type(out),  // y as stored: cuDNN's half y gets its bias in place
+                      [&]<class T>(T*) {
+                        return bias_forward(s, numel(out) / channels, channels, at<float>(m.reads[2]),
+                                            at<T>(m.output));
+                      }),
+          "bias_forward", k);
   }
 }
 
@@ -348,7 +341,7 @@ void CudaModel::batch_norm_forward(size_t k, bool training) {
   // Our kernels' passes, the group's sums between them (batch_norm.hpp), x and y as stored (one type:
   // plan/precision.cpp). Workspace: stats, scale and shift, sums.
   const FloatType type = stored_type(n.inputs[0]);
-  auto x = [&](auto t) { return static_cast<const MLPH_STORED(t)*>(at<MLPH_STORED(t)>(m.reads[0])); };
+  auto x = [&]<class T>(T*) { return static_cast<const T*>(at<T>(m.reads[0])); };
   const auto c = static_cast<size_t>(channels);
   auto* stats = at<double>(m.forward_workspace);
   const size_t stats_bytes = plan::align_up((2 * c + 1) * sizeof(double), plan::kAlignment);
@@ -359,10 +352,10 @@ void CudaModel::batch_norm_forward(size_t k, bool training) {
     check(batch_norm_eval_coefficients(s, channels, eps, in(1), in(2), in(3), in(4), scale_shift),
           "batch_norm_eval_coefficients", k);
   } else {
-    check(with_stored(type, [&](auto t) { return batch_norm_sum(s, rows, channels, x(t), stats, sums, sums_bytes); }),
+    check(with_stored(type, [&]<class T>(T* t) { return batch_norm_sum(s, rows, channels, x(t), stats, sums, sums_bytes); }),
           "batch_norm_sum", k);
     group_sum(k, stats, channels + 1);
-    check(with_stored(type, [&](auto t) { return batch_norm_variance(s, rows, channels, x(t), stats, sums, sums_bytes); }),
+    check(with_stored(type, [&]<class T>(T* t) { return batch_norm_variance(s, rows, channels, x(t), stats, sums, sums_bytes); }),
           "batch_norm_variance", k);
     group_sum(k, stats + channels + 1, channels);
     if (relu >= 0) scale_shift = at<float>(m.statistics) + 2 * channels;  // kept for the relu's mask in backward
@@ -372,13 +365,13 @@ void CudaModel::batch_norm_forward(size_t k, bool training) {
   }
   if (relu >= 0)  // the relu's output in the same pass
     check(with_stored(type,
-                      [&](auto t) {
+                      [&]<class T>(T* t) {
                         return batch_norm_relu_apply(s, rows, channels, x(t), scale_shift,
-                                                     at<MLPH_STORED(t)>(plan_.memory.nodes[static_cast<size_t>(relu)].output));
+                                                     at<T>(plan_.memory.nodes[static_cast<size_t>(relu)].output));
                       }),
           "batch_norm_relu_apply", k);
   else
-    check(with_stored(type, [&](auto t) { return batch_norm_apply(s, rows, channels, x(t), scale_shift, at<MLPH_STORED(t)>(m.output)); }),
+    check(with_stored(type, [&]<class T>(T* t) { return batch_norm_apply(s, rows, channels, x(t), scale_shift, at<T>(m.output)); }),
           "batch_norm_apply", k);
 }
 
@@ -442,8 +435,7 @@ void CudaModel::backward(size_t k) {
   if (plan_.nodes[k].engine == plan::Engine::pool_chain) {  // dz written whole (zeros past the windows too)
     if (!m.gradients[0]) return;
     check(with_stored(stored_type(n.output),
-                      [&](auto t) {
-                        using T = MLPH_STORED(t);
+                      [&]<class T>(T*) {
                         return pool_chain_backward(s, chain_shape(k), at<T>(m.reads[0]), chain_bias(k),
                                                    at<T>(m.output_gradient), at<uint8_t>(m.winners),
                                                    at<T>(m.gradients[0]));
@@ -468,16 +460,14 @@ void CudaModel::backward(size_t k) {
         const FloatType type = stored_type(n.inputs[0]);  // x, y and their gradients (one type)
         if (dx)
           check(with_stored(type,
-                            [&](auto t) {
-                              using T = MLPH_STORED(t);
+                            [&]<class T>(T*) {
                               return depthwise_backward_data(s, shape, in(1), at<T>(m.output_gradient), at<T>(m.gradients[0]),
                                                              !overwrites_gradient(k, 0));
                             }),
                 "depthwise_backward_data", k);
         if (grad(1) || grad(2))
           check(with_stored(type,
-                            [&](auto t) {
-                              using T = MLPH_STORED(t);
+                            [&]<class T>(T*) {
                               return depthwise_backward_weights(s, shape, at<T>(m.reads[0]), at<T>(m.output_gradient), grad(1),
                                                                 grad(2), ws, ws_bytes);
                             }),
@@ -502,8 +492,7 @@ void CudaModel::backward(size_t k) {
     case OpKind::leaky_relu:  // from its output when alpha >= 0 (the plan keeps that), else its input
       if (dx)
         check(with_stored(stored_type(n.output),
-                          [&](auto t) {
-                            using T = MLPH_STORED(t);
+                          [&]<class T>(T*) {
                             return leaky_relu_backward(s, count, alpha, at<T>(n.attr >= 0 ? m.output : m.reads[0]),
                                                        at<T>(m.output_gradient), at<T>(m.gradients[0]),
                                                        !overwrites_gradient(k, 0));
@@ -513,8 +502,7 @@ void CudaModel::backward(size_t k) {
     case OpKind::relu:  // y > 0 exactly where x > 0
       if (dx)
         check(with_stored(stored_type(n.inputs[0]),
-                          [&](auto t) {
-                            using T = MLPH_STORED(t);
+                          [&]<class T>(T*) {
                             return relu_backward(s, count, at<T>(m.output), at<T>(m.output_gradient), at<T>(m.gradients[0]),
                                                  !overwrites_gradient(k, 0));
                           }),
@@ -523,8 +511,7 @@ void CudaModel::backward(size_t k) {
     case OpKind::tanh:
       if (dx)
         check(with_stored(stored_type(n.output),
-                          [&](auto t) {
-                            using T = MLPH_STORED(t);
+                          [&]<class T>(T*) {
                             return tanh_backward(s, count, at<T>(m.output), at<T>(m.output_gradient), at<T>(m.gradients[0]),
                                                  !overwrites_gradient(k, 0));
                           }),
@@ -533,8 +520,7 @@ void CudaModel::backward(size_t k) {
     case OpKind::scale:
       if (dx)
         check(with_stored(stored_type(n.output),
-                          [&](auto t) {
-                            using T = MLPH_STORED(t);
+                          [&]<class T>(T*) {
                             return scale_backward(s, count, alpha, at<T>(m.output_gradient), at<T>(m.gradients[0]),
                                                   !overwrites_gradient(k, 0));
                           }),
@@ -543,8 +529,7 @@ void CudaModel::backward(size_t k) {
     case OpKind::dropout:
       if (!dx) break;
       check(with_stored(stored_type(n.output),
-                        [&](auto t) {
-                          using T = MLPH_STORED(t);
+                        [&]<class T>(T*) {
                           if (n.attr != 0.0)
                             return dropout_backward(s, count, dropout_stream(n.attr, program_.seed, n.index),
                                                     control<uint64_t>(block_.step), at<T>(m.output_gradient),
@@ -561,8 +546,7 @@ void CudaModel::backward(size_t k) {
         const plan::NodeMemory& rm = plan_.memory.nodes[static_cast<size_t>(relu)];
         const int64_t c = program_.value(n.output).shape.back();
         check(with_stored(stored_type(n.inputs[0]),
-                          [&](auto t) {
-                            using T = MLPH_STORED(t);
+                          [&]<class T>(T*) {
                             // input 1 is written first only where it is not input 0 (add(a, a): a's gradient is
                             // written by da, then added into by db)
                             const unsigned first = (overwrites_gradient(k, 0) ? 1u : 0u) | (overwrites_gradient(k, 1) ? 2u : 0u);
@@ -575,8 +559,7 @@ void CudaModel::backward(size_t k) {
       for (size_t i = 0; i < 2; ++i)
         if (m.gradients[i])
           check(with_stored(stored_type(n.inputs[0]),
-                            [&](auto t) {
-                              using T = MLPH_STORED(t);
+                            [&]<class T>(T*) {
                               return accumulate(s, count, at<T>(m.output_gradient), at<T>(m.gradients[i]),
                                                 !overwrites_gradient(k, i));
                             }),
@@ -584,8 +567,7 @@ void CudaModel::backward(size_t k) {
       break;
     case OpKind::concat:
       check(with_stored(stored_type(n.output),
-                        [&](auto t) {
-                          using T = MLPH_STORED(t);
+                        [&]<class T>(T*) {
                           std::vector<T*> grads;
                           uint64_t first = 0;  // the inputs whose gradient this node writes first
                           for (size_t i = 0; i < n.inputs.size(); ++i) {
@@ -600,8 +582,7 @@ void CudaModel::backward(size_t k) {
     case OpKind::global_avg_pool:  // dy and dx as stored (x's and y's one type)
       if (dx)
         check(with_stored(stored_type(n.output),
-                          [&](auto t) {
-                            using T = MLPH_STORED(t);
+                          [&]<class T>(T*) {
                             return global_avg_pool_backward(s, n.batch, rows / n.batch, channels,
                                                             at<T>(m.output_gradient), at<T>(m.gradients[0]),
                                                             !overwrites_gradient(k, 0));
@@ -611,8 +592,7 @@ void CudaModel::backward(size_t k) {
     case OpKind::broadcast:
       if (dx)
         check(with_stored(stored_type(n.output),
-                          [&](auto t) {
-                            using T = MLPH_STORED(t);
+                          [&]<class T>(T*) {
                             return broadcast_backward(s, broadcast_shape(n.in_shape, n.out_shape), at<T>(m.output_gradient),
                                                       at<T>(m.gradients[0]), !overwrites_gradient(k, 0));
                           }),
@@ -620,8 +600,7 @@ void CudaModel::backward(size_t k) {
       break;
     case OpKind::channel_affine:  // x, dy and dx as stored (one type); dw, db fp32
       check(with_stored(stored_type(n.output),
-                        [&](auto t) {
-                          using T = MLPH_STORED(t);
+                        [&]<class T>(T*) {
                           return channel_affine_backward(s, rows, channels, at<T>(m.reads[0]), in(1),
                                                          at<T>(m.output_gradient), at<T>(m.gradients[0]), grad(1),
                                                          grad(2), ws, ws_bytes, !overwrites_gradient(k, 0));
@@ -646,6 +625,12 @@ void CudaModel::dense_forward(size_t k) {
   nodes_[k].gemms[0].run(where_, cublaslt_->get(), at(m.reads[1]), at(m.reads[0]), at(m.output), false,
                    at(m.forward_workspace), stream(), node_about(k));
   mark("cublasLtMatmul");
+  if (program_.nodes[k].has_bias() && !bias_in_epilogue(k)) {  // y in a half type: the bias added in place
+    const plan::Gemm& g = plan_.nodes[k].dense->forward;    // m = out, n = rows
+    check(with_stored(stored_type(program_.nodes[k].output),
+                      [&]<class T>(T*) { return bias_forward(stream(), g.n, g.m, at<float>(m.reads[2]), at<T>(m.output)); }),
+          "bias_forward", k);
+  }
 }
 
 // dx written or added as stored (D's type), dw added into its fp32 gradient; a chunked dw (deterministic) written into the workspace's
@@ -684,7 +669,9 @@ void CudaModel::dense_backward(size_t k) {
   }
   if (float* db = grad(2)) {
     const plan::Gemm& g = dense.forward;  // m = out, n = rows
-    check(bias_backward(s, g.n, g.m, dy, db, ws, ws_bytes), "bias_backward", k);
+    check(with_stored(stored_type(program_.nodes[k].output),  // dy as stored
+                      [&]<class T>(T*) { return bias_backward(s, g.n, g.m, at<T>(m.output_gradient), db, ws, ws_bytes); }),
+          "bias_backward", k);
   }
 }
 
@@ -767,9 +754,9 @@ void CudaModel::conv_backward(size_t k) {
   if (float* db = m.gradients.size() > 2 ? at<float>(m.gradients[2]) : nullptr) {
     const int64_t channels = program_.value(program_.nodes[k].output).shape.back();  // the graph's, never padded
     check(with_stored(stored_type(n.output),  // dy as stored (half activations end to end)
-                      [&](auto t) {
+                      [&]<class T>(T*) {
                         return bias_backward(s, numel(n.output) / channels, channels,
-                                             at<MLPH_STORED(t)>(m.output_gradient), db, ws, ws_bytes);
+                                             at<T>(m.output_gradient), db, ws, ws_bytes);
                       }),
           "bias_backward", k);
   }
@@ -806,14 +793,14 @@ void CudaModel::batch_norm_backward(size_t k) {
   const size_t scratch_bytes = channel_sums_workspace_bytes(1, rows, channels);
   // x, dy and dx as stored (one type: plan/precision.cpp).
   const FloatType type = stored_type(n.inputs[0]);
-  auto x = [&](auto t) { return static_cast<const MLPH_STORED(t)*>(at<MLPH_STORED(t)>(m.reads[0])); };
-  auto dx_of = [&](auto t) { return at<MLPH_STORED(t)>(m.gradients[0]); };
+  auto x = [&]<class T>(T*) { return static_cast<const T*>(at<T>(m.reads[0])); };
+  auto dx_of = [&]<class T>(T*) { return at<T>(m.gradients[0]); };
   if (const int64_t relu = plan_.nodes[k].fused_relu; relu >= 0) {  // dy is the relu output's; the mask recomputed
     const plan::Location relu_dy = plan_.memory.nodes[static_cast<size_t>(relu)].output_gradient;
-    auto g = [&](auto t) { return static_cast<const MLPH_STORED(t)*>(at<MLPH_STORED(t)>(relu_dy)); };
+    auto g = [&]<class T>(T*) { return static_cast<const T*>(at<T>(relu_dy)); };
     const float* scale_shift = saved + 2 * channels;
     check(with_stored(type,
-                      [&](auto t) {
+                      [&]<class T>(T* t) {
                         return batch_norm_relu_backward_sums(s, rows, channels, x(t), g(t), saved, scale_shift, sums, scratch,
                                                              scratch_bytes);
                       }),
@@ -822,16 +809,16 @@ void CudaModel::batch_norm_backward(size_t k) {
     group_sum(k, sums, 2 * channels + 1);
     if (dx)
       check(with_stored(type,
-                        [&](auto t) {
+                        [&]<class T>(T* t) {
                           return batch_norm_relu_backward_data(s, rows, channels, x(t), g(t), in(1), saved, scale_shift, sums,
                                                                coefficients, dx_of(t), !overwrites_gradient(k, 0));
                         }),
             "batch_norm_relu_backward_data", k);
     return;
   }
-  auto g = [&](auto t) { return static_cast<const MLPH_STORED(t)*>(at<MLPH_STORED(t)>(m.output_gradient)); };
+  auto g = [&]<class T>(T*) { return static_cast<const T*>(at<T>(m.output_gradient)); };
   check(with_stored(type,
-                    [&](auto t) {
+                    [&]<class T>(T* t) {
                       return batch_norm_backward_sums(s, rows, channels, x(t), g(t), saved, sums, scratch, scratch_bytes);
                     }),
         "batch_norm_backward_sums", k);
@@ -839,7 +826,7 @@ void CudaModel::batch_norm_backward(size_t k) {
   group_sum(k, sums, 2 * channels + 1);
   if (dx)
     check(with_stored(type,
-                      [&](auto t) {
+                      [&]<class T>(T* t) {
                         return batch_norm_backward_data(s, rows, channels, x(t), g(t), in(1), saved, sums, coefficients, dx_of(t),
                                                         !overwrites_gradient(k, 0));
                       }),

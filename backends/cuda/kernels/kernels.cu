@@ -315,7 +315,7 @@ cudaError_t convert_add(cudaStream_t stream, int64_t n, FloatType from, const vo
   return each<convert_add_at>(stream, n, from, dx, sum, accumulate);
 }
 cudaError_t bias_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* b, float* y) {
-  return each_row_channel<bias_forward_at>(stream, rows, channels, channels, b, y);
+  return each_row_channel<bias_forward_at<float>>(stream, rows, channels, channels, b, y);
 }
 cudaError_t chunk_sum_add(cudaStream_t stream, int64_t chunks, int64_t count, const float* partials, float* dw) {
   return each<chunk_sum_add_at>(stream, count, chunks, count, partials, dw);
@@ -407,6 +407,9 @@ cudaError_t broadcast_forward(cudaStream_t stream, const BroadcastShape& shape, 
 cudaError_t broadcast_backward(cudaStream_t stream, const BroadcastShape& shape, const H* dy, H* dx,            \
                                bool accumulate) {                                                                \
   return broadcast_bwd(stream, shape, dy, dx, accumulate);                                                       \
+}                                                                                                                \
+cudaError_t bias_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* b, H* y) {            \
+  return each_row_channel<bias_forward_at<H>>(stream, rows, channels, channels, b, y);                           \
 }
 
 MLPH_HALF_DEFINITIONS(Bf16)

@@ -246,6 +246,7 @@ inline size_t depthwise_workspace_bytes(const DepthwiseShape& s) {
 [[nodiscard]] cudaError_t broadcast_forward(cudaStream_t stream, const BroadcastShape& shape, const H* x, H* y);     \
 [[nodiscard]] cudaError_t broadcast_backward(cudaStream_t stream, const BroadcastShape& shape, const H* dy, H* dx,   \
                                              bool accumulate = true);                                                \
+[[nodiscard]] cudaError_t bias_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* b, H* y);   \
 [[nodiscard]] cudaError_t batch_norm_sum(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,            \
                                          double* stats, void* workspace, size_t workspace_bytes);                    \
 [[nodiscard]] cudaError_t batch_norm_variance(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,       \

@@ -120,8 +120,11 @@ MLPH_KERNEL void convert_add_vec_at(int64_t i, FloatType from, const void* dx, f
 
 // ---- bias of a convolution: y[r, c] += b[c]; its gradient is the channel sum of dy (SumTerm) ----
 
-MLPH_KERNEL void bias_forward_at(int64_t r, int64_t c, int64_t channels, const float* b, float* y) {
-  y[r * channels + c] += b[c];
+// y as stored: in a half type, y + b in fp32 rounded once (what casting cuDNN's half y up, adding b in
+// fp32 and casting down for the next conv gave), as PyTorch adds a conv's bias after cuDNN.
+template <class T = float>
+MLPH_KERNEL void bias_forward_at(int64_t r, int64_t c, int64_t channels, const float* b, T* y) {
+  add_into(y[r * channels + c], b[c]);
 }
 // db[c] += the sum over rows of dy (sums [C] from the reduction, in double).
 MLPH_KERNEL void bias_backward_at(int64_t c, const double* sums, float* db) { db[c] += static_cast<float>(sums[c]); }

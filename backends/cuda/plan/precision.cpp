@@ -24,20 +24,22 @@ bool writes_half(Engine engine) { return engine == Engine::cudnn_conv || engine 
 // rule is the same for both (every body below is templated on the stored type, cuDNN and cuBLASLt take
 // either), so "bf16" below reads "the compute type". Per engine, "takes
 // stored half":
-//   cuDNN conv and conv_transpose   no explicit padding, no padded channels on that side, no bias of its
-//                                   own to add (or the pool chain's): x, y, dy and dx in the half type
-//   cuBLASLt (dense, pointwise conv) no bias: A = x read as stored, D = y (and dx) written in bf16
+//   cuDNN conv and conv_transpose   no explicit padding, no padded channels on that side: x, y, dy and
+//                                   dx in the half type (a bias added to y in place, bias_forward on T)
+//   cuBLASLt (dense, pointwise conv) A = x read as stored, D = y (and dx) written in bf16 (a bias
+//                                   added to y in place, bias_forward on T: no epilogue)
 //   depthwise (our kernel)          x, y, dy, dx as T (depthwise.hpp; weights and dw fp32)
 //   our kernels: batch_norm, relu, leaky_relu, tanh, scale, dropout, add, concat, global_avg_pool,
 //                                   broadcast, channel_affine (bodies on
 //                                   the stored type); a relu fused into its batch norm or add; a pool
 //                                   chain and the leaky ReLU inside it
 //   shift_scale (the input's normalization) y only: x fp32 (a graph input), y as T
+//   reshape (an alias)              its input's bytes: x and y in one type
 // Everything else (the losses, metrics...) reads
 // and writes fp32: a value one of them reads stays fp32. Our kernels take ONE stored type for their
 // activations (ties below): a batch norm's x and y, an add's or concat's inputs and output, a fused
 // relu's output and its producer's inputs, a pool chain's z and y, a global pooling's or a broadcast's
-// x and y, a channel affine's x and y. (cuDNN and cuBLASLt take x and y in
+// x and y, a channel affine's x and y, a reshape's x and y. (cuDNN and cuBLASLt take x and y in
 // either type: they cut the ties, so that one fp32 reader does not make a whole network fp32.
 // cuBLASLt's dx is D of its own gemm, in the gradient's stored type.)
 bool conv_takes_half(const NodeLowering& l) {
@@ -76,6 +78,7 @@ bool reads_half_value(const Node& node, const NodeLowering& l, size_t slot) {
     case Engine::depthwise:
       return slot == 0;
     case Engine::fused:
+    case Engine::alias:  // a reshape: its input's bytes, whatever their type (tied)
       return true;
     case Engine::kernel:
       return kernel_takes_half(node) && (!has_parameters(node) || slot == 0);
@@ -88,12 +91,12 @@ bool writes_half_value(const Node& node, const NodeLowering& l) {
   switch (l.engine) {
     case Engine::cudnn_conv:
     case Engine::cudnn_conv_transpose:
-      return conv_takes_half(l) && (!l.conv->transpose || l.conv->channels == 0) && (!node.has_bias() || l.bias_in_chain);
-    case Engine::cublaslt_dense:
-      return !node.has_bias();
+      return conv_takes_half(l) && (!l.conv->transpose || l.conv->channels == 0);  // a bias added to y as stored
+    case Engine::cublaslt_dense:  // a bias by our kernel on y as stored (the epilogue only on an fp32 D)
     case Engine::depthwise:
     case Engine::fused:
     case Engine::pool_chain:
+    case Engine::alias:
       return true;
     case Engine::kernel:  // shift_scale: y only (its x is fp32: reads_half_value), so no tie
       return kernel_takes_half(node) || node.kind == OpKind::shift_scale;
@@ -112,7 +115,7 @@ std::vector<std::vector<size_t>> tied_values(const Program& p, const std::vector
     std::vector<size_t> tie;
     if (l.engine == Engine::pool_chain) {
       tie = {v(p.nodes[static_cast<size_t>(l.chain_conv)].output), v(node.output)};
-    } else if (l.engine == Engine::depthwise) {
+    } else if (l.engine == Engine::depthwise || l.engine == Engine::alias) {
       tie = {v(node.inputs[0]), v(node.output)};
     } else if (l.engine == Engine::kernel && kernel_takes_half(node)) {
       const size_t data = has_parameters(node) ? 1 : node.inputs.size();

@@ -555,6 +555,11 @@ TEST_F(CudaKernelLaunchers, Bf16StorageKernelsAreTheBodiesBits) {
     });
     expect_same_bits(bits_of(dout.read()), bits_of(y), "bf16 depthwise forward");
     expect_same_bits(bits_of(ddx.read()), bits_of(dx), "bf16 depthwise dx");
+    const Device<Bf16> biased(x);  // a conv's bias added to its bf16 y in place
+    ok(bias_forward(kStream, s.in_positions(), c, db_.get(), biased.get()));
+    std::vector<Bf16> biased_host = x;
+    each_row_channel(s.in_positions(), c, [&](int64_t r, int64_t ch) { bias_forward_at(r, ch, c, b.data(), biased_host.data()); });
+    expect_same_bits(bits_of(biased.read()), bits_of(biased_host), "bf16 bias forward");
 
     const int64_t rows = 2053;
     const size_t n = static_cast<size_t>(rows * c);

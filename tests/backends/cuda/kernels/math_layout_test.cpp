@@ -131,6 +131,30 @@ TEST(CudaKernelBodies, BiasForwardAddsPerChannelAndItsGradientIsTheChannelSum) {
   }
 }
 
+// A conv's bias on its half y (bf16, fp16) in place: the bits the fp32 path gave, casting cuDNN's half y
+// up, adding the bias in fp32 and casting down for the next reader.
+TEST(CudaKernelBodies, BiasForwardOnAHalfOutputIsTheCastUpAddAndCastDown) {
+  const int64_t rows = 300, channels = 7;
+  const std::vector<float> b = random_floats(channels, 37), y0 = special_floats(rows * channels, 38);
+  for (FloatType type : {FloatType::bf16, FloatType::f16}) {
+    std::vector<uint16_t> y(y0.size()), expected(y0.size());
+    std::vector<float> wide(y0.size());
+    each(static_cast<int64_t>(y0.size()), [&](int64_t i) {
+      convert_at(i, FloatType::f32, y0.data(), type, y.data());
+      convert_at(i, type, y.data(), FloatType::f32, wide.data());
+    });
+    each_row_channel(rows, channels, [&](int64_t r, int64_t c) { bias_forward_at(r, c, channels, b.data(), wide.data()); });
+    each(static_cast<int64_t>(y0.size()), [&](int64_t i) { convert_at(i, FloatType::f32, wide.data(), type, expected.data()); });
+    each_row_channel(rows, channels, [&](int64_t r, int64_t c) {
+      if (type == FloatType::bf16)
+        bias_forward_at(r, c, channels, b.data(), reinterpret_cast<Bf16*>(y.data()));
+      else
+        bias_forward_at(r, c, channels, b.data(), reinterpret_cast<F16*>(y.data()));
+    });
+    EXPECT_EQ(y, expected) << (type == FloatType::bf16 ? "bf16" : "f16");
+  }
+}
+
 TEST(CudaKernelBodies, TheFirstBadLabelOfAnyStepStaysLatched) {
   const std::vector<int32_t> labels = {0, 1, 7, -3};
   int64_t latched[2] = {-1, 0};
