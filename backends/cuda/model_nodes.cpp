@@ -140,7 +140,9 @@ void CudaModel::forward(size_t k, bool training) {
                           }),
               "pool_chain_forward", k);
       else
-        check(max_pool_forward(s, pool_shape(n.window), in(0), y), "max_pool_forward", k);
+        check(with_stored(stored_type(n.output),
+                          [&]<class T>(T*) { return max_pool_forward(s, pool_shape(n.window), at<T>(m.reads[0]), at<T>(m.output)); }),
+              "max_pool_forward", k);
       break;
     case OpKind::reshape:  // an alias of its input (the plan gives both one region)
       break;
@@ -482,7 +484,13 @@ void CudaModel::backward(size_t k) {
       dense_backward(k);
       break;
     case OpKind::max_pool:
-      if (dx) check(max_pool_backward(s, pool_shape(n.window), in(0), dy, dx), "max_pool_backward", k);
+      if (dx)
+        check(with_stored(stored_type(n.output),  // x, y, dy, dx in one stored type (plan::tied_values)
+                          [&]<class T>(T*) {
+                            return max_pool_backward(s, pool_shape(n.window), at<T>(m.reads[0]), at<T>(m.output_gradient),
+                                                     at<T>(m.gradients[0]), !overwrites_gradient(k, 0));
+                          }),
+              "max_pool_backward", k);
       break;
     case OpKind::mse:
       check(mse_backward(s, numel(n.inputs[0]), in(0), in(1), dy, dx, grad(1),

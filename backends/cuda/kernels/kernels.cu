@@ -30,6 +30,22 @@ cudaError_t accumulate_into(cudaStream_t stream, int64_t n, const T* dy, T* dx, 
   return each_aligned<accumulate_vec_at<V, T>, accumulate_at<T>, V>(stream, n, aligned_16(dy, dx), dy, dx, accumulate);
 }
 
+// max pooling over T: the reference's rules (pool.hpp). Tiling windows (CosmoFlow's): a thread per
+// window finds its winner once; else a thread per element of dx gathers from every window that holds
+// it (each window's winner found once per tap: 8x at 2^3), adding into dx.
+template <class T>
+cudaError_t max_pool_fwd(cudaStream_t stream, const PoolShape& shape, const T* x, T* y) {
+  return each_row_channel<max_pool_forward_at<T>>(stream, shape.out_positions(), shape.channels, shape, x, y);
+}
+template <class T>
+cudaError_t max_pool_bwd(cudaStream_t stream, const PoolShape& shape, const T* x, const T* dy, T* dx, bool accumulate) {
+  if (!accumulate && !pool_windows_cover(shape)) return cudaErrorInvalidValue;  // some dx would keep what it held
+  if (pool_windows_tile(shape))
+    return each_row_channel<max_pool_backward_tiled_at<T>>(stream, shape.out_positions(), shape.channels, shape, x, dy,
+                                                           dx, accumulate);
+  return each_row_channel<max_pool_backward_at<T>>(stream, shape.in_positions(), shape.channels, shape, x, dy, dx);
+}
+
 // leaky ReLU, tanh, scale, dropout and copies over T, as relu above.
 template <class T>
 cudaError_t leaky_relu_fwd(cudaStream_t stream, int64_t n, float alpha, const T* x, T* y) {
@@ -230,15 +246,11 @@ cudaError_t broadcast_backward(cudaStream_t stream, const BroadcastShape& shape,
 // ---- max pooling ----
 
 cudaError_t max_pool_forward(cudaStream_t stream, const PoolShape& shape, const float* x, float* y) {
-  return each_row_channel<max_pool_forward_at>(stream, shape.out_positions(), shape.channels, shape, x, y);
+  return max_pool_fwd(stream, shape, x, y);
 }
 cudaError_t max_pool_backward(cudaStream_t stream, const PoolShape& shape, const float* x, const float* dy,
-                              float* dx) {
-  // Tiling windows (CosmoFlow's): a thread per window finds its winner once; else a thread per element
-  // of dx gathers from every window that holds it (each window's winner found once per tap: 8x at 2^3).
-  if (pool_windows_tile(shape))
-    return each_row_channel<max_pool_backward_tiled_at>(stream, shape.out_positions(), shape.channels, shape, x, dy, dx);
-  return each_row_channel<max_pool_backward_at>(stream, shape.in_positions(), shape.channels, shape, x, dy, dx);
+                              float* dx, bool accumulate) {
+  return max_pool_bwd(stream, shape, x, dy, dx, accumulate);
 }
 
 // ---- losses' backward passes (their forward passes are sums: reductions.cu) ----
@@ -410,6 +422,13 @@ cudaError_t broadcast_backward(cudaStream_t stream, const BroadcastShape& shape,
 }                                                                                                                \
 cudaError_t bias_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* b, H* y) {            \
   return each_row_channel<bias_forward_at<H>>(stream, rows, channels, channels, b, y);                           \
+}                                                                                                                \
+cudaError_t max_pool_forward(cudaStream_t stream, const PoolShape& shape, const H* x, H* y) {                    \
+  return max_pool_fwd(stream, shape, x, y);                                                                      \
+}                                                                                                                \
+cudaError_t max_pool_backward(cudaStream_t stream, const PoolShape& shape, const H* x, const H* dy, H* dx,       \
+                              bool accumulate) {                                                                 \
+  return max_pool_bwd(stream, shape, x, dy, dx, accumulate);                                                     \
 }
 
 MLPH_HALF_DEFINITIONS(Bf16)

@@ -187,9 +187,12 @@ inline size_t depthwise_workspace_bytes(const DepthwiseShape& s) {
 
 // ---- max pooling, the reference's tie and NaN rules (pool.hpp) ----
 
+// Also over x, y, dy, dx stored in a half type (MLPH_HALF_LAUNCHERS). `accumulate` false (dx's first
+// writer, no memset before) only where the windows tile and cover x (pool_windows_cover): else
+// cudaErrorInvalidValue.
 [[nodiscard]] cudaError_t max_pool_forward(cudaStream_t stream, const PoolShape& shape, const float* x, float* y);
 [[nodiscard]] cudaError_t max_pool_backward(cudaStream_t stream, const PoolShape& shape, const float* x,
-                                            const float* dy, float* dx);
+                                            const float* dy, float* dx, bool accumulate = true);
 
 // ---- CosmoFlow's bias + leaky ReLU + max-pool in one pass (pool_chain.hpp; own.cu) ----
 // shape: pool_chain_shape(the max-pool's window, the leaky ReLU's slope), channels-last. bias [C] may
@@ -247,6 +250,9 @@ inline size_t depthwise_workspace_bytes(const DepthwiseShape& s) {
 [[nodiscard]] cudaError_t broadcast_backward(cudaStream_t stream, const BroadcastShape& shape, const H* dy, H* dx,   \
                                              bool accumulate = true);                                                \
 [[nodiscard]] cudaError_t bias_forward(cudaStream_t stream, int64_t rows, int64_t channels, const float* b, H* y);   \
+[[nodiscard]] cudaError_t max_pool_forward(cudaStream_t stream, const PoolShape& shape, const H* x, H* y);           \
+[[nodiscard]] cudaError_t max_pool_backward(cudaStream_t stream, const PoolShape& shape, const H* x, const H* dy,     \
+                                            H* dx, bool accumulate = true);                                          \
 [[nodiscard]] cudaError_t batch_norm_sum(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,            \
                                          double* stats, void* workspace, size_t workspace_bytes);                    \
 [[nodiscard]] cudaError_t batch_norm_variance(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,       \

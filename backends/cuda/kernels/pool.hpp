@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernel.hpp"
+#include "precision.hpp"
 
 namespace mlph::cuda {
 
@@ -42,22 +43,26 @@ MLPH_KERNEL int64_t pool_tap_offset(const PoolShape& s, int64_t kd, int64_t kh, 
   return ((kd * s.in[1] + kh) * s.in[2] + kw) * s.channels;
 }
 
-// The winning tap's offset from the window's first element, for channel c.
-MLPH_KERNEL int64_t pool_winner(const PoolShape& s, const float* window, int64_t c) {
+// The winning tap's offset from the window's first element, for channel c. x as stored (float, Bf16,
+// F16): compared in fp32, which orders half values exactly as they are.
+template <class T>
+MLPH_KERNEL int64_t pool_winner(const PoolShape& s, const T* window, int64_t c) {
   int64_t winner = 0;
-  float best = window[c];
+  float best = to_float(window[c]);
   for (int64_t kd = 0; kd < s.kernel[0]; ++kd)
     for (int64_t kh = 0; kh < s.kernel[1]; ++kh)
       for (int64_t kw = 0; kw < s.kernel[2]; ++kw) {
         const int64_t tap = pool_tap_offset(s, kd, kh, kw);
-        if (pool_beats(window[tap + c], best)) best = window[tap + c], winner = tap;
+        const float v = to_float(window[tap + c]);
+        if (pool_beats(v, best)) best = v, winner = tap;
       }
   return winner;
 }
 
-// y[pos, c]: the maximum of its window.
-MLPH_KERNEL void max_pool_forward_at(int64_t pos, int64_t c, const PoolShape& s, const float* x, float* y) {
-  const float* window = x + pool_window_offset(s, pos);
+// y[pos, c]: the maximum of its window, copied as stored.
+template <class T = float>
+MLPH_KERNEL void max_pool_forward_at(int64_t pos, int64_t c, const PoolShape& s, const T* x, T* y) {
+  const T* window = x + pool_window_offset(s, pos);
   y[pos * s.channels + c] = window[pool_winner(s, window, c) + c];
 }
 
@@ -65,8 +70,8 @@ MLPH_KERNEL void max_pool_forward_at(int64_t pos, int64_t c, const PoolShape& s,
 // increasing output position: the reference's additions in its order (it adds 0 for the losers too,
 // which only turns a -0 into +0: done here as well), one thread per element of dx, so overlapping
 // windows need no atomics. Elements in no window are left alone.
-MLPH_KERNEL void max_pool_backward_at(int64_t p, int64_t c, const PoolShape& s, const float* x, const float* dy,
-                                      float* dx) {
+template <class T = float>
+MLPH_KERNEL void max_pool_backward_at(int64_t p, int64_t c, const PoolShape& s, const T* x, const T* dy, T* dx) {
   const int64_t iw = p % s.in[2], ih = p / s.in[2] % s.in[1], id = p / (s.in[2] * s.in[1]) % s.in[0];
   const int64_t n = p / (s.in[2] * s.in[1] * s.in[0]);
   const int64_t coord[3] = {id, ih, iw};
@@ -77,36 +82,43 @@ MLPH_KERNEL void max_pool_backward_at(int64_t p, int64_t c, const PoolShape& s, 
     last[d] = coord[d] / s.stride[d] < s.out[d] - 1 ? coord[d] / s.stride[d] : s.out[d] - 1;
   }
   const int64_t self = p * s.channels;
-  float sum = dx[self + c];
+  T& d = dx[self + c];  // each addition rounded into the stored type, as the reference's into its dx
   for (int64_t od = first[0]; od <= last[0]; ++od)
     for (int64_t oh = first[1]; oh <= last[1]; ++oh)
       for (int64_t ow = first[2]; ow <= last[2]; ++ow) {
         const int64_t pos = ((n * s.out[0] + od) * s.out[1] + oh) * s.out[2] + ow;
         const int64_t base = pool_window_offset(s, pos);
-        sum += base + pool_winner(s, x + base, c) == self ? dy[pos * s.channels + c] : 0.0f;
+        add_into(d, base + pool_winner(s, x + base, c) == self ? to_float(dy[pos * s.channels + c]) : 0.0f);
       }
-  dx[self + c] = sum;
 }
 
 // Whether no two windows share an element (kernel == stride in every dim: CosmoFlow's 2x2x2 / 2).
 MLPH_KERNEL bool pool_windows_tile(const PoolShape& s) {
   return s.kernel[0] == s.stride[0] && s.kernel[1] == s.stride[1] && s.kernel[2] == s.stride[2];
 }
+// Whether they tile and leave no element out (out * kernel == in in every dim): every element of dx is
+// then written by exactly one window, so the backward can be dx's first writer.
+MLPH_KERNEL bool pool_windows_cover(const PoolShape& s) {
+  return pool_windows_tile(s) && s.out[0] * s.kernel[0] == s.in[0] && s.out[1] * s.kernel[1] == s.in[1] &&
+         s.out[2] * s.kernel[2] == s.in[2];
+}
 
 // max_pool_backward_at for windows that tile (pool_windows_tile), one thread per window and channel:
 // the winner found once, not once per tap, and each tap settled as the reference does (dx + dy at
 // the winner, dx + 0 elsewhere); every element lies in one window at most, so no two threads meet.
-MLPH_KERNEL void max_pool_backward_tiled_at(int64_t pos, int64_t c, const PoolShape& s, const float* x,
-                                            const float* dy, float* dx) {
+// Where they also cover x (pool_windows_cover), `accumulate` false makes it dx's first writer (0 + ...,
+// no memset).
+template <class T = float>
+MLPH_KERNEL void max_pool_backward_tiled_at(int64_t pos, int64_t c, const PoolShape& s, const T* x, const T* dy,
+                                            T* dx, bool accumulate = true) {
   const int64_t base = pool_window_offset(s, pos);
   const int64_t winner = pool_winner(s, x + base, c);
-  const float g = dy[pos * s.channels + c];
+  const float g = to_float(dy[pos * s.channels + c]);
   for (int64_t kd = 0; kd < s.kernel[0]; ++kd)
     for (int64_t kh = 0; kh < s.kernel[1]; ++kh)
       for (int64_t kw = 0; kw < s.kernel[2]; ++kw) {
         const int64_t tap = pool_tap_offset(s, kd, kh, kw);
-        float& d = dx[base + tap + c];
-        d = d + (tap == winner ? g : 0.0f);
+        put_into(dx[base + tap + c], tap == winner ? g : 0.0f, accumulate);
       }
 }
 

@@ -423,6 +423,14 @@ Schedule plan_schedule(const Program& p, const std::vector<NodeLowering>& loweri
   return s;
 }
 
+namespace {
+bool pool_windows_cover(const sdk::program::Window& w) {
+  for (int d = 0; d < 3; ++d)
+    if (w.kernel[d] != w.stride[d] || w.out[d] * w.kernel[d] != w.in[d]) return false;
+  return true;
+}
+}  // namespace
+
 bool first_writer_overwrites(const Node& node, const NodeLowering& l, const NodeMemory& m, size_t i) {
   if (i >= m.gradients.size() || !m.gradients[i] || m.accumulate[i]) return false;
   if (l.engine == Engine::cudnn_conv || l.engine == Engine::cudnn_conv_transpose)
@@ -444,6 +452,8 @@ bool first_writer_overwrites(const Node& node, const NodeLowering& l, const Node
         case OpKind::relu:
         case OpKind::batch_norm:  // the data pass
           return i == 0;
+        case OpKind::max_pool:  // windows that tile and cover x (kernels' pool_windows_cover)
+          return i == 0 && pool_windows_cover(node.window);
         case OpKind::add:  // each input's copy of dy (or add_relu_backward's `first` bits)
           return true;
         case OpKind::concat:  // each input's band of dy (concat_backward's `first` bits: 64 of them)

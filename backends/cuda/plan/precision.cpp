@@ -63,6 +63,7 @@ bool kernel_takes_half(const Node& node) {
     case OpKind::tanh:
     case OpKind::scale:
     case OpKind::dropout:
+    case OpKind::max_pool:  // outside a pool chain (pool_chain=off)
       return true;
     default:
       return false;

@@ -5,6 +5,7 @@
 // accumulate and first writers. The fp16 rounding itself (float_to_half) is checked in kernel_math_test.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -17,6 +18,7 @@
 #include "kernels/depthwise.hpp"
 #include "kernels/eltwise.hpp"
 #include "kernels/fused.hpp"
+#include "kernels/pool.hpp"
 #include "kernels/pool_chain.hpp"
 #include "kernels/precision.hpp"
 #include "reference_side.hpp"
@@ -374,6 +376,59 @@ TYPED_TEST(HalfStorage, GlobalAvgPoolBodiesAreTheFp32BodiesRoundedOnce) {
   expect_rounded_once(d, ed, "global_avg_pool backward");
   expect_rounded_once(d_first, ed_first, "global_avg_pool backward's first writer");
   expect_same_fp32_bits(wide_first, ed_first, "global_avg_pool's fp32 first writer");
+}
+
+// Max pooling outside a pool chain (pool_chain=off): x, y, dy, dx in H. Windows that tile (each dx
+// element takes one addition: rounded once, and as the first writer over anything), and overlapping
+// ones with small-integer gradients (every partial sum exact in H, so the per-addition rounding is too).
+TYPED_TEST(HalfStorage, MaxPoolBodiesAreTheFp32BodiesRoundedOnce) {
+  using H = TypeParam;
+  PoolShape tiled, overlapping;
+  tiled.batch = 2, tiled.channels = 5;
+  overlapping.batch = 1, overlapping.channels = 3;
+  for (int d = 0; d < 3; ++d) {
+    tiled.in[d] = 4, tiled.out[d] = 2, tiled.kernel[d] = tiled.stride[d] = 2;
+    overlapping.in[d] = d == 0 ? 1 : 7, overlapping.kernel[d] = d == 0 ? 1 : 3, overlapping.stride[d] = d == 0 ? 1 : 2;
+    overlapping.out[d] = (overlapping.in[d] - overlapping.kernel[d]) / overlapping.stride[d] + 1;
+  }
+  ASSERT_TRUE(pool_windows_cover(tiled));
+  ASSERT_FALSE(pool_windows_tile(overlapping));
+  for (const PoolShape& s : {tiled, overlapping}) {
+    const auto in = static_cast<size_t>(s.in_positions() * s.channels), out = static_cast<size_t>(s.out_positions() * s.channels);
+    const Stored<H> x(in, 64);
+    std::vector<float> small(out), zeros(in, 0.0f);
+    for (size_t i = 0; i < out; ++i) small[i] = static_cast<float>(static_cast<int>(i % 7) - 3);
+    const Stored<H> dy(out, 65, false), dx(in, 66, false);
+    std::vector<H> y(out), dy_small;
+    std::vector<float> ey(out);
+    for (float v : small) dy_small.push_back(from_float<H>(v));
+    test::each_row_channel(s.out_positions(), s.channels, [&](int64_t pos, int64_t c) {
+      max_pool_forward_at(pos, c, s, x.half.data(), y.data());
+      max_pool_forward_at(pos, c, s, x.wide.data(), ey.data());
+    });
+    expect_rounded_once(y, ey, "max_pool forward");
+    if (pool_windows_tile(s)) {
+      std::vector<H> d = dx.half, d_first(in, H{0x7777u});
+      std::vector<float> ed = dx.wide, ed_first = zeros;
+      test::each_row_channel(s.out_positions(), s.channels, [&](int64_t pos, int64_t c) {
+        max_pool_backward_tiled_at(pos, c, s, x.half.data(), dy.half.data(), d.data());
+        max_pool_backward_tiled_at(pos, c, s, x.wide.data(), dy.wide.data(), ed.data());
+        max_pool_backward_tiled_at(pos, c, s, x.half.data(), dy.half.data(), d_first.data(), false);
+        max_pool_backward_tiled_at(pos, c, s, x.wide.data(), dy.wide.data(), ed_first.data());
+      });
+      expect_rounded_once(d, ed, "max_pool backward, windows that tile");
+      expect_rounded_once(d_first, ed_first, "max_pool backward's first writer");
+    } else {
+      std::vector<H> d(in, from_float<H>(0.0f));
+      std::vector<float> ed = zeros;
+      test::each_row_channel(s.in_positions(), s.channels, [&](int64_t p, int64_t c) {
+        max_pool_backward_at(p, c, s, x.half.data(), dy_small.data(), d.data());
+        max_pool_backward_at(p, c, s, x.wide.data(), small.data(), ed.data());
+      });
+      expect_rounded_once(d, ed, "max_pool backward, overlapping windows");
+      EXPECT_NE(std::count(ed.begin(), ed.end(), 0.0f), static_cast<std::ptrdiff_t>(ed.size()));
+    }
+  }
 }
 
 TYPED_TEST(HalfStorage, BroadcastBodiesAreTheFp32BodiesRoundedOnce) {

@@ -532,6 +532,34 @@ std::vector<Bf16> random_bf16(size_t n, uint32_t seed) {
   return out;
 }
 
+// Max pooling on bf16 storage (pool_chain=off), and its first writer where the windows cover x.
+TEST_F(CudaKernelLaunchers, Bf16MaxPoolIsTheBodiesBits) {
+  for (const PoolShape& s : {PoolShape{4, 4, {16, 16, 16}, {8, 8, 8}, {2, 2, 2}, {2, 2, 2}},
+                             PoolShape{2, 32, {1, 65, 97}, {1, 32, 48}, {1, 3, 3}, {1, 2, 2}}}) {
+    const auto in = static_cast<size_t>(s.in_positions() * s.channels), out = static_cast<size_t>(s.out_positions() * s.channels);
+    const std::vector<Bf16> x = random_bf16(in, 43), dy = random_bf16(out, 44);
+    const Device<Bf16> bx(x), bdy(dy), by(out), bdx(in, Bf16{0x4000});
+    std::vector<Bf16> y(out), dx(in, Bf16{0});
+    const bool first = pool_windows_cover(s);
+    ok(max_pool_forward(kStream, s, bx.get(), by.get()));
+    if (first) {
+      ok(max_pool_backward(kStream, s, bx.get(), bdy.get(), bdx.get(), false));
+      each_row_channel(s.out_positions(), s.channels,
+                       [&](int64_t pos, int64_t c) { max_pool_backward_tiled_at(pos, c, s, x.data(), dy.data(), dx.data()); });
+    } else {
+      EXPECT_EQ(max_pool_backward(kStream, s, bx.get(), bdy.get(), bdx.get(), false), cudaErrorInvalidValue);
+      dx.assign(in, Bf16{0x4000});
+      ok(max_pool_backward(kStream, s, bx.get(), bdy.get(), bdx.get()));
+      each_row_channel(s.in_positions(), s.channels,
+                       [&](int64_t p, int64_t c) { max_pool_backward_at(p, c, s, x.data(), dy.data(), dx.data()); });
+    }
+    each_row_channel(s.out_positions(), s.channels,
+                     [&](int64_t pos, int64_t c) { max_pool_forward_at(pos, c, s, x.data(), y.data()); });
+    expect_same_bits(bits_of(by.read()), bits_of(y), "bf16 max_pool forward");
+    expect_same_bits(bits_of(bdx.read()), bits_of(dx), first ? "bf16 max_pool backward, written first" : "bf16 max_pool backward");
+  }
+}
+
 // The same kernels on bf16 storage (8 channels, 16 bytes, at once where C % 8 == 0), against their bodies.
 TEST_F(CudaKernelLaunchers, Bf16StorageKernelsAreTheBodiesBits) {
   for (const int64_t c : {int64_t{16}, int64_t{13}}) {

@@ -204,81 +204,73 @@ TEST(CudaPlanMemory, LambsUpdateIsScratchOfTheUpdateStepAsLargeAsTheParameters) 
 }
 
 #ifdef MLPH_HAVE_COSMOFLOW
-// fp16 and bf16 keep CosmoFlow in half from conv1 to the output layer (Bf16KeepsCosmoFlowsConvBlocksInBf16EndToEnd):
-// one cast, log1p's, and no scratch. With backend.pool_chain=off a max-pool (no half body) keeps its
-// block fp32: cuDNN writes each z in the half type into a scratch cast up at once, dy is cast down for
-// backward, dx is written in the half type and cast over the fp32 gradient, and the next conv and the
-// dense layer read the pooled fp32 y through casts.
-TEST(CudaPlanMemory, CastsAndScratchOfMixedPrecisionLiveWhereTheyAreRead) {
+// fp16 and bf16 keep CosmoFlow in half from conv1 to the output layer, with its pool chains or without
+// (a max-pool on its own has a half body too): one cast, log1p's, and the output layer's dy cast down.
+TEST(CudaPlanMemory, CosmoFlowInHalfPrecisionsHasOneCastAndOneScratch) {
   const Program p = mini_cosmoflow();
-  Options unchained{Precision::fp16};
-  unchained.own.pool_chain = false;
-  const DevicePlan plan = make_plan(p, unchained);
+  for (const bool chained : {true, false})
+    for (Precision precision : {Precision::fp32, Precision::tf32, Precision::bf16, Precision::fp16}) {
+      Options options{precision};
+      options.own.pool_chain = chained;
+      const DevicePlan each = make_plan(p, options);
+      expect_no_overlap(each.memory, each.schedule);
+      std::set<std::string> casts, scratch;
+      for (const Region& r : each.memory.regions) {
+        if (r.kind == RegionKind::cast) casts.insert(r.name);
+        if (r.kind == RegionKind::output_scratch || r.kind == RegionKind::gradient_cast ||
+            r.kind == RegionKind::gradient_scratch)
+          scratch.insert(r.name);
+      }
+      if (compute_dtype(precision) == DType::f32) {
+        EXPECT_TRUE(casts.empty()) << name_of(precision);
+        EXPECT_TRUE(scratch.empty()) << name_of(precision);
+        continue;
+      }
+      const std::string half = name_of(compute_dtype(precision));
+      EXPECT_EQ(casts, std::set<std::string>{"log1p as " + half + ", channels padded"}) << half << chained;
+      EXPECT_EQ(scratch, std::set<std::string>{"output d output as " + half}) << half << chained;  // tanh's x is fp32
+      const NodeMemory& c1 = each.memory.nodes[index_of(p, "conv1")];
+      EXPECT_EQ(region_at(each.memory, c1.reads[0]).bytes, align_up(2 * 16 * 16 * 16 * 8 * 2, kAlignment));  // 4 -> 8 channels
+      EXPECT_EQ(c1.makes_cast, (std::vector<bool>{true, false, false}));
+      EXPECT_EQ(region_at(each.memory, c1.reads[1]).bytes, align_up(3 * 3 * 3 * 8 * 4 * 2, kAlignment));  // half weights, padded
+    }
+}
+
+// A conv between fp32 values under fp16: a scaled trainable tensor (tied to its fp32 parameter) in, the
+// loss's fp32 prediction out. It reads x through a cast copy made by its first reader and kept for
+// backward; cuDNN writes y in fp16 into a scratch cast up at once; dy is cast down for backward; dx is
+// written in fp16 into a scratch and cast over the fp32 gradient (the conv is its first writer: no memset).
+TEST(CudaPlanMemory, CastsAndScratchOfMixedPrecisionLiveWhereTheyAreRead) {
+  Net net;
+  const int32_t x = net.op("scale", "x", {net.param("x0", {2, 8, 8, 8})}, {2, 8, 8, 8}, {{"factor", 2.0}});
+  const int32_t y = net.op("conv", "conv", {x, net.param("w", {3, 3, 8, 8})}, {2, 8, 8, 8}, {{"padding", {1, 1}}});
+  const Program p = net.lower(y);
+  const DevicePlan plan = make_plan(p, {Precision::fp16});
   const MemoryPlan& m = plan.memory;
   const Schedule& s = plan.schedule;
-  const size_t c1 = index_of(p, "conv1"), c2 = index_of(p, "conv2"), d1 = index_of(p, "dense1");
-  const NodeMemory& conv1 = m.nodes[c1];
-  const Region& cast = region_at(m, conv1.reads[0]);
+  const size_t c = index_of(p, "conv");
+  ASSERT_EQ(plan.nodes[c].engine, Engine::cudnn_conv);
+  EXPECT_EQ(plan.precision.values[static_cast<size_t>(x)], DType::f32);
+  EXPECT_EQ(plan.precision.values[static_cast<size_t>(y)], DType::f32);
+  const NodeMemory& conv = m.nodes[c];
+  const Region& cast = region_at(m, conv.reads[0]);
   EXPECT_EQ(cast.kind, RegionKind::cast);
-  EXPECT_EQ(cast.name, std::string("log1p as ") + name_of(DType::f16) + ", channels padded");  // 4 channels cast into 8 (pad_channels)
-  EXPECT_EQ(cast.bytes, align_up(2 * 16 * 16 * 16 * 8 * 2, kAlignment));
-  EXPECT_EQ(conv1.makes_cast, (std::vector<bool>{true, false, false}));
-  EXPECT_EQ(cast.first, s.forward[c1]);
-  EXPECT_EQ(cast.last, s.backward[c1]);  // conv keeps what it read
-  const Region& log1p = region_at(m, m.values[static_cast<size_t>(value_named(p, "log1p"))]);
-  EXPECT_EQ(log1p.last, s.forward[c1]);
-  // conv2 (its z fp32): cuDNN writes y in fp16, cast up into the fp32 value at once; dy is cast down for
-  // backward; dx is written in fp16 into a scratch and cast over conv1.pool's fp32 gradient (its first
-  // writer: no memset).
-  const NodeMemory& conv2 = m.nodes[c2];
-  const Region& y = region_at(m, conv2.output_scratch);
-  EXPECT_EQ(y.kind, RegionKind::output_scratch);
-  EXPECT_EQ(y.bytes, align_up(2 * 8 * 8 * 8 * 8 * 2, kAlignment));
-  EXPECT_EQ(std::pair(y.first, y.last), std::pair(s.forward[c2], s.forward[c2]));
-  EXPECT_EQ(region_at(m, conv2.output).kind, RegionKind::value);
-  const Region& dy = region_at(m, conv2.output_gradient_cast);
-  EXPECT_EQ(std::pair(dy.first, dy.last), std::pair(s.backward[c2], s.backward[c2]));
-  const Region& dx = region_at(m, conv2.gradient_scratch[0]);
+  EXPECT_EQ(cast.bytes, align_up(2 * 8 * 8 * 8 * 2, kAlignment));
+  EXPECT_EQ(std::pair(cast.first, cast.last), std::pair(s.forward[c], s.backward[c]));  // kept for backward
+  const Region& out = region_at(m, conv.output_scratch);
+  EXPECT_EQ(out.kind, RegionKind::output_scratch);
+  EXPECT_EQ(out.bytes, align_up(2 * 8 * 8 * 8 * 2, kAlignment));
+  EXPECT_EQ(std::pair(out.first, out.last), std::pair(s.forward[c], s.forward[c]));
+  EXPECT_EQ(region_at(m, conv.output).kind, RegionKind::value);
+  const Region& dy = region_at(m, conv.output_gradient_cast);
+  EXPECT_EQ(std::pair(dy.first, dy.last), std::pair(s.backward[c], s.backward[c]));
+  const Region& dx = region_at(m, conv.gradient_scratch[0]);
   EXPECT_EQ(dx.kind, RegionKind::gradient_scratch);
-  EXPECT_EQ(std::pair(dx.first, dx.last), std::pair(s.backward[c2], s.backward[c2]));
-  EXPECT_FALSE(conv2.accumulate[0]);
-  EXPECT_FALSE(conv2.zeroed[0]);
-  EXPECT_FALSE(conv1.gradient_scratch[0]);  // the input (preprocessing) needs no gradient
-  EXPECT_TRUE(conv1.output_scratch);        // z fp32 too: its max-pool reads fp32
-  EXPECT_EQ(region_at(m, conv1.reads[1]).bytes, align_up(3 * 3 * 3 * 8 * 4 * 2, kAlignment));  // bf16 weights, padded
-  EXPECT_EQ(region_at(m, conv1.weight_gradient).bytes, align_up(3 * 3 * 3 * 8 * 4 * 2, kAlignment));
-  const NodeMemory& dense1 = m.nodes[d1];
-  EXPECT_EQ(region_at(m, dense1.reads[0]).kind, RegionKind::cast);  // the fp32 pooled y, flattened
-  EXPECT_EQ(region_at(m, dense1.reads[1]).kind, RegionKind::weights);
-  EXPECT_FALSE(dense1.weight_gradient);       // cuBLASLt writes fp32 dw itself,
-  EXPECT_FALSE(dense1.output_scratch);        // and y as stored (fp16: its bias by our kernel),
-  EXPECT_FALSE(dense1.gradient_scratch[0]);   // and dx as stored (fp32: D of its own gemm)
-  EXPECT_FALSE(dense1.output_gradient_cast);  // from dy as stored (fp16)
-  EXPECT_EQ(plan.precision.values[static_cast<size_t>(p.nodes[d1].output)], DType::f16);
-  const NodeMemory& loss = m.nodes[index_of(p, "loss")];
-  const NodeMemory& metric = m.nodes[index_of(p, "abs_error_sum")];
-  EXPECT_EQ(loss.reads[0].region, metric.reads[0].region);  // the fp32 value for both readers
-  EXPECT_FALSE(loss.gradient_scratch[0]);
+  EXPECT_EQ(std::pair(dx.first, dx.last), std::pair(s.backward[c], s.backward[c]));
+  EXPECT_FALSE(conv.accumulate[0]);
+  EXPECT_FALSE(conv.zeroed[0]);
+  EXPECT_TRUE(first_writer_overwrites(p.nodes[c], plan.nodes[c], conv, 0));
   expect_no_overlap(m, s);
-  for (Precision precision : {Precision::fp32, Precision::tf32, Precision::bf16, Precision::fp16}) {
-    const DevicePlan each = make_plan(p, {precision});  // the pool chain (the default)
-    expect_no_overlap(each.memory, each.schedule);
-    std::set<std::string> casts, scratch;
-    for (const Region& r : each.memory.regions) {
-      if (r.kind == RegionKind::cast) casts.insert(r.name);
-      if (r.kind == RegionKind::output_scratch || r.kind == RegionKind::gradient_cast ||
-          r.kind == RegionKind::gradient_scratch)
-        scratch.insert(r.name);
-    }
-    if (compute_dtype(precision) == DType::f32) {
-      EXPECT_TRUE(casts.empty()) << name_of(precision);
-      EXPECT_TRUE(scratch.empty()) << name_of(precision);
-    } else {  // conv1's input, and the output layer's fp32 dy for its gemms: every value between is half
-      const std::string half = name_of(compute_dtype(precision));
-      EXPECT_EQ(casts, std::set<std::string>{"log1p as " + half + ", channels padded"}) << half;
-      EXPECT_EQ(scratch, std::set<std::string>{"output d output as " + half}) << half;
-    }
-  }
 }
 
 TEST(CudaPlanMemory, ExplicitPaddingHasItsBuffersAndKeepsThePaddedInput) {
