@@ -174,6 +174,10 @@ class CudaModel final : public sdk::ModelProtocol {
   std::string node_about(size_t k) const;  // "node 'conv3'"
   cudaStream_t stream() const { return compute_->get(); }
   void check(cudaError_t error, const char* call, size_t k) const;  // a launcher's error, naming the node
+  // check(f(T*{}), call, k) with T the C++ type of `stored` (model_nodes.cpp with_stored): one call of
+  // our kernels' launcher for a value stored in fp32, bf16 or fp16.
+  template <class F>
+  void check_stored(size_t k, FloatType stored, const char* call, F&& f) const;
   void mark(const char* call) const {  // backend.profile: `call` was just enqueued
     if (profiler_) profiler_->mark(stream(), call);
   }

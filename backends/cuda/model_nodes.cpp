@@ -19,15 +19,6 @@ FloatType float_type(plan::DType type) {
 
 constexpr float kOne = 1.0f, kZero = 0.0f;
 
-// f(T*{}) with T the stored type (float, or Bf16 / F16 for activations stored in bf16 / fp16:
-// plan::PrecisionPlan), so that one call site, a lambda [&]<class T>(T*), picks our kernels' overload for it.
-template <class F>
-cudaError_t with_stored(FloatType type, F&& f) {
-  if (type == FloatType::bf16) return f(static_cast<Bf16*>(nullptr));
-  if (type == FloatType::f16) return f(static_cast<F16*>(nullptr));
-  return f(static_cast<float*>(nullptr));
-}
-
 // backend.batch_norm=cudnn: the persistent spatial mode for training (cuDNN's faster path for NHWC;
 // deterministic, its docs say, through scaled integer atomics that may overflow to Inf/NaN on extreme
 // inputs). Inference stays CUDNN_BATCHNORM_SPATIAL. The *Ex entry points would need a reserve space
@@ -53,6 +44,15 @@ Box padding_box(const plan::ConvPlan& c, bool into_padded) {
 }
 
 }  // namespace
+
+// f(T*{}) with T the stored type (float, or Bf16 / F16 for activations stored in bf16 / fp16:
+// plan::PrecisionPlan), so that one call site, a lambda [&]<class T>(T*), picks our kernels' overload for it.
+template <class F>
+void CudaModel::check_stored(size_t k, FloatType stored, const char* call, F&& f) const {
+  if (stored == FloatType::bf16) return check(f(static_cast<Bf16*>(nullptr)), call, k);
+  if (stored == FloatType::f16) return check(f(static_cast<F16*>(nullptr)), call, k);
+  check(f(static_cast<float*>(nullptr)), call, k);
+}
 
 void CudaModel::check(cudaError_t error, const char* call, size_t k) const {
   if (error != cudaSuccess) where_.fail(runtime::code_of(error), call, node_about(k), runtime::error_text(error));
@@ -96,53 +96,44 @@ void CudaModel::forward(size_t k, bool training) {
     case OpKind::conv:
     case OpKind::conv_transpose:
       if (plan_.nodes[k].engine == plan::Engine::depthwise)  // our kernel: bias included, no cast, no copy
-        check(with_stored(stored_type(n.inputs[0]),
-                          [&]<class T>(T*) {
-                            return depthwise_forward(s, depthwise_shape(n.window, n.has_bias()), at<T>(m.reads[0]), in(1),
-                                                     n.has_bias() ? in(2) : nullptr, at<T>(m.output));
-                          }),
-              "depthwise_forward", k);
+        check_stored(k, stored_type(n.inputs[0]), "depthwise_forward", [&]<class T>(T*) {
+          return depthwise_forward(s, depthwise_shape(n.window, n.has_bias()), at<T>(m.reads[0]), in(1),
+                                   n.has_bias() ? in(2) : nullptr, at<T>(m.output));
+        });
       else if (r.dense)  // a pointwise conv on cuBLASLt (plan::is_pointwise)
         dense_forward(k);
       else
         conv_forward(k);
       break;
     case OpKind::leaky_relu:  // x and y in one stored type (and so tanh, scale, dropout)
-      check(with_stored(stored_type(n.output),
-                        [&]<class T>(T*) {
-                          return leaky_relu_forward(s, count, alpha, at<T>(m.reads[0]), at<T>(m.output));
-                        }),
-            "leaky_relu_forward", k);
+      check_stored(k, stored_type(n.output), "leaky_relu_forward", [&]<class T>(T*) {
+        return leaky_relu_forward(s, count, alpha, at<T>(m.reads[0]), at<T>(m.output));
+      });
       break;
     case OpKind::relu:
-      check(with_stored(stored_type(n.inputs[0]),
-                        [&]<class T>(T*) { return relu_forward(s, count, at<T>(m.reads[0]), at<T>(m.output)); }),
-            "relu_forward", k);
+      check_stored(k, stored_type(n.inputs[0]), "relu_forward",
+                   [&]<class T>(T*) { return relu_forward(s, count, at<T>(m.reads[0]), at<T>(m.output)); });
       break;
     case OpKind::tanh:
-      check(with_stored(stored_type(n.output),
-                        [&]<class T>(T*) { return tanh_forward(s, count, at<T>(m.reads[0]), at<T>(m.output)); }),
-            "tanh_forward", k);
+      check_stored(k, stored_type(n.output), "tanh_forward",
+                   [&]<class T>(T*) { return tanh_forward(s, count, at<T>(m.reads[0]), at<T>(m.output)); });
       break;
     case OpKind::scale:
-      check(with_stored(stored_type(n.output),
-                        [&]<class T>(T*) {
-                          return scale_forward(s, count, alpha, at<T>(m.reads[0]), at<T>(m.output));
-                        }),
-            "scale_forward", k);
+      check_stored(k, stored_type(n.output), "scale_forward", [&]<class T>(T*) {
+        return scale_forward(s, count, alpha, at<T>(m.reads[0]), at<T>(m.output));
+      });
       break;
     case OpKind::max_pool:
+      // x and y (a chain's z and y) in one stored type (plan::tied_values)
       if (plan_.nodes[k].engine == plan::Engine::pool_chain)  // bias + leaky ReLU + max-pool from the conv's output
-        check(with_stored(stored_type(n.output),  // z and y in one stored type (plan::tied_values)
-                          [&]<class T>(T*) {
-                            return pool_chain_forward(s, chain_shape(k), at<T>(m.reads[0]), chain_bias(k),
-                                                      at<T>(m.output), at<uint8_t>(m.winners));
-                          }),
-              "pool_chain_forward", k);
+        check_stored(k, stored_type(n.output), "pool_chain_forward", [&]<class T>(T*) {
+          return pool_chain_forward(s, chain_shape(k), at<T>(m.reads[0]), chain_bias(k),
+                                    at<T>(m.output), at<uint8_t>(m.winners));
+        });
       else
-        check(with_stored(stored_type(n.output),
-                          [&]<class T>(T*) { return max_pool_forward(s, pool_shape(n.window), at<T>(m.reads[0]), at<T>(m.output)); }),
-              "max_pool_forward", k);
+        check_stored(k, stored_type(n.output), "max_pool_forward", [&]<class T>(T*) {
+          return max_pool_forward(s, pool_shape(n.window), at<T>(m.reads[0]), at<T>(m.output));
+        });
       break;
     case OpKind::reshape:  // an alias of its input (the plan gives both one region)
       break;
@@ -150,14 +141,12 @@ void CudaModel::forward(size_t k, bool training) {
       dense_forward(k);
       break;
     case OpKind::dropout:
-      check(with_stored(stored_type(n.output),
-                        [&]<class T>(T*) {
-                          if (training && n.attr != 0.0)
-                            return dropout_forward(s, count, dropout_stream(n.attr, program_.seed, n.index),
-                                                   control<uint64_t>(block_.step), at<T>(m.reads[0]), at<T>(m.output));
-                          return copy(s, count, at<T>(m.reads[0]), at<T>(m.output));
-                        }),
-            training && n.attr != 0.0 ? "dropout_forward" : "copy", k);
+      check_stored(k, stored_type(n.output), training && n.attr != 0.0 ? "dropout_forward" : "copy", [&]<class T>(T*) {
+        if (training && n.attr != 0.0)
+          return dropout_forward(s, count, dropout_stream(n.attr, program_.seed, n.index),
+                                 control<uint64_t>(block_.step), at<T>(m.reads[0]), at<T>(m.output));
+        return copy(s, count, at<T>(m.reads[0]), at<T>(m.output));
+      });
       break;
     case OpKind::mse:
       check(mse_forward(s, numel(n.inputs[0]), in(0), in(1), y, ws, ws_bytes), "mse_forward", k);
@@ -171,58 +160,45 @@ void CudaModel::forward(size_t k, bool training) {
     case OpKind::add:  // its inputs and the value it writes in one stored type (plan/precision.cpp: ties)
       if (const int64_t relu = plan_.nodes[k].fused_relu; relu >= 0) {  // the relu's output in the same pass
         const int64_t c = program_.value(n.output).shape.back();
-        check(with_stored(stored_type(n.inputs[0]),
-                          [&]<class T>(T*) {
-                            return add_relu_forward(s, count / c, c, at<T>(m.reads[0]), at<T>(m.reads[1]),
-                                                    at<T>(plan_.memory.nodes[static_cast<size_t>(relu)].output));
-                          }),
-              "add_relu_forward", k);
+        check_stored(k, stored_type(n.inputs[0]), "add_relu_forward", [&]<class T>(T*) {
+          return add_relu_forward(s, count / c, c, at<T>(m.reads[0]), at<T>(m.reads[1]),
+                                  at<T>(plan_.memory.nodes[static_cast<size_t>(relu)].output));
+        });
       } else {
-        check(with_stored(stored_type(n.inputs[0]),
-                          [&]<class T>(T*) {
-                            return add_forward(s, count, at<T>(m.reads[0]), at<T>(m.reads[1]), at<T>(m.output));
-                          }),
-              "add_forward", k);
+        check_stored(k, stored_type(n.inputs[0]), "add_forward", [&]<class T>(T*) {
+          return add_forward(s, count, at<T>(m.reads[0]), at<T>(m.reads[1]), at<T>(m.output));
+        });
       }
       break;
     case OpKind::concat:
-      check(with_stored(stored_type(n.output),
-                        [&]<class T>(T*) {
-                          std::vector<const T*> parts;
-                          for (size_t i = 0; i < n.inputs.size(); ++i) parts.push_back(at<T>(m.reads[i]));
-                          return concat_forward(s, rows, std::span<const T* const>(parts), n.widths, at<T>(m.output));
-                        }),
-            "concat_forward", k);
+      check_stored(k, stored_type(n.output), "concat_forward", [&]<class T>(T*) {
+        std::vector<const T*> parts;
+        for (size_t i = 0; i < n.inputs.size(); ++i) parts.push_back(at<T>(m.reads[i]));
+        return concat_forward(s, rows, std::span<const T* const>(parts), n.widths, at<T>(m.output));
+      });
       break;
     case OpKind::global_avg_pool:  // x and y in one stored type (plan/precision.cpp: ties)
-      check(with_stored(stored_type(n.output),
-                        [&]<class T>(T*) {
-                          return global_avg_pool_forward(s, n.batch, rows / n.batch, channels, at<T>(m.reads[0]),
-                                                         at<T>(m.output), ws, ws_bytes);
-                        }),
-            "global_avg_pool_forward", k);
+      check_stored(k, stored_type(n.output), "global_avg_pool_forward", [&]<class T>(T*) {
+        return global_avg_pool_forward(s, n.batch, rows / n.batch, channels, at<T>(m.reads[0]),
+                                       at<T>(m.output), ws, ws_bytes);
+      });
       break;
     case OpKind::broadcast:  // x and y in one stored type
-      check(with_stored(stored_type(n.output),
-                        [&]<class T>(T*) {
-                          return broadcast_forward(s, broadcast_shape(n.in_shape, n.out_shape), at<T>(m.reads[0]),
-                                                   at<T>(m.output));
-                        }),
-            "broadcast_forward", k);
+      check_stored(k, stored_type(n.output), "broadcast_forward", [&]<class T>(T*) {
+        return broadcast_forward(s, broadcast_shape(n.in_shape, n.out_shape), at<T>(m.reads[0]),
+                                 at<T>(m.output));
+      });
       break;
     case OpKind::channel_affine:  // x and y as stored (one type), w and b fp32
-      check(with_stored(stored_type(n.output),
-                        [&]<class T>(T*) {
-                          return channel_affine_forward(s, rows, channels, at<T>(m.reads[0]), in(1), in(2), at<T>(m.output));
-                        }),
-            "channel_affine_forward", k);
+      check_stored(k, stored_type(n.output), "channel_affine_forward", [&]<class T>(T*) {
+        return channel_affine_forward(s, rows, channels, at<T>(m.reads[0]), in(1), in(2), at<T>(m.output));
+      });
       break;
     case OpKind::shift_scale:
-      check(with_stored(stored_type(n.output),  // x fp32 (the graph's input), y as stored
-                        [&]<class T>(T*) {
-                          return shift_scale_forward(s, rows, channels, in(0), in(1), in(2), at<T>(m.output));
-                        }),
-            "shift_scale_forward", k);
+      // x fp32 (the graph's input), y as stored
+      check_stored(k, stored_type(n.output), "shift_scale_forward", [&]<class T>(T*) {
+        return shift_scale_forward(s, rows, channels, in(0), in(1), in(2), at<T>(m.output));
+      });
       break;
     case OpKind::softmax_cross_entropy:
       check_labels(k);
@@ -304,12 +280,11 @@ void CudaModel::conv_forward(size_t k) {
   if (c.bias && !plan_.nodes[k].bias_in_chain) {  // else the pool chain after it adds the bias as it reads y
     const int32_t out = program_.nodes[k].output;
     const int64_t channels = program_.value(out).shape.back();  // the graph's, never padded
-    check(with_stored(stored_type(out),  // y as stored: cuDNN's half y gets its bias in place
-                      [&]<class T>(T*) {
-                        return bias_forward(s, numel(out) / channels, channels, at<float>(m.reads[2]),
-                                            at<T>(m.output));
-                      }),
-          "bias_forward", k);
+    // y as stored: cuDNN's half y gets its bias in place
+    check_stored(k, stored_type(out), "bias_forward", [&]<class T>(T*) {
+      return bias_forward(s, numel(out) / channels, channels, at<float>(m.reads[2]),
+                          at<T>(m.output));
+    });
   }
 }
 
@@ -354,11 +329,11 @@ void CudaModel::batch_norm_forward(size_t k, bool training) {
     check(batch_norm_eval_coefficients(s, channels, eps, in(1), in(2), in(3), in(4), scale_shift),
           "batch_norm_eval_coefficients", k);
   } else {
-    check(with_stored(type, [&]<class T>(T* t) { return batch_norm_sum(s, rows, channels, x(t), stats, sums, sums_bytes); }),
-          "batch_norm_sum", k);
+    check_stored(k, type, "batch_norm_sum",
+                 [&]<class T>(T* t) { return batch_norm_sum(s, rows, channels, x(t), stats, sums, sums_bytes); });
     group_sum(k, stats, channels + 1);
-    check(with_stored(type, [&]<class T>(T* t) { return batch_norm_variance(s, rows, channels, x(t), stats, sums, sums_bytes); }),
-          "batch_norm_variance", k);
+    check_stored(k, type, "batch_norm_variance",
+                 [&]<class T>(T* t) { return batch_norm_variance(s, rows, channels, x(t), stats, sums, sums_bytes); });
     group_sum(k, stats + channels + 1, channels);
     if (relu >= 0) scale_shift = at<float>(m.statistics) + 2 * channels;  // kept for the relu's mask in backward
     check(batch_norm_finalize(s, channels, eps, momentum, stats, in(1), in(2), in(3), in(4), at<float>(m.statistics),
@@ -366,15 +341,14 @@ void CudaModel::batch_norm_forward(size_t k, bool training) {
           "batch_norm_finalize", k);
   }
   if (relu >= 0)  // the relu's output in the same pass
-    check(with_stored(type,
-                      [&]<class T>(T* t) {
-                        return batch_norm_relu_apply(s, rows, channels, x(t), scale_shift,
-                                                     at<T>(plan_.memory.nodes[static_cast<size_t>(relu)].output));
-                      }),
-          "batch_norm_relu_apply", k);
+    check_stored(k, type, "batch_norm_relu_apply", [&]<class T>(T* t) {
+      return batch_norm_relu_apply(s, rows, channels, x(t), scale_shift,
+                                   at<T>(plan_.memory.nodes[static_cast<size_t>(relu)].output));
+    });
   else
-    check(with_stored(type, [&]<class T>(T* t) { return batch_norm_apply(s, rows, channels, x(t), scale_shift, at<T>(m.output)); }),
-          "batch_norm_apply", k);
+    check_stored(k, type, "batch_norm_apply", [&]<class T>(T* t) {
+      return batch_norm_apply(s, rows, channels, x(t), scale_shift, at<T>(m.output));
+    });
 }
 
 // SyncBatchNorm: `count` doubles summed over the node's group, in place, in stream order.
@@ -436,13 +410,11 @@ void CudaModel::backward(size_t k) {
   const cudaStream_t s = stream();
   if (plan_.nodes[k].engine == plan::Engine::pool_chain) {  // dz written whole (zeros past the windows too)
     if (!m.gradients[0]) return;
-    check(with_stored(stored_type(n.output),
-                      [&]<class T>(T*) {
-                        return pool_chain_backward(s, chain_shape(k), at<T>(m.reads[0]), chain_bias(k),
-                                                   at<T>(m.output_gradient), at<uint8_t>(m.winners),
-                                                   at<T>(m.gradients[0]));
-                      }),
-          "pool_chain_backward", k);
+    check_stored(k, stored_type(n.output), "pool_chain_backward", [&]<class T>(T*) {
+      return pool_chain_backward(s, chain_shape(k), at<T>(m.reads[0]), chain_bias(k),
+                                 at<T>(m.output_gradient), at<uint8_t>(m.winners),
+                                 at<T>(m.gradients[0]));
+    });
     return;
   }
   zero_first_gradients(k);
@@ -461,19 +433,15 @@ void CudaModel::backward(size_t k) {
         const DepthwiseShape shape = depthwise_shape(n.window, n.has_bias());
         const FloatType type = stored_type(n.inputs[0]);  // x, y and their gradients (one type)
         if (dx)
-          check(with_stored(type,
-                            [&]<class T>(T*) {
-                              return depthwise_backward_data(s, shape, in(1), at<T>(m.output_gradient), at<T>(m.gradients[0]),
-                                                             !overwrites_gradient(k, 0));
-                            }),
-                "depthwise_backward_data", k);
+          check_stored(k, type, "depthwise_backward_data", [&]<class T>(T*) {
+            return depthwise_backward_data(s, shape, in(1), at<T>(m.output_gradient), at<T>(m.gradients[0]),
+                                           !overwrites_gradient(k, 0));
+          });
         if (grad(1) || grad(2))
-          check(with_stored(type,
-                            [&]<class T>(T*) {
-                              return depthwise_backward_weights(s, shape, at<T>(m.reads[0]), at<T>(m.output_gradient), grad(1),
-                                                                grad(2), ws, ws_bytes);
-                            }),
-                "depthwise_backward_weights", k);
+          check_stored(k, type, "depthwise_backward_weights", [&]<class T>(T*) {
+            return depthwise_backward_weights(s, shape, at<T>(m.reads[0]), at<T>(m.output_gradient), grad(1),
+                                              grad(2), ws, ws_bytes);
+          });
       } else if (r.dense) {
         dense_backward(k);
       } else {
@@ -484,13 +452,11 @@ void CudaModel::backward(size_t k) {
       dense_backward(k);
       break;
     case OpKind::max_pool:
-      if (dx)
-        check(with_stored(stored_type(n.output),  // x, y, dy, dx in one stored type (plan::tied_values)
-                          [&]<class T>(T*) {
-                            return max_pool_backward(s, pool_shape(n.window), at<T>(m.reads[0]), at<T>(m.output_gradient),
-                                                     at<T>(m.gradients[0]), !overwrites_gradient(k, 0));
-                          }),
-              "max_pool_backward", k);
+      if (dx)  // x, y, dy, dx in one stored type (plan::tied_values)
+        check_stored(k, stored_type(n.output), "max_pool_backward", [&]<class T>(T*) {
+          return max_pool_backward(s, pool_shape(n.window), at<T>(m.reads[0]), at<T>(m.output_gradient),
+                                   at<T>(m.gradients[0]), !overwrites_gradient(k, 0));
+        });
       break;
     case OpKind::mse:
       check(mse_backward(s, numel(n.inputs[0]), in(0), in(1), dy, dx, grad(1),
@@ -499,52 +465,42 @@ void CudaModel::backward(size_t k) {
       break;
     case OpKind::leaky_relu:  // from its output when alpha >= 0 (the plan keeps that), else its input
       if (dx)
-        check(with_stored(stored_type(n.output),
-                          [&]<class T>(T*) {
-                            return leaky_relu_backward(s, count, alpha, at<T>(n.attr >= 0 ? m.output : m.reads[0]),
-                                                       at<T>(m.output_gradient), at<T>(m.gradients[0]),
-                                                       !overwrites_gradient(k, 0));
-                          }),
-              "leaky_relu_backward", k);
+        check_stored(k, stored_type(n.output), "leaky_relu_backward", [&]<class T>(T*) {
+          return leaky_relu_backward(s, count, alpha, at<T>(n.attr >= 0 ? m.output : m.reads[0]),
+                                     at<T>(m.output_gradient), at<T>(m.gradients[0]),
+                                     !overwrites_gradient(k, 0));
+        });
       break;
     case OpKind::relu:  // y > 0 exactly where x > 0
       if (dx)
-        check(with_stored(stored_type(n.inputs[0]),
-                          [&]<class T>(T*) {
-                            return relu_backward(s, count, at<T>(m.output), at<T>(m.output_gradient), at<T>(m.gradients[0]),
-                                                 !overwrites_gradient(k, 0));
-                          }),
-              "relu_backward", k);
+        check_stored(k, stored_type(n.inputs[0]), "relu_backward", [&]<class T>(T*) {
+          return relu_backward(s, count, at<T>(m.output), at<T>(m.output_gradient), at<T>(m.gradients[0]),
+                               !overwrites_gradient(k, 0));
+        });
       break;
     case OpKind::tanh:
       if (dx)
-        check(with_stored(stored_type(n.output),
-                          [&]<class T>(T*) {
-                            return tanh_backward(s, count, at<T>(m.output), at<T>(m.output_gradient), at<T>(m.gradients[0]),
-                                                 !overwrites_gradient(k, 0));
-                          }),
-              "tanh_backward", k);
+        check_stored(k, stored_type(n.output), "tanh_backward", [&]<class T>(T*) {
+          return tanh_backward(s, count, at<T>(m.output), at<T>(m.output_gradient), at<T>(m.gradients[0]),
+                               !overwrites_gradient(k, 0));
+        });
       break;
     case OpKind::scale:
       if (dx)
-        check(with_stored(stored_type(n.output),
-                          [&]<class T>(T*) {
-                            return scale_backward(s, count, alpha, at<T>(m.output_gradient), at<T>(m.gradients[0]),
-                                                  !overwrites_gradient(k, 0));
-                          }),
-              "scale_backward", k);
+        check_stored(k, stored_type(n.output), "scale_backward", [&]<class T>(T*) {
+          return scale_backward(s, count, alpha, at<T>(m.output_gradient), at<T>(m.gradients[0]),
+                                !overwrites_gradient(k, 0));
+        });
       break;
     case OpKind::dropout:
       if (!dx) break;
-      check(with_stored(stored_type(n.output),
-                        [&]<class T>(T*) {
-                          if (n.attr != 0.0)
-                            return dropout_backward(s, count, dropout_stream(n.attr, program_.seed, n.index),
-                                                    control<uint64_t>(block_.step), at<T>(m.output_gradient),
-                                                    at<T>(m.gradients[0]), !overwrites_gradient(k, 0));
-                          return accumulate(s, count, at<T>(m.output_gradient), at<T>(m.gradients[0]), !overwrites_gradient(k, 0));
-                        }),
-            n.attr != 0.0 ? "dropout_backward" : "accumulate", k);
+      check_stored(k, stored_type(n.output), n.attr != 0.0 ? "dropout_backward" : "accumulate", [&]<class T>(T*) {
+        if (n.attr != 0.0)
+          return dropout_backward(s, count, dropout_stream(n.attr, program_.seed, n.index),
+                                  control<uint64_t>(block_.step), at<T>(m.output_gradient),
+                                  at<T>(m.gradients[0]), !overwrites_gradient(k, 0));
+        return accumulate(s, count, at<T>(m.output_gradient), at<T>(m.gradients[0]), !overwrites_gradient(k, 0));
+      });
       break;
     case OpKind::batch_norm:
       batch_norm_backward(k);
@@ -553,67 +509,55 @@ void CudaModel::backward(size_t k) {
       if (const int64_t relu = plan_.nodes[k].fused_relu; relu >= 0) {  // the relu's gradient, its mask from its output
         const plan::NodeMemory& rm = plan_.memory.nodes[static_cast<size_t>(relu)];
         const int64_t c = program_.value(n.output).shape.back();
-        check(with_stored(stored_type(n.inputs[0]),
-                          [&]<class T>(T*) {
-                            // input 1 is written first only where it is not input 0 (add(a, a): a's gradient is
-                            // written by da, then added into by db)
-                            const unsigned first = (overwrites_gradient(k, 0) ? 1u : 0u) | (overwrites_gradient(k, 1) ? 2u : 0u);
-                            return add_relu_backward(s, count / c, c, at<T>(rm.output), at<T>(rm.output_gradient),
-                                                     at<T>(m.gradients[0]), at<T>(m.gradients[1]), first);
-                          }),
-              "add_relu_backward", k);
+        check_stored(k, stored_type(n.inputs[0]), "add_relu_backward", [&]<class T>(T*) {
+          // input 1 is written first only where it is not input 0 (add(a, a): a's gradient is
+          // written by da, then added into by db)
+          const unsigned first = (overwrites_gradient(k, 0) ? 1u : 0u) | (overwrites_gradient(k, 1) ? 2u : 0u);
+          return add_relu_backward(s, count / c, c, at<T>(rm.output), at<T>(rm.output_gradient),
+                                   at<T>(m.gradients[0]), at<T>(m.gradients[1]), first);
+        });
         break;
       }
       for (size_t i = 0; i < 2; ++i)
         if (m.gradients[i])
-          check(with_stored(stored_type(n.inputs[0]),
-                            [&]<class T>(T*) {
-                              return accumulate(s, count, at<T>(m.output_gradient), at<T>(m.gradients[i]),
-                                                !overwrites_gradient(k, i));
-                            }),
-                "accumulate", k);
+          check_stored(k, stored_type(n.inputs[0]), "accumulate", [&]<class T>(T*) {
+            return accumulate(s, count, at<T>(m.output_gradient), at<T>(m.gradients[i]),
+                              !overwrites_gradient(k, i));
+          });
       break;
     case OpKind::concat:
-      check(with_stored(stored_type(n.output),
-                        [&]<class T>(T*) {
-                          std::vector<T*> grads;
-                          uint64_t first = 0;  // the inputs whose gradient this node writes first
-                          for (size_t i = 0; i < n.inputs.size(); ++i) {
-                            grads.push_back(at<T>(m.gradients[i]));
-                            if (overwrites_gradient(k, i)) first |= uint64_t{1} << i;
-                          }
-                          return concat_backward(s, rows, std::span<T* const>(grads), n.widths,
-                                                 at<T>(m.output_gradient), first);
-                        }),
-            "concat_backward", k);
+      check_stored(k, stored_type(n.output), "concat_backward", [&]<class T>(T*) {
+        std::vector<T*> grads;
+        uint64_t first = 0;  // the inputs whose gradient this node writes first
+        for (size_t i = 0; i < n.inputs.size(); ++i) {
+          grads.push_back(at<T>(m.gradients[i]));
+          if (overwrites_gradient(k, i)) first |= uint64_t{1} << i;
+        }
+        return concat_backward(s, rows, std::span<T* const>(grads), n.widths,
+                               at<T>(m.output_gradient), first);
+      });
       break;
     case OpKind::global_avg_pool:  // dy and dx as stored (x's and y's one type)
       if (dx)
-        check(with_stored(stored_type(n.output),
-                          [&]<class T>(T*) {
-                            return global_avg_pool_backward(s, n.batch, rows / n.batch, channels,
-                                                            at<T>(m.output_gradient), at<T>(m.gradients[0]),
-                                                            !overwrites_gradient(k, 0));
-                          }),
-              "global_avg_pool_backward", k);
+        check_stored(k, stored_type(n.output), "global_avg_pool_backward", [&]<class T>(T*) {
+          return global_avg_pool_backward(s, n.batch, rows / n.batch, channels,
+                                          at<T>(m.output_gradient), at<T>(m.gradients[0]),
+                                          !overwrites_gradient(k, 0));
+        });
       break;
     case OpKind::broadcast:
       if (dx)
-        check(with_stored(stored_type(n.output),
-                          [&]<class T>(T*) {
-                            return broadcast_backward(s, broadcast_shape(n.in_shape, n.out_shape), at<T>(m.output_gradient),
-                                                      at<T>(m.gradients[0]), !overwrites_gradient(k, 0));
-                          }),
-              "broadcast_backward", k);
+        check_stored(k, stored_type(n.output), "broadcast_backward", [&]<class T>(T*) {
+          return broadcast_backward(s, broadcast_shape(n.in_shape, n.out_shape), at<T>(m.output_gradient),
+                                    at<T>(m.gradients[0]), !overwrites_gradient(k, 0));
+        });
       break;
     case OpKind::channel_affine:  // x, dy and dx as stored (one type); dw, db fp32
-      check(with_stored(stored_type(n.output),
-                        [&]<class T>(T*) {
-                          return channel_affine_backward(s, rows, channels, at<T>(m.reads[0]), in(1),
-                                                         at<T>(m.output_gradient), at<T>(m.gradients[0]), grad(1),
-                                                         grad(2), ws, ws_bytes, !overwrites_gradient(k, 0));
-                        }),
-            "channel_affine_backward", k);
+      check_stored(k, stored_type(n.output), "channel_affine_backward", [&]<class T>(T*) {
+        return channel_affine_backward(s, rows, channels, at<T>(m.reads[0]), in(1),
+                                       at<T>(m.output_gradient), at<T>(m.gradients[0]), grad(1),
+                                       grad(2), ws, ws_bytes, !overwrites_gradient(k, 0));
+      });
       break;
     case OpKind::softmax_cross_entropy:
       if (dx)
@@ -635,9 +579,9 @@ void CudaModel::dense_forward(size_t k) {
   mark("cublasLtMatmul");
   if (program_.nodes[k].has_bias() && !bias_in_epilogue(k)) {  // y in a half type: the bias added in place
     const plan::Gemm& g = plan_.nodes[k].dense->forward;    // m = out, n = rows
-    check(with_stored(stored_type(program_.nodes[k].output),
-                      [&]<class T>(T*) { return bias_forward(stream(), g.n, g.m, at<float>(m.reads[2]), at<T>(m.output)); }),
-          "bias_forward", k);
+    check_stored(k, stored_type(program_.nodes[k].output), "bias_forward", [&]<class T>(T*) {
+      return bias_forward(stream(), g.n, g.m, at<float>(m.reads[2]), at<T>(m.output));
+    });
   }
 }
 
@@ -677,9 +621,8 @@ void CudaModel::dense_backward(size_t k) {
   }
   if (float* db = grad(2)) {
     const plan::Gemm& g = dense.forward;  // m = out, n = rows
-    check(with_stored(stored_type(program_.nodes[k].output),  // dy as stored
-                      [&]<class T>(T*) { return bias_backward(s, g.n, g.m, at<T>(m.output_gradient), db, ws, ws_bytes); }),
-          "bias_backward", k);
+    check_stored(k, stored_type(program_.nodes[k].output), "bias_backward",  // dy as stored
+                 [&]<class T>(T*) { return bias_backward(s, g.n, g.m, at<T>(m.output_gradient), db, ws, ws_bytes); });
   }
 }
 
@@ -761,12 +704,11 @@ void CudaModel::conv_backward(size_t k) {
   }
   if (float* db = m.gradients.size() > 2 ? at<float>(m.gradients[2]) : nullptr) {
     const int64_t channels = program_.value(program_.nodes[k].output).shape.back();  // the graph's, never padded
-    check(with_stored(stored_type(n.output),  // dy as stored (half activations end to end)
-                      [&]<class T>(T*) {
-                        return bias_backward(s, numel(n.output) / channels, channels,
-                                             at<T>(m.output_gradient), db, ws, ws_bytes);
-                      }),
-          "bias_backward", k);
+    // dy as stored (half activations end to end)
+    check_stored(k, stored_type(n.output), "bias_backward", [&]<class T>(T*) {
+      return bias_backward(s, numel(n.output) / channels, channels,
+                           at<T>(m.output_gradient), db, ws, ws_bytes);
+    });
   }
 }
 
@@ -807,38 +749,30 @@ void CudaModel::batch_norm_backward(size_t k) {
     const plan::Location relu_dy = plan_.memory.nodes[static_cast<size_t>(relu)].output_gradient;
     auto g = [&]<class T>(T*) { return static_cast<const T*>(at<T>(relu_dy)); };
     const float* scale_shift = saved + 2 * channels;
-    check(with_stored(type,
-                      [&]<class T>(T* t) {
-                        return batch_norm_relu_backward_sums(s, rows, channels, x(t), g(t), saved, scale_shift, sums, scratch,
-                                                             scratch_bytes);
-                      }),
-          "batch_norm_relu_backward_sums", k);
+    check_stored(k, type, "batch_norm_relu_backward_sums", [&]<class T>(T* t) {
+      return batch_norm_relu_backward_sums(s, rows, channels, x(t), g(t), saved, scale_shift, sums, scratch,
+                                           scratch_bytes);
+    });
     check(batch_norm_backward_params(s, channels, sums, dgamma, dbeta), "batch_norm_backward_params", k);
     group_sum(k, sums, 2 * channels + 1);
     if (dx)
-      check(with_stored(type,
-                        [&]<class T>(T* t) {
-                          return batch_norm_relu_backward_data(s, rows, channels, x(t), g(t), in(1), saved, scale_shift, sums,
-                                                               coefficients, dx_of(t), !overwrites_gradient(k, 0));
-                        }),
-            "batch_norm_relu_backward_data", k);
+      check_stored(k, type, "batch_norm_relu_backward_data", [&]<class T>(T* t) {
+        return batch_norm_relu_backward_data(s, rows, channels, x(t), g(t), in(1), saved, scale_shift, sums,
+                                             coefficients, dx_of(t), !overwrites_gradient(k, 0));
+      });
     return;
   }
   auto g = [&]<class T>(T*) { return static_cast<const T*>(at<T>(m.output_gradient)); };
-  check(with_stored(type,
-                    [&]<class T>(T* t) {
-                      return batch_norm_backward_sums(s, rows, channels, x(t), g(t), saved, sums, scratch, scratch_bytes);
-                    }),
-        "batch_norm_backward_sums", k);
+  check_stored(k, type, "batch_norm_backward_sums", [&]<class T>(T* t) {
+    return batch_norm_backward_sums(s, rows, channels, x(t), g(t), saved, sums, scratch, scratch_bytes);
+  });
   check(batch_norm_backward_params(s, channels, sums, dgamma, dbeta), "batch_norm_backward_params", k);
   group_sum(k, sums, 2 * channels + 1);
   if (dx)
-    check(with_stored(type,
-                      [&]<class T>(T* t) {
-                        return batch_norm_backward_data(s, rows, channels, x(t), g(t), in(1), saved, sums, coefficients, dx_of(t),
-                                                        !overwrites_gradient(k, 0));
-                      }),
-          "batch_norm_backward_data", k);
+    check_stored(k, type, "batch_norm_backward_data", [&]<class T>(T* t) {
+      return batch_norm_backward_data(s, rows, channels, x(t), g(t), in(1), saved, sums, coefficients, dx_of(t),
+                                      !overwrites_gradient(k, 0));
+    });
 }
 
 }  // namespace mlph::cuda
