@@ -25,7 +25,14 @@ Settings read_settings(const sdk::Options& options) {
   if (options.has("device")) s.device = options.get_int<int>("device", 0, 0);
   s.workspace_bytes = options.get_int<size_t>("workspace_mb", s.workspace_bytes >> 20, 0, size_t{1} << 30) << 20;
   s.graphs = options.get_bool("graphs", true, kWho);
-  s.own_batch_norm = read_own_or_cudnn(options, "batch_norm");
+  if (options.has("batch_norm")) {
+    const std::string value = options.get("batch_norm");
+    if (value != "own" && value != "cudnn" && value != "one_pass")
+      sdk::fail(MLPH_INVALID_ARGUMENT,
+                std::string(kWho) + ": option 'batch_norm' is '" + value + "'; expected own, one_pass or cudnn");
+    s.own_batch_norm = value != "cudnn";
+    s.batch_norm_one_pass = value == "one_pass";
+  }
   s.own_depthwise = read_own_or_cudnn(options, "depthwise");
   if (options.has("loss_scale")) {
     const auto scale = options.get_int<long long>("loss_scale", 65536, 1, 1LL << 24);

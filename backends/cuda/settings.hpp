@@ -10,8 +10,10 @@
 //   profile       a folder: find.json at compile, nodes.json from the first two (eager) training steps
 //                 timed node by node and call by call, one graph replay between cudaProfilerStart/Stop
 //                 (runtime/profiler.hpp); empty (default): off
-//   batch_norm    own (default): every batch norm on our kernels; cudnn: cuDNN's persistent spatial
-//                 batch norm where the group is one rank (SyncBatchNorm stays on ours)
+//   batch_norm    own (default): every batch norm on our kernels, its statistics in the reference's two
+//                 passes over x; one_pass: ours with x's sum and sum of squares in one pass (one read
+//                 of x and one group sum fewer); cudnn: cuDNN's persistent spatial batch norm where the
+//                 group is one rank (SyncBatchNorm stays on ours)
 //   depthwise     own (default): depthwise convs on our kernel; cudnn: cuDNN's grouped convolution
 //   pointwise     gemm (default): 1x1 stride-1 convs as cuBLASLt matmuls; cudnn: on cuDNN's convolutions
 //   pool_chain    own (default): conv -> leaky_relu -> max_pool (CosmoFlow) as one pool chain of ours
@@ -38,7 +40,8 @@ struct Settings {
   bool graphs = true;
   float loss_scale = 65536.0f;
   std::string profile_dir;  // empty: no profile
-  bool own_batch_norm = true;  // batch_norm=own
+  bool own_batch_norm = true;        // batch_norm=own or one_pass
+  bool batch_norm_one_pass = false;  // batch_norm=one_pass
   bool own_depthwise = true;   // depthwise=own
   plan::Pointwise pointwise = plan::Pointwise::gemm;
   bool pool_chain = true;  // pool_chain=own

@@ -204,8 +204,9 @@ class OptionValues(unittest.TestCase):
         with open(os.path.join(ROOT, "backends", "cuda", "README.md")) as f:
             readme = f.read()
         found = {name: {"own", "cudnn"} for name in re.findall(r'read_own_or_cudnn\(options, "(\w+)"\)', settings)}
-        for name, a, b in re.findall(r"option '(\w+)' is '\" \+ value \+ \"'; expected (\w+) or (\w+)", settings):
-            found[name] = {a, b}
+        for name, listed, last in re.findall(r"option '(\w+)' is '\" \+ value \+ \"'; expected ((?:\w+, )*\w+) or (\w+)",
+                                             settings):
+            found[name] = set(listed.split(", ")) | {last}
         self.assertEqual(found, {name: set(values) for name, values in options.CHOICES})
         for name, values in options.CHOICES:
             default = re.search(rf"^\| `{name}` \| `(\w+)` \|", readme, re.M)
@@ -230,7 +231,8 @@ class OptionValues(unittest.TestCase):
                     self.assertTrue(runs_with, f"{precision} {name}={value}")
         self.assertEqual(len({r["tag"] for r in runs}), len(runs))  # a log each
         self.assertEqual([r["name"] for r in conformance.runs(["fp32"])],
-                         ["fp32", "fp32 batch_norm=cudnn depthwise=cudnn pointwise=cudnn pool_chain=off"])
+                         ["fp32", "fp32 batch_norm=cudnn depthwise=cudnn pointwise=cudnn pool_chain=off",
+                          "fp32 batch_norm=one_pass"])
 
     def test_a_choice_of_three_values_takes_two_conformance_runs(self):
         runs = options.conformance_variants([("a", ("x", "y", "z")), ("b", ("p", "q"))])
@@ -242,8 +244,8 @@ class OptionValues(unittest.TestCase):
                                  {("deepcam", 8): dict(model=dict(train_s=2.0))}, None)
         self.assertEqual([r["option"] for r in rows], [label for label, _ in options.bench_variants()])
         self.assertEqual([(r["workload"], r["option"]) for r in rows],  # each where its ops are
-                         [("deepcam", "batch_norm=cudnn"), ("deepcam", "depthwise=cudnn"), ("deepcam", "pointwise=cudnn"),
-                          ("cosmoflow", "pool_chain=off")])
+                         [("deepcam", "batch_norm=cudnn"), ("deepcam", "batch_norm=one_pass"), ("deepcam", "depthwise=cudnn"),
+                          ("deepcam", "pointwise=cudnn"), ("cosmoflow", "pool_chain=off")])
         for cmd, (_, settings), row in zip(kit.commands, options.bench_variants(), rows):
             size = ["train.batch_size=8"] if row["workload"] == "deepcam" else ["train.batch_size=4"]
             case = ["data.height=768"] if row["workload"] == "deepcam" else ["data.edge=32"]

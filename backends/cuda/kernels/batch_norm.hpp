@@ -11,6 +11,9 @@
 //     batch_norm_sum           -> allreduce stats[0, C + 1)   (the sums and the count)
 //     batch_norm_variance      -> allreduce stats[C + 1, 2C + 1)
 //     batch_norm_finalize, batch_norm_apply
+//   or in one pass (backend.batch_norm=one_pass), moments [2C + 1]: [0, C) sum x   [C, 2C) sum x^2   [2C] rows
+//     batch_norm_moments       -> allreduce moments[0, 2C + 1)
+//     batch_norm_finalize_moments, batch_norm_apply
 //   backward sums [2C + 1]:  [0, C) sum dy   [C, 2C) sum dy * xhat   [2C] rows
 //     batch_norm_backward_sums, batch_norm_backward_params (this rank's dgamma, dbeta: before the allreduce)
 //                              -> allreduce sums[0, 2C + 1)
@@ -50,12 +53,30 @@ struct BatchNormDeviationTerm {
   }
 };
 
-// Per channel: saved mean and inverse std, the scale and shift of batch_norm_apply ([2C]: scale, then
-// shift), and the running statistics' update (PyTorch: the unbiased variance goes into running_var).
-MLPH_KERNEL void batch_norm_finalize_at(int64_t c, int64_t channels, double eps, double momentum, const double* stats,
-                                        const float* gamma, const float* beta, float* running_mean,
-                                        float* running_var, float* saved, float* scale_shift) {
-  const double m = stats[channels], mean = stats[c], var = stats[channels + 1 + c];
+// One pass over x instead of two (backend.batch_norm=one_pass): x and x^2 summed in double in one
+// read, laid out as the backward's sums, moments [0, C) sum x, [C, 2C) sum x^2, [2C] rows (one
+// allreduce for a group, not two). batch_norm_finalize_moments_at centers them in double:
+// sum (x - mean)^2 = sum x^2 - mean * sum x loses log2(mean^2 / var) of double's 53 bits, none of the
+// 24 a float statistic keeps for any activation short of mean / std ~ 2^14.
+template <class T = float>
+struct BatchNormMomentsTerm {
+  static constexpr int K = 2;
+  const T* x;
+  int64_t channels;
+  MLPH_KERNEL void operator()(int64_t r, int64_t c, double* t) const {
+    const double v = to_float(x[r * channels + c]);
+    t[0] = v;
+    t[1] = v * v;
+  }
+};
+
+// Per channel, from the row count m, the mean and sum (x - mean)^2: saved mean and inverse std, the
+// scale and shift of batch_norm_apply ([2C]: scale, then shift), and the running statistics' update
+// (PyTorch: the unbiased variance goes into running_var).
+MLPH_KERNEL void batch_norm_finalize_channel(int64_t c, int64_t channels, double eps, double momentum, double m,
+                                             double mean, double var, const float* gamma, const float* beta,
+                                             float* running_mean, float* running_var, float* saved,
+                                             float* scale_shift) {
   const double biased = var / m, inverse_std = 1.0 / sqrt(biased + eps);
   saved[c] = static_cast<float>(mean);
   saved[channels + c] = static_cast<float>(inverse_std);
@@ -63,6 +84,23 @@ MLPH_KERNEL void batch_norm_finalize_at(int64_t c, int64_t channels, double eps,
   scale_shift[channels + c] = static_cast<float>(beta[c] - mean * gamma[c] * inverse_std);
   running_mean[c] = static_cast<float>((1 - momentum) * running_mean[c] + momentum * mean);
   running_var[c] = static_cast<float>((1 - momentum) * running_var[c] + momentum * var / (m - 1));
+}
+// From the two passes' stats (the layout above).
+MLPH_KERNEL void batch_norm_finalize_at(int64_t c, int64_t channels, double eps, double momentum, const double* stats,
+                                        const float* gamma, const float* beta, float* running_mean,
+                                        float* running_var, float* saved, float* scale_shift) {
+  batch_norm_finalize_channel(c, channels, eps, momentum, stats[channels], stats[c], stats[channels + 1 + c], gamma,
+                              beta, running_mean, running_var, saved, scale_shift);
+}
+// From one pass's moments (BatchNormMomentsTerm's layout).
+MLPH_KERNEL void batch_norm_finalize_moments_at(int64_t c, int64_t channels, double eps, double momentum,
+                                                const double* moments, const float* gamma, const float* beta,
+                                                float* running_mean, float* running_var, float* saved,
+                                                float* scale_shift) {
+  const double m = moments[2 * channels], mean = moments[c] / m;
+  const double centered = moments[channels + c] - mean * moments[c];
+  batch_norm_finalize_channel(c, channels, eps, momentum, m, mean, centered > 0 ? centered : 0.0, gamma, beta,
+                              running_mean, running_var, saved, scale_shift);
 }
 
 // ---- forward (evaluation): the running statistics' scale and shift ----

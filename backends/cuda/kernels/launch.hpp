@@ -125,6 +125,14 @@ namespace mlph::cuda {
                                               const double* stats, const float* gamma, const float* beta,
                                               float* running_mean, float* running_var, float* saved,
                                               float* scale_shift);
+// One pass instead of batch_norm_sum and batch_norm_variance (backend.batch_norm=one_pass): moments
+// [0, C) = sum x, [C, 2C) = sum x^2, [2C] = rows; then the same outputs as batch_norm_finalize.
+[[nodiscard]] cudaError_t batch_norm_moments(cudaStream_t stream, int64_t rows, int64_t channels, const float* x,
+                                             double* moments, void* workspace, size_t workspace_bytes);
+[[nodiscard]] cudaError_t batch_norm_finalize_moments(cudaStream_t stream, int64_t channels, double eps,
+                                                      double momentum, const double* moments, const float* gamma,
+                                                      const float* beta, float* running_mean, float* running_var,
+                                                      float* saved, float* scale_shift);
 [[nodiscard]] cudaError_t batch_norm_eval_coefficients(cudaStream_t stream, int64_t channels, double eps,
                                                        const float* gamma, const float* beta,
                                                        const float* running_mean, const float* running_var,
@@ -257,6 +265,8 @@ inline size_t depthwise_workspace_bytes(const DepthwiseShape& s) {
                                          double* stats, void* workspace, size_t workspace_bytes);                    \
 [[nodiscard]] cudaError_t batch_norm_variance(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,       \
                                               double* stats, void* workspace, size_t workspace_bytes);               \
+[[nodiscard]] cudaError_t batch_norm_moments(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,        \
+                                             double* moments, void* workspace, size_t workspace_bytes);              \
 [[nodiscard]] cudaError_t batch_norm_apply(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,          \
                                            const float* scale_shift, H* y);                                          \
 [[nodiscard]] cudaError_t batch_norm_backward_sums(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,  \

@@ -324,6 +324,13 @@ cudaError_t bn_variance(cudaStream_t stream, int64_t rows, int64_t channels, con
 }
 
 template <class T>
+cudaError_t bn_moments(cudaStream_t stream, int64_t rows, int64_t channels, const T* x, double* moments, void* workspace,
+                       size_t workspace_bytes) {
+  return channel_sums(stream, BatchNormMomentsTerm<T>{x, channels}, 1, rows, channels, moments, workspace,
+                      workspace_bytes, moments + 2 * channels, static_cast<double>(rows));
+}
+
+template <class T>
 cudaError_t bn_backward_sums(cudaStream_t stream, int64_t rows, int64_t channels, const T* x, const T* dy,
                              const float* saved, double* sums, void* workspace, size_t workspace_bytes) {
   return channel_sums(stream, BatchNormBackwardTerm<T>{x, dy, saved, channels}, 1, rows, channels, sums, workspace,
@@ -359,6 +366,18 @@ cudaError_t batch_norm_sum(cudaStream_t stream, int64_t rows, int64_t channels, 
 cudaError_t batch_norm_variance(cudaStream_t stream, int64_t rows, int64_t channels, const float* x, double* stats,
                                 void* workspace, size_t workspace_bytes) {
   return bn_variance(stream, rows, channels, x, stats, workspace, workspace_bytes);
+}
+
+cudaError_t batch_norm_moments(cudaStream_t stream, int64_t rows, int64_t channels, const float* x, double* moments,
+                               void* workspace, size_t workspace_bytes) {
+  return bn_moments(stream, rows, channels, x, moments, workspace, workspace_bytes);
+}
+
+cudaError_t batch_norm_finalize_moments(cudaStream_t stream, int64_t channels, double eps, double momentum,
+                                        const double* moments, const float* gamma, const float* beta,
+                                        float* running_mean, float* running_var, float* saved, float* scale_shift) {
+  return each<batch_norm_finalize_moments_at>(stream, channels, channels, eps, momentum, moments, gamma, beta,
+                                              running_mean, running_var, saved, scale_shift);
 }
 
 cudaError_t batch_norm_finalize(cudaStream_t stream, int64_t channels, double eps, double momentum,
@@ -503,6 +522,10 @@ cudaError_t batch_norm_sum(cudaStream_t stream, int64_t rows, int64_t channels, 
 cudaError_t batch_norm_variance(cudaStream_t stream, int64_t rows, int64_t channels, const H* x, double* stats, \
                                 void* workspace, size_t workspace_bytes) {                                      \
   return bn_variance(stream, rows, channels, x, stats, workspace, workspace_bytes);                             \
+}                                                                                                               \
+cudaError_t batch_norm_moments(cudaStream_t stream, int64_t rows, int64_t channels, const H* x, double* moments, \
+                               void* workspace, size_t workspace_bytes) {                                       \
+  return bn_moments(stream, rows, channels, x, moments, workspace, workspace_bytes);                            \
 }                                                                                                               \
 cudaError_t batch_norm_apply(cudaStream_t stream, int64_t rows, int64_t channels, const H* x,                   \
                              const float* scale_shift, H* y) {                                                  \

@@ -4,7 +4,9 @@ other value alone beside the defaults (bench_variants), and the conformance step
 again with every option off its default (conformance_variants)."""
 
 CHOICES = [
-    ("batch_norm", ("own", "cudnn")),  # our NHWC kernels, or cuDNN's persistent spatial batch norm
+    # our NHWC kernels (the reference's two passes for the statistics), cuDNN's persistent spatial batch
+    # norm, or ours with the statistics in one pass over x
+    ("batch_norm", ("own", "cudnn", "one_pass")),
     ("depthwise", ("own", "cudnn")),   # our NHWC depthwise kernel, or cuDNN's grouped convolution
     ("pointwise", ("gemm", "cudnn")),  # 1x1 stride-1 convs as cuBLASLt gemms, or cuDNN's convolutions
     ("pool_chain", ("own", "off")),    # CosmoFlow's bias + leaky ReLU + max-pool fused, or three nodes

@@ -405,6 +405,23 @@ TEST_F(CudaKernelLaunchers, BatchNormPassesAreTheBodiesBitsAndRepeat) {
   expect_same_bits(rm.read(), host_rm, "batch_norm running_mean");
   expect_same_bits(rv.read(), host_rv, "batch_norm running_var");
   expect_same_bits(out.read(), y, "batch_norm y");
+  // One pass (backend.batch_norm=one_pass): the moments as the host sums them, then the same outputs.
+  const Device<double> moments(static_cast<size_t>(2 * channels + 1));
+  const Device<float> rm1(rm0), rv1(rv0), saved1(static_cast<size_t>(2 * channels));
+  ok(batch_norm_moments(kStream, rows, channels, dx_in.get(), moments.get(), ws.get(), ws.bytes));
+  ok(batch_norm_finalize_moments(kStream, channels, eps, momentum, moments.get(), dgamma_in.get(), dbeta_in.get(),
+                                 rm1.get(), rv1.get(), saved1.get(), scale_shift.get()));
+  std::vector<double> host_moments = test::channel_sums(BatchNormMomentsTerm{x.data(), channels}, 1, rows, channels);
+  host_moments.push_back(static_cast<double>(rows));
+  expect_same_bits(moments.read(), host_moments, "batch_norm moments");
+  std::vector<float> one_rm = rm0, one_rv = rv0, one_saved(2 * channels), one_ss(2 * channels);
+  each(channels, [&](int64_t c) {
+    batch_norm_finalize_moments_at(c, channels, eps, momentum, host_moments.data(), gamma.data(), beta.data(),
+                                   one_rm.data(), one_rv.data(), one_saved.data(), one_ss.data());
+  });
+  expect_same_bits(saved1.read(), one_saved, "batch_norm saved, one pass");
+  expect_same_bits(rv1.read(), one_rv, "batch_norm running_var, one pass");
+  expect_same_bits(scale_shift.read(), one_ss, "batch_norm scale and shift, one pass");
 
   ok(batch_norm_eval_coefficients(kStream, channels, eps, dgamma_in.get(), dbeta_in.get(), rm.get(), rv.get(),
                                   scale_shift.get()));

@@ -10,12 +10,13 @@ struct BatchNormRun {
 };
 
 // The training forward as the launchers run it: sum, [allreduce], mean, variance, [allreduce], finalize,
-// apply. `ranks` > 1 splits the rows among that many ranks and sums their stats between the passes, as
-// a SyncBatchNorm group's allreduce would; each rank keeps (identical) running statistics.
+// apply; or (`one_pass`, backend.batch_norm=one_pass) moments, [allreduce], finalize from them, apply.
+// `ranks` > 1 splits the rows among that many ranks and sums their stats between the passes, as a
+// SyncBatchNorm group's allreduce would; each rank keeps (identical) running statistics.
 BatchNormRun batch_norm_forward(const std::vector<float>& x, int64_t rows, int64_t channels, int ranks,
                                 const std::vector<float>& gamma, const std::vector<float>& beta,
                                 const std::vector<float>& running_mean, const std::vector<float>& running_var,
-                                double eps, double momentum) {
+                                double eps, double momentum, bool one_pass = false) {
   const int64_t mine = rows / ranks;
   std::vector<std::vector<double>> stats(static_cast<size_t>(ranks), std::vector<double>(2 * channels + 1));
   auto allreduce = [&](int64_t begin, int64_t end) {
@@ -25,27 +26,35 @@ BatchNormRun batch_norm_forward(const std::vector<float>& x, int64_t rows, int64
       for (auto& s : stats) s[static_cast<size_t>(i)] = sum;
     }
   };
-  for (int k = 0; k < ranks; ++k) {
+  for (int k = 0; k < ranks && one_pass; ++k) {  // [0, C) sum x, [C, 2C) sum x^2, [2C] rows
+    const float* xk = x.data() + k * mine * channels;
+    const std::vector<double> moments = test::channel_sums(BatchNormMomentsTerm{xk, channels}, 1, mine, channels);
+    std::copy(moments.begin(), moments.end(), stats[static_cast<size_t>(k)].begin());
+    stats[static_cast<size_t>(k)][static_cast<size_t>(2 * channels)] = static_cast<double>(mine);
+  }
+  if (one_pass && ranks > 1) allreduce(0, 2 * channels + 1);
+  for (int k = 0; k < ranks && !one_pass; ++k) {
     const float* xk = x.data() + k * mine * channels;
     const std::vector<double> sums = test::channel_sums(SumTerm{xk, channels}, 1, mine, channels);
     std::copy(sums.begin(), sums.end(), stats[static_cast<size_t>(k)].begin());
     stats[static_cast<size_t>(k)][static_cast<size_t>(channels)] = static_cast<double>(mine);
   }
-  if (ranks > 1) allreduce(0, channels + 1);
-  for (int k = 0; k < ranks; ++k) {
+  if (!one_pass && ranks > 1) allreduce(0, channels + 1);
+  for (int k = 0; k < ranks && !one_pass; ++k) {
     double* sk = stats[static_cast<size_t>(k)].data();
     each(channels, [&](int64_t c) { batch_norm_mean_at(c, channels, sk); });
     const std::vector<double> deviations =
         test::channel_sums(BatchNormDeviationTerm{x.data() + k * mine * channels, sk, channels}, 1, mine, channels);
     std::copy(deviations.begin(), deviations.end(), sk + channels + 1);
   }
-  if (ranks > 1) allreduce(channels + 1, 2 * channels + 1);
+  if (!one_pass && ranks > 1) allreduce(channels + 1, 2 * channels + 1);
   BatchNormRun run{std::vector<float>(x.size()), std::vector<float>(2 * channels), running_mean, running_var};
   for (int k = 0; k < ranks; ++k) {
     std::vector<float> scale_shift(2 * channels), rm = running_mean, rv = running_var;
     each(channels, [&](int64_t c) {
-      batch_norm_finalize_at(c, channels, eps, momentum, stats[static_cast<size_t>(k)].data(), gamma.data(),
-                             beta.data(), rm.data(), rv.data(), run.saved.data(), scale_shift.data());
+      (one_pass ? batch_norm_finalize_moments_at : batch_norm_finalize_at)(
+          c, channels, eps, momentum, stats[static_cast<size_t>(k)].data(), gamma.data(), beta.data(), rm.data(),
+          rv.data(), run.saved.data(), scale_shift.data());
     });
     each_row_channel(mine, channels, [&](int64_t r, int64_t c) {
       batch_norm_apply_at(r, c, channels, x.data() + k * mine * channels, scale_shift.data(),
@@ -56,22 +65,32 @@ BatchNormRun batch_norm_forward(const std::vector<float>& x, int64_t rows, int64
   return run;
 }
 
+// Two passes (the reference's arithmetic) and one (backend.batch_norm=one_pass), on data whose mean is
+// small and large against its spread (1 to 4, and 1000 to 1004: sum x^2 - mean * sum x cancels 20 of
+// double's bits there, and the float results must not see it).
 TEST(CudaKernelBodies, BatchNormTrainingForwardMatchesTheReference) {
   const int64_t rows = 400, channels = 37;
-  const std::vector<float> x = random_floats(static_cast<size_t>(rows * channels), 50, 1.0f, 4.0f);
-  const std::vector<float> gamma = random_floats(channels, 51), beta = random_floats(channels, 52);
-  const std::vector<float> rm = random_floats(channels, 53), rv = random_floats(channels, 54, 0.5f, 2.0f);
-  const sdk::program::BatchNormAttrs a{1e-3, 0.1, 1};
-  std::vector<float> expected_y(x.size()), expected_saved(2 * channels), expected_rm = rm, expected_rv = rv;
-  ref::batch_norm_train_forward(pool(), {rows, channels}, a, x.data(), gamma.data(), beta.data(), expected_rm.data(),
-                                expected_rv.data(), expected_saved.data(), expected_y.data());
-  // One rank, and a SyncBatchNorm group of 4 whose batches together are the reference's.
-  for (int ranks : {1, 4}) {
-    const BatchNormRun run = batch_norm_forward(x, rows, channels, ranks, gamma, beta, rm, rv, a.eps, a.momentum);
-    expect_near(run.y, expected_y, "batch_norm y (statistics summed over rows)");
-    expect_near(run.saved, expected_saved, "batch_norm saved mean and inverse std");
-    expect_near(run.running_mean, expected_rm, "batch_norm running_mean");
-    expect_near(run.running_var, expected_rv, "batch_norm running_var (unbiased)");
+  for (const float offset : {0.0f, 1000.0f}) {
+    std::vector<float> x = random_floats(static_cast<size_t>(rows * channels), 50, 1.0f, 4.0f);
+    for (float& v : x) v += offset;
+    const std::vector<float> gamma = random_floats(channels, 51), beta = random_floats(channels, 52);
+    const std::vector<float> rm = random_floats(channels, 53), rv = random_floats(channels, 54, 0.5f, 2.0f);
+    const sdk::program::BatchNormAttrs a{1e-3, 0.1, 1};
+    std::vector<float> expected_y(x.size()), expected_saved(2 * channels), expected_rm = rm, expected_rv = rv;
+    ref::batch_norm_train_forward(pool(), {rows, channels}, a, x.data(), gamma.data(), beta.data(), expected_rm.data(),
+                                  expected_rv.data(), expected_saved.data(), expected_y.data());
+    // One rank, and a SyncBatchNorm group of 4 whose batches together are the reference's.
+    for (const bool one_pass : {false, true})
+      for (int ranks : {1, 4}) {
+        SCOPED_TRACE(std::string(one_pass ? "one pass, " : "two passes, ") + std::to_string(ranks) + " ranks, offset " +
+                     std::to_string(offset));
+        const BatchNormRun run =
+            batch_norm_forward(x, rows, channels, ranks, gamma, beta, rm, rv, a.eps, a.momentum, one_pass);
+        expect_near(run.y, expected_y, "batch_norm y (statistics summed over rows)");
+        expect_near(run.saved, expected_saved, "batch_norm saved mean and inverse std");
+        expect_near(run.running_mean, expected_rm, "batch_norm running_mean");
+        expect_near(run.running_var, expected_rv, "batch_norm running_var (unbiased)");
+      }
   }
 }
 

@@ -41,6 +41,7 @@ TEST(CudaSettings, DefaultsAreFp32NondeterministicGraphsOnAndAGibOfWorkspace) {
   EXPECT_EQ(s.loss_scale, 65536.0f);
   EXPECT_EQ(s.profile_dir, "");  // backend.profile off
   EXPECT_TRUE(s.own_batch_norm);  // issue 33: batch norm and depthwise convs on our kernels
+  EXPECT_FALSE(s.batch_norm_one_pass);  // the reference's two passes for the statistics
   EXPECT_TRUE(s.own_depthwise);
   EXPECT_EQ(s.pointwise, plan::Pointwise::gemm);
   EXPECT_TRUE(s.pool_chain);  // CosmoFlow's bias + leaky ReLU + max-pool fused
@@ -61,6 +62,10 @@ TEST(CudaSettings, EveryOptionIsRead) {
   EXPECT_FALSE(s.own_batch_norm);
   EXPECT_FALSE(s.own_depthwise);
   EXPECT_TRUE(read_settings(options({{"batch_norm", "own"}, {"depthwise", "own"}})).own_batch_norm);
+  EXPECT_FALSE(s.batch_norm_one_pass);
+  const Settings one_pass = read_settings(options({{"batch_norm", "one_pass"}}));
+  EXPECT_TRUE(one_pass.own_batch_norm);
+  EXPECT_TRUE(one_pass.batch_norm_one_pass);
   EXPECT_FALSE(read_settings(options({{"depthwise", "cudnn"}})).own_depthwise);
   EXPECT_TRUE(read_settings(options({{"depthwise", "cudnn"}})).own_batch_norm);
   EXPECT_EQ(s.pointwise, plan::Pointwise::cudnn);
@@ -85,7 +90,7 @@ TEST(CudaSettings, BadOrUnknownOptionsFailInOneLineNamingThem) {
             "cuda backend: option 'loss_scale' is 1000; expected a power of two from 1 to 2^24");
   EXPECT_NE(error_of([] { read_settings(options({{"loss_scale", "0"}})); }).find("'loss_scale'"), std::string::npos);
   EXPECT_EQ(error_of([] { read_settings(options({{"batch_norm", "cuDNN"}})); }),
-            "cuda backend: option 'batch_norm' is 'cuDNN'; expected own or cudnn");
+            "cuda backend: option 'batch_norm' is 'cuDNN'; expected own, one_pass or cudnn");
   EXPECT_EQ(error_of([] { read_settings(options({{"depthwise", "1"}})); }),
             "cuda backend: option 'depthwise' is '1'; expected own or cudnn");
   EXPECT_EQ(error_of([] { read_settings(options({{"pointwise", "cublas"}})); }),

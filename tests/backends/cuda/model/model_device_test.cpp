@@ -227,7 +227,8 @@ void training_steps_match_the_reference(std::vector<MLPH_KeyValue> options) {
 }
 
 // fp32 with TF32 off: cuDNN's and cuBLASLt's sums in another order than the reference's, so within 1e-4;
-// batch norm and the depthwise conv on our kernels (the default) and on cuDNN.
+// batch norm and the depthwise conv on our kernels (the default) and on cuDNN, and batch norm's
+// statistics in one pass.
 TEST_F(CudaModelDevice, TrainingStepsMatchTheReferenceBackendInFp32) {
   for (const char* engine : {"own", "cudnn"}) {
     SCOPED_TRACE(std::string("backend.batch_norm and backend.depthwise ") + engine + ", the pool chain " +
@@ -235,6 +236,8 @@ TEST_F(CudaModelDevice, TrainingStepsMatchTheReferenceBackendInFp32) {
     training_steps_match_the_reference({{"deterministic", "1"}, {"batch_norm", engine}, {"depthwise", engine},
                                         {"pool_chain", std::string(engine) == "own" ? "own" : "off"}});
   }
+  SCOPED_TRACE("backend.batch_norm one_pass");
+  training_steps_match_the_reference({{"deterministic", "1"}, {"batch_norm", "one_pass"}});
 }
 
 TEST_F(CudaModelDevice, ACapturedStepIsTheEagerStepBitForBit) {
