@@ -244,7 +244,7 @@ TEST(CudaPlanPrecision, Bf16KeepsDeepCamsActivationsInBf16WithNoCastBetweenNodes
   std::printf("DeepCAM b2 bf16: %zu of %zu values stored in bf16, %zu cast reads (of fp32 values)\n", half,
               p.values.size(), casts);
   EXPECT_GE(half, 317u);
-  EXPECT_EQ(casts, 0u);  // the last was decoder.conv3's output, fp32 for its bias, read by last_deconv
+  EXPECT_EQ(casts, 0u);  // the last was decoder.conv3's output, fp32 for its bias, read by decoder.deconv2
   expect_no_overlap(m, plan.schedule);
 }
 #endif
