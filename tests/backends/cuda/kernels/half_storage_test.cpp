@@ -263,6 +263,8 @@ TYPED_TEST(HalfStorage, BatchNormSumsAreTheFp32Sums) {
     }
   EXPECT_EQ(test::channel_sums(SumTerm<H>{x.half.data(), channels}, 1, kRows, channels),
             test::channel_sums(SumTerm<float>{x.wide.data(), channels}, 1, kRows, channels));
+  EXPECT_EQ(test::channel_sums(BatchNormMomentsTerm<H>{x.half.data(), channels}, 1, kRows, channels),  // one_pass
+            test::channel_sums(BatchNormMomentsTerm<float>{x.wide.data(), channels}, 1, kRows, channels));
 }
 
 // DeepCAM's separable 3x3 convs: padding = dilation, odd sizes.
