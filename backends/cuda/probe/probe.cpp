@@ -5,13 +5,13 @@
 //   2. Decisions, on the real DeepCAM (batch 8, 768x1152) and CosmoFlow (batch 4, 128^3) shapes: each
 //      variant's forward + backward time (median of kRepeats, CUDA events) and its error against an fp32
 //      result (max |variant - fp32| over max |fp32|, outputs and gradients together):
-//        batch_norm  cuDNN SPATIAL, SPATIAL_PERSISTENT, the *Ex calls, fp32 and bf16; ours (not wired yet)
-//        depthwise   every cuDNN algorithm of each pass; ours (not wired yet)
+//        batch_norm  cuDNN SPATIAL, SPATIAL_PERSISTENT, the *Ex calls, and ours with the statistics in two
+//                    passes (backend.batch_norm=own) and in one (one_pass), fp32 and bf16
+//        depthwise   every cuDNN algorithm of each pass; ours (backend.depthwise=own), bf16
 //        1x1         every cuDNN algorithm of each pass; cuBLASLt's first candidate with and without split-K
 //        padding     conv1 with 4 against 8 input channels (CosmoFlow), last_deconv with 3 against 8
 //                    output channels (DeepCAM): the best cuDNN algorithms of each
-// Each variant is a row of kVariants: a function of the case it runs on. Rows marked "LEAD:" are our own
-// kernels that other work is writing now; they report status "not wired" until their call is added.
+// Each variant is a row of kVariants: a function of the case it runs on.
 //
 //   mlph-cuda-probe [--json FILE] [--only batch_norm,depthwise,1x1,padding]
 // Without a GPU: one line "mlph-cuda-probe: no CUDA device (...)", exit 3.
@@ -498,6 +498,57 @@ void norm_ex(Probe& ctx, Norm& b, Device& ws, Device& reserve) {
         "cudnnBatchNormalizationBackwardEx");
 }
 
+// Our kernels as the model runs them for a group of one (backend.batch_norm=own: the statistics in two
+// passes; one_pass: in one), on x, y, dy, dx stored as T: statistics, finalize, apply; backward sums,
+// the parameters' gradients (zeroed first: they add), dx written first.
+struct OwnNorm {
+  Device stats, scale_shift, saved, coefficients, scratch;
+  explicit OwnNorm(const Norm& b)
+      : stats((2 * static_cast<size_t>(b.channels) + 1) * sizeof(double)),
+        scale_shift(2 * static_cast<size_t>(b.channels) * sizeof(float)),
+        saved(2 * static_cast<size_t>(b.channels) * sizeof(float)),
+        coefficients(3 * static_cast<size_t>(b.channels) * sizeof(float)),
+        scratch(channel_sums_workspace_bytes(1, static_cast<int64_t>(b.count) / b.channels, b.channels)) {}
+};
+
+template <class T>
+void norm_own(Norm& b, OwnNorm& w, bool one_pass) {
+  const int64_t c = b.channels, rows = static_cast<int64_t>(b.count) / c;
+  const auto* x = static_cast<const T*>(b.xs.get());
+  const auto* dy = static_cast<const T*>(b.dys.get());
+  auto* stats = static_cast<double*>(w.stats.get());
+  auto* saved = static_cast<float*>(w.saved.get());
+  auto* scale_shift = static_cast<float*>(w.scale_shift.get());
+  auto* gamma = static_cast<float*>(b.scale.get());
+  auto* beta = static_cast<float*>(b.bias.get());
+  auto* running_mean = static_cast<float*>(b.mean.get());
+  auto* running_var = static_cast<float*>(b.var.get());
+  if (one_pass) {
+    check(kWhere, batch_norm_moments(nullptr, rows, c, x, stats, w.scratch.get(), w.scratch.bytes), "batch_norm_moments");
+    check(kWhere, batch_norm_finalize_moments(nullptr, c, 1e-5, 0.1, stats, gamma, beta, running_mean, running_var,
+                                              saved, scale_shift),
+          "batch_norm_finalize_moments");
+  } else {
+    check(kWhere, batch_norm_sum(nullptr, rows, c, x, stats, w.scratch.get(), w.scratch.bytes), "batch_norm_sum");
+    check(kWhere, batch_norm_variance(nullptr, rows, c, x, stats, w.scratch.get(), w.scratch.bytes),
+          "batch_norm_variance");
+    check(kWhere, batch_norm_finalize(nullptr, c, 1e-5, 0.1, stats, gamma, beta, running_mean, running_var, saved,
+                                      scale_shift),
+          "batch_norm_finalize");
+  }
+  check(kWhere, batch_norm_apply(nullptr, rows, c, x, scale_shift, static_cast<T*>(b.ys.get())), "batch_norm_apply");
+  check(kWhere, cudaMemsetAsync(b.dscale.get(), 0, static_cast<size_t>(c) * sizeof(float), nullptr), "cudaMemsetAsync");
+  check(kWhere, cudaMemsetAsync(b.dbias.get(), 0, static_cast<size_t>(c) * sizeof(float), nullptr), "cudaMemsetAsync");
+  check(kWhere, batch_norm_backward_sums(nullptr, rows, c, x, dy, saved, stats, w.scratch.get(), w.scratch.bytes),
+        "batch_norm_backward_sums");
+  check(kWhere, batch_norm_backward_params(nullptr, c, stats, static_cast<float*>(b.dscale.get()),
+                                           static_cast<float*>(b.dbias.get())),
+        "batch_norm_backward_params");
+  check(kWhere, batch_norm_backward_data(nullptr, rows, c, x, dy, gamma, saved, stats,
+                                         static_cast<float*>(w.coefficients.get()), static_cast<T*>(b.dxs.get()), false),
+        "batch_norm_backward_data");
+}
+
 size_t ex_workspace(Probe& ctx, Norm& b, size_t* reserve) {
   const cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
   size_t forward = 0, backward = 0;
@@ -542,17 +593,79 @@ void batch_norm(Probe& ctx, std::vector<Row>& rows) {
       const size_t ws_bytes = ex_workspace(ctx, b, &reserve_bytes);
       Device ws(ws_bytes), reserve(reserve_bytes);
       measure("cudnn Ex PERSISTENT", [&] { norm_ex(ctx, b, ws, reserve); });
-      // LEAD: our own batch-norm kernels (issue 33) go here: forward statistics, normalize, backward.
-      rows.push_back(Row{"batch_norm", c.name, "ours" + suffix, "not wired"});
+      OwnNorm own(b);  // ours: backend.batch_norm=own (two passes) and one_pass
+      for (const bool one_pass : {false, true})
+        measure(one_pass ? "ours one_pass" : "ours two_pass", [&] {
+          if (type == plan::DType::bf16)
+            norm_own<Bf16>(b, own, one_pass);
+          else
+            norm_own<float>(b, own, one_pass);
+        });
     }
+  }
+}
+
+// Our depthwise kernel (backend.depthwise=own) as the model runs it: x, y, dy and dx in bf16, the weights
+// and dw fp32 in the graph's [taps][C] (cuDNN's filter is [C][taps]: transposed here, both ways), dx
+// written first; each pass against the same fp32 cuDNN result as cuDNN's algorithms.
+void depthwise_own(Probe& ctx, const ConvCase& c, std::vector<Row>& rows) {
+  Conv ref(c, c.in.back(), c.out_channels, plan::DType::f32, CUDNN_FMA_MATH);
+  Conv half(c, c.in.back(), c.out_channels, plan::DType::bf16, CUDNN_TENSOR_OP_MATH);
+  DepthwiseShape s;
+  s.batch = c.in.front(), s.channels = c.in.back();
+  const size_t spatial = c.in.size() - 2, first = 3 - spatial;
+  for (size_t d = 0; d < spatial; ++d) {
+    s.in[first + d] = c.in[d + 1], s.kernel[first + d] = c.kernel, s.stride[first + d] = c.stride, s.pad[first + d] = c.pad;
+    s.out[first + d] = (s.in[first + d] + 2 * c.pad - c.kernel) / c.stride + 1;
+  }
+  const auto channels = static_cast<size_t>(s.channels), taps = static_cast<size_t>(s.taps());
+  const std::vector<float> filter = to_host(ref.w.get(), ref.w_count);  // [C][taps]
+  std::vector<float> graph(filter.size());
+  for (size_t ch = 0; ch < channels; ++ch)
+    for (size_t t = 0; t < taps; ++t) graph[t * channels + ch] = filter[ch * taps + t];
+  Device w(graph.size() * sizeof(float)), dw(graph.size() * sizeof(float)), ws(depthwise_workspace_bytes(s));
+  check(kWhere, cudaMemcpy(w.get(), graph.data(), graph.size() * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
+  const auto* x = static_cast<const Bf16*>(half.x.get());
+  const auto* dy = static_cast<const Bf16*>(half.dy.get());
+  for (size_t p = 0; p < 3; ++p) {
+    const auto pass = static_cast<runtime::ConvPass>(p);
+    const std::vector<std::vector<float>> expected = {fp32_result(ctx.cudnn, ref, pass)};
+    Row row{"depthwise", c.name + " " + kPassNames[p], "ours bf16"};
+    try {
+      if (pass == runtime::ConvPass::forward) {
+        row.ms = median_ms([&] {
+          check(kWhere, depthwise_forward(nullptr, s, x, w.f(), nullptr, static_cast<Bf16*>(half.y.get())), "depthwise_forward");
+        });
+        row.error = error_of({pass_output(half, pass)}, expected);
+      } else if (pass == runtime::ConvPass::backward_data) {
+        row.ms = median_ms([&] {
+          check(kWhere, depthwise_backward_data(nullptr, s, w.f(), dy, static_cast<Bf16*>(half.dx.get()), false),
+                "depthwise_backward_data");
+        });
+        row.error = error_of({pass_output(half, pass)}, expected);
+      } else {
+        row.ms = median_ms([&] {  // dw adds: zeroed first, as the model's gradient buffer is each step
+          check(kWhere, cudaMemsetAsync(dw.get(), 0, dw.bytes, nullptr), "cudaMemsetAsync");
+          check(kWhere, depthwise_backward_weights(nullptr, s, x, dy, dw.f(), nullptr, ws.get(), ws.bytes),
+                "depthwise_backward_weights");
+        });
+        const std::vector<float> ours = to_host(dw.get(), graph.size());
+        std::vector<float> as_filter(ours.size());
+        for (size_t ch = 0; ch < channels; ++ch)
+          for (size_t t = 0; t < taps; ++t) as_filter[ch * taps + t] = ours[t * channels + ch];
+        row.error = error_of({as_filter}, expected);
+      }
+    } catch (const sdk::Error& e) {
+      row.status = std::string("failed: ") + e.what();
+    }
+    rows.push_back(row);
   }
 }
 
 void depthwise(Probe& ctx, std::vector<Row>& rows) {
   for (const ConvCase& c : kDepthwiseCases) {
     conv_algorithms("depthwise", c, ctx.cudnn, rows);
-    // LEAD: our own depthwise kernels (issue 33) go here, one row per pass, against the same fp32 result.
-    for (const char* pass : kPassNames) rows.push_back(Row{"depthwise", c.name + " " + pass, "ours", "not wired"});
+    depthwise_own(ctx, c, rows);
   }
 }
 
