@@ -1,17 +1,22 @@
 #include "settings.hpp"
 
+#include <algorithm>
+#include <vector>
+
 #include "mlph/sdk/util/error.hpp"
 
 namespace mlph::cuda {
 
 namespace {
-// own (true) or cudnn (false).
-bool read_own_or_cudnn(const sdk::Options& options, const std::string& key) {
-  if (!options.has(key)) return true;
-  const std::string value = options.get(key);
-  if (value == "own") return true;
-  if (value == "cudnn") return false;
-  sdk::fail(MLPH_INVALID_ARGUMENT, std::string(kWho) + ": option '" + key + "' is '" + value + "'; expected own or cudnn");
+// An implementation choice: the option's value, one of `values` (the first, its default, when the key is
+// absent); any other value fails naming the key and the values ("expected own, one_pass or cudnn").
+std::string read_choice(const sdk::Options& options, const std::string& key, const std::vector<std::string>& values) {
+  const std::string value = options.get(key, values.front());
+  if (std::find(values.begin(), values.end(), value) != values.end()) return value;
+  std::string expected = values.front();
+  for (size_t i = 1; i < values.size(); ++i) expected += (i + 1 == values.size() ? " or " : ", ") + values[i];
+  sdk::fail(MLPH_INVALID_ARGUMENT,
+            std::string(kWho) + ": option '" + key + "' is '" + value + "'; expected " + expected);
 }
 }  // namespace
 
@@ -25,15 +30,10 @@ Settings read_settings(const sdk::Options& options) {
   if (options.has("device")) s.device = options.get_int<int>("device", 0, 0);
   s.workspace_bytes = options.get_int<size_t>("workspace_mb", s.workspace_bytes >> 20, 0, size_t{1} << 30) << 20;
   s.graphs = options.get_bool("graphs", true, kWho);
-  if (options.has("batch_norm")) {
-    const std::string value = options.get("batch_norm");
-    if (value != "own" && value != "cudnn" && value != "one_pass")
-      sdk::fail(MLPH_INVALID_ARGUMENT,
-                std::string(kWho) + ": option 'batch_norm' is '" + value + "'; expected own, one_pass or cudnn");
-    s.own_batch_norm = value != "cudnn";
-    s.batch_norm_one_pass = value == "one_pass";
-  }
-  s.own_depthwise = read_own_or_cudnn(options, "depthwise");
+  const std::string batch_norm = read_choice(options, "batch_norm", {"own", "one_pass", "cudnn"});
+  s.own_batch_norm = batch_norm != "cudnn";
+  s.batch_norm_one_pass = batch_norm == "one_pass";
+  s.own_depthwise = read_choice(options, "depthwise", {"own", "cudnn"}) == "own";
   if (options.has("loss_scale")) {
     const auto scale = options.get_int<long long>("loss_scale", 65536, 1, 1LL << 24);
     if ((scale & (scale - 1)) != 0)
@@ -41,19 +41,9 @@ Settings read_settings(const sdk::Options& options) {
                                            "; expected a power of two from 1 to 2^24");
     s.loss_scale = static_cast<float>(scale);
   }
-  if (options.has("pointwise")) {
-    const std::string value = options.get("pointwise");
-    if (value != "gemm" && value != "cudnn")
-      sdk::fail(MLPH_INVALID_ARGUMENT,
-                std::string(kWho) + ": option 'pointwise' is '" + value + "'; expected gemm or cudnn");
-    s.pointwise = value == "gemm" ? plan::Pointwise::gemm : plan::Pointwise::cudnn;
-  }
-  if (options.has("pool_chain")) {
-    const std::string value = options.get("pool_chain");
-    if (value != "own" && value != "off")
-      sdk::fail(MLPH_INVALID_ARGUMENT, std::string(kWho) + ": option 'pool_chain' is '" + value + "'; expected own or off");
-    s.pool_chain = value == "own";
-  }
+  s.pointwise = read_choice(options, "pointwise", {"gemm", "cudnn"}) == "gemm" ? plan::Pointwise::gemm
+                                                                            : plan::Pointwise::cudnn;
+  s.pool_chain = read_choice(options, "pool_chain", {"own", "off"}) == "own";
   if (options.has("profile")) s.profile_dir = options.get("profile");
   return s;
 }

@@ -203,12 +203,12 @@ class OptionValues(unittest.TestCase):
             settings = f.read()
         with open(os.path.join(ROOT, "backends", "cuda", "README.md")) as f:
             readme = f.read()
-        found = {name: {"own", "cudnn"} for name in re.findall(r'read_own_or_cudnn\(options, "(\w+)"\)', settings)}
-        for name, listed, last in re.findall(r"option '(\w+)' is '\" \+ value \+ \"'; expected ((?:\w+, )*\w+) or (\w+)",
-                                             settings):
-            found[name] = set(listed.split(", ")) | {last}
-        self.assertEqual(found, {name: set(values) for name, values in options.CHOICES})
+        found = {name: re.findall(r'"(\w+)"', listed)
+                 for name, listed in re.findall(r'read_choice\(options, "(\w+)", \{([^}]*)\}\)', settings)}
+        self.assertEqual({name: set(values) for name, values in found.items()},
+                         {name: set(values) for name, values in options.CHOICES})
         for name, values in options.CHOICES:
+            self.assertEqual(found[name][0], values[0], name)  # the backend's default is the kit's
             default = re.search(rf"^\| `{name}` \| `(\w+)` \|", readme, re.M)
             self.assertEqual(default.group(1) if default else None, values[0], name)
 
