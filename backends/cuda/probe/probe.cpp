@@ -25,6 +25,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -340,10 +341,15 @@ std::vector<float> fp32_result(runtime::CudnnHandle& h, Conv& ref, runtime::Conv
 // error, so they cannot win): timing them again would take the probe's minute for nothing.
 constexpr float kSlowFactor = 4.0f;
 
+// Rows of our own kernel for one pass, beside cuDNN's: the same fp32 conv `ref`, the same bf16 buffers
+// `half` and the same fp32 result `expected`.
+using OwnPass = std::function<Row(runtime::ConvPass, const Conv& ref, Conv& half,
+                                  const std::vector<std::vector<float>>& expected)>;
+
 // Every algorithm cuDNN lists for each pass (bf16, tensor math), timed and checked against fp32 FMA math
-// with the heuristic's first algorithm; `prefix` names the rows.
+// with the heuristic's first algorithm; `prefix` names the rows; `own` adds our kernel's row to each pass.
 void conv_algorithms(const std::string& decision, const ConvCase& c, runtime::CudnnHandle& h, std::vector<Row>& rows,
-                     const std::string& prefix = "cudnn") {
+                     const std::string& prefix = "cudnn", const OwnPass& own = {}) {
   Conv ref(c, c.in.back(), c.out_channels, plan::DType::f32, CUDNN_FMA_MATH);
   Conv half(c, c.in.back(), c.out_channels, plan::DType::bf16, CUDNN_TENSOR_OP_MATH);
   for (size_t p = 0; p < 3; ++p) {
@@ -378,6 +384,7 @@ void conv_algorithms(const std::string& decision, const ConvCase& c, runtime::Cu
       }
       rows.push_back(row);
     }
+    if (own) rows.push_back(own(pass, ref, half, expected));
   }
 }
 
@@ -607,65 +614,86 @@ void batch_norm(Probe& ctx, std::vector<Row>& rows) {
 
 // Our depthwise kernel (backend.depthwise=own) as the model runs it: x, y, dy and dx in bf16, the weights
 // and dw fp32 in the graph's [taps][C] (cuDNN's filter is [C][taps]: transposed here, both ways), dx
-// written first; each pass against the same fp32 cuDNN result as cuDNN's algorithms.
-void depthwise_own(Probe& ctx, const ConvCase& c, std::vector<Row>& rows) {
-  Conv ref(c, c.in.back(), c.out_channels, plan::DType::f32, CUDNN_FMA_MATH);
-  Conv half(c, c.in.back(), c.out_channels, plan::DType::bf16, CUDNN_TENSOR_OP_MATH);
-  DepthwiseShape s;
-  s.batch = c.in.front(), s.channels = c.in.back();
-  const size_t spatial = c.in.size() - 2, first = 3 - spatial;
-  for (size_t d = 0; d < spatial; ++d) {
-    s.in[first + d] = c.in[d + 1], s.kernel[first + d] = c.kernel, s.stride[first + d] = c.stride, s.pad[first + d] = c.pad;
-    s.out[first + d] = (s.in[first + d] + 2 * c.pad - c.kernel) / c.stride + 1;
+// written first.
+class OwnDepthwise {
+ public:
+  OwnDepthwise(const ConvCase& c, const Conv& ref)
+      : channels_(static_cast<size_t>(c.in.back())),
+        taps_(ref.w_count / channels_),
+        shape_(shape_of(c)),
+        w_(ref.w_count * sizeof(float)),
+        dw_(ref.w_count * sizeof(float)),
+        ws_(depthwise_workspace_bytes(shape_)) {
+    const std::vector<float> graph = transposed(to_host(ref.w.get(), ref.w_count), channels_, taps_);
+    check(kWhere, cudaMemcpy(w_.get(), graph.data(), graph.size() * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
   }
-  const auto channels = static_cast<size_t>(s.channels), taps = static_cast<size_t>(s.taps());
-  const std::vector<float> filter = to_host(ref.w.get(), ref.w_count);  // [C][taps]
-  std::vector<float> graph(filter.size());
-  for (size_t ch = 0; ch < channels; ++ch)
-    for (size_t t = 0; t < taps; ++t) graph[t * channels + ch] = filter[ch * taps + t];
-  Device w(graph.size() * sizeof(float)), dw(graph.size() * sizeof(float)), ws(depthwise_workspace_bytes(s));
-  check(kWhere, cudaMemcpy(w.get(), graph.data(), graph.size() * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
-  const auto* x = static_cast<const Bf16*>(half.x.get());
-  const auto* dy = static_cast<const Bf16*>(half.dy.get());
-  for (size_t p = 0; p < 3; ++p) {
-    const auto pass = static_cast<runtime::ConvPass>(p);
-    const std::vector<std::vector<float>> expected = {fp32_result(ctx.cudnn, ref, pass)};
-    Row row{"depthwise", c.name + " " + kPassNames[p], "ours bf16"};
+
+  Row run(const std::string& case_name, runtime::ConvPass pass, Conv& half,
+          const std::vector<std::vector<float>>& expected) {
+    Row row{"depthwise", case_name + " " + kPassNames[static_cast<size_t>(pass)], "ours bf16"};
+    const auto* x = static_cast<const Bf16*>(half.x.get());
+    const auto* dy = static_cast<const Bf16*>(half.dy.get());
     try {
       if (pass == runtime::ConvPass::forward) {
         row.ms = median_ms([&] {
-          check(kWhere, depthwise_forward(nullptr, s, x, w.f(), nullptr, static_cast<Bf16*>(half.y.get())), "depthwise_forward");
+          check(kWhere, depthwise_forward(nullptr, shape_, x, w_.f(), nullptr, static_cast<Bf16*>(half.y.get())),
+                "depthwise_forward");
         });
         row.error = error_of({pass_output(half, pass)}, expected);
       } else if (pass == runtime::ConvPass::backward_data) {
         row.ms = median_ms([&] {
-          check(kWhere, depthwise_backward_data(nullptr, s, w.f(), dy, static_cast<Bf16*>(half.dx.get()), false),
+          check(kWhere, depthwise_backward_data(nullptr, shape_, w_.f(), dy, static_cast<Bf16*>(half.dx.get()), false),
                 "depthwise_backward_data");
         });
         row.error = error_of({pass_output(half, pass)}, expected);
       } else {
         row.ms = median_ms([&] {  // dw adds: zeroed first, as the model's gradient buffer is each step
-          check(kWhere, cudaMemsetAsync(dw.get(), 0, dw.bytes, nullptr), "cudaMemsetAsync");
-          check(kWhere, depthwise_backward_weights(nullptr, s, x, dy, dw.f(), nullptr, ws.get(), ws.bytes),
+          check(kWhere, cudaMemsetAsync(dw_.get(), 0, dw_.bytes, nullptr), "cudaMemsetAsync");
+          check(kWhere, depthwise_backward_weights(nullptr, shape_, x, dy, dw_.f(), nullptr, ws_.get(), ws_.bytes),
                 "depthwise_backward_weights");
         });
-        const std::vector<float> ours = to_host(dw.get(), graph.size());
-        std::vector<float> as_filter(ours.size());
-        for (size_t ch = 0; ch < channels; ++ch)
-          for (size_t t = 0; t < taps; ++t) as_filter[ch * taps + t] = ours[t * channels + ch];
-        row.error = error_of({as_filter}, expected);
+        row.error = error_of({transposed(to_host(dw_.get(), channels_ * taps_), taps_, channels_)}, expected);
       }
     } catch (const sdk::Error& e) {
       row.status = std::string("failed: ") + e.what();
     }
-    rows.push_back(row);
+    return row;
   }
-}
+
+ private:
+  // The case's window, spatial dims right-aligned into 3.
+  static DepthwiseShape shape_of(const ConvCase& c) {
+    DepthwiseShape s;
+    s.batch = c.in.front(), s.channels = c.in.back();
+    const size_t spatial = c.in.size() - 2, first = 3 - spatial;
+    for (size_t d = 0; d < spatial; ++d) {
+      const size_t e = first + d;
+      s.in[e] = c.in[d + 1], s.kernel[e] = c.kernel, s.stride[e] = c.stride, s.pad[e] = c.pad;
+      s.out[e] = (s.in[e] + 2 * c.pad - c.kernel) / c.stride + 1;
+    }
+    return s;
+  }
+  // [rows][cols] as [cols][rows].
+  static std::vector<float> transposed(const std::vector<float>& m, size_t rows, size_t cols) {
+    std::vector<float> t(m.size());
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t c = 0; c < cols; ++c) t[c * rows + r] = m[r * cols + c];
+    return t;
+  }
+
+  size_t channels_, taps_;
+  DepthwiseShape shape_;
+  Device w_, dw_, ws_;
+};
 
 void depthwise(Probe& ctx, std::vector<Row>& rows) {
   for (const ConvCase& c : kDepthwiseCases) {
-    conv_algorithms("depthwise", c, ctx.cudnn, rows);
-    depthwise_own(ctx, c, rows);
+    std::optional<OwnDepthwise> own;  // set up at the first pass, from the fp32 conv's weights
+    conv_algorithms("depthwise", c, ctx.cudnn, rows, "cudnn",
+                    [&](runtime::ConvPass pass, const Conv& ref, Conv& half, const std::vector<std::vector<float>>& expected) {
+                      if (!own) own.emplace(c, ref);
+                      return own->run(c.name, pass, half, expected);
+                    });
   }
 }
 
