@@ -328,25 +328,24 @@ void CudaModel::batch_norm_forward(size_t k, bool training) {
   if (!training) {
     check(batch_norm_eval_coefficients(s, channels, eps, in(1), in(2), in(3), in(4), scale_shift),
           "batch_norm_eval_coefficients", k);
-  } else if (settings_.batch_norm_one_pass) {  // x's sum and sum of squares in one read, one group sum
-    check_stored(k, type, "batch_norm_moments",
-                 [&]<class T>(T* t) { return batch_norm_moments(s, rows, channels, x(t), stats, sums, sums_bytes); });
-    group_sum(k, stats, 2 * channels + 1);
+  } else {
+    const bool one_pass = settings_.batch_norm_one_pass;
+    if (one_pass) {  // x's sum and sum of squares in one read, one group sum
+      check_stored(k, type, "batch_norm_moments",
+                   [&]<class T>(T* t) { return batch_norm_moments(s, rows, channels, x(t), stats, sums, sums_bytes); });
+      group_sum(k, stats, 2 * channels + 1);
+    } else {  // the reference's two passes: the mean, then the squared deviations from it
+      check_stored(k, type, "batch_norm_sum",
+                   [&]<class T>(T* t) { return batch_norm_sum(s, rows, channels, x(t), stats, sums, sums_bytes); });
+      group_sum(k, stats, channels + 1);
+      check_stored(k, type, "batch_norm_variance",
+                   [&]<class T>(T* t) { return batch_norm_variance(s, rows, channels, x(t), stats, sums, sums_bytes); });
+      group_sum(k, stats + channels + 1, channels);
+    }
     if (relu >= 0) scale_shift = at<float>(m.statistics) + 2 * channels;  // kept for the relu's mask in backward
-    check(batch_norm_finalize_moments(s, channels, eps, momentum, stats, in(1), in(2), in(3), in(4),
-                                      at<float>(m.statistics), scale_shift),
-          "batch_norm_finalize_moments", k);
-  } else {  // the reference's two passes: the mean, then the squared deviations from it
-    check_stored(k, type, "batch_norm_sum",
-                 [&]<class T>(T* t) { return batch_norm_sum(s, rows, channels, x(t), stats, sums, sums_bytes); });
-    group_sum(k, stats, channels + 1);
-    check_stored(k, type, "batch_norm_variance",
-                 [&]<class T>(T* t) { return batch_norm_variance(s, rows, channels, x(t), stats, sums, sums_bytes); });
-    group_sum(k, stats + channels + 1, channels);
-    if (relu >= 0) scale_shift = at<float>(m.statistics) + 2 * channels;  // kept for the relu's mask in backward
-    check(batch_norm_finalize(s, channels, eps, momentum, stats, in(1), in(2), in(3), in(4), at<float>(m.statistics),
-                              scale_shift),
-          "batch_norm_finalize", k);
+    check((one_pass ? batch_norm_finalize_moments : batch_norm_finalize)(
+              s, channels, eps, momentum, stats, in(1), in(2), in(3), in(4), at<float>(m.statistics), scale_shift),
+          one_pass ? "batch_norm_finalize_moments" : "batch_norm_finalize", k);
   }
   if (relu >= 0)  // the relu's output in the same pass
     check_stored(k, type, "batch_norm_relu_apply", [&]<class T>(T* t) {

@@ -92,7 +92,8 @@ MLPH_KERNEL void softmax_cross_entropy_backward_at(int64_t r, int64_t rows, int6
   const int32_t label = labels[r];
   float* dz = dlogits + r * classes;
   if (!label_ok(label, classes)) {
-    for (int64_t c = 0; c < classes && !accumulate; ++c) dz[c] = 0.0f;
+    if (!accumulate)
+      for (int64_t c = 0; c < classes; ++c) dz[c] = 0.0f;
     return;
   }
   const float* z = logits + r * classes;

@@ -424,6 +424,8 @@ Schedule plan_schedule(const Program& p, const std::vector<NodeLowering>& loweri
 }
 
 namespace {
+// Whether a max-pool's windows tile its input and leave no element out (kernels/pool.hpp's
+// pool_windows_cover, without its header: the plan includes no kernel header).
 bool pool_windows_cover(const sdk::program::Window& w) {
   for (int d = 0; d < 3; ++d)
     if (w.kernel[d] != w.stride[d] || w.out[d] * w.kernel[d] != w.in[d]) return false;

@@ -459,9 +459,12 @@ TEST_F(CudaKernelLaunchers, BatchNormPassesAreTheBodiesBitsAndRepeat) {
   expect_same_bits(ddx.read(), dx, "batch_norm dx");
 }
 
+// CosmoFlow's 2x2x2 / 2 (windows that tile and cover x) and overlapping 2-D windows.
+const PoolShape kPoolShapes[] = {PoolShape{4, 4, {16, 16, 16}, {8, 8, 8}, {2, 2, 2}, {2, 2, 2}},
+                                 PoolShape{2, 32, {1, 65, 97}, {1, 32, 48}, {1, 3, 3}, {1, 2, 2}}};
+
 TEST_F(CudaKernelLaunchers, MaxPoolIsTheBodiesBits) {
-  for (const PoolShape& s : {PoolShape{4, 4, {16, 16, 16}, {8, 8, 8}, {2, 2, 2}, {2, 2, 2}},
-                             PoolShape{2, 32, {1, 65, 97}, {1, 32, 48}, {1, 3, 3}, {1, 2, 2}}}) {
+  for (const PoolShape& s : kPoolShapes) {
     std::mt19937 gen(40);
     std::vector<float> x(static_cast<size_t>(s.in_positions() * s.channels));
     for (float& v : x) v = static_cast<float>(gen() % 5);
@@ -551,8 +554,7 @@ std::vector<Bf16> random_bf16(size_t n, uint32_t seed) {
 
 // Max pooling on bf16 storage (pool_chain=off), and its first writer where the windows cover x.
 TEST_F(CudaKernelLaunchers, Bf16MaxPoolIsTheBodiesBits) {
-  for (const PoolShape& s : {PoolShape{4, 4, {16, 16, 16}, {8, 8, 8}, {2, 2, 2}, {2, 2, 2}},
-                             PoolShape{2, 32, {1, 65, 97}, {1, 32, 48}, {1, 3, 3}, {1, 2, 2}}}) {
+  for (const PoolShape& s : kPoolShapes) {
     const auto in = static_cast<size_t>(s.in_positions() * s.channels), out = static_cast<size_t>(s.out_positions() * s.channels);
     const std::vector<Bf16> x = random_bf16(in, 43), dy = random_bf16(out, 44);
     const Device<Bf16> bx(x), bdy(dy), by(out), bdx(in, Bf16{0x4000});
