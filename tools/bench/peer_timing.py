@@ -7,6 +7,18 @@ import torch
 import torch.nn.functional as F
 
 
+def add_bf16_argument(parser):
+    """--bf16: PyTorch's mixed precision on CPUs for the whole model (mixed_precision below)."""
+    parser.add_argument("--bf16", action="store_true", help="torch.autocast('cpu', torch.bfloat16) for the whole "
+                        "model (the --layers timings stay float32)")
+
+
+def mixed_precision(args):
+    """The context a step's forward runs in: with --bf16, convs and linears in bf16, fp32 weights and
+    optimizer; without it, nothing changes."""
+    return torch.autocast("cpu", torch.bfloat16, enabled=args.bf16)
+
+
 def timed(fn, steps, warmup):
     """Mean seconds of `fn` over `steps` calls after `warmup` untimed ones."""
     for _ in range(warmup):

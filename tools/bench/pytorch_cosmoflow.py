@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from peer_timing import report, timed, to_format
+from peer_timing import add_bf16_argument, mixed_precision, report, timed, to_format
 
 
 class Conv3DActMP(nn.Module):
@@ -79,20 +79,17 @@ def time_model(model, args):
     y = torch.rand(args.batch, 4) * 2 - 1
     opt = torch.optim.SGD(model.parameters(), lr=1e-6, momentum=0.9)
 
-    # --bf16: PyTorch's mixed precision on CPUs (convs and linears in bf16, fp32 weights and optimizer).
-    precision = lambda: torch.autocast("cpu", torch.bfloat16, enabled=args.bf16)
-
     def train():
         model.train()
         opt.zero_grad()
-        with precision():
+        with mixed_precision(args):
             loss = F.mse_loss(model(x).float(), y)
         loss.backward()
         opt.step()
 
     def evaluate():
         model.eval()
-        with torch.no_grad(), precision():
+        with torch.no_grad(), mixed_precision(args):
             (model(x).float() - y).abs().sum().item()
 
     return timed(train, args.steps, args.warmup), timed(evaluate, args.steps, args.warmup)
@@ -107,8 +104,7 @@ def main():
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--layers", action="store_true", help="also time each layer on its own")
     p.add_argument("--channels-last", action="store_true", help="channels_last_3d memory format")
-    p.add_argument("--bf16", action="store_true", help="torch.autocast('cpu', torch.bfloat16) for the whole model "
-                   "(the --layers timings stay float32)")
+    add_bf16_argument(p)
     p.add_argument("--json", help="write the figures to FILE")
     args = p.parse_args()
     torch.set_num_threads(args.threads)

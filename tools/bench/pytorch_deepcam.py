@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from peer_timing import report, timed, to_format
+from peer_timing import add_bf16_argument, mixed_precision, report, timed, to_format
 
 PARAMETERS = 56_454_720  # REFERENCE.md §2.10
 CLASS_WEIGHTS = [1.00172996521, 2.61461114883, 1.71641969681]  # f^-0.125 as float32 (§2.10)
@@ -286,21 +286,18 @@ def time_model(model, x, args):
     weights = torch.tensor(CLASS_WEIGHTS, dtype=torch.float32)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-6, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
 
-    # --bf16: PyTorch's mixed precision on CPUs (convs and linears in bf16, fp32 weights and optimizer).
-    precision = lambda: torch.autocast("cpu", torch.bfloat16, enabled=args.bf16)
-
     def train():
         model.train()
         opt.zero_grad()
         # The reference's loss: weighted per-pixel CE, then a plain mean (not weight-normalized).
-        with precision():
+        with mixed_precision(args):
             logits = model(x)
         F.cross_entropy(logits.float(), labels, weight=weights, reduction="none").mean().backward()
         opt.step()
 
     def evaluate():
         model.eval()
-        with torch.no_grad(), precision():
+        with torch.no_grad(), mixed_precision(args):
             iou(model(x).float(), labels).sum().item()
 
     return timed(train, args.steps, args.warmup), timed(evaluate, args.steps, args.warmup)
@@ -316,8 +313,7 @@ def main():
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--layers", action="store_true", help="also time each layer on its own")
     p.add_argument("--channels-last", action="store_true", help="channels_last memory format")
-    p.add_argument("--bf16", action="store_true", help="torch.autocast('cpu', torch.bfloat16) for the whole model "
-                   "(the --layers timings stay float32)")
+    add_bf16_argument(p)
     p.add_argument("--json", help="write the figures to FILE")
     args = p.parse_args()
     if args.height % 16 or args.width % 16:
