@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "mlph/sdk/util/error.hpp"
@@ -90,12 +91,24 @@ memory Net::as_type(int32_t v, memory::data_type type, std::vector<Step>& steps)
   return convert(m, retyped(m.get_desc(), type), steps);
 }
 
-memory Net::embed(const memory& small, const memory::desc& big, std::vector<Step>& steps) {
+memory Net::embed(const memory& small, const memory::desc& big, std::vector<Step>& steps, int64_t taps, int64_t pad) {
   memory whole(big, engine);
   std::memset(whole.get_data_handle(), 0, big.get_size());
-  const memory lead = part(whole, small.get_desc().dims());
-  steps.push_back(step<dnnl::reorder>(dnnl::reorder::primitive_desc(engine, small.get_desc(), engine, lead.get_desc(), attr()),
-                                      {{DNNL_ARG_FROM, small}, {DNNL_ARG_TO, lead}}));
+  const memory::desc& from = small.get_desc();
+  const Dims dims = from.dims();
+  const int64_t width = dims.back(), out_width = big.dims().back();
+  for (int64_t t = 0; t < taps; ++t) {
+    // Positions p of big whose source p + t - pad lies inside small; the others stay zero.
+    const int64_t first = std::max<int64_t>(0, pad - t), last = std::min(out_width, width + pad - t);
+    if (last <= first) continue;
+    Dims part_dims = dims, from_at(dims.size(), 0), to_at(dims.size(), 0);
+    part_dims.back() = last - first;
+    from_at.back() = first + t - pad, to_at.back() = first, to_at[1] = t * dims[1];
+    const memory src(from.submemory_desc(part_dims, from_at), engine, small.get_data_handle());
+    const memory dst(big.submemory_desc(part_dims, to_at), engine, whole.get_data_handle());
+    steps.push_back(step<dnnl::reorder>(dnnl::reorder::primitive_desc(engine, src.get_desc(), engine, dst.get_desc(), attr()),
+                                        {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}}));
+  }
   return whole;
 }
 

@@ -99,10 +99,13 @@ class Net {
   memory convert(const memory& src, const memory::desc& want, std::vector<Step>& steps);
   // The plain (graph-layout) form of value v, refreshed by `steps` when v lives in another layout.
   memory plain(int32_t v, std::vector<Step>& steps) { return convert(at(v).mem, at(v).plain, steps); }
-  // `small` at the start of a zeroed buffer in layout `big` (same rank, dims at least small's, a
-  // plain or strided layout): the buffer, whose leading part `steps` refreshes from `small`; the
-  // rest stays zero.
-  memory embed(const memory& small, const memory::desc& big, std::vector<Step>& steps);
+  // `small` at the start of a zeroed buffer in layout `big` (same rank, dims at least small's in
+  // dim 1, a plain or strided layout): the buffer, whose leading part `steps` refreshes from
+  // `small`; the rest stays zero. With `taps` > 1, `taps` copies of small side by side in dim 1,
+  // copy t shifted along the last dim: big[:, t * C + c, ..., p] = small[:, c, ..., p + t - pad]
+  // where that lies inside small (a conv's taps along its last axis folded into its channels).
+  memory embed(const memory& small, const memory::desc& big, std::vector<Step>& steps, int64_t taps = 1,
+               int64_t pad = 0);
   // The leading `dims` of `big` (plain or strided), as a memory over the same buffer.
   memory part(const memory& big, const Dims& dims) {
     return memory(big.get_desc().submemory_desc(dims, Dims(dims.size(), 0)), engine, big.get_data_handle());

@@ -1,5 +1,6 @@
 // Ops that run as oneDNN primitives, in whatever layout oneDNN prefers (format_tag::any), so that
 // blocked layouts flow from layer to layer without reorders.
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -73,10 +74,13 @@ std::function<memory::desc(const memory::desc&)> conv_input(const Net& net) {
 // A conv's input channels zero-padded inside the op (Net::pad_input_channels): x and the weights
 // are copied into the leading channels of zeroed buffers before the forward, and the leading
 // parts of the padded gradients go to x and w. Outside the op, x and w keep the model's shapes;
-// the padded weight rows stay zero, so the output is the unpadded conv's.
+// the padded weight rows stay zero, so the output is the unpadded conv's. With taps folded
+// (make_conv), x's leading channels are its `taps` shifted copies (Net::embed).
 struct ChannelPadding {
   memory::desc src;      // x padded: channels-last, in the conv's compute type
   memory::desc weights;  // the weights padded, strided like the graph layout (fp32)
+  int64_t taps = 1;      // the last axis's taps folded into the channels, and that axis's padding
+  int64_t tap_pad = 0;
 };
 
 // conv, conv_transpose and dense: x with parameter weights (and bias) -> y, with backward-data
@@ -93,7 +97,7 @@ class Weighted final : public Op {
       : Op(n), net_(net) {
     const int32_t x = n.in(0), w = n.in(1), y = n.out();
     const bool has_bias = n.n_in() > 2;
-    const memory x_in = pad ? net.embed(net.at(x).mem, pad->src, forward_) : net.at(x).mem;
+    const memory x_in = pad ? net.embed(net.at(x).mem, pad->src, forward_, pad->taps, pad->tap_pad) : net.at(x).mem;
     const memory src = net.convert(x_in, fwd.src_desc(), forward_);
     const memory w_view = net.view(net.at(w).mem, weights_plain);
     const memory w_in = pad ? net.embed(w_view, pad->weights, forward_) : w_view;
@@ -193,6 +197,18 @@ memory::desc conv_weights_plain(const Dims& kernel, int64_t ci_per_group, int64_
   return {dims, dt::f32, strides};
 }
 
+// Few input channels (CosmoFlow's conv1: 4) may be zero-padded inside the op to
+// Net::pad_input_channels. Where x needs no gradient and the conv steps one by one along its last
+// axis, that axis's taps are folded into the channels first (4 channels x 3 taps = 12 of 16), so
+// the padded conv does a third of the work: the Keras weight [K..., kw, Ci, Co] is, as it is, the
+// weight of kernel [K..., 1] over kw * Ci channels, and x becomes its kw shifted copies side by side.
+int64_t taps_to_fold(const Net& net, const NodeView& n, const Window& g, int64_t ci, int64_t groups) {
+  const int64_t kw = g.kernel.back();
+  const bool folds = groups == 1 && kw > 1 && ci * kw <= net.pad_input_channels && !net.needs_grad(n.in(0)) &&
+                     g.stride.back() == 1 && g.dilate.back() == 0;
+  return folds ? kw : 1;
+}
+
 }  // namespace
 
 std::unique_ptr<Op> make_conv(Net& net, const NodeView& n, const Fusion& fusion) {
@@ -200,17 +216,21 @@ std::unique_ptr<Op> make_conv(Net& net, const NodeView& n, const Fusion& fusion)
   require_param(net, n, 1);
   if (n.n_in() > 2) require_param(net, n, 2);
   const sdk::Window& window = n.node->window;
-  const int64_t groups = window.groups, ci = x.shape.back(), co = w.shape.back(), batch = x.shape[0];
-  const Window g = onednn_window(window);
-  const Dims& kernel = g.kernel;
+  const int64_t groups = window.groups, co = w.shape.back(), batch = x.shape[0];
   const std::vector<int64_t>& out_spatial = window.out;
+  Window g = onednn_window(window);
+  const int64_t taps = taps_to_fold(net, n, g, x.shape.back(), groups);
+  const int64_t tap_pad = taps > 1 ? g.pad_l.back() : 0;  // the copies' shift, in place of the padding
+  if (taps > 1) g.kernel.back() = 1, g.pad_l.back() = 0, g.pad_r.back() = 0;
+  const int64_t ci = x.shape.back() * taps;  // the conv's input channels (folded taps included)
+  const Dims& kernel = g.kernel;
 
   const memory::desc weights_plain = conv_weights_plain(kernel, ci / groups, co, groups);
-  // Few input channels (CosmoFlow's conv1: 4) may be zero-padded inside the op (ChannelPadding).
-  const bool padded = groups == 1 && net.pad_input_channels > ci;
-  const int64_t cp = padded ? net.pad_input_channels : ci;
+  const bool padded = taps > 1 || (groups == 1 && net.pad_input_channels > ci);  // folded taps go through the padding
+  const int64_t cp = padded ? std::max(net.pad_input_channels, ci) : ci;
   std::vector<int64_t> padded_shape = x.shape;
   padded_shape.back() = cp;
+  if (taps > 1) padded_shape.end()[-2] = out_spatial.back();
   const memory::desc x_plain = padded ? plain_desc(padded_shape, MLPH_DTYPE_F32) : x.plain;
   const memory::desc weights_padded = conv_weights_plain(kernel, cp, co, 1);
   const Dims wdims = padded ? weights_padded.dims() : weights_plain.dims();
@@ -218,7 +238,7 @@ std::unique_ptr<Op> make_conv(Net& net, const NodeView& n, const Fusion& fusion)
   // gemm for the weight gradient; channels-last source and output take its jit and brgemm kernels,
   // several times faster (PERFORMANCE.md). The layers after it go blocked. (Padded, they stay
   // channels-last: AMX's brgconv kernels take channels-last.)
-  const bool few_channels = ci < 16;
+  const bool few_channels = x.shape.back() < 16;
   const auto in = conv_input(net);
   const memory::desc src =
       in(padded ? x_plain : few_channels ? x.mem.get_desc() : any(ncs(batch, ci, spatial_of(x))));
@@ -261,7 +281,10 @@ std::unique_ptr<Op> make_conv(Net& net, const NodeView& n, const Fusion& fusion)
     });
   };
   std::optional<ChannelPadding> pad;
-  if (padded) pad = ChannelPadding{fwd.src_desc(), weights_padded}, net.padded_convs.push_back(n.where());
+  if (padded) {
+    pad = ChannelPadding{fwd.src_desc(), weights_padded, taps, tap_pad};
+    net.padded_convs.push_back(n.where() + (taps > 1 ? ", " + std::to_string(taps) + " taps folded" : ""));
+  }
   return std::make_unique<Weighted<convolution_forward, dnnl::convolution_backward_data,
                                    dnnl::convolution_backward_weights>>(net, n, fusion, weights_plain, fwd, make_data,
                                                                         make_weights, pad);
