@@ -327,7 +327,7 @@ std::vector<CudaModel::WeightCopy> CudaModel::weight_copies() const {
     const plan::DType type = plan_.precision.nodes[k].reads[1];
     WeightCopy copy{n.inputs[1], type == plan::DType::bf16 ? FloatType::bf16 : type == plan::DType::f16 ? FloatType::f16 : FloatType::f32};
     if (const auto& conv = plan_.nodes[k].conv; conv && conv->channels)
-      copy.width = conv->channels, copy.padded_width = plan::kTensorCoreChannels;
+      copy.width = conv->channels, copy.padded_width = conv->padded_channels;
     copies.push_back(copy);
   }
   return copies;

@@ -98,7 +98,8 @@ void CudaModel::check_memory(size_t arena, const char* when) const {
 
 void CudaModel::plan_device() {
   const plan::Options options{settings_.compute.precision, settings_.compute.deterministic, settings_.workspace_bytes,
-                              plan::kBucketBytes, settings_.pointwise, {settings_.own_batch_norm, settings_.own_depthwise, settings_.pool_chain}};
+                              plan::kBucketBytes, settings_.pointwise, {settings_.own_batch_norm, settings_.own_depthwise, settings_.pool_chain},
+                              settings_.fold_taps};
   plan_ = plan::make_plan(program_, options);
   check_memory(plan_.memory.arena_bytes, "its arena, before workspaces");
   const size_t free = runtime::memory_info(where_).free - plan_.memory.arena_bytes;

@@ -25,6 +25,17 @@ constexpr float kOne = 1.0f, kZero = 0.0f;
 // from forward to backward in the memory plan: not used yet.
 constexpr cudnnBatchNormMode_t kCudnnTrainingMode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
 
+// A padded conv's input (plan::pad_channels): x [N, spatial..., Ci] as the rows of `c.in`, its taps
+// along the last axis folded in where the plan folds them.
+TapsFold taps_fold_of(const plan::ConvPlan& c, const std::vector<int64_t>& x_shape) {
+  TapsFold f;
+  f.out_width = c.in.dims[static_cast<size_t>(1 + c.spatial)];
+  f.lines = c.in.dims[0] * c.in.strides[0] / (f.out_width * c.padded_channels);
+  f.in_width = x_shape.end()[-2], f.channels = x_shape.back();
+  f.taps = c.taps, f.shift = c.tap_pad, f.width = c.padded_channels;
+  return f;
+}
+
 // The box between a conv's unpadded input side `unpadded` and its padded buffer (plan::ConvPlan),
 // spatial dims right-aligned into 3: into the padded buffer, or out of it.
 Box padding_box(const plan::ConvPlan& c, bool into_padded) {
@@ -73,9 +84,9 @@ void CudaModel::forward(size_t k, bool training) {
     if (!m.makes_cast[i]) continue;
     const void* value = at(plan_.memory.values[static_cast<size_t>(n.inputs[i])]);
     if (i == 0 && conv && conv->channels && !conv->transpose)  // padded channels (plan::pad_channels)
-      check(channels_copy(s, numel(n.inputs[0]) / conv->channels, conv->channels, plan::kTensorCoreChannels,
-                          stored_type(n.inputs[0]), value, float_type(precision.reads[0]), at(m.reads[0]), false),
-            "channels_copy", k);
+      check(taps_fold(s, taps_fold_of(*conv, program_.value(n.inputs[0]).shape), stored_type(n.inputs[0]), value,
+                      float_type(precision.reads[0]), at(m.reads[0])),
+            "taps_fold", k);
     else
       check(convert(s, numel(n.inputs[i]), stored_type(n.inputs[i]), value, float_type(precision.reads[i]), at(m.reads[i])),
             "convert", k);
@@ -272,7 +283,7 @@ void CudaModel::conv_forward(size_t k) {
     }
   }
   if (written != y && c.channels)  // conv_transpose's padded channels: cropped as they are cast up
-    check(channels_copy(s, numel(program_.nodes[k].output) / c.channels, plan::kTensorCoreChannels, c.channels, type,
+    check(channels_copy(s, numel(program_.nodes[k].output) / c.channels, c.padded_channels, c.channels, type,
                         written, FloatType::f32, y, false),
           "channels_copy", k);
   else if (written != y)
@@ -655,7 +666,7 @@ void CudaModel::conv_backward(size_t k) {
     check(box_copy(s, padding_box(c, true), FloatType::f32, dy, type, at(m.padded_gradient), false), "box_copy", k);
     dy_operand = at(m.padded_gradient);
   } else if (m.output_gradient_cast && c.channels) {  // conv_transpose's padded channels: zeros past them
-    check(channels_copy(s, numel(n.output) / c.channels, c.channels, plan::kTensorCoreChannels, FloatType::f32, dy, type,
+    check(channels_copy(s, numel(n.output) / c.channels, c.channels, c.padded_channels, FloatType::f32, dy, type,
                         at(m.output_gradient_cast), false),
           "channels_copy", k);
     dy_operand = at(m.output_gradient_cast);
@@ -703,8 +714,8 @@ void CudaModel::conv_backward(size_t k) {
                    "cudnnConvolutionBackwardFilter", about);
     mark("cudnnConvolutionBackwardFilter");
     if (m.weight_gradient && c.channels)  // padded: each filter row's first channels, the rest are zero rows
-      check(channels_copy(s, c.filter.rows * c.filter.cols / plan::kTensorCoreChannels, plan::kTensorCoreChannels,
-                          c.channels, type, dw_written, FloatType::f32, dw, true),
+      check(channels_copy(s, c.filter.rows * c.filter.cols / c.padded_channels, c.padded_channels, c.channels, type,
+                          dw_written, FloatType::f32, dw, true),
             "channels_copy", k);
     else if (m.weight_gradient)
       check(convert_add(s, c.filter.rows * c.filter.cols, type, dw_written, dw), "convert_add", k);

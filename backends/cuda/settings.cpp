@@ -22,7 +22,7 @@ std::string read_choice(const sdk::Options& options, const std::string& key, con
 
 Settings read_settings(const sdk::Options& options) {
   options.allow_only(sdk::with_compute_options({"device", "workspace_mb", "graphs", "loss_scale", "profile",
-                                                "batch_norm", "depthwise", "pointwise", "pool_chain"}),
+                                                "batch_norm", "depthwise", "pointwise", "pool_chain", "small_channels"}),
                      kWho);
   Settings s;
   s.compute = sdk::read_compute_settings(
@@ -44,6 +44,7 @@ Settings read_settings(const sdk::Options& options) {
   s.pointwise = read_choice(options, "pointwise", {"gemm", "cudnn"}) == "gemm" ? plan::Pointwise::gemm
                                                                             : plan::Pointwise::cudnn;
   s.pool_chain = read_choice(options, "pool_chain", {"own", "off"}) == "own";
+  s.fold_taps = read_choice(options, "small_channels", {"fold", "pad"}) == "fold";
   if (options.has("profile")) s.profile_dir = options.get("profile");
   return s;
 }

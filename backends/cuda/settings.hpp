@@ -18,6 +18,9 @@
 //   pointwise     gemm (default): 1x1 stride-1 convs as cuBLASLt matmuls; cudnn: on cuDNN's convolutions
 //   pool_chain    own (default): conv -> leaky_relu -> max_pool (CosmoFlow) as one pool chain of ours
 //                 (bias + leaky ReLU + max-pool in one read of the conv's output); off: three nodes
+//   small_channels fold (default): a bf16/fp16 conv with fewer than 8 input channels folds its taps along
+//                 the last axis into them before padding them to a multiple of 8, where that pads less
+//                 (CosmoFlow's conv1: 12 channels padded to 16, 3x3x1); pad: its channels padded to 8
 #pragma once
 
 #include <cstddef>
@@ -45,6 +48,7 @@ struct Settings {
   bool own_depthwise = true;   // depthwise=own
   plan::Pointwise pointwise = plan::Pointwise::gemm;
   bool pool_chain = true;  // pool_chain=own
+  bool fold_taps = true;   // small_channels=fold
 };
 
 // Every option checked, an unknown one refused, each in one line naming it.

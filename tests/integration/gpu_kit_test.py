@@ -231,7 +231,7 @@ class OptionValues(unittest.TestCase):
                     self.assertTrue(runs_with, f"{precision} {name}={value}")
         self.assertEqual(len({r["tag"] for r in runs}), len(runs))  # a log each
         self.assertEqual([r["name"] for r in conformance.runs(["fp32"])],
-                         ["fp32", "fp32 batch_norm=cudnn depthwise=cudnn pointwise=cudnn pool_chain=off",
+                         ["fp32", "fp32 batch_norm=cudnn depthwise=cudnn pointwise=cudnn pool_chain=off small_channels=pad",
                           "fp32 batch_norm=one_pass"])
 
     def test_a_choice_of_three_values_takes_two_conformance_runs(self):
@@ -245,7 +245,7 @@ class OptionValues(unittest.TestCase):
         self.assertEqual([r["option"] for r in rows], [label for label, _ in options.bench_variants()])
         self.assertEqual([(r["workload"], r["option"]) for r in rows],  # each where its ops are
                          [("deepcam", "batch_norm=cudnn"), ("deepcam", "batch_norm=one_pass"), ("deepcam", "depthwise=cudnn"),
-                          ("deepcam", "pointwise=cudnn"), ("cosmoflow", "pool_chain=off")])
+                          ("deepcam", "pointwise=cudnn"), ("cosmoflow", "pool_chain=off"), ("cosmoflow", "small_channels=pad")])
         for cmd, (_, settings), row in zip(kit.commands, options.bench_variants(), rows):
             size = ["train.batch_size=8"] if row["workload"] == "deepcam" else ["train.batch_size=4"]
             case = ["data.height=768"] if row["workload"] == "deepcam" else ["data.edge=32"]

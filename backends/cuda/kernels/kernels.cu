@@ -337,6 +337,9 @@ cudaError_t channels_copy(cudaStream_t stream, int64_t rows, int64_t src_width, 
   if (accumulate && to != FloatType::f32) return cudaErrorInvalidValue;
   return each<channels_copy_at>(stream, rows * dst_width, src_width, dst_width, from, x, to, y, accumulate);
 }
+cudaError_t taps_fold(cudaStream_t stream, const TapsFold& fold, FloatType from, const void* x, FloatType to, void* y) {
+  return each<taps_fold_at>(stream, fold.size(), fold, from, x, to, y);
+}
 cudaError_t box_copy(cudaStream_t stream, const Box& box, FloatType from, const void* x, FloatType to, void* y,
                      bool accumulate) {
   if (accumulate && to != FloatType::f32) return cudaErrorInvalidValue;

@@ -403,6 +403,9 @@ inline size_t multi_tensor_workspace_bytes(int64_t chunks, int32_t tensors) {
 // padded with zeros or cropped (channels_copy_at).
 [[nodiscard]] cudaError_t channels_copy(cudaStream_t stream, int64_t rows, int64_t src_width, int64_t dst_width,
                                         FloatType from, const void* x, FloatType to, void* y, bool accumulate);
+// y = x's taps folded into its channels (TapsFold: a padded conv's input), converted.
+[[nodiscard]] cudaError_t taps_fold(cudaStream_t stream, const TapsFold& fold, FloatType from, const void* x, FloatType to,
+                                    void* y);
 // The box's positions of x copied into y (accumulate: added, y fp32), converted; see Box.
 [[nodiscard]] cudaError_t box_copy(cudaStream_t stream, const Box& box, FloatType from, const void* x, FloatType to,
                                    void* y, bool accumulate);

@@ -184,6 +184,26 @@ MLPH_KERNEL void channels_copy_at(int64_t i, int64_t src_width, int64_t dst_widt
     store_float(to, y, i, v);
 }
 
+// ---- a conv's taps along its last spatial axis folded into its channels (plan::ConvPlan::taps) ----
+
+// x [lines, in_width, channels] as y [lines, out_width, width]: row (l, p) of y holds x's positions
+// p + t - shift of line l for t < taps side by side (channel t * channels + c), zeros where such a
+// position lies outside x and past taps * channels. A conv with kernel 1 along that axis over y is the
+// conv with kernel `taps` and stride 1 over x. taps 1, shift 0: x's channels padded with zeros.
+struct TapsFold {
+  int64_t lines = 1, in_width = 1, out_width = 1, channels = 1, taps = 1, shift = 0, width = 1;
+
+  MLPH_KERNEL int64_t size() const { return lines * out_width * width; }
+};
+
+// Element i of y, converted.
+MLPH_KERNEL void taps_fold_at(int64_t i, const TapsFold& f, FloatType from, const void* x, FloatType to, void* y) {
+  const int64_t row = i / f.width, j = i - row * f.width, t = j / f.channels;
+  const int64_t line = row / f.out_width, at = row - line * f.out_width + t - f.shift;  // the position in x's line
+  const bool inside = t < f.taps && at >= 0 && at < f.in_width;
+  store_float(to, y, i, inside ? load_float(from, x, (line * f.in_width + at) * f.channels + j - t * f.channels) : 0.0f);
+}
+
 // ---- labels: the first bad one of any step, kept until the host reads it ----
 
 // latched [2] = {position, label} of the first label outside [0, classes) seen since it was cleared

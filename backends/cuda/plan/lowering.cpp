@@ -80,6 +80,8 @@ void fuse_pool_chains(const Program& p, std::vector<NodeLowering>& lowered) {
   }
 }
 
+int64_t round_up(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+
 }  // namespace
 
 sdk::Implements implemented() { return sdk::program::implements({OpKind::halo_exchange, OpKind::spatial_gather}); }
@@ -149,14 +151,24 @@ bool pads_channels(const ConvPlan& c, bool half, bool input_needs_gradient) {
          (c.transpose || !input_needs_gradient);
 }
 
-void pad_channels(ConvPlan& c) {
-  c.channels = c.in.dims[1];
+void pad_channels(ConvPlan& c, bool fold_taps) {
+  const auto last = static_cast<size_t>(c.spatial - 1);  // the last spatial axis, in the arrays
+  const int64_t ci = c.in.dims[1], kw = c.filter.dims[2 + last];
+  const bool folds = fold_taps && !c.transpose && c.stride[last] == 1 && c.dilation[last] == 1 &&
+                     round_up(ci * kw, kTensorCoreChannels) < round_up(ci, kTensorCoreChannels) * kw;
+  if (folds) {
+    c.taps = kw, c.tap_pad = c.pad[last];
+    c.filter.dims[2 + last] = 1, c.pad[last] = 0;
+  }
+  c.channels = ci * c.taps;
+  c.padded_channels = round_up(c.channels, kTensorCoreChannels);
   std::vector<int64_t> shape{c.in.dims[0]};
-  for (int d = 0; d < c.spatial; ++d) shape.push_back(c.in.dims[static_cast<size_t>(2 + d)]);
-  shape.push_back(kTensorCoreChannels);
+  for (size_t d = 0; d < static_cast<size_t>(c.spatial); ++d) shape.push_back(c.in.dims[2 + d]);
+  if (folds) shape.back() = c.out.dims[2 + last];  // the copies lie at the output's positions
+  shape.push_back(c.padded_channels);
   c.in = channels_last(shape);
-  c.filter.dims[1] = kTensorCoreChannels;
-  c.filter.rows = c.filter.rows / c.channels * kTensorCoreChannels;
+  c.filter.dims[1] = c.padded_channels;
+  c.filter.rows = c.filter.rows / c.channels * c.padded_channels;
 }
 
 BatchNormPlan plan_batch_norm(const Program& p, const Node& node) {
@@ -232,7 +244,7 @@ std::vector<NodeLowering> lower_nodes(const Program& p, const LoweringOptions& o
         l.engine = node.kind == OpKind::conv ? Engine::cudnn_conv : Engine::cudnn_conv_transpose;
         l.conv = plan_conv(p, node);
         if (pads_channels(*l.conv, options.half, p.needs_gradient[static_cast<size_t>(node.inputs[0])]))
-          pad_channels(*l.conv);
+          pad_channels(*l.conv, options.fold_taps);
         break;
       case OpKind::dense:
         check_weights_are_parameters(p, node);

@@ -114,15 +114,24 @@ struct ConvPlan {
   TensorDesc padded;                 // explicit_padding: the conv's input side, padded
   std::array<int64_t, 3> offset{};   // explicit_padding: where the unpadded tensor starts in it
   std::array<int64_t, 3> copied{};   // explicit_padding: positions of the unpadded tensor that fit in it
-  // Padded channels (pad_channels): the input side's channels as the graph has them; 0 when
-  // `in` and the filter's Ci are the graph's. Otherwise both have kTensorCoreChannels.
-  int64_t channels = 0;
+  // Padded channels (pad_channels): 0 when `in` and the filter's Ci are the graph's. Otherwise the
+  // input side's channels as the graph has them (times `taps` where taps are folded), and both `in`
+  // and the filter have `padded_channels`, a multiple of kTensorCoreChannels.
+  int64_t channels = 0, padded_channels = 0;
+  // Taps folded (a conv, pad_channels with fold_taps): the last spatial axis's `taps` taps are
+  // channels. `in` is x's `taps` copies side by side along the last axis at the output's positions,
+  // copy t shifted by t - tap_pad (zeros outside x), and the kernel is 1 there, unpadded. The graph's
+  // weight [K..., kw, Ci, Co] is, as it lies, the weight [K..., 1, kw * Ci, Co].
+  int64_t taps = 1, tap_pad = 0;
 };
 
 // Tensor cores (bf16, fp16) want channels in multiples of 8; a conv with fewer on its input side
 // runs at a fraction of their speed (CosmoFlow's conv1, 4 channels: 8 TFLOP/s on an H200). Such a
 // cuDNN conv is padded to 8 channels where it is cast anyway, invisibly outside the backend (the
-// fp32 masters, gradients, checkpoints keep the graph's shapes):
+// fp32 masters, gradients, checkpoints keep the graph's shapes). With `fold_taps`
+// (backend.small_channels=fold), a conv first folds its taps along the last spatial axis into the
+// channels where that pads less (stride and dilation 1 there): CosmoFlow's conv1 runs as a 3x3x1 conv
+// over 12 channels padded to 16, 1.33x the unpadded work instead of 2x (ConvPlan::taps):
 //   conv (CosmoFlow conv1, 4 -> 8): x cast into an 8-channel half buffer, zeros in 4-7; the weights'
 //     half copy [Co, taps, 8] with zero rows (cast from the unpadded masters after the host's writes;
 //     the update writes the 3 or 4 master channels of each row, so the zeros stay); dw written [Co, taps, 8] and its first channels added into the gradient.
@@ -133,7 +142,7 @@ struct ConvPlan {
 // One group, no explicit padding, half precisions only (fp32 and tf32 gain nothing from it).
 inline constexpr int64_t kTensorCoreChannels = 8;
 bool pads_channels(const ConvPlan& conv, bool half, bool input_needs_gradient);
-void pad_channels(ConvPlan& conv);
+void pad_channels(ConvPlan& conv, bool fold_taps);
 
 // cuDNN spatial batch norm (CUDNN_BATCHNORM_SPATIAL): x and y as `x`, any [N, S..., C] seen as the
 // 4-D [N, C, P, 1] (P = the spatial positions; the statistics are over N, H and W alike); scale,
@@ -190,6 +199,7 @@ struct LoweringOptions {
   size_t workspace_cap = size_t{1} << 30;
   bool half = false;  // bf16, fp16: tensor cores (pads_channels)
   OwnKernels own{};
+  bool fold_taps = true;  // backend.small_channels=fold (pad_channels)
 };
 
 // A node as the device runs it.

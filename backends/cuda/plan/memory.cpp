@@ -139,9 +139,9 @@ class Planner {
     const DType type = precision_.nodes[k].reads[slot];
     if (type == stored(v)) return value_at(v);
     const int32_t r = root(v);
-    if (padded_side(k, slot))  // a cast of its own, into kTensorCoreChannels channels
+    if (padded_side(k, slot))  // a cast of its own, into ConvPlan::padded_channels
       return keyed(casts_, {r, kPaddedCast + static_cast<int>(type)}, RegionKind::cast,
-                   p_.value(r).name + " as " + name_of(type) + ", channels padded", padded_count(k, v) * bytes_of(type));
+                   p_.value(r).name + " as " + name_of(type) + ", channels padded", padded_count(k, slot, v) * bytes_of(type));
     return keyed(casts_, {r, static_cast<int>(type)}, RegionKind::cast, p_.value(r).name + " as " + name_of(type),
                  numel(r) * bytes_of(type));
   }
@@ -152,10 +152,12 @@ class Planner {
     if (!conv || conv->channels == 0) return false;
     return slot == 1 || slot == (conv->transpose ? -1 : 0);
   }
-  size_t padded_count(size_t k, int32_t v) const {
-    return numel(v) / static_cast<size_t>(lowering_[k].conv->channels) * static_cast<size_t>(kTensorCoreChannels);
+  size_t padded_count(size_t k, int slot, int32_t v) const {
+    const ConvPlan& c = *lowering_[k].conv;
+    if (slot != 1) return static_cast<size_t>(c.in.dims[0] * c.in.strides[0]);  // the padded side as cuDNN sees it
+    return numel(v) / static_cast<size_t>(c.channels) * static_cast<size_t>(c.padded_channels);
   }
-  size_t count_on_side(size_t k, int slot, int32_t v) const { return padded_side(k, slot) ? padded_count(k, v) : numel(v); }
+  size_t count_on_side(size_t k, int slot, int32_t v) const { return padded_side(k, slot) ? padded_count(k, slot, v) : numel(v); }
   static constexpr int kPaddedCast = 100;  // a padded cast's key: apart from the plain casts of the same value
   const Node& fused_relu_node(size_t k) const { return p_.nodes[static_cast<size_t>(lowering_[k].fused_relu)]; }
   // A region of node `k` alone (at its steps).

@@ -5,7 +5,7 @@ namespace mlph::cuda::plan {
 DevicePlan make_plan(const Program& program, const Options& options, const Workspaces& workspaces, size_t free_bytes) {
   DevicePlan plan;
   plan.nodes = lower_nodes(program, {options.pointwise, options.deterministic, options.workspace_cap,
-                                     compute_dtype(options.precision) != DType::f32, options.own});
+                                     compute_dtype(options.precision) != DType::f32, options.own, options.fold_taps});
   plan.precision = plan_precision(program, options.precision, plan.nodes);
   plan.params = param_maps(program, plan.nodes);
   plan.schedule = plan_schedule(program, plan.nodes);

@@ -25,6 +25,7 @@ struct Options {
   size_t bucket_bytes = kBucketBytes;
   Pointwise pointwise = Pointwise::gemm;  // backend.pointwise: 1x1 stride-1 convs on cuBLASLt or cuDNN
   OwnKernels own{};  // backend.batch_norm, backend.depthwise, backend.pool_chain
+  bool fold_taps = true;  // backend.small_channels=fold
 };
 
 struct DevicePlan {

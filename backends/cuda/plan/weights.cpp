@@ -19,7 +19,7 @@ std::vector<ParamMap> param_maps(const Program& p, const std::vector<NodeLowerin
       if (slot == 1 && lowering[k].conv) {
         // Padded channels (pad_channels) live in the half copy only: the masters keep the graph's Ci.
         const ConvPlan& c = *lowering[k].conv;
-        map = {c.channels ? c.filter.rows / kTensorCoreChannels * c.channels : c.filter.rows, c.filter.cols};
+        map = {c.channels ? c.filter.rows / c.padded_channels * c.channels : c.filter.rows, c.filter.cols};
       }
       if (reader[i] >= 0 && (map.rows != maps[i].rows || map.cols != maps[i].cols))
         fail_node(node, "it reads parameter '" + p.value(node.inputs[slot]).name + "' in another layout than node '" +

@@ -182,6 +182,7 @@ struct ConvCase {
   std::vector<int64_t> in;  // [N, spatial..., Ci]
   int64_t out_channels = 0, kernel = 1, stride = 1, pad = 0, groups = 1;
   int64_t real_in = 0;  // > 0: the input channels past it are padding (zero in x and in w)
+  bool fold_taps = false;  // the taps along the last axis folded into the channels, then padded (plan::pad_channels)
 };
 
 // A batch norm over [N, spatial..., C].
@@ -241,6 +242,7 @@ plan::ConvPlan conv_plan(const ConvCase& c, int64_t in_channels, int64_t out_cha
     p.stride[static_cast<size_t>(d)] = c.stride;
     p.dilation[static_cast<size_t>(d)] = 1;
   }
+  if (c.fold_taps) plan::pad_channels(p, true);
   return p;
 }
 
@@ -267,7 +269,9 @@ struct Conv {
     d.y = runtime::TensorDescriptor(kWhere, plan.out, type, "y");
     d.w = runtime::FilterDescriptor(kWhere, plan.filter, type, "w");
     for (auto& pass : d.pass) pass = runtime::ConvolutionDescriptor(kWhere, plan, math, "conv");
-    const auto channels = static_cast<size_t>(ci / c.groups), real = static_cast<size_t>(c.real_in / c.groups);
+    // Rows of the filter's Ci/g channels, the real ones first (padded: the plan's, or the case's).
+    const auto channels = static_cast<size_t>(plan.filter.dims[1]);
+    const auto real = static_cast<size_t>(plan.channels ? plan.channels : c.real_in / c.groups);
     load(x, x_count, 1, static_cast<size_t>(ci), static_cast<size_t>(c.real_in));
     load(w, w_count, 2, channels, real);  // NHWC filter [Co, taps, Ci/g]: its last dim is the input's
     load(dy, y_count, 3, 1, 0);
@@ -388,13 +392,16 @@ void conv_algorithms(const std::string& decision, const ConvCase& c, runtime::Cu
   }
 }
 
-// The fastest ok algorithm of each pass of a conv with (ci, co) channels, bf16: the three passes' sum;
-// `forward` gets the forward output of the fastest forward algorithm.
-double best_conv_ms(const ConvCase& c, int64_t ci, int64_t co, runtime::CudnnHandle& h, std::vector<float>* forward) {
+// The fastest ok algorithm of each pass of a conv with (ci, co) channels, bf16: the passes' sum (without
+// backward data where `data_pass` is false: a conv whose x needs no gradient); `forward` gets the forward
+// output of the fastest forward algorithm.
+double best_conv_ms(const ConvCase& c, int64_t ci, int64_t co, runtime::CudnnHandle& h, std::vector<float>* forward,
+                    bool data_pass) {
   Conv half(c, ci, co, plan::DType::bf16, CUDNN_TENSOR_OP_MATH);
   double total = 0;
   for (size_t p = 0; p < 3; ++p) {
     const auto pass = static_cast<runtime::ConvPass>(p);
+    if (pass == runtime::ConvPass::backward_data && !data_pass) continue;
     const runtime::ConvCandidates found = runtime::find_algorithms(kWhere, h.get(), half.d, pass, false, "bf16");
     double best = INFINITY;
     size_t best_index = 0;
@@ -732,26 +739,30 @@ void pointwise(Probe& ctx, std::vector<Row>& rows) {
 
 // Padding: the same conv with its channels padded with zeros to 8 (tensor cores' alignment): the time
 // of the best algorithms, and how far the padded result is from the unpadded one (it should be 0).
+// CosmoFlow's conv1 also with its 3 taps along w folded into 12 channels padded to 16, a 3x3x1 conv
+// (backend.small_channels=fold): timed on random x (its result is held by the device tests), and
+// without the backward-data pass, which conv1 (x needs no gradient) never runs.
 void padding(Probe& ctx, std::vector<Row>& rows) {
   struct Pad {
     ConvCase conv;
     int64_t from, to;  // the conv's input channels, unpadded and padded
+    bool data_pass;    // its backward-data pass runs
   };
   // last_deconv (64 -> 3 channels, stride 2) runs as its adjoint conv, whose input channels are its outputs.
   const std::vector<Pad> pads = {
-      {{"cosmoflow b4 conv1 128^3 3x3x3", {4, 128, 128, 128, 4}, 32, 3, 1, 1}, 4, 8},
-      {{"deepcam b8 last_deconv 768x1152 (its adjoint conv)", {8, 768, 1152, 3}, 64, 3, 2, 1}, 3, 8},
+      {{"cosmoflow b4 conv1 128^3 3x3x3", {4, 128, 128, 128, 4}, 32, 3, 1, 1}, 4, 8, false},
+      {{"deepcam b8 last_deconv 768x1152 (its adjoint conv)", {8, 768, 1152, 3}, 64, 3, 2, 1}, 3, 8, true},
   };
   for (const Pad& p : pads) {
     std::vector<float> unpadded, padded;
     Row a{"padding", p.conv.name, std::to_string(p.from) + " channels"},
         b{"padding", p.conv.name, std::to_string(p.to) + " channels"};
     try {
-      a.ms = best_conv_ms(p.conv, p.from, p.conv.out_channels, ctx.cudnn, &unpadded);
+      a.ms = best_conv_ms(p.conv, p.from, p.conv.out_channels, ctx.cudnn, &unpadded, p.data_pass);
       ConvCase wide = p.conv;
       wide.in.back() = p.to;
       wide.real_in = p.from;
-      b.ms = best_conv_ms(wide, p.to, p.conv.out_channels, ctx.cudnn, &padded);
+      b.ms = best_conv_ms(wide, p.to, p.conv.out_channels, ctx.cudnn, &padded, p.data_pass);
       a.error = 0;
       // The padded channels are zero in x and w, so the forward outputs agree but for the order of the sums.
       b.error = error_of({padded}, {unpadded});
@@ -760,6 +771,18 @@ void padding(Probe& ctx, std::vector<Row>& rows) {
     }
     rows.push_back(a);
     rows.push_back(b);
+    if (p.data_pass) continue;
+    ConvCase folded = p.conv;
+    folded.fold_taps = true;
+    Row f{"padding", p.conv.name, "taps folded, " + std::to_string(conv_plan(folded, p.from, p.conv.out_channels).padded_channels) +
+                                       " channels"};
+    try {
+      f.ms = best_conv_ms(folded, p.from, p.conv.out_channels, ctx.cudnn, nullptr, false);
+      f.status = "ok (timed on random x)";
+    } catch (const sdk::Error& e) {
+      f.status = std::string("failed: ") + e.what();
+    }
+    rows.push_back(f);
   }
 }
 

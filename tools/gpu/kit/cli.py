@@ -14,7 +14,7 @@ Steps (--only takes names or numbers):
   1 tests        the bundle's GPU test programs (tests/backends/cuda, tests/comms/nccl)
   2 conformance  mlperf-conformance --backend cuda: fp32 (TF32 off), bf16, fp16, deterministic, with the
                  defaults and again with every other option value (kit/options.py: batch_norm = cudnn
-                 or one_pass, depthwise, pointwise = cudnn, pool_chain = off);
+                 or one_pass, depthwise, pointwise = cudnn, pool_chain = off, small_channels = pad);
                  compute-sanitizer memcheck over a few ops
   3 cosmoflow    the CosmoFlow mini to its target on cuda in fp32 and bf16; the official checker
   4 deepcam      one DeepCAM mini epoch on cuda
@@ -25,7 +25,7 @@ Steps (--only takes names or numbers):
                  its batch, and how fast the readers go alone
   7 bench        mlperf-bench on cuda (CosmoFlow 128^3 b1, b4; DeepCAM 768x1152 b8, bf16), DeepCAM b8 with
                  each other option value alone (batch_norm = cudnn, one_pass; depthwise, pointwise =
-                 cudnn), CosmoFlow b4 with pool_chain = off, beside the
+                 cudnn), CosmoFlow b4 with pool_chain = off and small_channels = pad, beside the
                  same models in the machine's PyTorch (eager AMP bf16 and fp16, torch.compile),
                  channels-last; last, so that torch.compile takes the time left
   8 layers       (only with --only) mlperf-bench --layers on cuda: per-layer times

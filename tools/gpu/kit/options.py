@@ -10,12 +10,16 @@ CHOICES = [
     ("depthwise", ("own", "cudnn")),   # our NHWC depthwise kernel, or cuDNN's grouped convolution
     ("pointwise", ("gemm", "cudnn")),  # 1x1 stride-1 convs as cuBLASLt gemms, or cuDNN's convolutions
     ("pool_chain", ("own", "off")),    # CosmoFlow's bias + leaky ReLU + max-pool fused, or three nodes
+    # CosmoFlow's conv1 in bf16/fp16: its 3 taps along w folded into its 4 channels (12, padded to 16,
+    # a 3x3x1 conv), or its channels padded to 8
+    ("small_channels", ("fold", "pad")),
 ]
 
 
 # The workloads whose graphs have what each option changes: bench times its values there only (DeepCAM
 # has no pool chain; CosmoFlow no batch norm, depthwise or 1x1 conv).
-WORKLOADS = dict(batch_norm=("deepcam",), depthwise=("deepcam",), pointwise=("deepcam",), pool_chain=("cosmoflow",))
+WORKLOADS = dict(batch_norm=("deepcam",), depthwise=("deepcam",), pointwise=("deepcam",), pool_chain=("cosmoflow",),
+                 small_channels=("cosmoflow",))
 
 
 def bench_variants(choices=CHOICES, workload=None):

@@ -84,6 +84,36 @@ TEST(CudaKernelBodies, ChannelsPadWithZerosCropAndAddAcrossTypes) {
       ASSERT_EQ(padded[static_cast<size_t>(r * 5 + c)], c < 3 ? y3[static_cast<size_t>(r * 3 + c)] : 0.0f);
 }
 
+// A padded conv's input with its taps along the last axis folded into its channels (plan::ConvPlan::taps):
+// x [lines 3, width 5, 4 channels] fp32 into bf16 rows of 16 (3 taps x 4, then zeros), each row
+// holding x's positions p - 1, p, p + 1 (zeros past the line's ends, not the next line's values);
+// 'valid' (shift 0, 3 output positions); one tap is channels_copy's zero padding.
+TEST(CudaKernelBodies, TapsFoldIntoChannelsWithZerosPastTheLine) {
+  const int64_t lines = 3, width = 5, channels = 4;
+  const std::vector<float> x = random_floats(lines * width * channels, 52);
+  for (const auto& [shift, out_width] : {std::pair<int64_t, int64_t>{1, 5}, {0, 3}}) {
+    TapsFold f;
+    f.lines = lines, f.in_width = width, f.out_width = out_width, f.channels = channels, f.taps = 3, f.shift = shift,
+    f.width = 16;
+    std::vector<uint16_t> y(static_cast<size_t>(f.size()), 0xffff);
+    each(f.size(), [&](int64_t i) { taps_fold_at(i, f, FloatType::f32, x.data(), FloatType::bf16, y.data()); });
+    for (int64_t l = 0; l < lines; ++l)
+      for (int64_t p = 0; p < out_width; ++p)
+        for (int64_t j = 0; j < 16; ++j) {
+          const int64_t t = j / channels, at = p + t - shift;
+          const bool inside = j < 12 && at >= 0 && at < width;
+          const float want = inside ? x[static_cast<size_t>((l * width + at) * channels + j % channels)] : 0.0f;
+          ASSERT_EQ(y[static_cast<size_t>((l * out_width + p) * 16 + j)], float_to_bfloat16(want)) << l << " " << p << " " << j;
+        }
+  }
+  TapsFold one;  // no taps folded: x's 4 channels padded to 8, as channels_copy pads them
+  one.lines = lines, one.in_width = one.out_width = width, one.channels = channels, one.width = 8;
+  std::vector<float> folded(static_cast<size_t>(one.size()), -1.0f), padded(folded.size(), -2.0f);
+  each(one.size(), [&](int64_t i) { taps_fold_at(i, one, FloatType::f32, x.data(), FloatType::f32, folded.data()); });
+  each(one.size(), [&](int64_t i) { channels_copy_at(i, 4, 8, FloatType::f32, x.data(), FloatType::f32, padded.data(), false); });
+  EXPECT_EQ(folded, padded);
+}
+
 TEST(CudaKernelBodies, BoxCopiesPadAnInputAndCropItsGradientBack) {
   // x [2, 3, 4, 2] (a 2-D input: depth 1) into a zeroed padded [2, 5, 5, 2] at offset (1, 0): one row
   // of padding above, one below, one column after.

@@ -45,13 +45,14 @@ TEST(CudaSettings, DefaultsAreFp32NondeterministicGraphsOnAndAGibOfWorkspace) {
   EXPECT_TRUE(s.own_depthwise);
   EXPECT_EQ(s.pointwise, plan::Pointwise::gemm);
   EXPECT_TRUE(s.pool_chain);  // CosmoFlow's bias + leaky ReLU + max-pool fused
+  EXPECT_TRUE(s.fold_taps);   // small_channels=fold
 }
 
 TEST(CudaSettings, EveryOptionIsRead) {
   const Settings s = read_settings(options(
       {{"device", "3"}, {"precision", "bf16"}, {"deterministic", "1"}, {"workspace_mb", "256"}, {"graphs", "0"},
        {"loss_scale", "1024"}, {"profile", "/tmp/profile"}, {"batch_norm", "cudnn"}, {"depthwise", "cudnn"},
-       {"pointwise", "cudnn"}, {"pool_chain", "off"}}));
+       {"pointwise", "cudnn"}, {"pool_chain", "off"}, {"small_channels", "pad"}}));
   EXPECT_EQ(s.device, 3);
   EXPECT_EQ(s.compute.precision, sdk::Precision::bf16);
   EXPECT_TRUE(s.compute.deterministic);
@@ -76,6 +77,8 @@ TEST(CudaSettings, EveryOptionIsRead) {
   EXPECT_FALSE(read_settings(options({{"graphs", "no"}})).graphs);  // every backend's spellings (sdk::bool_value)
   EXPECT_FALSE(s.pool_chain);
   EXPECT_TRUE(read_settings(options({{"pool_chain", "own"}})).pool_chain);
+  EXPECT_FALSE(s.fold_taps);
+  EXPECT_TRUE(read_settings(options({{"small_channels", "fold"}})).fold_taps);
 }
 
 TEST(CudaSettings, BadOrUnknownOptionsFailInOneLineNamingThem) {
@@ -97,6 +100,8 @@ TEST(CudaSettings, BadOrUnknownOptionsFailInOneLineNamingThem) {
             "cuda backend: option 'pointwise' is 'cublas'; expected gemm or cudnn");
   EXPECT_EQ(error_of([] { read_settings(options({{"pool_chain", "0"}})); }),
             "cuda backend: option 'pool_chain' is '0'; expected own or off");
+  EXPECT_EQ(error_of([] { read_settings(options({{"small_channels", "8"}})); }),
+            "cuda backend: option 'small_channels' is '8'; expected fold or pad");
 }
 
 // ---- the device of a rank --------------------------------------------------------------------------

@@ -329,7 +329,7 @@ TEST(CudaPlanPadding, PaddedDescriptorsComputeTheGraphsConvAndConvTranspose) {
     ASSERT_TRUE(pads_channels(c, true, false));
     EXPECT_FALSE(pads_channels(c, false, false));  // fp32, tf32: no tensor cores to feed
     EXPECT_FALSE(pads_channels(c, true, true));    // a padded dx would need cropping
-    pad_channels(c);
+    pad_channels(c, false);
     EXPECT_EQ(c.channels, 4);
     EXPECT_EQ(c.in.dims[1], 8);
     EXPECT_EQ(c.in.strides[0], 5 * 4 * 3 * 8);
@@ -351,7 +351,8 @@ TEST(CudaPlanPadding, PaddedDescriptorsComputeTheGraphsConvAndConvTranspose) {
     ConvPlan c = plan_conv(p, node_named(p, "up"));
     const ConvPlan plain = c;
     ASSERT_TRUE(pads_channels(c, true, true));
-    pad_channels(c);
+    pad_channels(c, true);  // a conv_transpose folds nothing
+    EXPECT_EQ(c.taps, 1);
     EXPECT_EQ(c.channels, 3);
     EXPECT_EQ(c.in.dims[1], 8);  // the adjoint's input: the node's output
     const std::vector<float> x = random_floats(static_cast<size_t>(count(t.x)), 62);
@@ -361,6 +362,73 @@ TEST(CudaPlanPadding, PaddedDescriptorsComputeTheGraphsConvAndConvTranspose) {
     for (size_t r = 0; r < y8.size() / 8; ++r) y3.insert(y3.end(), y8.begin() + static_cast<long>(r * 8), y8.begin() + static_cast<long>(r * 8 + 3));
     expect_near(y3, graph_conv_transpose(t, out, x, w), "padded conv_transpose, cropped");
     for (size_t r = 0; r < y8.size() / 8; ++r) EXPECT_EQ(y8[r * 8 + 5], 0.0f);  // zero rows write zeros
+  }
+}
+
+// x [lines, width, C] as [lines, out_width, taps * C] padded to `padded`: row (l, p) holds x's
+// positions p + t - pad of line l side by side, zeros outside x (ConvPlan::taps, written out).
+std::vector<float> fold_taps(const std::vector<float>& x, int64_t width, int64_t channels, int64_t out_width,
+                             int64_t taps, int64_t pad, int64_t padded) {
+  const int64_t lines = static_cast<int64_t>(x.size()) / (width * channels);
+  std::vector<float> y(static_cast<size_t>(lines * out_width * padded), 0.0f);
+  for (int64_t l = 0; l < lines; ++l)
+    for (int64_t p = 0; p < out_width; ++p)
+      for (int64_t t = 0; t < taps; ++t) {
+        const int64_t at = p + t - pad;
+        if (at < 0 || at >= width) continue;
+        for (int64_t c = 0; c < channels; ++c)
+          y[static_cast<size_t>((l * out_width + p) * padded + t * channels + c)] = x[static_cast<size_t>((l * width + at) * channels + c)];
+      }
+  return y;
+}
+
+// CosmoFlow conv1's shape with its 3 taps along w folded into the channels (4 x 3 = 12, padded to 16):
+// a 3x3x1 conv over x's shifted copies, with the graph's weights as they lie, is the graph's conv,
+// with cuDNN's padding ('same') and without it ('valid': the copies at the output's 1 position).
+// Where folding pads no less (6 channels: 18 -> 24 against 8 x 3) or the conv strides along w, the
+// conv is padded only.
+TEST(CudaPlanPadding, FoldedTapsComputeTheGraphsConv) {
+  for (const int64_t pad : {1, 0}) {
+    SCOPED_TRACE("padding " + std::to_string(pad));
+    const ConvCase t{{2, 5, 4, 3, 4}, 6, 3, 1, 1, 1, {pad, pad, pad}, {pad, pad, pad}, {}, false};
+    Net net;
+    const Shape out = conv_output(t);
+    const int32_t y = net.op("conv", "conv1", {net.input("x", t.x), net.param("w", {3, 3, 3, 4, 6})}, out,
+                             {{"padding", padding_attr(t)}});
+    const Program p = net.lower(y);
+    ConvPlan c = plan_conv(p, node_named(p, "conv1"));
+    const ConvPlan plain = c;
+    pad_channels(c, true);
+    EXPECT_EQ(c.taps, 3);
+    EXPECT_EQ(c.tap_pad, pad);
+    EXPECT_EQ(c.channels, 12);
+    EXPECT_EQ(c.padded_channels, 16);
+    EXPECT_EQ((std::array<int64_t, 5>{c.in.dims[0], c.in.dims[1], c.in.dims[2], c.in.dims[3], c.in.dims[4]}),
+              (std::array<int64_t, 5>{2, 16, 5, 4, out[3]}));
+    EXPECT_EQ((std::array<int64_t, 5>{c.filter.dims[0], c.filter.dims[1], c.filter.dims[2], c.filter.dims[3], c.filter.dims[4]}),
+              (std::array<int64_t, 5>{6, 16, 3, 3, 1}));
+    EXPECT_EQ(c.filter.rows, 9 * 16);
+    EXPECT_EQ(c.pad[2], 0);
+    EXPECT_EQ(c.pad[1], pad);
+    const std::vector<float> x = random_floats(static_cast<size_t>(count(t.x)), 63);
+    const std::vector<float>& w = p.params[0].init;
+    expect_near(CudnnEmulation(c).forward(fold_taps(x, 3, 4, out[3], 3, pad, 16), pad_rows(device_filter(plain.filter, w), 12, 16)),
+                graph_conv(t, out, x, w), "conv with folded taps");
+  }
+  for (const auto& [channels, stride] : {std::pair<int64_t, int64_t>{6, 1}, {4, 2}}) {
+    const ConvCase t{{2, 5, 4, 6, channels}, 6, 3, 1, 1, 1, {1, 1, 1}, {1, 1, 1}, {}, false};
+    Shape out = conv_output(t);
+    out[3] = (6 + 2 - 3) / stride + 1;  // the stride along w alone
+    Net net;
+    const int32_t y = net.op("conv", "conv1", {net.input("x", t.x), net.param("w", {3, 3, 3, channels, 6})}, out,
+                             {{"padding", padding_attr(t)}, {"stride", {1.0, 1.0, double(stride)}}});
+    const Program p = net.lower(y);
+    ConvPlan c = plan_conv(p, node_named(p, "conv1"));
+    ASSERT_TRUE(pads_channels(c, true, false));
+    pad_channels(c, true);
+    EXPECT_EQ(c.taps, 1) << channels << " channels, stride " << stride;
+    EXPECT_EQ(c.padded_channels, 8);
+    EXPECT_EQ(c.filter.dims[4], 3);
   }
 }
 

@@ -46,20 +46,26 @@ TEST(CudaPlanFigures, DeepCam768x1152AtBatch8) {
   EXPECT_LE(bf16 / fp32, 0.521);
 }
 
-// The real graphs in bf16: CosmoFlow's conv1 and DeepCAM's last_deconv padded to 8 channels, nothing else;
-// no padding in fp32; the parameters keep the model's shapes (masters, gradients, checkpoints).
+// The real graphs in bf16: CosmoFlow's conv1 (its 3 taps along w folded in: 12 channels padded to 16) and
+// DeepCAM's last_deconv (3 classes padded to 8), nothing else; no padding in fp32; the parameters keep the
+// model's shapes (masters, gradients, checkpoints).
 TEST(CudaPlanFigures, Conv1AndLastDeconvArePaddedAndParametersKeepTheModelsShapes) {
   struct Graph {
     Program program;
     std::string padded_in_bf16;
+    int64_t taps, padded_channels;
   };
-  for (const Graph& graph : {Graph{cosmoflow_program(4), "conv1"}, Graph{deepcam_program(8), "decoder.last_deconv"}}) {
+  for (const Graph& graph : {Graph{cosmoflow_program(4), "conv1", 3, 16}, Graph{deepcam_program(8), "decoder.last_deconv", 1, 8}}) {
     const Program& p = graph.program;
     for (Precision precision : {Precision::fp32, Precision::bf16}) {
       const DevicePlan plan = make_plan(p, {precision});
       std::set<std::string> padded;
       for (size_t k = 0; k < p.nodes.size(); ++k)
-        if (plan.nodes[k].conv && plan.nodes[k].conv->channels) padded.insert(p.nodes[k].name);
+        if (const auto& conv = plan.nodes[k].conv; conv && conv->channels) {
+          padded.insert(p.nodes[k].name);
+          EXPECT_EQ(conv->taps, graph.taps) << p.nodes[k].name;
+          EXPECT_EQ(conv->padded_channels, graph.padded_channels) << p.nodes[k].name;
+        }
       const std::set<std::string> expected =
           precision == Precision::fp32 ? std::set<std::string>{} : std::set<std::string>{graph.padded_in_bf16};
       EXPECT_EQ(padded, expected) << name_of(precision);

@@ -212,6 +212,7 @@ TEST(CudaPlanMemory, CosmoFlowInHalfPrecisionsHasOneCastAndOneScratch) {
     for (Precision precision : {Precision::fp32, Precision::tf32, Precision::bf16, Precision::fp16}) {
       Options options{precision};
       options.own.pool_chain = chained;
+      options.fold_taps = chained;  // both ways of padding conv1, in one loop
       const DevicePlan each = make_plan(p, options);
       expect_no_overlap(each.memory, each.schedule);
       std::set<std::string> casts, scratch;
@@ -230,9 +231,11 @@ TEST(CudaPlanMemory, CosmoFlowInHalfPrecisionsHasOneCastAndOneScratch) {
       EXPECT_EQ(casts, std::set<std::string>{"log1p as " + half + ", channels padded"}) << half << chained;
       EXPECT_EQ(scratch, std::set<std::string>{"output d output as " + half}) << half << chained;  // tanh's x is fp32
       const NodeMemory& c1 = each.memory.nodes[index_of(p, "conv1")];
-      EXPECT_EQ(region_at(each.memory, c1.reads[0]).bytes, align_up(2 * 16 * 16 * 16 * 8 * 2, kAlignment));  // 4 -> 8 channels
+      // 4 channels padded to 8, or 3 taps x 4 folded and padded to 16 (small_channels=fold)
+      const int64_t channels = options.fold_taps ? 16 : 8, taps = options.fold_taps ? 3 * 3 : 3 * 3 * 3;
+      EXPECT_EQ(region_at(each.memory, c1.reads[0]).bytes, align_up(2 * 16 * 16 * 16 * channels * 2, kAlignment));
       EXPECT_EQ(c1.makes_cast, (std::vector<bool>{true, false, false}));
-      EXPECT_EQ(region_at(each.memory, c1.reads[1]).bytes, align_up(3 * 3 * 3 * 8 * 4 * 2, kAlignment));  // half weights, padded
+      EXPECT_EQ(region_at(each.memory, c1.reads[1]).bytes, align_up(taps * channels * 4 * 2, kAlignment));  // half weights, padded
     }
 }
 

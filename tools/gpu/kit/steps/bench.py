@@ -1,6 +1,6 @@
 """Step 7 bench: mlperf-bench on cuda (CosmoFlow 128^3 b1, b4; DeepCAM 768x1152 b8, bf16), then each of the
 backend's implementation choices off its default alone (kit/options.py: backend.batch_norm, depthwise,
-pointwise = cudnn on DeepCAM, pool_chain = off on CosmoFlow) on the cases whose graphs have those ops, beside the same models in the
+pointwise = cudnn on DeepCAM, pool_chain = off and small_channels = pad on CosmoFlow) on the cases whose graphs have those ops, beside the same models in the
 machine's PyTorch (eager AMP bf16 and fp16, torch.compile), channels-last; last of the default steps, so
 that torch.compile takes the time left."""
 import os
