@@ -338,7 +338,10 @@ cudaError_t channels_copy(cudaStream_t stream, int64_t rows, int64_t src_width, 
   return each<channels_copy_at>(stream, rows * dst_width, src_width, dst_width, from, x, to, y, accumulate);
 }
 cudaError_t taps_fold(cudaStream_t stream, const TapsFold& fold, FloatType from, const void* x, FloatType to, void* y) {
-  return each<taps_fold_at>(stream, fold.size(), fold, from, x, to, y);
+  constexpr int V = 8;  // 16 bytes of a half y
+  const bool rows_of_vectors = fold.width % V == 0 && fold.channels % 4 == 0;
+  return each_aligned<taps_fold_vec_at<V>, taps_fold_at, V>(stream, fold.size(), rows_of_vectors && aligned_16(x, y), fold,
+                                                            from, x, to, y);
 }
 cudaError_t box_copy(cudaStream_t stream, const Box& box, FloatType from, const void* x, FloatType to, void* y,
                      bool accumulate) {

@@ -957,17 +957,20 @@ TEST_F(CudaKernelLaunchers, LayoutAndTypeLaunchersAreTheBodiesBits) {
   ok(channels_copy(kStream, channel_rows, 8, 3, FloatType::bf16, x8_dev.get(), FloatType::f32, added.get(), true));
   each(channel_rows * 3, [&](int64_t i) { channels_copy_at(i, 8, 3, FloatType::bf16, x8.data(), FloatType::f32, added_host.data(), true); });
   expect_same_bits(added.read(), added_host, "channels cropped and added");
-  // Taps folded into channels (CosmoFlow conv1's input: 3 taps x 4 channels into 16, shift 1), fp32 -> bf16.
-  TapsFold fold;
-  fold.lines = 2 * 7 * 9, fold.in_width = fold.out_width = 127, fold.channels = 4, fold.taps = 3, fold.shift = 1,
-  fold.width = 16;
-  const std::vector<float> lines = random_floats(fold.lines * fold.in_width * 4, 87);
-  const Device<float> lines_dev(lines);
-  const Device<uint16_t> folded_dev(fold.size());
-  std::vector<uint16_t> folded(static_cast<size_t>(fold.size()));
-  ok(taps_fold(kStream, fold, FloatType::f32, lines_dev.get(), FloatType::bf16, folded_dev.get()));
-  each(fold.size(), [&](int64_t i) { taps_fold_at(i, fold, FloatType::f32, lines.data(), FloatType::bf16, folded.data()); });
-  expect_same_bits(folded_dev.read(), folded, "taps folded");
+  // Taps folded into channels, fp32 -> bf16: CosmoFlow conv1's input (3 taps x 4 channels into 16, shift 1:
+  // the 16-byte path) and 3 channels (9 into 16: element by element).
+  for (const int64_t channels : {4, 3}) {
+    TapsFold fold;
+    fold.lines = 2 * 7 * 9, fold.in_width = fold.out_width = 127, fold.channels = channels, fold.taps = 3,
+    fold.shift = 1, fold.width = 16;
+    const std::vector<float> lines = random_floats(fold.lines * fold.in_width * channels, 87);
+    const Device<float> lines_dev(lines);
+    const Device<uint16_t> folded_dev(fold.size());
+    std::vector<uint16_t> folded(static_cast<size_t>(fold.size()));
+    ok(taps_fold(kStream, fold, FloatType::f32, lines_dev.get(), FloatType::bf16, folded_dev.get()));
+    each(fold.size(), [&](int64_t i) { taps_fold_at(i, fold, FloatType::f32, lines.data(), FloatType::bf16, folded.data()); });
+    expect_same_bits(folded_dev.read(), folded, channels == 4 ? "taps folded, 16-byte path" : "taps folded, 3 channels");
+  }
   // A chunked weight gradient's partials (7 chunks of 728 x 728) added in chunk order.
   const int64_t chunks = 7, partial = 728 * 728;
   const std::vector<float> partials = random_floats(chunks * partial, 85);

@@ -105,6 +105,10 @@ TEST(CudaKernelBodies, TapsFoldIntoChannelsWithZerosPastTheLine) {
           const float want = inside ? x[static_cast<size_t>((l * width + at) * channels + j % channels)] : 0.0f;
           ASSERT_EQ(y[static_cast<size_t>((l * out_width + p) * 16 + j)], float_to_bfloat16(want)) << l << " " << p << " " << j;
         }
+    // The launcher's 16-byte path (8 elements a thread, x read 4 channels at a time): the same bits.
+    std::vector<uint16_t> vec(y.size(), 0xffff);
+    for (int64_t i = 0; i < f.size(); i += 8) taps_fold_vec_at<8>(i, f, FloatType::f32, x.data(), FloatType::bf16, vec.data());
+    EXPECT_EQ(vec, y) << "shift " << shift;
   }
   TapsFold one;  // no taps folded: x's 4 channels padded to 8, as channels_copy pads them
   one.lines = lines, one.in_width = one.out_width = width, one.channels = channels, one.width = 8;
