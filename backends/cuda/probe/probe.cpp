@@ -9,8 +9,9 @@
 //                    passes (backend.batch_norm=own) and in one (one_pass), fp32 and bf16
 //        depthwise   every cuDNN algorithm of each pass; ours (backend.depthwise=own), bf16
 //        1x1         every cuDNN algorithm of each pass; cuBLASLt's first candidate with and without split-K
-//        padding     conv1 with 4 against 8 input channels (CosmoFlow), last_deconv with 3 against 8
-//                    output channels (DeepCAM): the best cuDNN algorithms of each
+//        padding     conv1 with 4 against 8 input channels and with its taps along w folded in (12 of 16:
+//                    backend.small_channels=fold), forward and weight gradient (CosmoFlow); last_deconv
+//                    with 3 against 8 output channels (DeepCAM): the best cuDNN algorithms of each
 // Each variant is a row of kVariants: a function of the case it runs on.
 //
 //   mlph-cuda-probe [--json FILE] [--only batch_norm,depthwise,1x1,padding]
@@ -392,12 +393,13 @@ void conv_algorithms(const std::string& decision, const ConvCase& c, runtime::Cu
   }
 }
 
-// The fastest ok algorithm of each pass of a conv with (ci, co) channels, bf16: the passes' sum (without
-// backward data where `data_pass` is false: a conv whose x needs no gradient); `forward` gets the forward
-// output of the fastest forward algorithm.
-double best_conv_ms(const ConvCase& c, int64_t ci, int64_t co, runtime::CudnnHandle& h, std::vector<float>* forward,
-                    bool data_pass) {
-  Conv half(c, ci, co, plan::DType::bf16, CUDNN_TENSOR_OP_MATH);
+// A conv's bf16 buffers and descriptors on tensor math.
+Conv bf16_conv(const ConvCase& c, int64_t ci, int64_t co) { return Conv(c, ci, co, plan::DType::bf16, CUDNN_TENSOR_OP_MATH); }
+
+// The fastest ok algorithm of each pass of `half`: the passes' sum (without backward data where
+// `data_pass` is false: a conv whose x needs no gradient); `forward` gets the forward output of the
+// fastest forward algorithm.
+double best_conv_ms(Conv& half, runtime::CudnnHandle& h, std::vector<float>* forward, bool data_pass) {
   double total = 0;
   for (size_t p = 0; p < 3; ++p) {
     const auto pass = static_cast<runtime::ConvPass>(p);
@@ -737,11 +739,41 @@ void pointwise(Probe& ctx, std::vector<Row>& rows) {
   }
 }
 
+// `c` (a conv whose x needs no gradient, x and w in `plain`) with its taps along the last axis folded
+// into its channels and padded (backend.small_channels=fold): x written as the backend writes it
+// (taps_fold), the weights' rows of taps x channels padded (channels_copy); its forward against the
+// unpadded conv's `unpadded`, and the time of its forward and weight-gradient passes.
+Row folded_taps(Probe& ctx, const ConvCase& c, const Conv& plain, const std::vector<float>& unpadded) {
+  ConvCase fold = c;
+  fold.fold_taps = true;
+  Row row{"padding", c.name, "taps folded"};
+  try {
+    Conv folded = bf16_conv(fold, plain.plan.in.dims[1], c.out_channels);
+    const plan::ConvPlan& f = folded.plan;
+    row.variant += ", " + std::to_string(f.padded_channels) + " channels";
+    TapsFold copies;
+    copies.out_width = f.in.dims[static_cast<size_t>(1 + f.spatial)];
+    copies.lines = static_cast<int64_t>(folded.x_count) / (copies.out_width * f.padded_channels);
+    copies.in_width = c.in.end()[-2], copies.channels = plain.plan.in.dims[1];
+    copies.taps = f.taps, copies.shift = f.tap_pad, copies.width = f.padded_channels;
+    check(kWhere, taps_fold(nullptr, copies, FloatType::bf16, plain.x.get(), FloatType::bf16, folded.x.get()), "taps_fold");
+    check(kWhere,
+          channels_copy(nullptr, static_cast<int64_t>(folded.w_count) / f.padded_channels, f.channels, f.padded_channels,
+                        FloatType::bf16, plain.w.get(), FloatType::bf16, folded.w.get(), false),
+          "channels_copy");
+    std::vector<float> y;
+    row.ms = best_conv_ms(folded, ctx.cudnn, &y, false);
+    row.error = error_of({y}, {unpadded});
+  } catch (const sdk::Error& e) {
+    row.status = std::string("failed: ") + e.what();
+  }
+  return row;
+}
+
 // Padding: the same conv with its channels padded with zeros to 8 (tensor cores' alignment): the time
 // of the best algorithms, and how far the padded result is from the unpadded one (it should be 0).
-// CosmoFlow's conv1 also with its 3 taps along w folded into 12 channels padded to 16, a 3x3x1 conv
-// (backend.small_channels=fold): timed on random x (its result is held by the device tests), and
-// without the backward-data pass, which conv1 (x needs no gradient) never runs.
+// CosmoFlow's conv1 (no backward-data pass: its x needs no gradient) also with its 3 taps along w
+// folded into 12 channels padded to 16, a 3x3x1 conv (folded_taps).
 void padding(Probe& ctx, std::vector<Row>& rows) {
   struct Pad {
     ConvCase conv;
@@ -757,32 +789,25 @@ void padding(Probe& ctx, std::vector<Row>& rows) {
     std::vector<float> unpadded, padded;
     Row a{"padding", p.conv.name, std::to_string(p.from) + " channels"},
         b{"padding", p.conv.name, std::to_string(p.to) + " channels"};
+    std::optional<Row> folded;
     try {
-      a.ms = best_conv_ms(p.conv, p.from, p.conv.out_channels, ctx.cudnn, &unpadded, p.data_pass);
+      Conv plain = bf16_conv(p.conv, p.from, p.conv.out_channels);
+      a.ms = best_conv_ms(plain, ctx.cudnn, &unpadded, p.data_pass);
       ConvCase wide = p.conv;
       wide.in.back() = p.to;
       wide.real_in = p.from;
-      b.ms = best_conv_ms(wide, p.to, p.conv.out_channels, ctx.cudnn, &padded, p.data_pass);
+      Conv widened = bf16_conv(wide, p.to, p.conv.out_channels);
+      b.ms = best_conv_ms(widened, ctx.cudnn, &padded, p.data_pass);
       a.error = 0;
       // The padded channels are zero in x and w, so the forward outputs agree but for the order of the sums.
       b.error = error_of({padded}, {unpadded});
+      if (!p.data_pass) folded = folded_taps(ctx, p.conv, plain, unpadded);
     } catch (const sdk::Error& e) {
       a.status = b.status = std::string("failed: ") + e.what();
     }
     rows.push_back(a);
     rows.push_back(b);
-    if (p.data_pass) continue;
-    ConvCase folded = p.conv;
-    folded.fold_taps = true;
-    Row f{"padding", p.conv.name, "taps folded, " + std::to_string(conv_plan(folded, p.from, p.conv.out_channels).padded_channels) +
-                                       " channels"};
-    try {
-      f.ms = best_conv_ms(folded, p.from, p.conv.out_channels, ctx.cudnn, nullptr, false);
-      f.status = "ok (timed on random x)";
-    } catch (const sdk::Error& e) {
-      f.status = std::string("failed: ") + e.what();
-    }
-    rows.push_back(f);
+    if (folded) rows.push_back(*folded);
   }
 }
 
