@@ -3,7 +3,8 @@
 as the model's arithmetic gives it (2 x outputs x 27 taps x Ci x Co; twice that in training for conv1,
 whose input is data and gets no gradient, three times for the others), the peak named and every
 unit's peak in the JSON; each activation a row of its own (kind "activation", no FLOPs counted), never
-folded into its conv's.
+folded into its conv's. Each conv -> leaky ReLU -> max-pool also timed as one block, beside the sum of
+its three rows.
 
   bench_layers_check.py BUILD_DIR
 """
@@ -55,5 +56,16 @@ for i in range(1, 6):
 for name, layer in layers.items():
     if not (layer["train_s"] > 0 and layer["eval_s"] > 0):
         failures.append(f"{name}: not timed ({layer['train_s']}, {layer['eval_s']})")
-print("\n".join(failures) or f"{len(layers)} layers, peak {result['peak_gflops']:.0f} GFLOP/s: as expected")
+blocks = {block["name"]: block for block in result["blocks"]}
+expect("blocks", sorted(blocks), [f"conv{i} block" for i in range(1, 6)])
+for i in range(1, 6):
+    block = blocks.get(f"conv{i} block", {})
+    parts = [f"conv{i}", f"conv{i}.act", f"conv{i}.pool"]
+    expect(f"conv{i} block nodes", block.get("nodes"), parts)
+    if not (block.get("train_s", 0) > 0 and block.get("eval_s", 0) > 0):
+        failures.append(f"conv{i} block: not timed")
+    rows = sum(layers[p]["train_s"] for p in parts if p in layers)
+    if abs(block.get("rows_train_s", -1) - rows) > 1e-9 * rows:
+        failures.append(f"conv{i} block rows_train_s {block.get('rows_train_s')}, its rows sum to {rows}")
+print("\n".join(failures) or f"{len(layers)} layers and {len(blocks)} blocks, peak {result['peak_gflops']:.0f} GFLOP/s: as expected")
 sys.exit(1 if failures else 0)

@@ -1,6 +1,7 @@
 #include "layers.hpp"
 
 #include <map>
+#include <optional>
 #include <set>
 #include <string_view>
 
@@ -115,6 +116,30 @@ std::vector<Layer> split_layers(const MLPH_Graph& g) {
     layers.push_back(std::move(layer));
   }
   return layers;
+}
+
+std::vector<Layer> split_blocks(const MLPH_Graph& g) {
+  std::map<int32_t, std::vector<size_t>> readers;  // value -> the nodes reading it
+  for (size_t i = 0; i < g.n_nodes; ++i)
+    for (size_t k = 0; k < g.nodes[i].n_inputs; ++k) readers[g.nodes[i].inputs[k]].push_back(i);
+  // The one node reading node i's output, if it is one and `wanted` says yes.
+  auto only_reader = [&](size_t i, bool (*wanted)(std::string_view)) -> std::optional<size_t> {
+    const std::vector<size_t>& r = readers[g.nodes[i].outputs[0]];
+    if (r.size() != 1 || !wanted(g.nodes[r[0]].op)) return std::nullopt;
+    return r[0];
+  };
+  const std::set<int32_t> needs_gradient = values_needing_gradient(g);
+  std::vector<Layer> blocks;
+  for (size_t i = 0; i < g.n_nodes; ++i) {
+    const MLPH_Node& conv = g.nodes[i];
+    if (std::string_view(conv.op) != "conv") continue;
+    const std::optional<size_t> act = only_reader(i, is_activation);
+    const std::optional<size_t> pool = act ? only_reader(*act, is_pool) : std::nullopt;
+    if (!pool) continue;
+    blocks.push_back({std::string(conv.name) + " block", "block", {i, *act, *pool}, node_flops(g, conv),
+                      needs_gradient.count(conv.inputs[0]) > 0});
+  }
+  return blocks;
 }
 
 const MLPH_Graph* layer_graph(const MLPH_Graph& model, const Layer& layer, sdk::GraphBuilder& b) {

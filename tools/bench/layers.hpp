@@ -33,6 +33,13 @@ double forward_flops(const MLPH_Graph& graph);
 
 std::vector<Layer> split_layers(const MLPH_Graph& graph);
 
+// Chains a backend may run as one pass: a conv whose output only an activation reads, whose output
+// only a pooling reads (CosmoFlow's conv -> leaky ReLU -> max-pool, which onednn-cpu and cuda run as
+// one pool chain). Each is a layer of its three nodes, named after the conv with " block" and of kind
+// "block": compiled together, its time against the sum of its nodes' rows of split_layers shows what
+// running them as one saves, which the rows alone cannot (a lone pooling runs the library's).
+std::vector<Layer> split_blocks(const MLPH_Graph& graph);
+
 // A graph computing just `layer`: its outside inputs become graph inputs (data) or trainable
 // parameters (activations that need a gradient), its parameters keep their initial values, and
 // an mse against a target input (last graph input) is the loss, taken on the layer's output

@@ -1,6 +1,7 @@
 // mlperf-bench: times a backend's training and evaluation steps on a workload's model with
 // synthetic in-memory input (no I/O), and prints samples/s and achieved GFLOP/s, for the whole
-// model and (--layers) for each layer compiled on its own. Under mpirun (--comms mpi) every rank
+// model and (--layers) for each layer compiled on its own, then each conv -> activation -> pooling
+// block compiled together (split_blocks: what fusing them saves). Under mpirun (--comms mpi) every rank
 // runs the steps and rank 0 prints; with parallel.spatial also the halo exchanges' and the gather's
 // bytes and time per step and the peak memory of every rank. With --data also training steps fed
 // from the dataset's files by the run's pipeline, and how long they waited for their batches.
@@ -313,8 +314,31 @@ void print_layers(const std::vector<LayerResult>& layers, const Peak& peak) {
   }
 }
 
+// A block's nodes as rows of split_layers (a layer is named after its first node): their times summed.
+Timing rows_of(const bench::Layer& block, const MLPH_Graph& graph, const std::vector<LayerResult>& layers) {
+  Timing sum;
+  for (size_t node : block.nodes)
+    for (const auto& [layer, t] : layers)
+      if (layer.name == graph.nodes[node].name) sum.train_s += t.train_s, sum.eval_s += t.eval_s;
+  return sum;
+}
+
+void print_blocks(const std::vector<LayerResult>& blocks, const MLPH_Graph& graph, const std::vector<LayerResult>& layers) {
+  if (blocks.empty()) return;
+  fmt::print("\nper block (a conv, its activation and its pooling compiled together, as a backend may fuse them)\n");
+  fmt::print("{:<14} {:>10} {:>10} {:>14} {:>14} {:>12}\n", "block", "fwd ms", "train ms", "rows' fwd ms",
+             "rows' train ms", "train saved");
+  for (const auto& [block, t] : blocks) {
+    const Timing rows = rows_of(block, graph, layers);
+    fmt::print("{:<14} {:>10.3f} {:>10.3f} {:>14.3f} {:>14.3f} {:>11.0f}%\n", block.name, t.eval_s * 1e3,
+               t.train_s * 1e3, rows.eval_s * 1e3, rows.train_s * 1e3,
+               rows.train_s > 0 ? 100 * (1 - t.train_s / rows.train_s) : 0.0);
+  }
+}
+
 void write_json(const std::string& path, Session& session, uint32_t batch, double forward, const Peak& peak,
-                const Timing& model, const std::vector<LayerResult>& layers, const std::optional<FileTiming>& files) {
+                const Timing& model, const std::vector<LayerResult>& layers, const std::vector<LayerResult>& blocks,
+                const MLPH_Graph& graph, const std::optional<FileTiming>& files) {
   std::ofstream out(path);
   auto num = [](double v) { return sdk::json_number(v); };
   const BackendDevice device = session.backend_device();
@@ -339,6 +363,17 @@ void write_json(const std::string& path, Session& session, uint32_t batch, doubl
                        "\"eval_s\": {}, \"train_s\": {}}}",
                        i ? "," : "", layer.name, layer.kind, num(layer.forward_flops), num(layer.train_flops()),
                        num(t.eval_s), num(t.train_s));
+  }
+  out << "],\n \"blocks\": [";
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const auto& [block, t] = blocks[i];
+    std::string nodes;
+    for (size_t node : block.nodes) nodes += fmt::format("{}\"{}\"", nodes.empty() ? "" : ", ", graph.nodes[node].name);
+    const Timing rows = rows_of(block, graph, layers);
+    out << fmt::format("{}\n  {{\"name\": \"{}\", \"nodes\": [{}], \"eval_s\": {}, \"train_s\": {}, "
+                       "\"rows_eval_s\": {}, \"rows_train_s\": {}}}",
+                       i ? "," : "", block.name, nodes, num(t.eval_s), num(t.train_s), num(rows.eval_s),
+                       num(rows.train_s));
   }
   out << "]}\n";
   if (!out) throw std::runtime_error("cannot write " + path);
@@ -384,7 +419,7 @@ int main(int argc, char** argv) {
       "config,c", po::value(&options.config_file), "YAML config")(
       "set,s", po::value(&options.sets)->composing(), "key=value (repeatable), e.g. train.batch_size=1")(
       "steps", po::value(&steps), "timed steps (default 3)")("warmup", po::value(&warmup), "untimed steps (default 1)")(
-      "layers", "also time each layer compiled on its own")(
+      "layers", "also time each layer compiled on its own, and each conv -> activation -> pooling block")(
       "data", po::value(&data_dir),
       "also time training steps fed from the dataset in DIR by the run's pipeline, and their wait for batches")(
       "data-only", "with --data: time the readers alone and their pread ceiling, no steps")(
@@ -459,7 +494,7 @@ int main(int argc, char** argv) {
     }
     std::cout << std::flush;
 
-    std::vector<LayerResult> layers;
+    std::vector<LayerResult> layers, blocks;
     Peak peak;
     if (vm.count("layers") && session.topology().size > 1)
       throw std::runtime_error("--layers times layers on one rank: run it without mpirun");
@@ -470,8 +505,13 @@ int main(int argc, char** argv) {
         layers.push_back({layer, time_graph(session, *bench::layer_graph(*graph, layer, builder), steps, warmup)});
       }
       print_layers(layers, peak);
+      for (const bench::Layer& block : bench::split_blocks(*graph)) {
+        sdk::GraphBuilder builder;
+        blocks.push_back({block, time_graph(session, *bench::layer_graph(*graph, block, builder), steps, warmup)});
+      }
+      print_blocks(blocks, *graph, layers);
     }
-    if (!json_path.empty()) write_json(json_path, session, batch, forward, peak, model, layers, files);
+    if (!json_path.empty()) write_json(json_path, session, batch, forward, peak, model, layers, blocks, *graph, files);
   } catch (const std::exception& e) {
     std::cerr << "mlperf-bench: error: " << e.what() << "\n";
     return 1;
