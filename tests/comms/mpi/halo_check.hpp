@@ -28,6 +28,24 @@ inline float source_value(int64_t row, int64_t col, int64_t ch) {
   return static_cast<float>(1000 * row + 10 * col + ch + 1);
 }
 
+// The spec of a rank's block [shape[0], shape[1], channels] (halos included) for case k.
+inline MLPH_HaloSpec halo_spec(const HaloCase& k, const int64_t (&shape)[2], MLPH_DType dtype) {
+  MLPH_HaloSpec spec{};
+  spec.struct_size = sizeof spec;
+  spec.dtype = dtype;
+  spec.ndim = 3;
+  spec.grid_ndim = k.grid_ndim;
+  spec.shape[0] = shape[0];
+  spec.shape[1] = shape[1];
+  spec.shape[2] = k.channels;
+  for (int d = 0; d < k.grid_ndim; ++d) {
+    spec.grid[d] = k.grid[d];
+    spec.halo[d] = k.halo[d];
+    spec.periodic[d] = k.periodic[d];
+  }
+  return spec;
+}
+
 inline void check_halo_exchange(const LoadedComm& c, const HaloCase& k) {
   const int32_t coord[2] = {k.grid_ndim == 2 ? c.rank() / k.grid[1] : c.rank(),
                             k.grid_ndim == 2 ? c.rank() % k.grid[1] : 0};
@@ -48,19 +66,7 @@ inline void check_halo_exchange(const LoadedComm& c, const HaloCase& k) {
     for (int64_t j = halo[1]; j < shape[1] - halo[1]; ++j)
       for (int64_t ch = 0; ch < k.channels; ++ch) at(i, j, ch) = source_value(source(0, i), source(1, j), ch);
 
-  MLPH_HaloSpec spec{};
-  spec.struct_size = sizeof spec;
-  spec.dtype = MLPH_DTYPE_F32;
-  spec.ndim = 3;
-  spec.grid_ndim = k.grid_ndim;
-  spec.shape[0] = shape[0];
-  spec.shape[1] = shape[1];
-  spec.shape[2] = k.channels;
-  for (int d = 0; d < k.grid_ndim; ++d) {
-    spec.grid[d] = k.grid[d];
-    spec.halo[d] = k.halo[d];
-    spec.periodic[d] = k.periodic[d];
-  }
+  const MLPH_HaloSpec spec = halo_spec(k, shape, MLPH_DTYPE_F32);
   ASSERT_TRUE(mlph::sdk::has_halo_exchange(c.api()));
   const auto [code, message] = LoadedComm::outcome(c.api()->halo_exchange(c.comm(), block.data(), &spec));
   ASSERT_EQ(code, MLPH_OK) << message;
@@ -80,19 +86,7 @@ inline void check_halo_adjoint(const LoadedComm& c, const HaloCase& k) {
   const int64_t halo[2] = {k.halo[0], k.grid_ndim == 2 ? k.halo[1] : 0};
   const int64_t shape[2] = {k.interior[0] + 2 * halo[0], k.interior[1] + 2 * halo[1]};
   const size_t n = static_cast<size_t>(shape[0] * shape[1] * k.channels);
-  MLPH_HaloSpec spec{};
-  spec.struct_size = sizeof spec;
-  spec.dtype = MLPH_DTYPE_F64;
-  spec.ndim = 3;
-  spec.grid_ndim = k.grid_ndim;
-  spec.shape[0] = shape[0];
-  spec.shape[1] = shape[1];
-  spec.shape[2] = k.channels;
-  for (int d = 0; d < k.grid_ndim; ++d) {
-    spec.grid[d] = k.grid[d];
-    spec.halo[d] = k.halo[d];
-    spec.periodic[d] = k.periodic[d];
-  }
+  const MLPH_HaloSpec spec = halo_spec(k, shape, MLPH_DTYPE_F64);
   std::vector<double> a(n), b(n);
   for (size_t i = 0; i < n; ++i) {
     a[i] = mlph_uniform(5, static_cast<uint64_t>(c.rank()), 0, i) - 0.5;
