@@ -7,6 +7,7 @@
 // the others add into it zeroed first (plan::NodeMemory::zeroed, zero_first_gradients). Scratch of the
 // node's own (a half-type dx, cuDNN's dw, a padded gradient) is written with beta 0.
 #include "model_impl.hpp"
+#include "padded_input.hpp"
 
 namespace mlph::cuda {
 namespace {
@@ -24,17 +25,6 @@ constexpr float kOne = 1.0f, kZero = 0.0f;
 // inputs). Inference stays CUDNN_BATCHNORM_SPATIAL. The *Ex entry points would need a reserve space
 // from forward to backward in the memory plan: not used yet.
 constexpr cudnnBatchNormMode_t kCudnnTrainingMode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
-
-// A padded conv's input (plan::pad_channels): x [N, spatial..., Ci] as the rows of `c.in`, its taps
-// along the last axis folded in where the plan folds them.
-TapsFold taps_fold_of(const plan::ConvPlan& c, const std::vector<int64_t>& x_shape) {
-  TapsFold f;
-  f.out_width = c.in.dims[static_cast<size_t>(1 + c.spatial)];
-  f.lines = c.in.dims[0] * c.in.strides[0] / (f.out_width * c.padded_channels);
-  f.in_width = x_shape.end()[-2], f.channels = x_shape.back();
-  f.taps = c.taps, f.shift = c.tap_pad, f.width = c.padded_channels;
-  return f;
-}
 
 // The box between a conv's unpadded input side `unpadded` and its padded buffer (plan::ConvPlan),
 // spatial dims right-aligned into 3: into the padded buffer, or out of it.
@@ -84,7 +74,7 @@ void CudaModel::forward(size_t k, bool training) {
     if (!m.makes_cast[i]) continue;
     const void* value = at(plan_.memory.values[static_cast<size_t>(n.inputs[i])]);
     if (i == 0 && conv && conv->channels && !conv->transpose)  // padded channels (plan::pad_channels)
-      check(taps_fold(s, taps_fold_of(*conv, program_.value(n.inputs[0]).shape), stored_type(n.inputs[0]), value,
+      check(taps_fold(s, taps_fold_of(*conv, program_.value(n.inputs[0]).shape.end()[-2]), stored_type(n.inputs[0]), value,
                       float_type(precision.reads[0]), at(m.reads[0])),
             "taps_fold", k);
     else

@@ -35,6 +35,7 @@
 #include "kernels/launch.hpp"
 #include "mlph/sdk/util/error.hpp"
 #include "mlph/sdk/util/json.hpp"
+#include "padded_input.hpp"
 #include "runtime/cublaslt.hpp"
 #include "runtime/cuda.hpp"
 #include "runtime/cudnn.hpp"
@@ -751,12 +752,10 @@ Row folded_taps(Probe& ctx, const ConvCase& c, const Conv& plain, const std::vec
     Conv folded = bf16_conv(fold, plain.plan.in.dims[1], c.out_channels);
     const plan::ConvPlan& f = folded.plan;
     row.variant += ", " + std::to_string(f.padded_channels) + " channels";
-    TapsFold copies;
-    copies.out_width = f.in.dims[static_cast<size_t>(1 + f.spatial)];
-    copies.lines = static_cast<int64_t>(folded.x_count) / (copies.out_width * f.padded_channels);
-    copies.in_width = c.in.end()[-2], copies.channels = plain.plan.in.dims[1];
-    copies.taps = f.taps, copies.shift = f.tap_pad, copies.width = f.padded_channels;
-    check(kWhere, taps_fold(nullptr, copies, FloatType::bf16, plain.x.get(), FloatType::bf16, folded.x.get()), "taps_fold");
+    check(kWhere,
+          taps_fold(nullptr, taps_fold_of(f, c.in.end()[-2]), FloatType::bf16, plain.x.get(), FloatType::bf16,
+                    folded.x.get()),
+          "taps_fold");
     check(kWhere,
           channels_copy(nullptr, static_cast<int64_t>(folded.w_count) / f.padded_channels, f.channels, f.padded_channels,
                         FloatType::bf16, plain.w.get(), FloatType::bf16, folded.w.get(), false),

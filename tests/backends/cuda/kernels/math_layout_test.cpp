@@ -1,6 +1,7 @@
 // Layout and types around cuDNN and cuBLASLt (kernels/layout.hpp): converts, chunked weight
 // gradient partials, padded channels, box copies, bias, the latched bad label.
 #include "math_fixtures.hpp"
+#include "padded_input.hpp"
 
 namespace mlph::cuda {
 namespace {
@@ -116,6 +117,21 @@ TEST(CudaKernelBodies, TapsFoldIntoChannelsWithZerosPastTheLine) {
   each(one.size(), [&](int64_t i) { taps_fold_at(i, one, FloatType::f32, x.data(), FloatType::f32, folded.data()); });
   each(one.size(), [&](int64_t i) { channels_copy_at(i, 4, 8, FloatType::f32, x.data(), FloatType::f32, padded.data(), false); });
   EXPECT_EQ(folded, padded);
+}
+
+// The fold's geometry from the plan (padded_input.hpp, what the model and the probe launch): a conv of
+// x [2, 3, 4, 5, 4] with kernel 3 and padding 1, its 3 taps along w folded in, 12 channels padded to 16.
+TEST(CudaKernelBodies, TapsFoldGeometryComesFromThePaddedPlan) {
+  plan::ConvPlan c;
+  c.spatial = 3;
+  c.in = plan::channels_last({2, 3, 4, 5, 4}), c.out = plan::channels_last({2, 3, 4, 5, 6});
+  c.filter.rank = 5, c.filter.dims = {6, 4, 3, 3, 3}, c.filter.rows = 27 * 4, c.filter.cols = 6;
+  c.pad = {1, 1, 1}, c.stride = {1, 1, 1}, c.dilation = {1, 1, 1};
+  plan::pad_channels(c, true);
+  const TapsFold f = taps_fold_of(c, 5);
+  EXPECT_EQ((std::array<int64_t, 7>{f.lines, f.in_width, f.out_width, f.channels, f.taps, f.shift, f.width}),
+            (std::array<int64_t, 7>{2 * 3 * 4, 5, 5, 4, 3, 1, 16}));
+  EXPECT_EQ(f.size(), c.in.dims[0] * c.in.strides[0]);  // every element of the padded side, once
 }
 
 TEST(CudaKernelBodies, BoxCopiesPadAnInputAndCropItsGradientBack) {
