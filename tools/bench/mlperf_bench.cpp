@@ -500,15 +500,17 @@ int main(int argc, char** argv) {
       throw std::runtime_error("--layers times layers on one rank: run it without mpirun");
     if (vm.count("layers")) {
       peak = compute_peak(session);
-      for (const bench::Layer& layer : bench::split_layers(*graph)) {
-        sdk::GraphBuilder builder;
-        layers.push_back({layer, time_graph(session, *bench::layer_graph(*graph, layer, builder), steps, warmup)});
-      }
+      const auto time_each = [&](const std::vector<bench::Layer>& parts) {  // each compiled on its own
+        std::vector<LayerResult> timed;
+        for (const bench::Layer& part : parts) {
+          sdk::GraphBuilder builder;
+          timed.push_back({part, time_graph(session, *bench::layer_graph(*graph, part, builder), steps, warmup)});
+        }
+        return timed;
+      };
+      layers = time_each(bench::split_layers(*graph));
       print_layers(layers, peak);
-      for (const bench::Layer& block : bench::split_blocks(*graph)) {
-        sdk::GraphBuilder builder;
-        blocks.push_back({block, time_graph(session, *bench::layer_graph(*graph, block, builder), steps, warmup)});
-      }
+      blocks = time_each(bench::split_blocks(*graph));
       print_blocks(blocks, *graph, layers);
     }
     if (!json_path.empty()) write_json(json_path, session, batch, forward, peak, model, layers, blocks, *graph, files);
