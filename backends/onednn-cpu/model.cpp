@@ -89,7 +89,7 @@ class OnednnModel final : public sdk::ModelProtocol {
     }
     return m;
   }
-  const std::vector<std::string>& padded_convs() const { return net_.padded_convs; }
+  const std::vector<std::string>& conv_rewrites() const { return net_.conv_rewrites; }
 
   OnednnModel(const MLPH_HostApi* host, const BackendOptions& options, sdk::ValidGraph graph,
               const MLPH_CommsHandle* comms)
@@ -447,10 +447,10 @@ ActivationMemory activation_memory(const sdk::Model& model) {
   return onednn->activation_memory();
 }
 
-std::vector<std::string> padded_convs(const sdk::Model& model) {
+std::vector<std::string> conv_rewrites(const sdk::Model& model) {
   const auto* onednn = dynamic_cast<const OnednnModel*>(&model);
-  if (!onednn) fail(MLPH_INVALID_ARGUMENT, kName + ": padded_convs of another backend's model");
-  return onednn->padded_convs();
+  if (!onednn) fail(MLPH_INVALID_ARGUMENT, kName + ": conv_rewrites of another backend's model");
+  return onednn->conv_rewrites();
 }
 
 std::unique_ptr<sdk::Model> compile_model(const MLPH_HostApi* host, const BackendOptions& options,

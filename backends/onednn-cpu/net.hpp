@@ -68,7 +68,7 @@ class Net {
   // Convolutions with fewer input channels than this (and one group) run on inputs and weights
   // zero-padded to it inside the op (AMX's bf16 kernels want whole channel blocks); 0: never.
   int64_t pad_input_channels = 0;
-  std::vector<std::string> padded_convs;  // where() of each conv built padded (for tests)
+  std::vector<std::string> conv_rewrites;  // "where(): how" of each conv run otherwise than as written (for tests)
 
   Value& at(int32_t v) { return values[static_cast<size_t>(v)]; }
   memory::data_type stored_type(int32_t v) const {

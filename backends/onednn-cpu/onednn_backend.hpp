@@ -46,7 +46,8 @@ struct ActivationMemory {
   std::map<std::string, bool> bf16;  // by value name
 };
 ActivationMemory activation_memory(const sdk::Model& model);  // a model compile_model made
-// The convs a model runs with zero-padded input channels (BackendOptions::pad_input_channels).
-std::vector<std::string> padded_convs(const sdk::Model& model);
+// The convs a model runs otherwise than as written, each as "node 'name' (conv): how": input
+// channels zero-padded (BackendOptions::pad_input_channels), the backward over a dilated conv's phases.
+std::vector<std::string> conv_rewrites(const sdk::Model& model);
 
 }  // namespace mlph::onednn

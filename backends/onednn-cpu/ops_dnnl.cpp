@@ -83,6 +83,95 @@ struct ChannelPadding {
   int64_t tap_pad = 0;
 };
 
+// A dilated conv's backward passes over its phases (atrous convolution as space-to-batch). Along an
+// axis of dilation d and stride 1, the outputs o = d a + r read only inputs of the same remainder r,
+// one tap apart: where the axis's size and both paddings are multiples of d, remainder r's outputs
+// are the undilated conv of the input's remainder r, padded by pad / d. Stacked on the batch axis,
+// the phases make one undilated conv whose weight gradient is the dilated conv's (its batch sums over
+// the phases) and whose input gradient is the dilated one's, put back. oneDNN 2.6 has no jit
+// backward for dilated depthwise convs (DeepCAM's exit flow: a gemm per channel, 100x the forward's
+// time); the undilated ones run on its depthwise kernels.
+struct PhaseSplit {
+  Dims dilation;  // per spatial axis (1: not split)
+  Window window;  // the undilated conv over the stacked phases
+  Dims x, y;      // the dilated conv's [N, C, S...]
+  int64_t count() const { return std::accumulate(dilation.begin(), dilation.end(), int64_t{1}, std::multiplies<>()); }
+  Dims stacked(const Dims& whole) const {  // [count N, C, S / d...]
+    Dims d{whole[0] * count(), whole[1]};
+    for (size_t a = 0; a < dilation.size(); ++a) d.push_back(whole[a + 2] / dilation[a]);
+    return d;
+  }
+};
+
+std::optional<PhaseSplit> phase_split(const Window& g, const Dims& x, const Dims& y) {
+  PhaseSplit p{Dims(g.dilate.size(), 1), g, x, y};
+  for (size_t a = 0; a < g.dilate.size(); ++a) {
+    const int64_t d = g.dilate[a] + 1;
+    if (d == 1) continue;
+    if (g.stride[a] != 1 || x[a + 2] % d != 0 || g.pad_l[a] % d != 0 || g.pad_r[a] % d != 0) return std::nullopt;
+    p.dilation[a] = d, p.window.dilate[a] = 0, p.window.pad_l[a] /= d, p.window.pad_r[a] /= d;  // y's size: a multiple of d too
+  }
+  if (p.count() == 1) return std::nullopt;
+  return p;
+}
+
+// [N, C, S...] channels-last, by strides (any rank).
+memory::desc channels_last(const Dims& ncs, dt type) {
+  Dims strides(ncs.size());
+  int64_t step = ncs[1];
+  strides[1] = 1;
+  for (size_t a = ncs.size(); a-- > 2;) strides[a] = step, step *= ncs[a];
+  strides[0] = step;
+  return {ncs, type, strides};
+}
+
+// The [N, C, S1/d1, d1, S2/d2, d2, ...] view of a channels-last [N, C, S...] tensor (`whole`), or of
+// its phases stacked channels-last on the batch axis (phase (r1, r2, ...) is the block of N images at
+// r1 d2 d3... + r2 d3... + ...): one reorder between the two views splits or merges the phases.
+memory::desc phase_view(const PhaseSplit& p, const Dims& whole, dt type, bool stacked) {
+  const size_t rank = whole.size() - 2;
+  const Dims sizes = stacked ? p.stacked(whole) : whole;
+  Dims step(rank), phase(rank);
+  int64_t s = whole[1];
+  for (size_t a = rank; a-- > 0;) step[a] = s, s *= sizes[a + 2];
+  int64_t block = s * whole[0];  // the innermost axis's phases are blocks of N images
+  for (size_t a = rank; a-- > 0;) phase[a] = block, block *= p.dilation[a];
+  Dims dims{whole[0], whole[1]}, strides{s, 1};
+  for (size_t a = 0; a < rank; ++a) {
+    const int64_t d = p.dilation[a];
+    dims.insert(dims.end(), {whole[a + 2] / d, d});
+    if (stacked) strides.insert(strides.end(), {step[a], phase[a]});
+    else strides.insert(strides.end(), {d * step[a], step[a]});
+  }
+  return {dims, type, strides};
+}
+
+Step reorder_step(Net& net, const memory& from, const memory& to) {
+  return net.step<dnnl::reorder>(dnnl::reorder::primitive_desc(net.engine, from.get_desc(), net.engine, to.get_desc(),
+                                                               net.attr()),
+                                 {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+}
+
+// `m` (any layout, dims `whole`) as its phases stacked channels-last, refreshed by `steps`.
+memory split_phases(Net& net, const PhaseSplit& p, const memory& m, const Dims& whole, std::vector<Step>& steps) {
+  const dt type = type_of(m.get_desc());
+  const memory cl = net.convert(m, channels_last(whole, type), steps);
+  memory stacked(channels_last(p.stacked(whole), type), net.engine);
+  steps.push_back(reorder_step(net, net.view(cl, phase_view(p, whole, type, false)),
+                               net.view(stacked, phase_view(p, whole, type, true))));
+  return stacked;
+}
+
+// Stacked phases (any layout) put back: a channels-last [N, C, S...] written by `steps`.
+memory merge_phases(Net& net, const PhaseSplit& p, const memory& m, const Dims& whole, std::vector<Step>& steps) {
+  const dt type = type_of(m.get_desc());
+  const memory stacked = net.convert(m, channels_last(p.stacked(whole), type), steps);
+  memory cl(channels_last(whole, type), net.engine);
+  steps.push_back(reorder_step(net, net.view(stacked, phase_view(p, whole, type, true)),
+                               net.view(cl, phase_view(p, whole, type, false))));
+  return cl;
+}
+
 // conv, conv_transpose and dense: x with parameter weights (and bias) -> y, with backward-data
 // and backward-weights primitives. Weights stay in the graph layout (they are small; the optimizer
 // and read/write_parameter see them as they are) and are reordered to the primitives' layout.
@@ -93,7 +182,8 @@ class Weighted final : public Op {
   Weighted(Net& net, const NodeView& n, const Fusion& fusion, const memory::desc& weights_plain, const FwdPD& fwd,
            const std::function<typename BwdData::primitive_desc()>& make_data,
            const std::function<typename BwdWeights::primitive_desc()>& make_weights,
-           const std::optional<ChannelPadding>& pad = std::nullopt)
+           const std::optional<ChannelPadding>& pad = std::nullopt,
+           const std::optional<PhaseSplit>& phases = std::nullopt)
       : Op(n), net_(net) {
     const int32_t x = n.in(0), w = n.in(1), y = n.out();
     const bool has_bias = n.n_in() > 2;
@@ -113,15 +203,19 @@ class Weighted final : public Op {
     if (has_bias) args[DNNL_ARG_BIAS] = net.at(n.in(2)).mem;
     forward_.push_back(net.step<Fwd>(fwd, args));
     if (!net.needs_grad(y)) return;
-    const memory dy = net.at(y).grad;
+    const memory dy = phases ? split_phases(net, *phases, net.at(y).grad, phases->y, backward_pre_) : net.at(y).grad;
     if (net.needs_grad(x)) {
       const auto pd = make_data();
       const memory data_dy = net.convert(dy, pd.diff_dst_desc(), data_pre_);
       const memory data_w = net.convert(weights, pd.weights_desc(), data_pre_);
       if (pad) {  // the padded gradient (channels-last: its leading channels are a strided view)
-        dx_padded_ = memory(pd.diff_src_desc(), net.engine);
-        const memory lead = net.part(dx_padded_, net.at(x).mem.get_desc().dims());
+        dx_staged_ = memory(pd.diff_src_desc(), net.engine);
+        const memory lead = net.part(dx_staged_, net.at(x).mem.get_desc().dims());
         dx_ = GradSink(net, x, lead.get_desc(), lead);
+      } else if (phases) {
+        dx_staged_ = memory(pd.diff_src_desc(), net.engine);
+        const memory whole = merge_phases(net, *phases, dx_staged_, phases->x, data_post_);
+        dx_ = GradSink(net, x, whole.get_desc(), whole);
       } else {
         dx_ = GradSink(net, x, pd.diff_src_desc());
       }
@@ -129,7 +223,8 @@ class Weighted final : public Op {
     }
     if (net.needs_grad(w) || (has_bias && net.needs_grad(n.in(2)))) {
       const auto pd = make_weights();
-      const memory weights_src = net.convert(src, pd.src_desc(), weights_pre_);
+      const memory x_in = phases ? split_phases(net, *phases, src, phases->x, weights_pre_) : src;
+      const memory weights_src = net.convert(x_in, pd.src_desc(), weights_pre_);
       const memory weights_dy = net.convert(dy, pd.diff_dst_desc(), weights_pre_);
       const memory dw(pd.diff_weights_desc(), net.engine);
       if (net.needs_grad(w) && pad) {  // the model's rows of the padded gradient
@@ -151,11 +246,13 @@ class Weighted final : public Op {
 
   void forward(const RunArgs&) override { net_.run(forward_); }
   void backward() override {
+    net_.run(backward_pre_);
     if (data_) {
       net_.run(data_pre_);
       const memory target = dx_.target();
-      data_->args[DNNL_ARG_DIFF_SRC] = dx_padded_ ? dx_padded_ : target;
+      data_->args[DNNL_ARG_DIFF_SRC] = dx_staged_ ? dx_staged_ : target;
       (*data_)(net_.stream);
+      net_.run(data_post_);
       dx_.commit();
     }
     if (weights_) {
@@ -169,9 +266,9 @@ class Weighted final : public Op {
 
  private:
   Net& net_;
-  std::vector<Step> forward_, data_pre_, weights_pre_, weights_post_;
+  std::vector<Step> forward_, backward_pre_, data_pre_, data_post_, weights_pre_, weights_post_;
   std::optional<Step> data_, weights_;
-  memory dx_padded_;  // with ChannelPadding: the data gradient over the padded channels
+  memory dx_staged_;  // the data gradient where it is not x's: over the padded channels, or the phases
   GradSink dx_, dw_, db_;
 };
 
@@ -184,6 +281,14 @@ PD first_jit(const std::vector<std::pair<memory::desc, memory::desc>>& layouts, 
     if (std::string(pd.impl_info_str()).rfind("ref", 0) != 0) return pd;
   }
   return make(layouts.front().first, layouts.front().second);
+}
+
+// Whether oneDNN runs `pd` on a kernel written for its primitive (jit_*, brg*), not on its gemm path
+// (x64:gemm:jit: an im2col per group) or its reference loops.
+template <class PD>
+bool direct_kernel(const PD& pd) {
+  const std::string impl = pd.impl_info_str();
+  return impl.rfind("jit", 0) == 0 || impl.rfind("brg", 0) == 0;
 }
 
 // Keras-style weight [K..., I, O] as oneDNN's logical weights (grouped: [G, O/G, I, K...]).
@@ -263,31 +368,55 @@ std::unique_ptr<Op> make_conv(Net& net, const NodeView& n, const Fusion& fusion)
       {fwd.src_desc(), fwd.dst_desc()}, {any(x_dims), any(y_dims)}, {x_plain, net.at(n.out()).plain}};
   if (padded) layouts.erase(layouts.begin() + 1);  // the padded input gradient must be channels-last
   const dt x_type = type_of(x.mem.get_desc());
-  auto make_data = [&, fwd, layouts] {
-    auto any_src = layouts;
+  // Both passes of the geometry `w` over `layouts`, with `hint` (a forward of that geometry).
+  auto data_pd = [&](const Window& w, auto layouts, const convolution_forward::primitive_desc& hint) {
     // The input gradient's layout is free (a sink reorders it), its type x's: no conversion after.
-    any_src[0].first = retyped(padded ? x_plain : any(x_dims), x_type);
-    return first_jit<dnnl::convolution_backward_data::primitive_desc>(any_src, [&](const auto& s, const auto& d) {
+    layouts[0].first = retyped(padded ? x_plain : any(layouts[0].first.dims()), x_type);
+    return first_jit<dnnl::convolution_backward_data::primitive_desc>(layouts, [&](const auto& s, const auto& d) {
       return dnnl::convolution_backward_data::primitive_desc(
-          {algorithm::convolution_direct, s, in(any(wdims)), in(d), g.stride, g.dilate, g.pad_l, g.pad_r}, net.attr(),
-          net.engine, fwd);
+          {algorithm::convolution_direct, s, in(any(wdims)), in(d), w.stride, w.dilate, w.pad_l, w.pad_r}, net.attr(),
+          net.engine, hint);
     });
   };
-  auto make_weights = [&, fwd, layouts] {
+  auto weights_pd = [&](const Window& w, const auto& layouts, const convolution_forward::primitive_desc& hint) {
     return first_jit<dnnl::convolution_backward_weights::primitive_desc>(layouts, [&](const auto& s, const auto& d) {
       return dnnl::convolution_backward_weights::primitive_desc(
-          {algorithm::convolution_direct, in(s), any(wdims), bias, in(d), g.stride, g.dilate, g.pad_l, g.pad_r},
-          net.attr(), net.engine, fwd);
+          {algorithm::convolution_direct, in(s), any(wdims), bias, in(d), w.stride, w.dilate, w.pad_l, w.pad_r},
+          net.attr(), net.engine, hint);
     });
+  };
+  // A dilated conv whose backward oneDNN would run on its gemm path or reference loops runs it over
+  // its phases where their undilated conv has a direct kernel (PhaseSplit).
+  std::optional<PhaseSplit> phases = padded ? std::nullopt : phase_split(g, x_dims, y_dims);
+  std::optional<convolution_forward::primitive_desc> phase_fwd;
+  std::vector<std::pair<memory::desc, memory::desc>> phase_layouts;
+  if (phases) {
+    const Dims xs = phases->stacked(x_dims), ys = phases->stacked(y_dims);
+    const Window& w = phases->window;
+    phase_fwd = convolution_forward::primitive_desc(
+        {prop_kind::forward_training, algorithm::convolution_direct, in(any(xs)), in(any(wdims)), bias,
+         retyped(any(ys), type_of(fwd.dst_desc())), w.stride, w.dilate, w.pad_l, w.pad_r},
+        net.attr(), net.engine);
+    phase_layouts = {{any(xs), any(ys)}, {channels_last(xs, dt::f32), channels_last(ys, dt::f32)}};
+    if (direct_kernel(weights_pd(g, layouts, fwd)) || !direct_kernel(weights_pd(w, phase_layouts, *phase_fwd)))
+      phases.reset();
+  }
+  auto make_data = [&] {
+    return phases ? data_pd(phases->window, phase_layouts, *phase_fwd) : data_pd(g, layouts, fwd);
+  };
+  auto make_weights = [&] {
+    return phases ? weights_pd(phases->window, phase_layouts, *phase_fwd) : weights_pd(g, layouts, fwd);
   };
   std::optional<ChannelPadding> pad;
   if (padded) {
     pad = ChannelPadding{fwd.src_desc(), weights_padded, taps, tap_pad};
-    net.padded_convs.push_back(n.where() + (taps > 1 ? ", " + std::to_string(taps) + " taps folded" : ""));
+    net.conv_rewrites.push_back(n.where() + ": input channels padded to " + std::to_string(cp) +
+                                (taps > 1 ? ", " + std::to_string(taps) + " taps folded" : ""));
   }
+  if (phases) net.conv_rewrites.push_back(n.where() + ": backward over " + std::to_string(phases->count()) + " phases");
   return std::make_unique<Weighted<convolution_forward, dnnl::convolution_backward_data,
                                    dnnl::convolution_backward_weights>>(net, n, fusion, weights_plain, fwd, make_data,
-                                                                        make_weights, pad);
+                                                                        make_weights, pad, phases);
 }
 
 std::unique_ptr<Op> make_conv_transpose(Net& net, const NodeView& n) {

@@ -24,11 +24,6 @@ const std::vector<MLPH_KeyValue> kDefault{{"threads", "2"}};
 const std::vector<MLPH_KeyValue> kFp32{{"threads", "2"}, {"precision", "fp32"}};
 const std::vector<MLPH_KeyValue> kBf16{{"threads", "2"}, {"precision", "bf16"}};
 
-bool cpu_has_bf16() {
-  const auto isa = unsigned(dnnl::get_effective_cpu_isa()), bf16 = unsigned(dnnl::cpu_isa::avx512_core_bf16);
-  return (isa & bf16) == bf16;
-}
-
 sdk::GraphBuilder small_cosmoflow() {
   sdk::GraphBuilder g;
   cosmoflow::ModelSettings m;

@@ -1,5 +1,6 @@
 // The DeepCAM ops and the adam family on onednn-cpu against the reference backend, each in a small
 // graph whose activations are trainable parameters, so that data gradients are compared too.
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include "onednn_compare.hpp"
@@ -39,6 +40,45 @@ TEST(OnednnDeepcamOps, DepthwiseAndDilatedConvsMatchTheReference) {
   const int32_t r = s.op("relu", {a}, {2, 9, 9, 16});
   s.finish(s.op("conv", {r, pw}, {2, 9, 9, 8}, {{"dilation", {3, 3}}, {"padding", {3, 3}}}));
   expect_same_training(s.g.graph(), 3, 0.05, 2e-3);
+}
+
+// A dilated conv whose backward oneDNN would run on its gemm path (2.6: every dilated depthwise conv)
+// runs it over its phases where the sizes and paddings are multiples of the dilation: the training
+// (x's gradient included: x is a parameter) is the reference's, in fp32 to its roundoff and in bf16 to
+// bf16's; where they are not, the conv runs as written.
+TEST(OnednnDeepcamOps, DilatedDepthwiseBackwardOverPhasesMatchesTheReference) {
+  struct Case {
+    std::vector<int64_t> x, y;
+    std::vector<double> dilation, padding;  // padding: before per axis, then after per axis
+    std::string rewrite;                    // what conv_rewrites says, "" for none
+  };
+  const std::vector<Case> cases{
+      {{2, 8, 12, 16}, {2, 8, 12, 16}, {2, 2}, {2, 2, 2, 2}, "4 phases"},  // DeepCAM's: same padding
+      {{1, 8, 9, 16}, {1, 8, 9, 16}, {2, 3}, {2, 3, 2, 3}, "6 phases"},    // a dilation per axis
+      {{1, 6, 8, 16}, {1, 4, 8, 16}, {2, 2}, {2, 2, 0, 2}, "4 phases"},    // uneven padding
+      {{1, 8, 8, 16}, {1, 8, 4, 16}, {1, 2}, {1, 0, 1, 0}, "2 phases"},    // one axis dilated, unpadded
+      {{2, 9, 9, 16}, {2, 9, 9, 16}, {2, 2}, {2, 2, 2, 2}, ""},            // odd sizes: as written
+  };
+  const bool bf16 = cpu_has_bf16();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fmt::format("x {}, dilation {}, padding {}", fmt::join(c.x, "x"), fmt::join(c.dilation, ","),
+                             fmt::join(c.padding, ",")));
+    Small s;
+    const int32_t x = s.param("x", c.x);
+    const int32_t w = s.param("w", {3, 3, 1, 16}, 0.3f), b = s.param("b", {16}, 0.1f, 0.0);
+    s.finish(s.op("conv", {x, w, b}, c.y, {{"groups", 16.0}, {"dilation", c.dilation}, {"padding", c.padding}}));
+    const MLPH_Graph* graph = s.g.graph();
+    const auto rewrites = conv_rewrites(*compile_model(core::host_api(), {2, false, 0}, *graph, nullptr));
+    if (c.rewrite.empty()) {
+      EXPECT_TRUE(rewrites.empty());
+    } else {
+      ASSERT_EQ(rewrites.size(), 1u);
+      EXPECT_EQ(rewrites[0], "node 'conv1' (conv): backward over " + c.rewrite);
+    }
+    expect_same_training(graph, 3, 0.05, 1e-4);
+    // (outputs near 0 of bf16 products: relative to a floor of 0.1)
+    if (bf16) expect_same_training(graph, 3, 0.05, 3e-2, 0.1, {{"threads", "2"}, {"precision", "bf16"}});
+  }
 }
 
 // Training: output, gamma/beta and data gradients, running statistics after each step (compared as

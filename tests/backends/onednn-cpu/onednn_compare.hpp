@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <dnnl.hpp>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,11 @@
 #include "onednn_backend.hpp"
 
 namespace mlph::onednn::test {
+
+inline bool cpu_has_bf16() {
+  const auto isa = unsigned(dnnl::get_effective_cpu_isa()), bf16 = unsigned(dnnl::cpu_isa::avx512_core_bf16);
+  return (isa & bf16) == bf16;
+}
 
 inline std::vector<float> random_floats(size_t n, uint64_t stream, float scale = 1.0f) {
   std::vector<float> v(n);
@@ -163,8 +169,9 @@ struct Inputs {
 // Trains `steps` steps on both backends from the same weights; losses, gradients, weights and the
 // first eval output must agree within `tolerance` (weights and outputs element-wise, relative with a
 // floor for values near 0; gradients as whole vectors).
-inline void expect_same_training(const MLPH_Graph* g, int steps, double lr, double tolerance, double floor = 1e-3) {
-  Compiled ours(onednn(), g), theirs(reference(), g);
+inline void expect_same_training(const MLPH_Graph* g, int steps, double lr, double tolerance, double floor = 1e-3,
+                                 std::vector<MLPH_KeyValue> options = {{"threads", "2"}}) {
+  Compiled ours(onednn(), g, std::move(options)), theirs(reference(), g);
   for (int s = 0; s < steps; ++s) {
     Inputs in(*g, uint64_t(100 * s));
     const double a = ours.train(in.tensors, lr, uint64_t(s)), b = theirs.train(in.tensors, lr, uint64_t(s));

@@ -54,8 +54,8 @@ TEST(OnednnPadding, PaddedConvTrainsAsTheUnpaddedOne) {
   }
   // The padding is really on where asked, and only there.
   const BackendOptions off{2, false, 0}, on{2, false, 16};
-  EXPECT_TRUE(padded_convs(*compile_model(core::host_api(), off, *graph, nullptr)).empty());
-  EXPECT_EQ(padded_convs(*compile_model(core::host_api(), on, *graph, nullptr)).size(), 1u);
+  EXPECT_TRUE(conv_rewrites(*compile_model(core::host_api(), off, *graph, nullptr)).empty());
+  EXPECT_EQ(conv_rewrites(*compile_model(core::host_api(), on, *graph, nullptr)).size(), 1u);
 }
 
 // The conv of a data input x [2,6,6,6,4] (no gradient wanted) with bias, then mse.
@@ -77,7 +77,7 @@ const MLPH_Graph* data_conv(Small& s, const DataConv& c) {
 TEST(OnednnPadding, FoldedTapsTrainAsTheUnfoldedConv) {
   struct Case {
     DataConv conv;
-    const char* folded;  // what padded_convs says after the conv's name
+    const char* folded;  // what conv_rewrites says after the padding
   };
   const std::vector<Case> cases{
       {{{3, 3, 3}, {1, 1, 1}, {6, 6, 6}, {1, 1, 1, 1, 1, 1}}, ", 3 taps folded"},   // same
@@ -92,15 +92,10 @@ TEST(OnednnPadding, FoldedTapsTrainAsTheUnfoldedConv) {
     const MLPH_Graph* graph = data_conv(s, c.conv);
     Compiled plain(onednn(), graph, padded_to("0")), padded(onednn(), graph, padded_to("16"));
     expect_same_steps(graph, plain, padded, 1e-6);
-    const auto convs = padded_convs(*compile_model(core::host_api(), {2, false, 16}, *graph, nullptr));
+    const auto convs = conv_rewrites(*compile_model(core::host_api(), {2, false, 16}, *graph, nullptr));
     ASSERT_EQ(convs.size(), 1u);
-    EXPECT_EQ(convs[0], "node 'conv1' (conv)" + std::string(c.folded));
+    EXPECT_EQ(convs[0], "node 'conv1' (conv): input channels padded to 16" + std::string(c.folded));
   }
-}
-
-bool cpu_has_bf16() {
-  const auto isa = unsigned(dnnl::get_effective_cpu_isa()), bf16 = unsigned(dnnl::cpu_isa::avx512_core_bf16);
-  return (isa & bf16) == bf16;
 }
 
 // In bf16 the inputs round alike either way; only the fp32 accumulation order may differ.
@@ -121,9 +116,9 @@ TEST(OnednnPadding, CosmoflowConv1PaddedTrainsAsUnpadded) {
   const MLPH_Graph* graph = g.graph();
   Compiled plain(onednn(), graph, padded_to("0")), padded(onednn(), graph, padded_to("16"));
   expect_same_steps(graph, plain, padded, 1e-5);
-  const auto convs = padded_convs(*compile_model(core::host_api(), {2, false, 16}, *graph, nullptr));
+  const auto convs = conv_rewrites(*compile_model(core::host_api(), {2, false, 16}, *graph, nullptr));
   ASSERT_EQ(convs.size(), 1u);
-  EXPECT_EQ(convs[0], "node 'conv1' (conv), 3 taps folded");  // its input is data
+  EXPECT_EQ(convs[0], "node 'conv1' (conv): input channels padded to 16, 3 taps folded");  // its input is data
 }
 
 TEST(OnednnPadding, BadPaddingIsNamed) {
