@@ -264,8 +264,9 @@ class OnednnModel final : public sdk::ModelProtocol {
   }
   // precision bf16: which activations are stored in bf16 between ops (and their gradients). A value
   // is when the op writing it and every op reading it move bf16 through oneDNN's bf16 kernels or
-  // the pool chain (convs, pools, relus, batch norms); what the step hands out (the loss, eval
-  // outputs) and whatever plain loops, concat, add or a grouped batch norm read stay fp32. A conv
+  // the pool chain (convs, pools, relus, batch norms, adds: Xception's residual stream, as under
+  // PyTorch's autocast); what the step hands out (the loss, eval outputs) and whatever plain loops,
+  // concat or a grouped batch norm read stay fp32. A conv
   // or batch norm and the activation fused into it share one memory: bf16 only if both may be.
   // oneDNN's batch norm, eltwise and pooling keep one type from input to output: where the output
   // stays fp32, so does the input (else the op would first copy a bf16 input to fp32; the pool
@@ -303,7 +304,8 @@ class OnednnModel final : public sdk::ModelProtocol {
   static bool moves_bf16(const sdk::ValidNode& node) {
     const std::string& op = node.op;
     if (op == "batch_norm") return node.attrs.integer("group_size") <= 1;  // a group's sums walk fp32
-    return op == "conv" || op == "conv_transpose" || op == "max_pool" || op == "relu" || op == "leaky_relu";
+    return op == "conv" || op == "conv_transpose" || op == "max_pool" || op == "relu" || op == "leaky_relu" ||
+           op == "add";
   }
   static float activation_alpha(const sdk::ValidNode& node) {
     return node.op == "relu" ? 0.0f : float(node.attrs.number("alpha"));

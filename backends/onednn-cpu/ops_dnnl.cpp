@@ -837,19 +837,19 @@ class RoutingOp : public Op {
   std::vector<GradSink> sinks_;
 };
 
-// y = a + b (binary primitive, in a's layout); both gradients are dy.
+// y = a + b (binary primitive, in a's layout, in y's stored type); both gradients are dy.
 class Add final : public RoutingOp {
  public:
   Add(Net& net, const NodeView& n) : RoutingOp(net, n) {
     const int32_t a = n.in(0), b = n.in(1), y = n.out();
     const memory::desc desc = net.at(a).mem.get_desc();
-    const dnnl::binary::primitive_desc pd({algorithm::binary_add, desc, net.at(b).mem.get_desc(), desc}, net.attr(),
-                                          net.engine);
+    const dnnl::binary::primitive_desc pd(
+        {algorithm::binary_add, desc, net.at(b).mem.get_desc(), net.stored(y, desc)}, net.attr(), net.engine);
     net.define(y, pd.dst_desc());
     forward_ = net.step<dnnl::binary>(
         pd, {{DNNL_ARG_SRC_0, net.at(a).mem}, {DNNL_ARG_SRC_1, net.at(b).mem}, {DNNL_ARG_DST, net.at(y).mem}});
     for (int32_t v : {a, b})
-      if (net.needs_grad(y) && net.needs_grad(v)) sinks_.emplace_back(net, v, desc, net.at(y).grad);
+      if (net.needs_grad(y) && net.needs_grad(v)) sinks_.emplace_back(net, v, pd.dst_desc(), net.at(y).grad);
   }
 };
 

@@ -146,6 +146,38 @@ TEST(OnednnBf16, BatchNormBetweenConvsIsStoredInBf16) {
   }
 }
 
+// Xception's residual stream: an add between convs reads and writes bf16 (as PyTorch's autocast
+// adds), and its gradient goes to both inputs in bf16; where its output stays fp32 (here: the eval
+// output) it adds bf16 inputs into fp32. Both train close to fp32.
+TEST(OnednnBf16, ResidualAddBetweenConvsIsStoredInBf16) {
+  if (!cpu_has_bf16()) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+  for (const bool then_conv : {true, false}) {
+    SCOPED_TRACE(then_conv ? "conv, conv, add, conv" : "conv, conv, add");
+    Small s;
+    const int32_t x = s.param("x", {2, 6, 6, 16});
+    const std::vector<sdk::AttrInit> same{{"padding", {1, 1, 1, 1}}};
+    const int32_t a = s.op("conv", {x, s.param("w1", {3, 3, 16, 16}, 0.2f)}, {2, 6, 6, 16}, same);  // "conv1"
+    const int32_t b = s.op("conv", {a, s.param("w2", {3, 3, 16, 16}, 0.2f)}, {2, 6, 6, 16}, same);  // "conv2"
+    int32_t h = s.op("add", {a, b}, {2, 6, 6, 16});                                                  // "add3"
+    if (then_conv) h = s.op("conv", {h, s.param("w3", {3, 3, 16, 8}, 0.2f)}, {2, 6, 6, 8}, same);
+    const MLPH_Graph* graph = s.finish(h);
+    const auto stored = activation_memory(*compile_model(core::host_api(), {2, true}, *graph, nullptr)).bf16;
+    EXPECT_TRUE(stored.at("conv1"));
+    EXPECT_TRUE(stored.at("conv2"));
+    EXPECT_EQ(stored.at("add3"), then_conv);
+    Compiled fp32(onednn(), graph, kFp32), bf16(onednn(), graph, kBf16);
+    for (int step = 0; step < 3; ++step) {
+      Inputs in(*graph, uint64_t(step));
+      const double want = fp32.train(in.tensors, 0.05, uint64_t(step)), got = bf16.train(in.tensors, 0.05, uint64_t(step));
+      EXPECT_NEAR(got, want, 1e-2 * std::fabs(want)) << "loss at step " << step;
+    }
+    for (size_t p = 0; p < graph->n_params; ++p) {
+      const MLPH_Value& v = graph->values[graph->params[p].value];
+      EXPECT_LT(norm_relative(bf16.read(p, v, true), fp32.read(p, v, true)), 5e-2) << "gradient of " << v.name;
+    }
+  }
+}
+
 TEST(OnednnBf16, BadPrecisionIsNamed) {
   const auto [code, message] = create_result({{"precision", "fp16"}});
   EXPECT_EQ(code, MLPH_INVALID_ARGUMENT);
