@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""The GPU kit (tools/gpu/kit) without a GPU: its limits' parsing, the profile step's summaries (decisions,
-ncu's table, layer kinds) as pure functions, the cuda options' values that bench and conformance run, and
+"""The GPU kit (tools/gpu/kit) without a GPU: its limits' parsing, its reading of the official checker's
+output on a DeepCAM mini's log, the profile step's summaries (decisions, ncu's table, layer kinds) as pure functions, the cuda options' values that bench and conformance run, and
 with BUILD_DIR the profile step rehearsed on the reference backend at small sizes, cut by its budget.
 
   gpu_kit_test.py [BUILD_DIR]      (unittest's arguments after it)
@@ -17,7 +17,7 @@ import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tools", "gpu"))
-from kit import cli, options, runner  # noqa: E402
+from kit import cli, common, options, runner  # noqa: E402
 from kit.steps import bench, conformance, profile  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 and os.path.isdir(sys.argv[1]) else None
@@ -38,6 +38,58 @@ class Limits(unittest.TestCase):
                              capture_output=True, text=True)
         self.assertEqual(run.returncode, 2)
         self.assertIn("--budget: nan must be a finite number above 0", run.stderr)
+
+
+SHARED = os.path.join(os.path.dirname(ROOT), "shared")
+CHECKER = os.path.join(SHARED, "tools", "mllog-check")
+DEEPCAM_LOG = os.path.join(SHARED, "fixtures", "mllog", "nvidia_v3.0_deepcam_strong_result_0.txt")
+
+
+def checked(text):
+    """The official checker's output on a log of `text` (../shared's checker)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "result_0.txt")
+        with open(path, "w") as f:
+            f.write(text)
+        run = subprocess.run([CHECKER, path], capture_output=True, text=True, cwd=tmp,
+                             env=dict(os.environ, PATH="/usr/bin:" + os.environ.get("PATH", "")))
+        return run.returncode, run.stdout + run.stderr
+
+
+class MiniDatasetSizes(unittest.TestCase):
+    """A DeepCAM mini's log fails the ruleset's full-dataset sizes: the kit accepts that, and only that,
+    from the official checker's own output on a real submitted log with its sizes (and more) changed."""
+
+    def setUp(self):
+        if not os.path.exists(CHECKER) or not os.path.exists(DEEPCAM_LOG):
+            self.skipTest("../shared (the official checker, the submitted DeepCAM log) is not beside this checkout")
+        with open(DEEPCAM_LOG) as f:
+            self.log = f.read()
+
+    def mini(self, text):
+        return text.replace('"key": "train_samples", "value": 121266', '"key": "train_samples", "value": 128') \
+                   .replace('"key": "eval_samples", "value": 15158', '"key": "eval_samples", "value": 32')
+
+    def test_the_submitted_log_passes_as_it_is(self):
+        rc, text = checked(self.log)
+        self.assertEqual(rc, 0, text)
+        self.assertEqual(common.checker_messages(text), [])
+        self.assertIsNone(common.dataset_size_failures(text))
+
+    def test_a_minis_sizes_are_the_only_failures_named_with_their_values(self):
+        rc, text = checked(self.mini(self.log))
+        self.assertEqual(rc, 1, text)
+        self.assertEqual(common.dataset_size_failures(text),
+                         ["train_samples 128 (the ruleset's 121266)", "eval_samples 32 (the ruleset's 15158)"])
+
+    def test_any_other_failure_beside_them_is_not_accepted(self):
+        clipped = re.sub(r'("key": "opt_max_grad_norm", "value": )[0-9.]+', r"\g<1>2.0", self.mini(self.log))
+        without_seed = "\n".join(l for l in self.mini(self.log).split("\n") if '"key": "seed"' not in l)
+        for name, text in (("max_grad_norm 2", clipped), ("no seed", without_seed)):
+            rc, out = checked(text)
+            self.assertEqual(rc, 1, name)
+            self.assertGreater(len(common.checker_messages(out)), 2, f"{name}: {out}")
+            self.assertIsNone(common.dataset_size_failures(out), name)
 
 
 def row(case, variant, ms, error, status="ok"):
@@ -273,17 +325,34 @@ def fake_bundle(folder):
         json.dump(dict(commit="test", plugins=plugins, tests=[]), f)
 
 
+def rehearse_steps(steps, budget):
+    """check.py --rehearse reference --only STEPS on a fake bundle: (the run, summary.json, the temp folder)."""
+    tmp = tempfile.mkdtemp(prefix="mlph-kit-")
+    fake_bundle(os.path.join(tmp, "bundle"))
+    run = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "gpu", "check.py"), "--rehearse", "reference",
+                          "--only", steps, "--budget", str(budget), "--bundle", os.path.join(tmp, "bundle"),
+                          "--out", os.path.join(tmp, "out"), "--work", os.path.join(tmp, "work")],
+                         capture_output=True, text=True, timeout=budget + 60)
+    with open(os.path.join(tmp, "out", "summary.json")) as f:
+        return run, json.load(f), tmp
+
+
+@unittest.skipUnless(BUILD, "no build tree given")
+class MiniRehearsal(unittest.TestCase):
+    def test_both_minis_train_in_each_precision_and_log(self):
+        run, summary, _ = rehearse_steps("cosmoflow,deepcam", 120)
+        for step in ("cosmoflow", "deepcam"):
+            record = summary["steps"][step]
+            self.assertEqual(record["status"], "PASS", run.stdout)
+            self.assertEqual([p["name"] for p in record["parts"]], ["fp32", "bf16"])
+            for part in record["parts"]:  # a rehearsal trains one epoch, short of the target
+                self.assertEqual((part["run_stop"], part["epochs"]), ("aborted", 1), part)
+
+
 @unittest.skipUnless(BUILD, "no build tree given")
 class ProfileRehearsal(unittest.TestCase):
     def rehearse(self, budget):
-        tmp = tempfile.mkdtemp(prefix="mlph-kit-")
-        fake_bundle(os.path.join(tmp, "bundle"))
-        run = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "gpu", "check.py"), "--rehearse", "reference",
-                              "--only", "profile", "--budget", str(budget), "--bundle", os.path.join(tmp, "bundle"),
-                              "--out", os.path.join(tmp, "out"), "--work", os.path.join(tmp, "work")],
-                             capture_output=True, text=True, timeout=budget + 60)
-        with open(os.path.join(tmp, "out", "summary.json")) as f:
-            summary = json.load(f)
+        run, summary, tmp = rehearse_steps("profile", budget)
         path = os.path.join(tmp, "out", "profile.json")
         doc = json.load(open(path)) if os.path.exists(path) else None
         return run, summary, doc, tmp

@@ -17,7 +17,8 @@ Steps (--only takes names or numbers):
                  or one_pass, depthwise, pointwise = cudnn, pool_chain = off, small_channels = pad);
                  compute-sanitizer memcheck over a few ops
   3 cosmoflow    the CosmoFlow mini to its target on cuda in fp32 and bf16; the official checker
-  4 deepcam      one DeepCAM mini epoch on cuda
+  4 deepcam      the DeepCAM mini to its target on cuda in fp32 and bf16; the official checker (its only
+                 failures may be the full dataset's sizes, which a mini cannot log)
   5 resume       the CosmoFlow mini on cuda (fp32, deterministic): 2 epochs straight, and 1 epoch with a
                  checkpoint resumed for the 2nd: the exported weights are equal bytes; the checkpoint also
                  resumed on the reference backend (--switch-backend): the validation error within 1%

@@ -148,3 +148,35 @@ def read_mllog(path):
     return dict(path=path, status=(stop.get("metadata") or {}).get("status", "none"), time_to_train_s=ttt,
                 epochs=sum(1 for e in events if e.get("key") == "epoch_stop"),
                 last_metric=metrics[-1] if metrics else None)
+
+
+# The official checker prints every failed check in one WARNING block, the messages separated by this.
+CHECKER_SEPARATOR = "\n" + "-" * 30 + "\n"
+# The DeepCAM ruleset checks the full dataset's sizes (closed_deepcam.yaml: train_samples == 121266,
+# eval_samples == 15158), which a mini's log, logging its own, cannot pass.
+DATASET_SIZE_KEYS = ("train_samples", "eval_samples")
+
+
+def checker_messages(text):
+    """The official checker's failure messages, from its output (empty when it printed none)."""
+    start = text.find("WARNING - ")
+    if start < 0:
+        return []
+    end = text.find("\nERROR - ", start)
+    block = text[start + len("WARNING - "):end if end >= 0 else len(text)].strip("\n ")
+    return [m.strip("\n ") for m in block.split(CHECKER_SEPARATOR)]
+
+
+def dataset_size_failures(text):
+    """What the checker failed, as "key value (the ruleset's N)", when that is only the dataset-size
+    checks of DATASET_SIZE_KEYS; None when it failed anything else, or printed no failure."""
+    sizes = []
+    for message in checker_messages(text):
+        check = re.match(r"CHECK for '(\w+)' failed in line \d+:", message)
+        wanted = re.search(r"^failed test:\s*v\['value'\] == (\d+)\s*$", message, re.M)
+        logged = re.search(r'"key": "(\w+)", "value": (\d+)', message)
+        if not (check and wanted and logged and check.group(1) in DATASET_SIZE_KEYS and
+                logged.group(1) == check.group(1)):
+            return None
+        sizes.append(f"{check.group(1)} {logged.group(2)} (the ruleset's {wanted.group(1)})")
+    return sizes or None
