@@ -111,6 +111,22 @@ TEST(OnednnBf16, ActivationsBetweenConvsAndPoolsAreStoredInBf16) {
   EXPECT_LT(gradients, 0.52) << bf16.gradient_bytes << " of " << fp32.gradient_bytes << " bytes";
 }
 
+// Three training steps in bf16 beside fp32: each loss within 1e-2, then every trainable parameter's
+// gradient within `gradients` (relative norm).
+void expect_close_to_fp32(const MLPH_Graph* graph, double gradients) {
+  Compiled fp32(onednn(), graph, kFp32), bf16(onednn(), graph, kBf16);
+  for (int step = 0; step < 3; ++step) {
+    Inputs in(*graph, uint64_t(step));
+    const double want = fp32.train(in.tensors, 0.05, uint64_t(step)), got = bf16.train(in.tensors, 0.05, uint64_t(step));
+    EXPECT_NEAR(got, want, 1e-2 * std::fabs(want)) << "loss at step " << step;
+  }
+  for (size_t p = 0; p < graph->n_params; ++p) {
+    const MLPH_Value& v = graph->values[graph->params[p].value];
+    if (!(graph->params[p].flags & MLPH_PARAM_TRAINABLE)) continue;
+    EXPECT_LT(norm_relative(bf16.read(p, v, true), fp32.read(p, v, true)), gradients) << "gradient of " << v.name;
+  }
+}
+
 // DeepCAM's conv -> batch norm -> relu -> conv: the conv output and the batch norm's (the relu's,
 // fused) are bf16 and train close to fp32. Where the relu's output stays fp32 (here: the eval
 // output) the batch norm's input stays fp32 too: oneDNN's batch norm keeps one type, and a bf16
@@ -130,19 +146,9 @@ TEST(OnednnBf16, BatchNormBetweenConvsIsStoredInBf16) {
     const MLPH_Graph* graph = s.finish(h);
     const auto stored = activation_memory(*compile_model(core::host_api(), {2, true}, *graph, nullptr)).bf16;
     for (const std::string name : {"conv1", "batch_norm2", "relu3"}) EXPECT_EQ(stored.at(name), then_conv) << name;
-    Compiled fp32(onednn(), graph, kFp32), bf16(onednn(), graph, kBf16);
-    for (int step = 0; step < 3; ++step) {
-      Inputs in(*graph, uint64_t(step));
-      const double want = fp32.train(in.tensors, 0.05, uint64_t(step)), got = bf16.train(in.tensors, 0.05, uint64_t(step));
-      EXPECT_NEAR(got, want, 1e-2 * std::fabs(want)) << "loss at step " << step;
-    }
-    for (size_t p = 0; p < graph->n_params; ++p) {
-      const MLPH_Value& v = graph->values[graph->params[p].value];
-      if (!(graph->params[p].flags & MLPH_PARAM_TRAINABLE)) continue;
-      // Batch norm over 72 values a channel amplifies bf16 rounding in x's gradient (5e-2 here
-      // with fp32 storage, as the conformance `layers` rows show); a misread bf16 buffer is O(1).
-      EXPECT_LT(norm_relative(bf16.read(p, v, true), fp32.read(p, v, true)), 0.1) << "gradient of " << v.name;
-    }
+    // Batch norm over 72 values a channel amplifies bf16 rounding in x's gradient (5e-2 here with
+    // fp32 storage, as the conformance `layers` rows show); a misread bf16 buffer is O(1).
+    expect_close_to_fp32(graph, 0.1);
   }
 }
 
@@ -165,16 +171,7 @@ TEST(OnednnBf16, ResidualAddBetweenConvsIsStoredInBf16) {
     EXPECT_TRUE(stored.at("conv1"));
     EXPECT_TRUE(stored.at("conv2"));
     EXPECT_EQ(stored.at("add3"), then_conv);
-    Compiled fp32(onednn(), graph, kFp32), bf16(onednn(), graph, kBf16);
-    for (int step = 0; step < 3; ++step) {
-      Inputs in(*graph, uint64_t(step));
-      const double want = fp32.train(in.tensors, 0.05, uint64_t(step)), got = bf16.train(in.tensors, 0.05, uint64_t(step));
-      EXPECT_NEAR(got, want, 1e-2 * std::fabs(want)) << "loss at step " << step;
-    }
-    for (size_t p = 0; p < graph->n_params; ++p) {
-      const MLPH_Value& v = graph->values[graph->params[p].value];
-      EXPECT_LT(norm_relative(bf16.read(p, v, true), fp32.read(p, v, true)), 5e-2) << "gradient of " << v.name;
-    }
+    expect_close_to_fp32(graph, 5e-2);
   }
 }
 
