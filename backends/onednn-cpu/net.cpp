@@ -76,11 +76,15 @@ dnnl::primitive_attr Net::attr() const {
   return a;
 }
 
+Step Net::reorder(const memory& from, const memory& to, const dnnl::primitive_attr& with) {
+  return step<dnnl::reorder>(dnnl::reorder::primitive_desc(engine, from.get_desc(), engine, to.get_desc(), with),
+                             {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+}
+
 memory Net::convert(const memory& src, const memory::desc& want, std::vector<Step>& steps) {
   if (src.get_desc() == want) return src;
   memory dst(want, engine);
-  steps.push_back(step<dnnl::reorder>(dnnl::reorder::primitive_desc(engine, src.get_desc(), engine, want, attr()),
-                                      {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}}));
+  steps.push_back(reorder(src, dst));
   return dst;
 }
 
@@ -106,8 +110,7 @@ memory Net::embed(const memory& small, const memory::desc& big, std::vector<Step
     from_at.back() = first + t - pad, to_at.back() = first, to_at[1] = t * dims[1];
     const memory src(from.submemory_desc(part_dims, from_at), engine, small.get_data_handle());
     const memory dst(big.submemory_desc(part_dims, to_at), engine, whole.get_data_handle());
-    steps.push_back(step<dnnl::reorder>(dnnl::reorder::primitive_desc(engine, src.get_desc(), engine, dst.get_desc(), attr()),
-                                        {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}}));
+    steps.push_back(reorder(src, dst));
   }
   return whole;
 }
@@ -126,17 +129,13 @@ GradSink::GradSink(Net& net, int32_t v, const memory::desc& writer, std::optiona
   grad_ = grad_view ? net.view(value.grad, *grad_view) : value.grad;
   same_layout_ = !source && writer == grad_.get_desc();
   if (same_layout_ && net.contributors(v) == 1 && !value.is_param) return;  // always written in place
-  source_ = source ? *source : memory(writer, net.engine);
-  overwrite_ = net.step<dnnl::reorder>(
-      dnnl::reorder::primitive_desc(net.engine, writer, net.engine, grad_.get_desc(), net.attr()),
-      {{DNNL_ARG_FROM, source_}, {DNNL_ARG_TO, grad_}});
+  source_ = source ? *source : memory(writer, net.engine);  // a given source is in `writer` already
+  overwrite_ = net.reorder(source_, grad_);
   dnnl::post_ops sum;
   sum.append_sum(1.0f);
   dnnl::primitive_attr add = net.attr();
   add.set_post_ops(sum);
-  accumulate_ = net.step<dnnl::reorder>(
-      dnnl::reorder::primitive_desc(net.engine, writer, net.engine, grad_.get_desc(), add),
-      {{DNNL_ARG_FROM, source_}, {DNNL_ARG_TO, grad_}});
+  accumulate_ = net.reorder(source_, grad_, add);
 }
 
 memory GradSink::target() {

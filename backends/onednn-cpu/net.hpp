@@ -95,6 +95,9 @@ class Net {
     if (pd.scratchpad_desc().get_size() > 0) args[DNNL_ARG_SCRATCHPAD] = scratchpad.bind(engine, pd.scratchpad_desc());
     return {Primitive(pd), std::move(args)};
   }
+  // A reorder from `from` to `to` (their own descs: layouts, types, views), with `with` (e.g. a sum).
+  Step reorder(const memory& from, const memory& to, const dnnl::primitive_attr& with);
+  Step reorder(const memory& from, const memory& to) { return reorder(from, to, attr()); }
   // `src` in layout `want`: itself when it already is, else a new memory that `steps` refreshes.
   memory convert(const memory& src, const memory::desc& want, std::vector<Step>& steps);
   // The plain (graph-layout) form of value v, refreshed by `steps` when v lives in another layout.

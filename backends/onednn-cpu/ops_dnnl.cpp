@@ -146,19 +146,13 @@ memory::desc phase_view(const PhaseSplit& p, const Dims& whole, dt type, bool st
   return {dims, type, strides};
 }
 
-Step reorder_step(Net& net, const memory& from, const memory& to) {
-  return net.step<dnnl::reorder>(dnnl::reorder::primitive_desc(net.engine, from.get_desc(), net.engine, to.get_desc(),
-                                                               net.attr()),
-                                 {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
-}
-
 // `m` (any layout, dims `whole`) as its phases stacked channels-last, refreshed by `steps`.
 memory split_phases(Net& net, const PhaseSplit& p, const memory& m, const Dims& whole, std::vector<Step>& steps) {
   const dt type = type_of(m.get_desc());
   const memory cl = net.convert(m, channels_last(whole, type), steps);
   memory stacked(channels_last(p.stacked(whole), type), net.engine);
-  steps.push_back(reorder_step(net, net.view(cl, phase_view(p, whole, type, false)),
-                               net.view(stacked, phase_view(p, whole, type, true))));
+  steps.push_back(net.reorder(net.view(cl, phase_view(p, whole, type, false)),
+                              net.view(stacked, phase_view(p, whole, type, true))));
   return stacked;
 }
 
@@ -167,8 +161,8 @@ memory merge_phases(Net& net, const PhaseSplit& p, const memory& m, const Dims& 
   const dt type = type_of(m.get_desc());
   const memory stacked = net.convert(m, channels_last(p.stacked(whole), type), steps);
   memory cl(channels_last(whole, type), net.engine);
-  steps.push_back(reorder_step(net, net.view(stacked, phase_view(p, whole, type, true)),
-                               net.view(cl, phase_view(p, whole, type, false))));
+  steps.push_back(net.reorder(net.view(stacked, phase_view(p, whole, type, true)),
+                              net.view(cl, phase_view(p, whole, type, false))));
   return cl;
 }
 
