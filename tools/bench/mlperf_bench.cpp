@@ -50,6 +50,12 @@ struct LayerResult {
   Timing timing;
 };
 
+// A block compiled together, beside the sum of its nodes' rows compiled alone.
+struct BlockResult {
+  LayerResult block;
+  Timing rows;
+};
+
 // A training step's inputs held as a run holds them (InputBuffers: three batches in rotation, in the
 // backend's input memory where it offers some, pinned host memory on a GPU), each filled once,
 // deterministically: small int16 counts (like data after Poisson sampling), floats in [-1, 1], int32
@@ -323,13 +329,13 @@ Timing rows_of(const bench::Layer& block, const MLPH_Graph& graph, const std::ve
   return sum;
 }
 
-void print_blocks(const std::vector<LayerResult>& blocks, const MLPH_Graph& graph, const std::vector<LayerResult>& layers) {
+void print_blocks(const std::vector<BlockResult>& blocks) {
   if (blocks.empty()) return;
   fmt::print("\nper block (a conv, its activation and its pooling compiled together, as a backend may fuse them)\n");
   fmt::print("{:<14} {:>10} {:>10} {:>14} {:>14} {:>12}\n", "block", "fwd ms", "train ms", "rows' fwd ms",
              "rows' train ms", "train saved");
-  for (const auto& [block, t] : blocks) {
-    const Timing rows = rows_of(block, graph, layers);
+  for (const auto& [result, rows] : blocks) {
+    const auto& [block, t] = result;
     fmt::print("{:<14} {:>10.3f} {:>10.3f} {:>14.3f} {:>14.3f} {:>11.0f}%\n", block.name, t.eval_s * 1e3,
                t.train_s * 1e3, rows.eval_s * 1e3, rows.train_s * 1e3,
                rows.train_s > 0 ? 100 * (1 - t.train_s / rows.train_s) : 0.0);
@@ -337,7 +343,7 @@ void print_blocks(const std::vector<LayerResult>& blocks, const MLPH_Graph& grap
 }
 
 void write_json(const std::string& path, Session& session, uint32_t batch, double forward, const Peak& peak,
-                const Timing& model, const std::vector<LayerResult>& layers, const std::vector<LayerResult>& blocks,
+                const Timing& model, const std::vector<LayerResult>& layers, const std::vector<BlockResult>& blocks,
                 const MLPH_Graph& graph, const std::optional<FileTiming>& files) {
   std::ofstream out(path);
   auto num = [](double v) { return sdk::json_number(v); };
@@ -366,10 +372,10 @@ void write_json(const std::string& path, Session& session, uint32_t batch, doubl
   }
   out << "],\n \"blocks\": [";
   for (size_t i = 0; i < blocks.size(); ++i) {
-    const auto& [block, t] = blocks[i];
+    const auto& [result, rows] = blocks[i];
+    const auto& [block, t] = result;
     std::string nodes;
     for (size_t node : block.nodes) nodes += fmt::format("{}\"{}\"", nodes.empty() ? "" : ", ", graph.nodes[node].name);
-    const Timing rows = rows_of(block, graph, layers);
     out << fmt::format("{}\n  {{\"name\": \"{}\", \"nodes\": [{}], \"eval_s\": {}, \"train_s\": {}, "
                        "\"rows_eval_s\": {}, \"rows_train_s\": {}}}",
                        i ? "," : "", block.name, nodes, num(t.eval_s), num(t.train_s), num(rows.eval_s),
@@ -494,7 +500,8 @@ int main(int argc, char** argv) {
     }
     std::cout << std::flush;
 
-    std::vector<LayerResult> layers, blocks;
+    std::vector<LayerResult> layers;
+    std::vector<BlockResult> blocks;
     Peak peak;
     if (vm.count("layers") && session.topology().size > 1)
       throw std::runtime_error("--layers times layers on one rank: run it without mpirun");
@@ -510,8 +517,9 @@ int main(int argc, char** argv) {
       };
       layers = time_each(bench::split_layers(*graph));
       print_layers(layers, peak);
-      blocks = time_each(bench::split_blocks(*graph));
-      print_blocks(blocks, *graph, layers);
+      for (LayerResult& block : time_each(bench::split_blocks(*graph)))
+        blocks.push_back({block, rows_of(block.layer, *graph, layers)});
+      print_blocks(blocks);
     }
     if (!json_path.empty()) write_json(json_path, session, batch, forward, peak, model, layers, blocks, *graph, files);
   } catch (const std::exception& e) {
